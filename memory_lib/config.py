@@ -1,0 +1,216 @@
+"""Every threshold and setting of memory-archive, in one place, with the seed's defaults.
+
+`Settings.from_env()` reads the environment; every model forbids unknown keys so a typo in a
+config file is an error that names the key instead of a silently ignored value.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ArchivalCriteria(BaseModel):
+    """Which hot memories are cold enough to archive (seed: "Archival Criteria")."""
+
+    model_config = _STRICT
+
+    min_age_days: int = Field(90, ge=0, description="Only memories at least this old are candidates.")
+    max_importance_score: float = Field(0.3, ge=0.0, le=1.0, description="Importance at or below this.")
+    max_recent_access_count: int = Field(
+        2, ge=0, description="A memory used more than this often within the recent window stays hot."
+    )
+    recent_access_window_days: int = Field(
+        30, ge=0, description="A last access older than this makes the access count 'not recent'."
+    )
+    force_archive_age_days: int = Field(
+        365, ge=0, description="Older than this, importance no longer keeps a memory hot."
+    )
+    batch_size: int = Field(500, ge=1, le=500, description="Memories per archival batch (nightly cap).")
+    exempt_categories: tuple[str, ...] = Field(
+        ("core",), description="Categories never archived (identity-level facts)."
+    )
+    max_error_rate: float = Field(
+        0.05, ge=0.0, le=1.0, description="Failed / attempted above this blocks deleting originals."
+    )
+    max_attempts: int = Field(3, ge=1, description="Tries per memory before it is released for a later night.")
+
+    @model_validator(mode="after")
+    def _force_after_min(self) -> ArchivalCriteria:
+        if self.force_archive_age_days < self.min_age_days:
+            raise ValueError(
+                f"force_archive_age_days={self.force_archive_age_days} must be >= "
+                f"min_age_days={self.min_age_days}"
+            )
+        return self
+
+
+class PromotionConfig(BaseModel):
+    """When an archived memory comes back to the hot tier (seed: "Re-promotion")."""
+
+    model_config = _STRICT
+
+    expansions_to_promote: int = Field(3, ge=1)
+    window_days: int = Field(30, ge=1)
+
+
+class RetrievalConfig(BaseModel):
+    """Two-phase search thresholds (seed: "Retrieval Strategy", seed 004 hybrid ranking)."""
+
+    model_config = _STRICT
+
+    hot_similarity_threshold: float = Field(0.7, ge=-1.0, le=1.0)
+    archived_similarity_threshold: float = Field(0.65, ge=-1.0, le=1.0)
+    hot_limit: int = Field(5, ge=1)
+    archived_limit: int = Field(3, ge=0)
+    active_boost: float = Field(1.2, gt=0.0)
+    alpha_similarity: float = Field(0.7, ge=0.0)
+    beta_recency: float = Field(0.2, ge=0.0)
+    gamma_tags: float = Field(0.1, ge=0.0)
+    recency_half_life_days: float = Field(30.0, gt=0.0)
+    rrf_k: int = Field(60, ge=1)
+    hot_horizon_days: int = Field(90, ge=0)
+    hnsw_ef_search: int = Field(100, ge=1, le=1000)
+    near_duplicate_threshold: float = Field(0.92, ge=0.0, le=1.0)
+
+
+class ContextBudget(BaseModel):
+    """Token budgets for context assembly (seed 002: "Token-Budgeted Context Assembly")."""
+
+    model_config = _STRICT
+
+    total: int = Field(8000, ge=0)
+    summaries: int = Field(2000, ge=0)
+    recent_turns: int = Field(3000, ge=0)
+    snippets: int = Field(1500, ge=0)
+    reserve: int = Field(1500, ge=0)
+
+    @model_validator(mode="after")
+    def _parts_fit(self) -> ContextBudget:
+        parts = self.summaries + self.recent_turns + self.snippets + self.reserve
+        if parts > self.total:
+            raise ValueError(f"budget parts add up to {parts}, more than total={self.total}")
+        return self
+
+
+class LLMConfig(BaseModel):
+    """Summarizer choice and client-side limits."""
+
+    model_config = _STRICT
+
+    provider: Literal["auto", "anthropic", "openai", "extractive"] = "auto"
+    anthropic_model: str = "claude-haiku-4-5"
+    openai_model: str = "gpt-4o-mini"
+    base_url: str | None = None
+    max_output_tokens: int = Field(200, ge=16, le=4096)
+    requests_per_second: float = Field(10.0, gt=0.0)
+    max_concurrency: int = Field(4, ge=1, le=64, description="Summaries requested in parallel.")
+    max_retries: int = Field(5, ge=0)
+    timeout_seconds: float = Field(30.0, gt=0.0)
+    max_summary_chars: int = Field(1200, ge=50)
+
+
+class EmbeddingConfig(BaseModel):
+    """Embedder choice. The dimension is fixed per database when the schema is created."""
+
+    model_config = _STRICT
+
+    provider: Literal["auto", "openai", "local", "hashing"] = "auto"
+    dim: int = Field(1536, ge=1, le=16000)
+    openai_model: str = "text-embedding-3-small"
+    local_model: str = "all-MiniLM-L6-v2"
+    base_url: str | None = None
+    batch_size: int = Field(64, ge=1, le=2048)
+
+
+class ObjectStoreConfig(BaseModel):
+    """Where backups go: a local directory (default) or any S3-compatible bucket."""
+
+    model_config = _STRICT
+
+    kind: Literal["local", "s3"] = "local"
+    local_root: Path | None = None
+    bucket: str | None = None
+    prefix: str = "memory-archive"
+    endpoint_url: str | None = None
+    region_name: str | None = None
+
+    @model_validator(mode="after")
+    def _bucket_for_s3(self) -> ObjectStoreConfig:
+        if self.kind == "s3" and not self.bucket:
+            raise ValueError("object_store.bucket is required when object_store.kind='s3'")
+        return self
+
+
+class Settings(BaseModel):
+    """All of memory-archive's configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    database_url: SecretStr | None = None
+    state_dir: Path = Path(".state")
+    archival: ArchivalCriteria = ArchivalCriteria()
+    promotion: PromotionConfig = PromotionConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    context: ContextBudget = ContextBudget()
+    llm: LLMConfig = LLMConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    object_store: ObjectStoreConfig = ObjectStoreConfig()
+
+    @property
+    def embedded_pg_dir(self) -> Path:
+        return self.state_dir / "pg"
+
+    @property
+    def local_object_root(self) -> Path:
+        return self.object_store.local_root or (self.state_dir / "objects")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from environment variables (names listed in the README)."""
+        e = dict(os.environ if env is None else env)
+        data: dict[str, Any] = {}
+        if e.get("DATABASE_URL"):
+            data["database_url"] = e["DATABASE_URL"]
+        if e.get("MEMORY_ARCHIVE_STATE_DIR"):
+            data["state_dir"] = Path(e["MEMORY_ARCHIVE_STATE_DIR"])
+        llm: dict[str, Any] = {}
+        if e.get("MEMORY_ARCHIVE_SUMMARIZER"):
+            llm["provider"] = e["MEMORY_ARCHIVE_SUMMARIZER"]
+        if e.get("MEMORY_ARCHIVE_LLM_BASE_URL"):
+            llm["base_url"] = e["MEMORY_ARCHIVE_LLM_BASE_URL"]
+        if e.get("MEMORY_ARCHIVE_LLM_RPS"):
+            llm["requests_per_second"] = e["MEMORY_ARCHIVE_LLM_RPS"]
+        emb: dict[str, Any] = {}
+        if e.get("MEMORY_ARCHIVE_EMBEDDER"):
+            emb["provider"] = e["MEMORY_ARCHIVE_EMBEDDER"]
+        if e.get("MEMORY_ARCHIVE_EMBEDDING_DIM"):
+            emb["dim"] = e["MEMORY_ARCHIVE_EMBEDDING_DIM"]
+        if e.get("MEMORY_ARCHIVE_EMBEDDING_BASE_URL"):
+            emb["base_url"] = e["MEMORY_ARCHIVE_EMBEDDING_BASE_URL"]
+        store: dict[str, Any] = {}
+        if e.get("MEMORY_ARCHIVE_BUCKET"):
+            store["kind"] = "s3"
+            store["bucket"] = e["MEMORY_ARCHIVE_BUCKET"]
+        for env_name, key in (
+            ("MEMORY_ARCHIVE_OBJECT_STORE", "kind"),
+            ("MEMORY_ARCHIVE_PREFIX", "prefix"),
+            ("MEMORY_ARCHIVE_S3_ENDPOINT_URL", "endpoint_url"),
+            ("AWS_REGION", "region_name"),
+            ("MEMORY_ARCHIVE_LOCAL_ROOT", "local_root"),
+        ):
+            if e.get(env_name):
+                store[key] = e[env_name]
+        if llm:
+            data["llm"] = llm
+        if emb:
+            data["embedding"] = emb
+        if store:
+            data["object_store"] = store
+        data.update(overrides)
+        return cls.model_validate(data)

