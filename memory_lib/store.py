@@ -75,13 +75,12 @@ def insert_memories(
     valid = [validate_memory(m, dim=shape.dim, embedding_model=expected_model) for m in items]
     with conn.transaction():
         bind_embedding_model(conn, valid[0].embedding_model)
-        with conn.cursor() as cur:
-            with cur.copy(
-                f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(_COPY_TYPES)
-                for m in valid:
-                    copy.write_row(_copy_row(m, shape.dim, now))
+        with conn.cursor() as cur, cur.copy(
+            f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(_COPY_TYPES)
+            for m in valid:
+                copy.write_row(_copy_row(m, shape.dim, now))
         ids = [m.id for m in valid]
         conn.execute(
             """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)

@@ -1,0 +1,452 @@
+"""Object storage for archived memories: a local directory or an S3-compatible bucket.
+
+Every write is verified before it is reported as stored, and every read can be checked against
+the sha256 recorded in Postgres. Plain Python on purpose: no Dagster import here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import logging
+import os
+import secrets
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
+
+from .errors import IntegrityError, InvalidInputError, ObjectNotFoundError, ObjectStoreError
+
+if TYPE_CHECKING:
+    from .config import Settings
+
+logger = logging.getLogger(__name__)
+
+_TMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as the store holds it; `sha256` is lowercase hex of its bytes."""
+
+    key: str
+    ref: str
+    sha256: str
+    size: int
+    version_id: str | None = None
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """What the archiver needs from object storage. Keys are '/'-separated relative paths."""
+
+    prefix: str
+
+    def key_for(self, original_id: uuid.UUID) -> str: ...
+    def put(self, key: str, data: bytes, sha256: str) -> StoredObject: ...
+    def head(self, key: str) -> StoredObject | None: ...
+    def verify(self, key: str, sha256: str, size: int) -> StoredObject: ...
+    def get(self, key: str) -> bytes: ...
+    def get_verified(self, key: str, sha256: str) -> bytes: ...
+    def delete(self, key: str) -> None: ...
+    def list(self, prefix: str = "") -> Iterator[str]: ...
+    def ref_for(self, key: str) -> str: ...
+    def key_from_ref(self, ref: str) -> str: ...
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_key(key: str) -> str:
+    """Reject keys that are not plain relative paths: they could escape a local root, and a key
+    accepted by one store must mean the same object in the other."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInputError("key", key, "must be a non-empty string")
+    if key.startswith("/") or "\\" in key or "\0" in key:
+        raise InvalidInputError("key", key, "must be a relative '/'-separated path")
+    if any(part in ("", ".", "..") for part in key.split("/")):
+        raise InvalidInputError("key", key, "must not contain empty, '.' or '..' segments")
+    return key
+
+
+class _BaseStore:
+    prefix: str
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix.strip("/")
+
+    def key_for(self, original_id: uuid.UUID) -> str:
+        name = f"memories/{original_id}.json"
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _list_prefix(self, prefix: str) -> str:
+        prefix = prefix.lstrip("/")
+        return f"{self.prefix}/{prefix}" if self.prefix else prefix
+
+    def head(self, key: str) -> StoredObject | None:
+        raise NotImplementedError
+
+    def get(self, key: str) -> bytes:
+        raise NotImplementedError
+
+    def verify(self, key: str, sha256: str, size: int) -> StoredObject:
+        """The stored object if its size and sha256 are the expected ones, else IntegrityError."""
+        obj = self.head(key)
+        if obj is None:
+            raise ObjectNotFoundError(key)
+        _check_stored(obj, sha256, size)
+        return obj
+
+    def get_verified(self, key: str, sha256: str) -> bytes:
+        data = self.get(key)
+        actual = sha256_hex(data)
+        if actual != sha256:
+            raise IntegrityError(f"{key} (sha256)", sha256, actual)
+        return data
+
+    def _check_put(self, key: str, data: bytes, sha256: str) -> None:
+        _check_key(key)
+        actual = sha256_hex(data)
+        if actual != sha256:  # the caller's record would not describe what we store
+            raise IntegrityError(f"{key} (sha256 of data to put)", sha256, actual)
+
+
+def _check_stored(obj: StoredObject, sha256: str, size: int) -> None:
+    if obj.size != size:
+        raise IntegrityError(f"{obj.key} (size)", str(size), str(obj.size))
+    if obj.sha256 != sha256:
+        raise IntegrityError(f"{obj.key} (sha256)", sha256, obj.sha256)
+
+
+class LocalObjectStore(_BaseStore):
+    """Objects as files under `root`; ref `file://<abs root>/<key>`."""
+
+    def __init__(self, root: Path, prefix: str = "memory-archive"):
+        super().__init__(prefix)
+        self.root = Path(root).resolve()
+
+    def _path(self, key: str) -> Path:
+        path = self.root / _check_key(key)
+        # A symlink inside the root could still point outside it.
+        if not path.resolve().is_relative_to(self.root):
+            raise InvalidInputError("key", key, f"resolves outside the store root {self.root}")
+        return path
+
+    def ref_for(self, key: str) -> str:
+        return f"file://{self.root}/{_check_key(key)}"
+
+    def key_from_ref(self, ref: str) -> str:
+        start = f"file://{self.root}/"
+        if not isinstance(ref, str) or not ref.startswith(start):
+            raise InvalidInputError("storage_ref", ref, f"not an object of this store ({start})")
+        try:
+            return _check_key(ref[len(start) :])
+        except InvalidInputError as e:
+            raise InvalidInputError("storage_ref", ref, e.reason) from None
+
+    def put(self, key: str, data: bytes, sha256: str) -> StoredObject:
+        """Write atomically and durably (temp file, fsync, rename, fsync dir), then re-read to verify."""
+        self._check_put(key, data, sha256)
+        path = self._path(key)
+        try:
+            _makedirs(path.parent)
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            _fsync_dir(path.parent)
+        except OSError as e:
+            raise ObjectStoreError(f"write {key} under {self.root} failed: {e.strerror or e}") from e
+        return self.verify(key, sha256, len(data))
+
+    def head(self, key: str) -> StoredObject | None:
+        """Size and sha256 computed from the file itself: for a local store that is the verification."""
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
+                size = os.fstat(f.fileno()).st_size
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise ObjectStoreError(f"read {key} under {self.root} failed: {e.strerror or e}") from e
+        return StoredObject(key, self.ref_for(key), digest, size)
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFoundError(key) from None
+        except OSError as e:
+            raise ObjectStoreError(f"read {key} under {self.root} failed: {e.strerror or e}") from e
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink(missing_ok=True)
+            if path.parent.is_dir():
+                _fsync_dir(path.parent)
+        except OSError as e:
+            raise ObjectStoreError(f"delete {key} under {self.root} failed: {e.strerror or e}") from e
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys under the store prefix + `prefix`, sorted like S3 lists them; temp files skipped."""
+        full = self._list_prefix(prefix)
+        if any(part in (".", "..") for part in full.split("/")):
+            raise InvalidInputError("prefix", prefix, "must not contain '.' or '..' segments")
+        # Walk only the deepest directory the prefix names completely.
+        base = self.root.joinpath(*full.split("/")[:-1]) if "/" in full else self.root
+        if not base.is_dir():
+            return
+        keys = []
+        for dirpath, _dirs, files in os.walk(base):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            for name in files:
+                if name.startswith(".") and name.endswith(_TMP_SUFFIX):
+                    continue
+                key = name if rel == "." else f"{rel}/{name}"
+                if key.startswith(full):
+                    keys.append(key)
+        yield from sorted(keys, key=lambda k: k.encode())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _makedirs(path: Path) -> None:
+    """mkdir -p that also fsyncs the parent of each new directory, so a new entry survives a crash."""
+    if path.is_dir():
+        return
+    _makedirs(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return
+    _fsync_dir(path.parent)
+
+
+class S3ObjectStore(_BaseStore):
+    """Objects in an S3-compatible bucket; ref `s3://<bucket>/<key>`.
+
+    Verification is a HEAD that returns the length and the SHA256 checksum the server checked
+    on upload (S3, SeaweedFS and R2 do). Servers that return no SHA256 checksum on HEAD are
+    verified by GET + sha256 of the body instead; `verified_by_get` counts those fallbacks.
+    """
+
+    def __init__(
+        self, client: Any, bucket: str, prefix: str = "memory-archive", *, list_page_size: int = 1000
+    ):
+        super().__init__(prefix)
+        self.client = client
+        self.bucket = bucket
+        self.list_page_size = list_page_size
+        self.verified_by_get = 0
+
+    def ref_for(self, key: str) -> str:
+        return f"s3://{self.bucket}/{_check_key(key)}"
+
+    def key_from_ref(self, ref: str) -> str:
+        start = f"s3://{self.bucket}/"
+        if not isinstance(ref, str) or not ref.startswith(start):
+            raise InvalidInputError("storage_ref", ref, f"not an object of this bucket ({start})")
+        try:
+            return _check_key(ref[len(start) :])
+        except InvalidInputError as e:
+            raise InvalidInputError("storage_ref", ref, e.reason) from None
+
+    def put(self, key: str, data: bytes, sha256: str) -> StoredObject:
+        """Upload with a SHA256 checksum the server must check (it rejects a mismatch), then verify."""
+        self._check_put(key, data, sha256)
+        digest = bytes.fromhex(sha256)
+        with _s3_errors("put", self.bucket, key):
+            response = self.client.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=data,
+                ContentType="application/json",
+                ChecksumAlgorithm="SHA256",
+                ChecksumSHA256=base64.b64encode(digest).decode(),
+                Metadata={"sha256": sha256},
+            )
+        obj = self.verify(key, sha256, len(data))
+        if obj.version_id is None and response.get("VersionId"):
+            obj = replace(obj, version_id=response["VersionId"])
+        return obj
+
+    def head(self, key: str) -> StoredObject | None:
+        """Size and sha256 from HEAD; from GET + sha256 when the server gives no SHA256 checksum."""
+        found = self._head(key)
+        return None if found is None else found[0]
+
+    def _head(self, key: str) -> tuple[StoredObject, str | None] | None:
+        """(object, hex sha256 from the object's metadata if any) or None if there is no such key."""
+        _check_key(key)
+        try:
+            with _s3_errors("head", self.bucket, key):
+                response = self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+        except ObjectNotFoundError:
+            return None
+        meta = (response.get("Metadata") or {}).get("sha256")
+        digest = _full_object_sha256(response)
+        if digest is None:
+            # No server checksum to trust: the object's own bytes are the only proof.
+            if self.verified_by_get == 0:
+                logger.warning(
+                    "s3://%s returned no SHA256 checksum on HEAD (%s); verifying objects by GET + sha256",
+                    self.bucket,
+                    key,
+                )
+            self.verified_by_get += 1
+            try:
+                data, version_id = self._get(key)
+            except ObjectNotFoundError:
+                return None
+            return StoredObject(key, self.ref_for(key), sha256_hex(data), len(data), version_id), meta
+        obj = StoredObject(
+            key, self.ref_for(key), digest, response["ContentLength"], response.get("VersionId")
+        )
+        return obj, meta
+
+    def verify(self, key: str, sha256: str, size: int) -> StoredObject:
+        found = self._head(key)
+        if found is None:
+            raise ObjectNotFoundError(key)
+        obj, meta = found
+        _check_stored(obj, sha256, size)
+        # The metadata copy is written with the object; a different value means the object was
+        # replaced or copied by something other than this store.
+        if meta is not None and meta != sha256:
+            raise IntegrityError(f"{key} (sha256 metadata)", sha256, meta)
+        return obj
+
+    def get(self, key: str) -> bytes:
+        _check_key(key)
+        return self._get(key)[0]
+
+    def _get(self, key: str) -> tuple[bytes, str | None]:
+        with _s3_errors("get", self.bucket, key):
+            # ChecksumMode makes botocore check the body against the server's stored checksum.
+            response = self.client.get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+            return response["Body"].read(), response.get("VersionId")
+
+    def delete(self, key: str) -> None:
+        """S3 DELETE of a missing key succeeds, so this is idempotent."""
+        _check_key(key)
+        with _s3_errors("delete", self.bucket, key):
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        full = self._list_prefix(prefix)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": self.list_page_size}
+        while True:
+            with _s3_errors("list", self.bucket, full):
+                page = self.client.list_objects_v2(**kwargs)
+            for item in page.get("Contents", ()):
+                yield item["Key"]
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+            kwargs["ContinuationToken"] = token
+
+
+def _full_object_sha256(response: dict[str, Any]) -> str | None:
+    """Hex sha256 of the whole object from a HEAD response, or None if the server gave none.
+
+    A multipart upload's COMPOSITE checksum ("<b64>-<parts>") is a hash of part hashes, not of
+    the object, so it does not count.
+    """
+    value = response.get("ChecksumSHA256")
+    if not value or response.get("ChecksumType") == "COMPOSITE" or "-" in value:
+        return None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == 32 else None
+
+
+@contextmanager
+def _s3_errors(op: str, bucket: str, key: str) -> Iterator[None]:
+    """Translate botocore errors: 404/NoSuchKey → ObjectNotFoundError, the rest → ObjectStoreError.
+
+    Messages carry the operation, object and S3 error code, never request headers or credentials.
+    A HEAD has no body, so a missing bucket also reads as a missing key there (plain "404").
+    """
+    where = f"s3://{bucket}/{key}"
+    try:
+        yield
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", "?"))
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code == "NoSuchKey" or (status == 404 and code != "NoSuchBucket"):
+            raise ObjectNotFoundError(key) from e
+        raise ObjectStoreError(f"s3 {op} {where} failed: {code} (HTTP {status})") from e
+    except FlexibleChecksumError as e:  # the body differs from the checksum the server stored
+        raise IntegrityError(
+            f"{key} (server checksum)",
+            str(e.kwargs.get("expected_checksum")),
+            str(e.kwargs.get("actual_checksum")),
+        ) from e
+    except BotoCoreError as e:  # connection, timeout, credentials missing: after botocore's retries
+        raise ObjectStoreError(f"s3 {op} {where} failed: {type(e).__name__}: {e}") from e
+
+
+def s3_client(
+    endpoint_url: str | None,
+    region_name: str | None,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+) -> Any:
+    """A boto3 S3 client with botocore's standard retries.
+
+    Credentials come from the standard AWS chain (env, config files, instance role) when not given.
+    A custom endpoint (SeaweedFS, MinIO, R2) gets path-style addressing: bucket names need no DNS.
+    """
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 5},
+        connect_timeout=10,
+        read_timeout=60,
+        s3={"addressing_style": "path"} if endpoint_url else None,
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region_name,
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret_access_key,
+        config=config,
+    )
+
+
+def object_store_from_settings(settings: Settings) -> ObjectStore:
+    cfg = settings.object_store
+    if cfg.kind == "s3":
+        if not cfg.bucket:  # ObjectStoreConfig already refuses this; narrows the type
+            raise InvalidInputError("object_store.bucket", cfg.bucket, "required when kind='s3'")
+        return S3ObjectStore(s3_client(cfg.endpoint_url, cfg.region_name), cfg.bucket, cfg.prefix)
+    root = settings.local_object_root
+    root.mkdir(parents=True, exist_ok=True)
+    return LocalObjectStore(root, cfg.prefix)
