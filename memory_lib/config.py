@@ -7,10 +7,12 @@ config file is an error that names the key instead of a silently ignored value.
 from __future__ import annotations
 
 import os
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -147,6 +149,27 @@ class ObjectStoreConfig(BaseModel):
         return self
 
 
+class SlowPathConfig(BaseModel):
+    """The nightly archival run (seed: "Slow Path") as Dagster runs it."""
+
+    model_config = _STRICT
+
+    partition_start_date: date = Field(date(2025, 1, 1), description="First archival night (a daily partition).")
+    timezone: str = Field("UTC", description="IANA zone of the archival night and the schedule.")
+    schedule_hour: int = Field(2, ge=0, le=23, description="Local hour the nightly run starts.")
+    llm_pool: str = Field("llm_api", min_length=1, description="Dagster concurrency pool of LLM calls.")
+    dry_run_sample_size: int = Field(50, ge=1, le=500)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"timezone={v!r} is not a known IANA time zone") from exc
+        return v
+
+
 class Settings(BaseModel):
     """All of memory-archive's configuration."""
 
@@ -162,6 +185,7 @@ class Settings(BaseModel):
     llm: LLMConfig = LLMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     object_store: ObjectStoreConfig = ObjectStoreConfig()
+    slow_path: SlowPathConfig = SlowPathConfig()
 
     @property
     def embedded_pg_dir(self) -> Path:
@@ -209,6 +233,15 @@ class Settings(BaseModel):
         ):
             if e.get(env_name):
                 store[key] = e[env_name]
+        slow: dict[str, Any] = {}
+        for env_name, key in (
+            ("MEMORY_ARCHIVE_PARTITION_START", "partition_start_date"),
+            ("MEMORY_ARCHIVE_TIMEZONE", "timezone"),
+        ):
+            if e.get(env_name):
+                slow[key] = e[env_name]
+        if slow:
+            data["slow_path"] = slow
         if llm:
             data["llm"] = llm
         if emb:
