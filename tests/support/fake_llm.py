@@ -78,6 +78,7 @@ class FakeLLMServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.fail_fraction = 0.0
         self.fail_status = 500
+        self.fail_when_contains: str | None = None  # persistent failure for contents with this marker
         self.transient_failures = 0
         self.transient_status = 429
         self.empty_summary_fraction = 0.0
@@ -206,7 +207,8 @@ class FakeLLMServer:
             return self._error(path, self.transient_status, "transient failure injected") + (
                 {"retry-after": "0"},
             )
-        if any(_unit_fraction(t) < self.fail_fraction for t in texts):
+        marker = self.fail_when_contains
+        if any(_unit_fraction(t) < self.fail_fraction or (marker and marker in t) for t in texts):
             return self._error(path, self.fail_status, "persistent failure injected") + ({},)
         if path == "/v1/messages":
             return 200, self._anthropic_message(body, texts[0]), {}

@@ -1,0 +1,88 @@
+"""Test memories with the awkward values real data has: float32 edge bits, unicode, nested metadata."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from memory_lib.archive import ArchivalServices
+from memory_lib.embedding import HashingEmbedder
+from memory_lib.objectstore import ObjectStore
+from memory_lib.summarize import ExtractiveSummarizer
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+CONTENTS = [
+    "Maya Patel moved Project Atlas standup to Thursday at 09:30; ticket ORD-{i} is blocked.",
+    "Kenji Sato booked a flight to Kyoto on 14 March 2026, confirmation code QX{i}, seat 12A.",
+    "The user prefers a cortado before 10 am and dislikes oat milk (note #{i}) ☕.",
+    "Deploy of Project Heron v2.{i} needs 3 health checks; rollback owner is Amara Okafor.",
+    "Jonas Weber said the budget for the Lisbon offsite is EUR {i}00, approved on 2 May 2025.",
+]
+
+
+def edge_embedding(rng: np.random.Generator, dim: int) -> np.ndarray:
+    """A float32 vector that includes -0.0, a subnormal and extreme exponents."""
+    v = rng.standard_normal(dim).astype(np.float32)
+    if dim >= 4:
+        v[0] = np.float32(-0.0)
+        v[1] = np.float32(1e-45)  # smallest subnormal
+        v[2] = np.float32(3.4028235e38) / np.float32(1e30)
+        v[3] = np.nextafter(np.float32(1.0), np.float32(2.0))
+    return v
+
+
+def make_memories(
+    n: int,
+    *,
+    dim: int,
+    users: tuple[str, ...] = ("alice", "bob"),
+    now: datetime = NOW,
+    age_days: float = 200,
+    importance: float = 0.1,
+    embedding_model: str | None = None,
+    seed: int = 0,
+    **overrides: Any,
+) -> list[dict[str, Any]]:
+    """n eligible-by-default memories (old, unimportant, unused), round-robin over users."""
+    rng = np.random.default_rng(seed)
+    model = embedding_model or HashingEmbedder(dim=dim).model
+    out = []
+    for i in range(n):
+        created = now - timedelta(days=age_days, seconds=int(rng.integers(0, 86_400)), microseconds=i)
+        out.append(
+            {
+                "id": uuid.UUID(int=int(rng.integers(0, 2**62)) << 64 | i, version=4),
+                "user_id": users[i % len(users)],
+                "content": CONTENTS[i % len(CONTENTS)].format(i=1000 + i),
+                "embedding": edge_embedding(rng, dim),
+                "embedding_model": model,
+                "entity_links": [uuid.UUID(int=i + 1, version=4)] if i % 3 else [],
+                "metadata": {"source": "chat", "turn": i, "nested": {"ratio": 0.1 * i, "tags": ["a", "ü"]}},
+                "domain": "work" if i % 2 else "travel",
+                "category": "episodic",
+                "importance_score": importance,
+                "access_count": i % 2,
+                "last_accessed_at": created + timedelta(days=1) if i % 2 else None,
+                "created_at": created,
+            }
+            | overrides
+        )
+    return out
+
+
+def services(store: ObjectStore, dim: int) -> ArchivalServices:
+    return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=dim), store)
+
+
+def snapshot(conn, ids) -> dict[uuid.UUID, dict[str, Any]]:
+    """Every column of the given hot memories, embeddings as raw float32 bytes."""
+    from memory_lib.models import to_float32
+    from memory_lib.store import MEMORY_COLUMNS
+
+    rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s)", (list(ids),)).fetchall()
+    for r in rows:
+        r["embedding"] = to_float32(r["embedding"]).tobytes()
+    return {r["id"]: r for r in rows}
