@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .config import ArchivalCriteria
+from .config import ArchivalCriteria, Settings
 from .embedding import Embedder
 from .errors import EmbeddingMismatchError, IntegrityError, InvalidInputError, NotFoundError
 from .models import BackupObject, sha256_hex
@@ -48,6 +48,18 @@ class ArchivalServices:
     summarizer: Summarizer
     embedder: Embedder
     object_store: ObjectStore
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ArchivalServices:
+        from .embedding import embedder_from_settings
+        from .objectstore import object_store_from_settings
+        from .summarize import summarizer_from_settings
+
+        return cls(
+            summarizer_from_settings(settings.llm),
+            embedder_from_settings(settings.embedding),
+            object_store_from_settings(settings),
+        )
 
 
 @dataclass

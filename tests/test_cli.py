@@ -1,0 +1,55 @@
+"""The command line against a real database: migrate, stats, archive, restore."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory_lib.cli import main
+from memory_lib.db import connect
+from memory_lib.embedding import HashingEmbedder
+from memory_lib.store import insert_memories
+from tests.conftest import TEST_DIM
+from tests.support.factories import make_memories
+
+
+@pytest.fixture
+def env(monkeypatch, db_url, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", str(TEST_DIM))
+    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDER", "hashing")
+    monkeypatch.setenv("MEMORY_ARCHIVE_SUMMARIZER", "extractive")
+    monkeypatch.setenv("MEMORY_ARCHIVE_LOCAL_ROOT", str(tmp_path / "objects"))
+    for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    return db_url
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_archive_and_restore_from_the_shell(env, capsys):
+    conn = connect(env)
+    # Old enough for the real clock's "now": the CLI archives as of today.
+    insert_memories(conn, make_memories(12, dim=TEST_DIM, age_days=400, embedding_model=HashingEmbedder(TEST_DIM).model,
+                                        now=__import__("datetime").datetime.now(__import__("datetime").UTC)),
+                    actor="test")  # fmt: skip
+    assert main(["migrate"]) == 0 and _json(capsys) == {"applied": []}
+    assert main(["stats"]) == 0
+    assert _json(capsys)["eligible"] == {"stale_low_importance": 12}
+    assert main(["archive", "--limit", "5"]) == 0
+    assert _json(capsys) | {"batch_key": None} == {
+        "batch_key": None, "claimed": 5, "archived": 5, "failed": 0, "gate_passed": True}  # fmt: skip
+    assert main(["restore", "--all", "--user-id", "alice"]) == 0
+    restored = _json(capsys)
+    assert restored["restored"] == restored["requested"] > 0
+    counts = conn.execute("SELECT (SELECT count(*) FROM memories) h, (SELECT count(*) FROM archived_memories) a").fetchone()
+    assert counts["h"] + counts["a"] == 12 and counts["a"] == 5 - restored["restored"]
+
+
+def test_bad_settings_exit_with_a_message(env, monkeypatch, capsys):
+    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", "999")
+    assert main(["stats"]) == 2
+    assert "embedding_dim=999 does not match" in capsys.readouterr().err
