@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from memory_lib.objectstore import (
     object_store_from_settings,
     s3_client,
 )
-from tests.support.seaweedfs import S3Endpoint, run_seaweedfs
+from tests.support.seaweedfs import S3Endpoint
 
 BUCKET = "memory-archive-test"
 
@@ -40,15 +40,12 @@ def _doc(n: int = 0) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
-    with run_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
-        endpoint.create_bucket(BUCKET)
-        yield endpoint
-
-
-@pytest.fixture(scope="module")
 def raw_s3(seaweed: S3Endpoint):
-    return seaweed.client()
+    """The session's SeaweedFS (tests/conftest.py), with this module's bucket."""
+    client = seaweed.client()
+    if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
+        seaweed.create_bucket(BUCKET)
+    return client
 
 
 @dataclass
@@ -80,7 +77,7 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> StoreCase:
 
 
 @pytest.fixture
-def s3store(seaweed: S3Endpoint) -> S3ObjectStore:
+def s3store(seaweed: S3Endpoint, raw_s3) -> S3ObjectStore:
     client = s3_client(seaweed.endpoint_url, seaweed.region, seaweed.access_key, seaweed.secret_key)
     return S3ObjectStore(client, BUCKET, f"t-{uuid.uuid4().hex[:8]}")
 
