@@ -608,60 +608,23 @@ def restore_archive(
     original_id: uuid.UUID | None = None,
     archive_id: uuid.UUID | None = None,
     actor: str,
-    event_type: str = "restored",
-    details: dict[str, Any] | None = None,
+    now: datetime | None = None,
 ) -> RestoreResult:
     """Bring one archived memory back to `memories` exactly as it was, in one transaction.
 
     The backup is verified against the sha256 recorded at archival before anything is written.
     Restoring a memory that is already hot is a no-op. The backup object is kept: it is the record
-    of what was archived, and the next archival overwrites it.
+    of what was archived, and the next archival overwrites it. (The statements are
+    promotion.restore_plan's, shared with re-promotion and the async client.)
     """
-    if (original_id is None) == (archive_id is None):
-        raise InvalidInputError("original_id/archive_id", (original_id, archive_id), "give exactly one")
-    if event_type not in ("restored", "promoted"):
-        raise InvalidInputError("event_type", event_type, "must be 'restored' or 'promoted'")
-    key_col, key_val = ("original_id", original_id) if original_id is not None else ("id", archive_id)
-    with conn.transaction():
-        arch = conn.execute(
-            f"SELECT * FROM archived_memories WHERE user_id = %s AND {key_col} = %s FOR UPDATE",
-            (user_id, key_val),
-        ).fetchone()
-        if arch is None:
-            if original_id is not None:
-                hot = conn.execute(
-                    "SELECT 1 FROM memories WHERE user_id = %s AND id = %s", (user_id, original_id)
-                ).fetchone()
-                if hot is not None:
-                    return RestoreResult(original_id, user_id, False)
-            raise NotFoundError(f"no archived memory {key_col}={key_val} for user_id={user_id!r}")
-        key = object_store.key_from_ref(arch["storage_ref"])
-        data = object_store.get_verified(key, arch["backup_sha256"])
-        doc = BackupObject.from_json_bytes(data)
-        if doc.original_id != arch["original_id"] or doc.user_id != arch["user_id"]:
-            raise IntegrityError(
-                f"backup {arch['storage_ref']}",
-                f"original_id={arch['original_id']} user_id={arch['user_id']}",
-                f"original_id={doc.original_id} user_id={doc.user_id}",
-            )
-        conn.execute(
-            f"""INSERT INTO memories ({MEMORY_COLUMNS})
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, %s)""",
-            (doc.original_id, doc.user_id, doc.content, sha256_hex(doc.content), doc.embedding_array(),
-             arch["original_embedding_model"], len(doc.embedding), doc.entity_links, Jsonb(doc.metadata),
-             arch["original_domain"], arch["original_category"], doc.importance_score, arch["access_count"],
-             arch["last_accessed_at"], doc.created_at, arch["original_updated_at"],
-             arch["original_superseded_by"]),
-        )  # fmt: skip
-        conn.execute("DELETE FROM archived_memories WHERE id = %s", (arch["id"],))
-        conn.execute(
-            """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
-               VALUES (%s, %s, %s, %s, %s)""",
-            (doc.original_id, doc.user_id, event_type, actor,
-             Jsonb({"archive_id": str(arch["id"]), "storage_ref": arch["storage_ref"],
-                    "sha256": arch["backup_sha256"]} | (details or {}))),
-        )  # fmt: skip
-    return RestoreResult(doc.original_id, doc.user_id, True)
+    from .promotion import restore_plan
+    from .search import run_plan
+
+    plan = restore_plan(
+        user_id, archive_id=archive_id, original_id=original_id, actor=actor, now=now or datetime.now(UTC)
+    )
+    outcome = run_plan(conn, plan, object_store=object_store)
+    return RestoreResult(outcome.memory_id, outcome.user_id, outcome.restored)
 
 
 def archived_ids(

@@ -79,6 +79,8 @@ class RetrievalConfig(BaseModel):
     hot_horizon_days: int = Field(90, ge=0)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
     near_duplicate_threshold: float = Field(0.92, ge=0.0, le=1.0)
+    candidates_per_hit: int = Field(4, ge=1, description="Each search arm fetches limit x this before fusion.")
+    min_candidates: int = Field(20, ge=1, description="...and at least this many.")
 
 
 class ContextBudget(BaseModel):
@@ -91,6 +93,7 @@ class ContextBudget(BaseModel):
     recent_turns: int = Field(3000, ge=0)
     snippets: int = Field(1500, ge=0)
     reserve: int = Field(1500, ge=0)
+    near_duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0, description="Word overlap that drops a block.")
 
     @model_validator(mode="after")
     def _parts_fit(self) -> ContextBudget:
@@ -98,6 +101,18 @@ class ContextBudget(BaseModel):
         if parts > self.total:
             raise ValueError(f"budget parts add up to {parts}, more than total={self.total}")
         return self
+
+
+class SecretDetectionConfig(BaseModel):
+    """When a long token in a memory looks like a credential (write path, seed 004)."""
+
+    model_config = _STRICT
+
+    min_token_length: int = Field(32, ge=8)
+    min_entropy_bits: float = Field(4.0, ge=0.0, description="Shannon bits per character of the token.")
+    min_class_switch_ratio: float = Field(
+        0.4, ge=0.0, le=1.0, description="Share of adjacent characters switching lower/upper/digit."
+    )
 
 
 class LLMConfig(BaseModel):
@@ -182,6 +197,7 @@ class Settings(BaseModel):
     promotion: PromotionConfig = PromotionConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     context: ContextBudget = ContextBudget()
+    secrets: SecretDetectionConfig = SecretDetectionConfig()
     llm: LLMConfig = LLMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     object_store: ObjectStoreConfig = ObjectStoreConfig()

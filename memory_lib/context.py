@@ -1,0 +1,287 @@
+"""Token-budgeted context assembly (seed 002 "Token-Budgeted Context Assembly").
+
+Three parts, each within its own budget (defaults: 2000 summaries, 3000 recent turns, 1500 retrieved
+snippets), and all of them within total - reserve (8000 - 1500), or a smaller `max_tokens`:
+
+* summaries: archived hits' summaries ("[archived]" label) and summaries the caller passes; packed
+  newest first, so the oldest are the ones left out.
+* recent turns: the conversation, newest first and contiguous (an older turn never comes back once a
+  newer one did not fit); a newest turn larger than the whole part keeps its end, marked "…".
+* snippets: hot hits, best first.
+
+Near-duplicates are dropped first (recent turns win over snippets, snippets over summaries). When
+the parts together exceed the total, trimming goes in the seed's order: snippets (worst first), then
+recent turns (oldest first), then summaries (oldest first). Every block keeps its provenance and its
+token count. Token counting is pluggable; the default is an offline approximation (no tokenizer
+download) that errs on the high side.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from .config import ContextBudget
+from .errors import InvalidInputError
+from .search import Provenance, SearchHit
+from .write_path import content_words
+
+TokenCounter = Callable[[str], int]
+Part = Literal["summaries", "recent_turns", "snippets"]
+PARTS: tuple[Part, ...] = ("summaries", "recent_turns", "snippets")
+
+# Two texts whose content-word sets overlap this much (Jaccard) say the same thing.
+TRUNCATION_MARK = "…"
+
+_PIECE = re.compile(r"\w+|[^\w\s]")
+
+
+def approx_token_count(text: str) -> int:
+    """Offline and deterministic: a word costs ceil(len/4) tokens (at least 1), any other symbol 1.
+
+    BPE tokenizers (cl100k, o200k, Claude's) give about 4 characters of English per token and split
+    long or rare words into several pieces; this count is usually a little above theirs, which is the
+    safe side for a budget. Pass a real tokenizer's counter for exact figures.
+    """
+    return sum(math.ceil(len(p) / 4) if p[0].isalnum() or p[0] == "_" else 1 for p in _PIECE.findall(text))
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """Something that may go into the context, before budgeting."""
+
+    text: str
+    source: str  # "hot", "archived", "turn" or "caller"
+    created_at: datetime | None = None
+    role: str | None = None
+    score: float | None = None
+    provenance: Provenance | None = None
+    label: str = ""  # shown before the text ("[archived]"), ignored when comparing texts
+
+    @classmethod
+    def from_hit(cls, hit: SearchHit) -> ContextItem:
+        return cls(
+            hit.text, hit.source, hit.provenance.created_at, None, hit.scores.final, hit.provenance, hit.label
+        )
+
+    @property
+    def prompt_text(self) -> str:
+        return f"{self.label} {self.text}" if self.label else self.text
+
+
+@dataclass(frozen=True)
+class ContextBlock:
+    part: Part
+    text: str
+    tokens: int
+    source: str
+    role: str | None = None
+    created_at: datetime | None = None
+    score: float | None = None
+    provenance: Provenance | None = None
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    """Blocks in prompt order: summaries (oldest first), snippets (best first), recent turns (in order)."""
+
+    blocks: list[ContextBlock]
+    budget: ContextBudget
+    available: int  # what the three parts together may use
+    dropped_duplicates: int
+    dropped_for_budget: int
+
+    def part(self, name: Part) -> list[ContextBlock]:
+        return [b for b in self.blocks if b.part == name]
+
+    @property
+    def tokens_by_part(self) -> dict[Part, int]:
+        return {p: sum(b.tokens for b in self.blocks if b.part == p) for p in PARTS}
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(b.tokens for b in self.blocks)
+
+    def render(self) -> str:
+        """The blocks' texts one per line; turns as 'role: text'. Separators are covered by the reserve."""
+        return "\n".join(f"{b.role}: {b.text}" if b.role else b.text for b in self.blocks)
+
+
+Turn = str | Mapping[str, str] | ContextItem
+
+
+def _turn_item(turn: Turn, index: int) -> ContextItem:
+    if isinstance(turn, ContextItem):
+        return turn
+    if isinstance(turn, str):
+        return ContextItem(turn, "turn")
+    if isinstance(turn, Mapping) and isinstance(turn.get("content"), str):
+        return ContextItem(turn["content"], "turn", role=turn.get("role"))
+    raise InvalidInputError(
+        f"recent_turns[{index}]", turn, "must be a string or a {'role', 'content'} mapping"
+    )
+
+
+def _summary_item(item: str | ContextItem | SearchHit, index: int) -> ContextItem:
+    if isinstance(item, SearchHit):
+        return ContextItem.from_hit(item)
+    if isinstance(item, ContextItem):
+        return item
+    if isinstance(item, str):
+        return ContextItem(item, "caller")
+    raise InvalidInputError(f"summaries[{index}]", item, "must be a string, a ContextItem or a SearchHit")
+
+
+class _DuplicateFilter:
+    def __init__(self, jaccard: float) -> None:
+        self._jaccard = jaccard
+        self._seen: list[tuple[frozenset[str], str]] = []
+
+    def is_new(self, text: str) -> bool:
+        words = frozenset(content_words(text))
+        flat = " ".join(text.split()).casefold()
+        for other_words, other_flat in self._seen:
+            if words and other_words:
+                if len(words & other_words) / len(words | other_words) >= self._jaccard:
+                    return False
+            elif flat == other_flat:
+                return False
+        self._seen.append((words, flat))
+        return True
+
+
+def _tail_to_fit(text: str, budget: int, counter: TokenCounter) -> str | None:
+    """The longest ending of `text`, marked as cut, that fits `budget` tokens (None when none does)."""
+    lo, hi = 1, len(text)  # start index of the kept tail
+    best: str | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        candidate = TRUNCATION_MARK + text[mid:].lstrip()
+        if counter(candidate) <= budget:
+            best, hi = candidate, mid - 1
+        else:
+            lo = mid + 1
+    return best if best and best != TRUNCATION_MARK else None
+
+
+def assemble_context(
+    *,
+    summaries: Sequence[str | ContextItem | SearchHit] = (),
+    recent_turns: Sequence[Turn] = (),
+    snippets: Sequence[str | ContextItem | SearchHit] = (),
+    budget: ContextBudget | None = None,
+    counter: TokenCounter = approx_token_count,
+    max_tokens: int | None = None,
+) -> AssembledContext:
+    """Pack the three parts within their budgets. `recent_turns` are in conversation order (oldest
+    first); `snippets` best first; `summaries` in any order (they are ordered by created_at, an item
+    without one counting as newest)."""
+    budget = budget or ContextBudget()
+    available = budget.total - budget.reserve
+    if max_tokens is not None:
+        if max_tokens < 0:
+            raise InvalidInputError("max_tokens", max_tokens, "must be >= 0")
+        available = min(available, max_tokens)
+    turns = [_turn_item(t, i) for i, t in enumerate(recent_turns)]
+    snips = [_summary_item(s, i) for i, s in enumerate(snippets)]
+    sums = [_summary_item(s, i) for i, s in enumerate(summaries)]
+
+    dedupe = _DuplicateFilter(budget.near_duplicate_jaccard)
+    duplicates = 0
+    for item in turns:  # turns are the conversation itself: never dropped as duplicates
+        dedupe.is_new(item.text)
+    kept_snips: list[ContextItem] = []
+    kept_sums: list[tuple[int, ContextItem]] = []
+    for item in snips:
+        if dedupe.is_new(item.text):
+            kept_snips.append(item)
+        else:
+            duplicates += 1
+    for pos, item in enumerate(sums):
+        if dedupe.is_new(item.text):
+            kept_sums.append((pos, item))
+        else:
+            duplicates += 1
+
+    over = 0
+    # Snippets: best first, each one that fits.
+    snippet_blocks: list[ContextBlock] = []
+    used = 0
+    for item in kept_snips:
+        n = counter(item.prompt_text)
+        if used + n <= budget.snippets:
+            snippet_blocks.append(_block("snippets", item, item.prompt_text, n))
+            used += n
+        else:
+            over += 1
+    # Recent turns: newest first, contiguous.
+    turn_blocks: list[ContextBlock] = []
+    used = 0
+    for i, item in reversed(list(enumerate(turns))):
+        n = counter(item.prompt_text)
+        if used + n <= budget.recent_turns:
+            turn_blocks.append(_block("recent_turns", item, item.prompt_text, n))
+            used += n
+            continue
+        dropped = i + 1  # this turn and every older one
+        if not turn_blocks:  # the newest turn alone is too long: keep its end
+            tail = _tail_to_fit(item.prompt_text, budget.recent_turns, counter)
+            if tail is not None:
+                turn_blocks.append(_block("recent_turns", item, tail, counter(tail), truncated=True))
+                dropped -= 1
+        over += dropped
+        break
+    turn_blocks.reverse()
+    # Summaries: newest first, each one that fits.
+    newest_first = sorted(
+        kept_sums,
+        key=lambda p: (p[1].created_at is None, p[1].created_at or datetime.min, p[0]),
+        reverse=True,
+    )
+    summary_blocks: list[ContextBlock] = []
+    used = 0
+    for _pos, item in newest_first:
+        n = counter(item.prompt_text)
+        if used + n <= budget.summaries:
+            summary_blocks.append(_block("summaries", item, item.prompt_text, n))
+            used += n
+        else:
+            over += 1
+    summary_blocks.reverse()  # oldest first in the prompt
+
+    # The total: trim snippets (worst first), then recent turns (oldest first), then summaries (oldest first).
+    def total() -> int:
+        return sum(b.tokens for b in (*summary_blocks, *snippet_blocks, *turn_blocks))
+
+    while total() > available:
+        if snippet_blocks:
+            snippet_blocks.pop()
+        elif turn_blocks:
+            turn_blocks.pop(0)
+        else:
+            summary_blocks.pop(0)
+        over += 1
+    return AssembledContext(
+        [*summary_blocks, *snippet_blocks, *turn_blocks], budget, available, duplicates, over
+    )
+
+
+def _block(part: Part, item: ContextItem, text: str, tokens: int, *, truncated: bool = False) -> ContextBlock:
+    return ContextBlock(
+        part, text, tokens, item.source, item.role, item.created_at, item.score, item.provenance, truncated
+    )
+
+
+__all__ = [
+    "AssembledContext",
+    "ContextBlock",
+    "ContextItem",
+    "TokenCounter",
+    "approx_token_count",
+    "assemble_context",
+]

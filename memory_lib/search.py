@@ -1,0 +1,589 @@
+"""Two-phase hybrid search, and the query plans shared by the sync and async clients.
+
+A *plan* is a generator that yields operations (`Sql`, `GetVerified`) and receives their results;
+`run_plan` executes one on a psycopg Connection, `run_plan_async` on an AsyncConnection, each inside
+one transaction. The SQL text, the control flow and the ranking live once, here and in the other
+plan modules (write_path, promotion), so both clients return the same results by construction
+(psycopg 3 drives its own protocol the same way).
+
+Search for one user:
+
+* Phase 1, hot memories: the `pool` nearest by cosine (HNSW, `hnsw.ef_search` from config,
+  iterative scan so filters cannot starve the result) and the `pool` best full-text matches
+  (`websearch_to_tsquery('english', ...)`: every term must occur, "quoted phrases", `or` and `-term`
+  work; ranked by `ts_rank_cd`), fused by reciprocal rank fusion. `text_query` lets a caller send
+  exact tokens (an order number) to full text and a natural question to the vector arm.
+* Phase 2, archived summaries (their own halfvec HNSW index and tsvector), when phase 1 returns fewer
+  than its limit, when no hot hit clears the similarity threshold, or when the caller asks for the
+  past (`include_past`, or a time window reaching before the hot horizon). Mode auto/always/never.
+* Each kept hit gets the documented score (seed 004)::
+
+      final = boost · (α·similarity + β·recency + γ·tag_match)
+
+  similarity = max(cosine⁺, rrf / rrf_max), the hybrid similarity: cosine of query and memory (or
+  summary) embedding, clipped at 0, or the fused rank score when that is higher;
+  rrf = Σ 1/(rrf_k + rank) over the vector and full-text lists, rrf_max = 2/(rrf_k + 1). A hit only
+  in the vector list has rrf/rrf_max ≤ ½, so in practice this lifts full-text matches (an order
+  number the embedding misses) without changing how pure vector hits compare.
+  recency = 0.5 ** (age_days / recency_half_life_days), age since the memory was last updated.
+  tag_match = share of the query's tags the memory carries (0 when the query has none).
+  boost = active_boost (1.2) for hot hits, 1 for archived ones.
+* A candidate is kept when its cosine clears the tier's threshold (0.7 hot, 0.65 archived) or it
+  matched the full-text query; at most hot_limit (5) + archived_limit (3) hits, merged by `final`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import numpy as np
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from .config import RetrievalConfig
+from .errors import EmbeddingMismatchError, InvalidInputError
+from .models import CATEGORIES
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .objectstore import ObjectStore
+
+T = TypeVar("T")
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True, slots=True)
+class Sql:
+    """One statement. fetch: 'all' rows, 'one' row (or None), or 'rowcount'."""
+
+    query: str
+    params: Mapping[str, Any]
+    fetch: Literal["all", "one", "rowcount"] = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class GetVerified:
+    """Read a backup object by its storage ref; a sha256 mismatch raises IntegrityError."""
+
+    storage_ref: str
+    sha256: str
+
+
+Op = Sql | GetVerified
+Plan = Generator[Op, Any, T]
+
+
+def _store(object_store: ObjectStore | None) -> ObjectStore:
+    if object_store is None:
+        raise InvalidInputError("object_store", None, "this operation reads backups: pass an object store")
+    return object_store
+
+
+def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None) -> T:
+    """Execute `plan` on a sync connection in one transaction (a savepoint if one is open)."""
+    try:
+        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            try:  # StopIteration must not reach the transaction block: it would roll back
+                op = next(plan)
+                while True:
+                    if isinstance(op, Sql):
+                        cur.execute(op.query, op.params)
+                        result: Any = (
+                            cur.fetchall()
+                            if op.fetch == "all"
+                            else cur.fetchone()
+                            if op.fetch == "one"
+                            else cur.rowcount
+                        )
+                    else:
+                        store = _store(object_store)
+                        result = store.get_verified(store.key_from_ref(op.storage_ref), op.sha256)
+                    op = plan.send(result)
+            except StopIteration as stop:
+                value: T = stop.value
+    finally:
+        plan.close()
+    return value
+
+
+async def run_plan_async(
+    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None
+) -> T:
+    """Execute `plan` on an async connection in one transaction; object reads run in a thread."""
+    try:
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            try:
+                op = next(plan)
+                while True:
+                    if isinstance(op, Sql):
+                        await cur.execute(op.query, op.params)
+                        if op.fetch == "all":
+                            result: Any = await cur.fetchall()
+                        elif op.fetch == "one":
+                            result = await cur.fetchone()
+                        else:
+                            result = cur.rowcount
+                    else:
+                        store = _store(object_store)
+                        result = await asyncio.to_thread(
+                            store.get_verified, store.key_from_ref(op.storage_ref), op.sha256
+                        )
+                    op = plan.send(result)
+            except StopIteration as stop:
+                value: T = stop.value
+    finally:
+        plan.close()
+    return value
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def require_user_id(user_id: object) -> str:
+    """Every call names its user: a missing or blank user_id is an error, never 'all users'."""
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise InvalidInputError("user_id", user_id, "is required: a non-empty string")
+    if "\x00" in user_id or len(user_id) > 200:
+        raise InvalidInputError("user_id", user_id, "must be at most 200 characters without NUL bytes")
+    return user_id
+
+
+def normalize_tags(tags: Sequence[str] | None, *, field: str = "tags") -> tuple[str, ...]:
+    """Tags compare case-insensitively: stripped, casefolded, unique, sorted."""
+    if tags is None:
+        return ()
+    if isinstance(tags, str):
+        raise InvalidInputError(field, tags, "pass a sequence of tags, not one string")
+    out: set[str] = set()
+    for tag in tags:
+        if not isinstance(tag, str) or not tag.strip() or "\x00" in tag or len(tag) > 100:
+            raise InvalidInputError(
+                field, tag, "each tag must be a non-empty string of at most 100 characters"
+            )
+        out.add(" ".join(tag.split()).casefold())
+    return tuple(sorted(out))
+
+
+def _aware(name: str, ts: datetime | None) -> datetime | None:
+    if ts is not None and ts.tzinfo is None:
+        raise InvalidInputError(name, ts, "must be timezone-aware")
+    return ts
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Hard filters: a hit must match every one given. Times bound created_at, [since, until)."""
+
+    categories: tuple[str, ...] | None = None
+    domains: tuple[str, ...] | None = None
+    required_tags: tuple[str, ...] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("categories", "domains", "required_tags"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise InvalidInputError(f"filters.{name}", value, "pass a sequence, not one string")
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        for cat in self.categories or ():
+            if cat not in CATEGORIES:
+                raise InvalidInputError("filters.categories", cat, f"must be one of {CATEGORIES}")
+        if self.required_tags is not None:
+            object.__setattr__(
+                self, "required_tags", normalize_tags(self.required_tags, field="filters.required_tags")
+            )
+        _aware("filters.since", self.since)
+        _aware("filters.until", self.until)
+        if self.since and self.until and self.since >= self.until:
+            raise InvalidInputError("filters.until", self.until, f"must be after filters.since={self.since}")
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "categories": list(self.categories) if self.categories is not None else None,
+            "domains": list(self.domains) if self.domains is not None else None,
+            "required_tags": Jsonb(list(self.required_tags)) if self.required_tags else None,
+            "since": self.since,
+            "until": self.until,
+        }
+
+
+Phase2Mode = Literal["auto", "always", "never"]
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A validated search: built by the clients after the query is embedded."""
+
+    user_id: str
+    query: str
+    embedding: np.ndarray
+    config: RetrievalConfig
+    now: datetime
+    text_query: str | None = None
+    filters: SearchFilters = field(default_factory=SearchFilters)
+    tags: tuple[str, ...] = ()
+    include_past: bool = False
+    phase2: Phase2Mode = "auto"
+    hot_limit: int | None = None
+    archived_limit: int | None = None
+    embedding_model: str | None = None  # checked against the store's when given
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        return (
+            self.config.hot_limit if self.hot_limit is None else self.hot_limit,
+            self.config.archived_limit if self.archived_limit is None else self.archived_limit,
+        )
+
+
+def check_search_args(
+    user_id: object, query: object, *, limit: int | None, archived_limit: int | None, phase2: str
+) -> str:
+    """Validate what can be checked before embedding the query (which may cost an API call)."""
+    require_user_id(user_id)
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query", query, "must be a non-empty string")
+    if "\x00" in query:
+        raise InvalidInputError("query", query, "contains a NUL byte")
+    for name, value in (("limit", limit), ("archived_limit", archived_limit)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 1000
+        ):
+            raise InvalidInputError(name, value, "must be an integer between 0 and 1000")
+    if phase2 not in ("auto", "always", "never"):
+        raise InvalidInputError("phase2", phase2, "must be 'auto', 'always' or 'never'")
+    return query
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class HitScores:
+    similarity: float  # cosine of query and memory (or summary) embedding
+    text_rank: float | None  # ts_rank_cd, None when the text query did not match
+    vector_position: int | None  # 1-based rank in the vector candidate list
+    text_position: int | None  # 1-based rank in the full-text candidate list
+    rrf: float
+    hybrid_similarity: float  # the formula's similarity term
+    recency: float
+    tag_match: float
+    boost: float
+    final: float
+
+
+@dataclass(frozen=True)
+class Provenance:
+    user_id: str
+    memory_id: uuid.UUID  # the original memory's id (the same id it had while hot)
+    archive_id: uuid.UUID | None  # archived_memories.id, for expand()
+    created_at: datetime
+    updated_at: datetime
+    category: str
+    domain: str | None
+    tags: tuple[str, ...]
+    storage_ref: str | None = None  # where the verified original lives (archived hits)
+    archived_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    source: Literal["hot", "archived"]
+    text: str  # the memory's content, or the archive's summary
+    scores: HitScores
+    provenance: Provenance
+
+    @property
+    def id(self) -> uuid.UUID:
+        """What to pass on: the memory id for hot hits, the archive id (for expand) for archived ones."""
+        return self.provenance.archive_id or self.provenance.memory_id
+
+    @property
+    def label(self) -> str:
+        return "[archived]" if self.source == "archived" else ""
+
+    @property
+    def labeled_text(self) -> str:
+        return f"{self.label} {self.text}" if self.label else self.text
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hits: list[SearchHit]
+    phase2_reason: str | None  # why archived memories were searched, None when they were not
+    hot_candidates: int
+    archived_candidates: int
+
+    def __iter__(self) -> Iterator[SearchHit]:
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    @property
+    def hot(self) -> list[SearchHit]:
+        return [h for h in self.hits if h.source == "hot"]
+
+    @property
+    def archived(self) -> list[SearchHit]:
+        return [h for h in self.hits if h.source == "archived"]
+
+
+# --------------------------------------------------------------------------- SQL
+
+# Static text with NULL-able parameters: one statement shape, whichever filters are used.
+_FILTERS = """
+      AND (%(categories)s::text[] IS NULL OR {category} = ANY(%(categories)s::text[]))
+      AND (%(domains)s::text[] IS NULL OR {domain} = ANY(%(domains)s::text[]))
+      AND (%(required_tags)s::jsonb IS NULL OR {metadata} -> 'tags' @> %(required_tags)s::jsonb)
+      AND (%(since)s::timestamptz IS NULL OR {created} >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR {created} < %(until)s::timestamptz)"""
+
+_HOT_FILTERS = _FILTERS.format(
+    category="m.category", domain="m.domain", metadata="m.metadata", created="m.created_at"
+)
+_ARCHIVED_FILTERS = _FILTERS.format(
+    category="a.original_category",
+    domain="a.original_domain",
+    metadata="a.metadata",
+    created="a.original_created_at",
+)
+
+# pgvector 0.8: iterative index scans keep walking the HNSW graph until enough rows pass the WHERE
+# clause (user_id and filters), instead of returning fewer than LIMIT.
+SEARCH_SETTINGS_SQL = """
+    SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
+           set_config('hnsw.iterative_scan', 'relaxed_order', true)"""
+
+HOT_SEARCH_SQL = f"""
+    WITH vec AS (
+        SELECT m.id FROM memories m
+        WHERE m.user_id = %(user_id)s AND m.superseded_by IS NULL {_HOT_FILTERS}
+        ORDER BY m.embedding <=> %(embedding)s::vector LIMIT %(pool)s
+    ), txt AS (
+        SELECT m.id, ts_rank_cd(m.content_tsv, q.tsq) AS text_rank
+        FROM memories m, websearch_to_tsquery('english', %(text_query)s) AS q(tsq)
+        WHERE m.user_id = %(user_id)s AND m.superseded_by IS NULL AND m.content_tsv @@ q.tsq {_HOT_FILTERS}
+        ORDER BY text_rank DESC, m.id LIMIT %(pool)s
+    ), candidates AS (
+        SELECT id FROM vec UNION SELECT id FROM txt
+    )
+    SELECT m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
+           m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
+           NULL::timestamptz AS archived_at,
+           1 - (m.embedding <=> %(embedding)s::vector) AS similarity,
+           vec.id IS NOT NULL AS in_vector, txt.text_rank
+    FROM candidates c JOIN memories m ON m.id = c.id
+         LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
+    WHERE m.user_id = %(user_id)s"""
+
+ARCHIVED_SEARCH_SQL = f"""
+    WITH vec AS (
+        SELECT a.id FROM archived_memories a
+        WHERE a.user_id = %(user_id)s AND a.original_superseded_by IS NULL {_ARCHIVED_FILTERS}
+        ORDER BY a.summary_embedding <=> %(embedding)s::vector::halfvec LIMIT %(pool)s
+    ), txt AS (
+        SELECT a.id, ts_rank_cd(a.summary_tsv, q.tsq) AS text_rank
+        FROM archived_memories a, websearch_to_tsquery('english', %(text_query)s) AS q(tsq)
+        WHERE a.user_id = %(user_id)s AND a.original_superseded_by IS NULL AND a.summary_tsv @@ q.tsq
+              {_ARCHIVED_FILTERS}
+        ORDER BY text_rank DESC, a.id LIMIT %(pool)s
+    ), candidates AS (
+        SELECT id FROM vec UNION SELECT id FROM txt
+    )
+    SELECT a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
+           a.original_created_at AS created_at, a.original_updated_at AS updated_at,
+           a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
+           a.storage_ref, a.archived_at,
+           1 - (a.summary_embedding <=> %(embedding)s::vector::halfvec) AS similarity,
+           vec.id IS NOT NULL AS in_vector, txt.text_rank
+    FROM candidates c JOIN archived_memories a ON a.id = c.id
+         LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
+    WHERE a.user_id = %(user_id)s"""
+
+
+SHAPE_SQL = """
+    SELECT (SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim') AS dim,
+           (SELECT value FROM memory_archive_settings WHERE key = 'embedding_model') AS model"""
+
+
+def checked_shape_plan(dim: int, model: str) -> Plan[dict[str, Any]]:
+    """The embedder must match the database: same dimension, and the model recorded on first write."""
+    row = yield Sql(SHAPE_SQL, {}, "one")
+    if row["dim"] is None:
+        raise EmbeddingMismatchError("embedding_dim", None, "the schema is not initialized: run migrations")
+    if int(row["dim"]) != dim:
+        raise EmbeddingMismatchError("embedder.dim", dim, f"this database holds {row['dim']}-d embeddings")
+    if row["model"] is not None and row["model"] != model:
+        raise EmbeddingMismatchError(
+            "embedder.model", model, f"this database's embeddings come from {row['model']!r}"
+        )
+    return row
+
+
+# --------------------------------------------------------------------------- ranking (pure)
+
+
+def recency_decay(updated_at: datetime, now: datetime, half_life_days: float) -> float:
+    """1 for a memory updated now, ½ after one half-life; future timestamps count as now."""
+    age_days = max((now - updated_at).total_seconds() / 86400.0, 0.0)
+    return 0.5 ** (age_days / half_life_days)
+
+
+def tag_match(query_tags: Sequence[str], memory_tags: Sequence[str]) -> float:
+    if not query_tags:
+        return 0.0
+    have = set(memory_tags)
+    return sum(1 for t in query_tags if t in have) / len(query_tags)
+
+
+def _positions(rows: Sequence[Mapping[str, Any]], key: str, include: str | None) -> dict[int, int]:
+    """1-based rank of each row index by `key` descending (ties by memory id), among rows where `include`."""
+    chosen = [i for i, r in enumerate(rows) if (r[include] if include else r[key] is not None)]
+    chosen.sort(key=lambda i: (-float(rows[i][key]), str(rows[i]["memory_id"])))
+    return {i: pos for pos, i in enumerate(chosen, start=1)}
+
+
+def rank_candidates(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    source: Literal["hot", "archived"],
+    config: RetrievalConfig,
+    threshold: float,
+    limit: int,
+    tags: Sequence[str],
+    now: datetime,
+) -> list[SearchHit]:
+    """Fuse, score, filter and cut one tier's candidates (see the module docstring for the formula)."""
+    k = config.rrf_k
+    vec_pos = _positions(rows, "similarity", "in_vector")
+    txt_pos = _positions(rows, "text_rank", None)
+    rrf_max = 2.0 / (k + 1)
+    boost = config.active_boost if source == "hot" else 1.0
+    hits: list[SearchHit] = []
+    for i, row in enumerate(rows):
+        similarity = float(row["similarity"])
+        matched_text = row["text_rank"] is not None
+        if not (similarity >= threshold or matched_text):
+            continue
+        vp, tp = vec_pos.get(i), txt_pos.get(i)
+        rrf = (1.0 / (k + vp) if vp else 0.0) + (1.0 / (k + tp) if tp else 0.0)
+        hybrid = max(min(max(similarity, 0.0), 1.0), rrf / rrf_max)
+        memory_tags = tuple(row["tags"]) if isinstance(row["tags"], list) else ()
+        recency = recency_decay(row["updated_at"], now, config.recency_half_life_days)
+        tags_score = tag_match(tags, memory_tags)
+        base = (
+            config.alpha_similarity * hybrid + config.beta_recency * recency + config.gamma_tags * tags_score
+        )
+        scores = HitScores(
+            similarity=similarity,
+            text_rank=float(row["text_rank"]) if matched_text else None,
+            vector_position=vp,
+            text_position=tp,
+            rrf=rrf,
+            hybrid_similarity=hybrid,
+            recency=recency,
+            tag_match=tags_score,
+            boost=boost,
+            final=boost * base,
+        )
+        provenance = Provenance(
+            user_id=row["user_id"],
+            memory_id=row["memory_id"],
+            archive_id=row["archive_id"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            category=row["category"],
+            domain=row["domain"],
+            tags=memory_tags,
+            storage_ref=row["storage_ref"],
+            archived_at=row["archived_at"],
+        )
+        hits.append(SearchHit(source, row["text"], scores, provenance))
+    return sort_hits(hits)[:limit]
+
+
+def sort_hits(hits: Sequence[SearchHit]) -> list[SearchHit]:
+    """Best first; ties broken by id so results are deterministic."""
+    return sorted(hits, key=lambda h: (-h.scores.final, -h.scores.similarity, str(h.id)))
+
+
+def phase2_reason(request: SearchRequest, hot_hits: Sequence[SearchHit], hot_limit: int) -> str | None:
+    """Why archived memories must be searched too, or None (seed: "Retrieval Strategy")."""
+    if request.phase2 == "never":
+        return None
+    if request.phase2 == "always":
+        return "always"
+    if request.include_past:
+        return "past_requested"
+    horizon = request.now - timedelta(days=request.config.hot_horizon_days)
+    f = request.filters
+    if (f.since is not None and f.since < horizon) or (f.until is not None and f.until <= horizon):
+        return "window_before_hot_horizon"
+    if len(hot_hits) < hot_limit:
+        return "too_few_hot_hits"
+    if not any(h.scores.similarity >= request.config.hot_similarity_threshold for h in hot_hits):
+        return "none_above_threshold"
+    return None
+
+
+def candidate_pool(limit: int, config: RetrievalConfig) -> int:
+    """How many candidates each arm of the hybrid search fetches before fusion."""
+    return max(limit * config.candidates_per_hit, config.min_candidates)
+
+
+def search_plan(request: SearchRequest) -> Plan[SearchResult]:
+    """Phase 1, phase 2 when needed, merge. Read-only."""
+    cfg = request.config
+    hot_limit, archived_limit = request.limits
+    params = {
+        "user_id": request.user_id,
+        "embedding": request.embedding,
+        "text_query": request.text_query or request.query,
+        **request.filters.params(),
+    }
+    if request.embedding_model is not None:  # a query vector from another model would rank noise
+        yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
+    yield Sql(SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search)}, "one")
+    hot_rows: list[dict[str, Any]] = []
+    hot_hits: list[SearchHit] = []
+    if hot_limit > 0:
+        hot_rows = yield Sql(HOT_SEARCH_SQL, params | {"pool": candidate_pool(hot_limit, cfg)})
+        hot_hits = rank_candidates(
+            hot_rows, source="hot", config=cfg, threshold=cfg.hot_similarity_threshold,
+            limit=hot_limit, tags=request.tags, now=request.now,
+        )  # fmt: skip
+    reason = phase2_reason(request, hot_hits, hot_limit) if archived_limit > 0 else None
+    archived_rows: list[dict[str, Any]] = []
+    archived_hits: list[SearchHit] = []
+    if reason is not None:
+        archived_rows = yield Sql(ARCHIVED_SEARCH_SQL, params | {"pool": candidate_pool(archived_limit, cfg)})
+        archived_hits = rank_candidates(
+            archived_rows, source="archived", config=cfg, threshold=cfg.archived_similarity_threshold,
+            limit=archived_limit, tags=request.tags, now=request.now,
+        )  # fmt: skip
+    return SearchResult(sort_hits(hot_hits + archived_hits), reason, len(hot_rows), len(archived_rows))
+
+
+def utc_now(now: datetime | None) -> datetime:
+    if now is None:
+        return datetime.now(UTC)
+    _aware("now", now)
+    return now.astimezone(UTC)
+
+
+def query_vector(embedding: Any, dim: int) -> np.ndarray:
+    vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+    if vec.size != dim or not np.isfinite(vec).all() or not math.isfinite(float(np.linalg.norm(vec))):
+        raise InvalidInputError("query embedding", f"shape={vec.shape}", f"must be {dim} finite floats")
+    return vec
