@@ -31,7 +31,7 @@ demo: $(STAMP)
 	$(PY) -m memory_assets.demo
 
 dev: $(STAMP)
-	$(PY) -m memory_assets.dev
+	$(PY) -m memory_assets.dev --demo
 
 test: $(LOCAL_STAMP)
 	$(PY) -m pytest

@@ -1,0 +1,1 @@
+"""Autoloaded by memory_assets.definitions: one folder per domain."""

@@ -1,0 +1,1 @@
+"""dry_run definitions (autoloaded)."""

@@ -1,0 +1,117 @@
+"""The dry run (seed's Phase 2): what the Slow Path would do, with nothing written to Postgres."""
+
+import time
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from memory_assets.metadata import counts, markdown_table
+from memory_assets.resources import (
+    ArchivalCriteriaResource,
+    DatabaseResource,
+    EmbedderResource,
+    ObjectStoreResource,
+    SummarizerResource,
+)
+from memory_lib import slow_path
+from memory_lib.archive import ArchivalServices
+from memory_lib.errors import InvalidInputError
+
+from ..slow_path.partitions import SLOW_PATH
+
+
+class DryRunConfig(dg.Config):
+    sample_size: int = SLOW_PATH.dry_run_sample_size
+    as_of: str | None = None  # ISO timestamp with zone; unset: now
+
+
+@dg.asset(group_name="dry_run", pool=SLOW_PATH.llm_pool, kinds={"postgres", "llm"})
+def archival_dry_run(
+    context: dg.AssetExecutionContext,
+    config: DryRunConfig,
+    database: DatabaseResource,
+    object_store: ObjectStoreResource,
+    summarizer: SummarizerResource,
+    embedder: EmbedderResource,
+    archival: ArchivalCriteriaResource,
+) -> dg.MaterializeResult:
+    """Eligible counts by reason; a sample summarized next to its originals for review; the sample's
+    backups round-tripped under a scratch prefix and deleted; the backlog's cost and duration
+    projected from the sample's measured timings and token usage. Claims nothing, writes no row."""
+    started = time.monotonic()
+    as_of = _as_of(config.as_of)
+    services = ArchivalServices(
+        summarizer.get_summarizer(), embedder.get_embedder(), object_store.get_store()
+    )
+    llm = summarizer.llm_config()
+    # The client-side rate limit bounds an LLM summarizer's pace; the offline one has none.
+    rps = llm.requests_per_second if services.summarizer.kind in ("anthropic", "openai") else None
+    with database.connect() as conn:
+        report = slow_path.dry_run(
+            conn, services, archival.get_criteria(), as_of=as_of, sample_size=config.sample_size,
+            workers=llm.max_concurrency, requests_per_second=rps,
+        )  # fmt: skip
+    p, trip = report.projection, report.round_trip
+    return dg.MaterializeResult(
+        metadata={
+            "as_of": report.as_of.isoformat(),
+            "eligible": p.eligible,
+            **counts("eligible", report.eligible_by_reason),
+            "sampled": len(report.samples),
+            "sample_summary_errors": report.summary_errors,
+            "review": markdown_table(
+                ["memory", "user", "reason", "importance", "created", "original", "summary"],
+                [
+                    [
+                        str(s.memory_id)[:8],
+                        s.user_id,
+                        s.reason,
+                        f"{s.importance_score:.2f}",
+                        f"{s.created_at:%Y-%m-%d}",
+                        s.original,
+                        s.summary or f"ERROR {s.error}",
+                    ]
+                    for s in report.samples
+                ],
+                width=400,
+            ),  # fmt: skip
+            "round_trip_written": trip.written,
+            "round_trip_faithful": trip.faithful,
+            "round_trip_deleted": trip.deleted,
+            "round_trip_bytes": trip.bytes_written,
+            **(
+                {
+                    "round_trip_failures": markdown_table(
+                        ["memory", "problem"], list(trip.failures.items())[:20]
+                    )
+                }
+                if trip.failures
+                else {}
+            ),  # fmt: skip
+            "projected_nights": p.nights_needed,
+            "projected_cost_usd": round(p.cost_usd, 2),
+            "projected_input_tokens": p.input_tokens,
+            "projected_output_tokens": p.output_tokens,
+            "projected_hours": round(p.seconds / 3600, 2),
+            "projected_backup_bytes": p.bytes,
+            "measured_seconds_per_memory": markdown_table(
+                ["step", "seconds"], [[k, f"{v:.4f}"] for k, v in p.seconds_per_memory.items()]
+            ),
+            "summarizer": f"{services.summarizer.kind}:{services.summarizer.model}",
+            "duration_s": round(time.monotonic() - started, 2),
+        }
+    )
+
+
+def _as_of(value: str | None) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInputError(
+            "as_of", value, "must be an ISO timestamp, e.g. 2026-01-31T00:00:00+00:00"
+        ) from None
+    if parsed.tzinfo is None:
+        raise InvalidInputError("as_of", value, "must include a time zone offset")
+    return parsed

@@ -1,0 +1,1 @@
+"""retrieval definitions (autoloaded): the nightly re-promotion sweep."""

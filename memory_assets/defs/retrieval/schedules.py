@@ -1,0 +1,23 @@
+"""The sweep runs nightly, half an hour after the Slow Path starts, in the same time zone."""
+
+import dagster as dg
+
+from memory_lib.config import Settings
+
+from .assets import promotions
+
+_SLOW_PATH = Settings.from_env().slow_path
+
+promotions_job = dg.define_asset_job(
+    "promotions_job",
+    selection=[promotions],
+    description="Apply the re-promotion rule to every archived memory.",
+)
+
+promotions_nightly = dg.ScheduleDefinition(
+    name="promotions_nightly",
+    job=promotions_job,
+    cron_schedule=f"30 {_SLOW_PATH.schedule_hour} * * *",
+    execution_timezone=_SLOW_PATH.timezone,
+    description="Nightly re-promotion sweep (memory_lib.promotion.sweep_promotions).",
+)

@@ -1,0 +1,64 @@
+"""`rollback`: bring archived memories back to the hot tier from their verified backups."""
+
+import dagster as dg
+
+from memory_assets.metadata import markdown_table
+from memory_assets.resources import DatabaseResource, ObjectStoreResource
+from memory_lib import slow_path
+
+
+class RollbackConfig(dg.Config):
+    """Choose one: all=true, a user_id, or original_ids (optionally with the user_id they belong to)."""
+
+    all: bool = False
+    user_id: str | None = None
+    original_ids: list[str] = []
+    pause_archival: bool | None = None  # unset: pause when restoring all, so nights do not re-archive them
+    operator: str = "rollback-job"
+
+
+@dg.op
+def restore_archives(
+    context: dg.OpExecutionContext,
+    config: RollbackConfig,
+    database: DatabaseResource,
+    object_store: ObjectStoreResource,
+) -> None:
+    """Each memory restored in its own transaction after its backup's sha256 is verified; memories
+    already hot are counted, not touched. Interrupted or partly failed: run it again."""
+    store = object_store.get_store()
+    pause = config.all if config.pause_archival is None else config.pause_archival
+    with database.connect() as conn:
+        if pause:
+            state = slow_path.set_pause(conn, reason="rollback in progress", actor=config.operator)
+            context.log.warning(state.describe())
+
+        def progress(r: slow_path.RestoreReport) -> None:
+            context.log.info(f"restored {r.restored}, already hot {r.already_hot}, failed {r.failed}")
+
+        report = slow_path.restore_archives(
+            conn, store, actor=config.operator, all_archives=config.all, user_id=config.user_id,
+            original_ids=config.original_ids or None, progress=progress,
+        )  # fmt: skip
+    metadata = {
+        "requested": report.requested,
+        "restored": report.restored,
+        "already_hot": report.already_hot,
+        "not_found": report.not_found,
+        "failed": report.failed,
+        "duration_s": round(report.seconds, 2),
+        "archival_paused": bool(pause),
+    }
+    if report.errors:
+        metadata["errors"] = markdown_table(["error"], [[e] for e in report.errors], width=300)
+    context.add_output_metadata(metadata)
+    if report.failed:
+        raise dg.Failure(
+            f"{report.failed} memories not restored (see errors); restored ones stay restored: run again",
+            metadata=metadata,
+        )
+
+
+@dg.job(description="Restore all, one user's, or selected archived memories (config), verified by sha256.")
+def rollback() -> None:
+    restore_archives()

@@ -1,0 +1,1 @@
+"""slow_path definitions (autoloaded)."""

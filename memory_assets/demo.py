@@ -1,0 +1,353 @@
+"""The demo, through Dagster: `python -m memory_assets.demo [--days N] [--users N] [--per-day LO,HI] [--dim D]`.
+
+1. Starts the embedded Postgres under $MEMORY_ARCHIVE_STATE_DIR (default .state) and recreates the
+   dedicated database `memory_demo` (never DATABASE_URL's database), loads a deterministic history.
+2. Backfills every night from the history's first eligible night to yesterday by materializing the
+   Slow Path assets and checks, 30 nights per run in date order, as the backfill daemon would.
+3. Prints the checks, the tiers and table sizes before/after, the objects written, a few archive
+   rows, and one memory restored through the `rollback` job and compared byte for byte.
+Offline: extractive summaries and hashing embeddings, no network call. Stops the server it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import time
+import warnings
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_DB = "memory_demo"
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # the demo prints its own summary
+OBJECTS = "demo-objects"
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m memory_assets.demo", description=__doc__.splitlines()[0])
+    # 450 days (~34k memories, ~16k archived) keeps the demo near 3 minutes on 2 busy cores.
+    p.add_argument("--days", type=int, default=450, help="days of history (default 450)")
+    p.add_argument("--users", type=int, default=4, help="users, 1-4 (default 4)")
+    p.add_argument("--per-day", default="50,100", help="memories a day across users, LO,HI (default 50,100)")
+    p.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384)")
+    args = p.parse_args(argv)
+    try:
+        lo, _, hi = args.per_day.partition(",")
+        args.per_day = (int(lo), int(hi or lo))
+    except ValueError:
+        p.error(f"--per-day={args.per_day!r}: expected LO,HI such as 50,100")
+    if args.days < 100:
+        p.error(f"--days={args.days}: at least 100, so some memories are older than min_age_days=90")
+    return args
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def _section(title: str) -> None:
+    print(f"\n== {title}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    started = time.monotonic()
+    state = Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or ROOT / ".state").resolve()
+    history_end = datetime.combine(
+        datetime.now(UTC).date(), datetime.min.time(), UTC
+    )  # generate_history's end
+
+    from memory_lib.config import ArchivalCriteria, Settings
+
+    criteria = ArchivalCriteria()
+    # The first night whose end is min_age_days after the history's first day: the first with candidates.
+    first_night = (history_end - timedelta(days=args.days - criteria.min_age_days + 1)).date()
+    # The partitions are built at import from the environment: start them at the first eligible night.
+    os.environ["MEMORY_ARCHIVE_PARTITION_START"] = first_night.isoformat()
+    demo_settings = {
+        "MEMORY_ARCHIVE_PARTITION_START": first_night.isoformat(),
+        "MEMORY_ARCHIVE_EMBEDDED_DB": DEMO_DB,
+        "MEMORY_ARCHIVE_EMBEDDING_DIM": str(args.dim),
+        "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+        "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+        "MEMORY_ARCHIVE_OBJECT_STORE": "local",
+        "MEMORY_ARCHIVE_LOCAL_ROOT": str(state / OBJECTS),
+        "MEMORY_ARCHIVE_STATE_DIR": str(state),
+    }
+    timezone = Settings.from_env().slow_path.timezone
+    from memory_lib.slow_path import night_as_of
+
+    zone_today = datetime.now(UTC).astimezone(ZoneInfo(timezone)).date()
+    last_night = zone_today - timedelta(days=1)
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    logging.getLogger("dagster").setLevel(logging.WARNING)
+    import dagster as dg
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from memory_assets.defs.rollback.jobs import rollback
+    from memory_assets.defs.slow_path import assets, checks
+    from memory_assets.defs.slow_path.partitions import BACKFILL_NIGHTS_PER_RUN
+    from memory_assets.dev import DEMO_ENV, prepare_dagster_home
+    from memory_assets.resources import (
+        ArchivalCriteriaResource,
+        DatabaseResource,
+        EmbedderResource,
+        ObjectStoreResource,
+        SummarizerResource,
+    )
+    from memory_lib import archive, slow_path
+    from memory_lib.db import EmbeddedPostgres, connect, migrate
+    from memory_lib.demo_data import generate_history
+    from memory_lib.embedding import HashingEmbedder
+    from memory_lib.models import BackupObject, NewMemory
+    from memory_lib.objectstore import LocalObjectStore
+    from memory_lib.store import insert_memories, tier_stats
+
+    print("memory-archive demo: the Slow Path through Dagster (offline: extractive summaries, "
+          f"HashingEmbedder {args.dim}-d lexical embeddings, local object store)")  # fmt: skip
+    print(f"state dir {state}; database {DEMO_DB} in the embedded Postgres (DATABASE_URL is not used)")
+    server = EmbeddedPostgres(state / "pg")
+    server_url = server.start()
+    try:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {DEMO_DB} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {DEMO_DB}")
+            # A throwaway database: skip the WAL flush per commit (the steps checkpoint every memory
+            # in its own statement). A crash may lose the last commits, never consistency.
+            admin.execute(f"ALTER DATABASE {DEMO_DB} SET synchronous_commit = off")
+        url = make_conninfo(server_url, dbname=DEMO_DB)
+        migrate(url, embedding_dim=args.dim)
+        shutil.rmtree(state / OBJECTS, ignore_errors=True)
+        (state / DEMO_ENV).write_text(
+            "# Written by python -m memory_assets.demo; read by python -m memory_assets.dev --demo\n"
+            + "".join(f"{k}={v}\n" for k, v in demo_settings.items())
+        )
+        conn = connect(url)
+
+        _section("Loading the history")
+        t = time.monotonic()
+        embedder = HashingEmbedder(args.dim)
+        items = list(
+            generate_history(end=history_end, days=args.days, per_day=args.per_day, users=args.users)
+        )
+        vectors = embedder.embed([m.content for m in items])
+        # Bulk load: building the HNSW index once after the COPY is several times faster than
+        # inserting into it row by row; it is rebuilt from its own definition, so it is the migration's.
+        hnsw = conn.execute("SELECT pg_get_indexdef('memories_embedding_hnsw'::regclass) AS d").fetchone()[
+            "d"
+        ]
+        conn.execute("DROP INDEX memories_embedding_hnsw")
+        batch: list[NewMemory] = []
+        for m, v in zip(items, vectors, strict=True):
+            batch.append(NewMemory(
+                id=m.id, user_id=m.user_id, content=m.content, embedding=v, embedding_model=embedder.model,
+                entity_links=m.entity_links, metadata=m.metadata, domain=m.domain, category=m.category,
+                importance_score=m.importance_score, access_count=m.access_count,
+                last_accessed_at=m.last_accessed_at, created_at=m.created_at,
+            ))  # fmt: skip
+            if len(batch) == 5000:
+                insert_memories(conn, batch, actor="demo-loader")
+                batch = []
+        insert_memories(conn, batch, actor="demo-loader")
+        conn.execute("SET maintenance_work_mem = '256MB'")
+        conn.execute(hnsw)
+        conn.execute("RESET maintenance_work_mem")
+        users = Counter(m.user_id for m in items)
+        print(f"{len(items)} memories of {len(users)} users over {args.days} days "
+              f"({items[0].created_at:%Y-%m-%d} .. {items[-1].created_at:%Y-%m-%d}) in {time.monotonic() - t:.0f} s")  # fmt: skip
+        before = tier_stats(conn)
+        print(f"tiers before: hot {before.hot}, archived {before.archived}")
+        print(
+            f"table bytes before: memories {_human(before.hot_bytes)}, archived_memories {_human(before.archived_bytes)}"
+        )
+
+        # Memories the last night may archive, as they are now: the restore check compares against these.
+        watch = [
+            r["id"] for r in archive.select_eligible(conn, criteria, night_as_of(last_night, timezone), 50)
+        ]
+        snapshot = slow_path.exact_rows(conn, watch)
+
+        _section(f"Backfill {first_night} .. {last_night} through Dagster")
+        if os.getenv("DAGSTER_HOME"):
+            home = prepare_dagster_home(os.environ)  # type: ignore[arg-type]
+            instance = dg.DagsterInstance.get()
+            instance.wipe_assets([dg.AssetKey(k) for k in ("archival_candidates", "memory_summaries",
+                                                          "archive_backups", "archive_rows")])  # fmt: skip
+            print(f"Dagster instance: {home} (runs stay visible in the UI: make dev)")
+        else:
+            instance = dg.DagsterInstance.ephemeral()
+            print("Dagster instance: ephemeral (set DAGSTER_HOME to keep the runs for the UI)")
+        store_resource = ObjectStoreResource(
+            kind="local", local_root=str(state / OBJECTS), prefix="memory-archive"
+        )
+        resources: dict[str, Any] = {
+            "database": DatabaseResource(database_url=url),
+            "object_store": store_resource,
+            "summarizer": SummarizerResource(provider="extractive"),
+            "embedder": EmbedderResource(provider="hashing", dim=args.dim),
+            "archival": ArchivalCriteriaResource(),
+        }
+        defs = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows,
+                checks.backups_round_trip, checks.error_rate_gate, checks.tiers_consistent]  # fmt: skip
+        nights = [first_night + timedelta(days=i) for i in range((last_night - first_night).days + 1)]
+        chunks = [
+            nights[i : i + BACKFILL_NIGHTS_PER_RUN] for i in range(0, len(nights), BACKFILL_NIGHTS_PER_RUN)
+        ]
+        print(f"{len(nights)} nights in {len(chunks)} runs of up to {BACKFILL_NIGHTS_PER_RUN} nights, "
+              f"at most {criteria.batch_size} memories a night")  # fmt: skip
+        check_results: dict[str, list[tuple[bool, str, dict[str, Any]]]] = {}
+        totals: Counter[str] = Counter()
+        t = time.monotonic()
+        ok = True
+        for i, chunk in enumerate(chunks, 1):
+            t_run = time.monotonic()
+            result = dg.materialize(
+                defs, resources=resources, instance=instance, raise_on_error=False, run_config=QUIET,
+                tags={"dagster/asset_partition_range_start": chunk[0].isoformat(),
+                      "dagster/asset_partition_range_end": chunk[-1].isoformat(), "memory-archive/demo": "backfill"},
+            )  # fmt: skip
+            meta = {e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
+                    for e in result.get_asset_materialization_events()}  # fmt: skip
+            claimed = meta.get("archival_candidates", {}).get("claimed", 0)
+            archived = meta.get("archive_rows", {}).get("archived", 0)
+            totals["claimed"] += claimed
+            totals["archived"] += archived
+            totals["bytes"] += meta.get("archive_backups", {}).get("bytes_written", 0)
+            marks = []
+            for ev in result.get_asset_check_evaluations():
+                values = {k: v.value for k, v in ev.metadata.items()}
+                check_results.setdefault(ev.check_name, []).append((ev.passed, ev.severity.value, values))
+                marks.append(f"{ev.check_name} {'ok' if ev.passed else 'FAILED'}")
+            print(f"run {i:>2}/{len(chunks)} {chunk[0]}..{chunk[-1]}: claimed {claimed:>5}, archived {archived:>5}; "
+                  f"{', '.join(marks)} ({time.monotonic() - t_run:.1f} s)", flush=True)  # fmt: skip
+            if not result.success:
+                ok = False
+                print("run failed: stopping the backfill (a failed gate pauses archival)")
+                break
+        backfill_s = time.monotonic() - t
+
+        _section("Check results")
+        for name, runs in check_results.items():
+            passed = sum(1 for p, _, _ in runs if p)
+            detail = ""
+            if name == "backups_round_trip":
+                detail = (
+                    f"{sum(m['checked'] for _, _, m in runs)} backups read back, "
+                    f"{sum(m['faithful'] for _, _, m in runs)} faithful, {sum(m['failed'] for _, _, m in runs)} failed"
+                )
+            elif name == "error_rate_gate":
+                worst = max(runs, key=lambda r: r[2]["worst_error_rate"])[2]
+                detail = (
+                    f"{sum(m['failed'] for _, _, m in runs)}/{sum(m['attempted'] for _, _, m in runs)} failed; "
+                    f"worst night {worst['worst_night']} {100 * worst['worst_error_rate']:.1f}% "
+                    f"(max {100 * worst['max_error_rate']:.0f}%)"
+                )
+            elif name == "tiers_consistent":
+                problems = Counter()
+                for _, _, m in runs:
+                    problems.update({k: v for k, v in m.items() if k != "archived_by_these_nights"})
+                detail = ", ".join(f"{k} {v}" for k, v in problems.items())
+            verdict = "PASSED" if passed == len(runs) else "FAILED"
+            print(f"{name:<20} {verdict} in {passed}/{len(runs)} runs ({detail})")  # fmt: skip
+
+        _section("After the backfill")
+        after = tier_stats(conn)
+        print(f"tiers after: hot {after.hot}, archived {after.archived} "
+              f"(claimed {totals['claimed']}, archived {totals['archived']} in {backfill_s:.0f} s)")  # fmt: skip
+        print(
+            f"memories {before.hot} -> {after.hot + after.archived} in total: each exactly once in hot or archive"
+        )
+        t = time.monotonic()
+        conn.execute("VACUUM FULL ANALYZE memories")
+        conn.execute("VACUUM FULL ANALYZE archived_memories")
+        vacuumed = tier_stats(conn)
+        print("table bytes (pg_total_relation_size: heap + TOAST + indexes)")
+        print(f"  memories:          before {_human(before.hot_bytes):>9}   after archival {_human(after.hot_bytes):>9}"
+              f"   after VACUUM FULL {_human(vacuumed.hot_bytes):>9}")  # fmt: skip
+        print(f"  archived_memories: before {_human(before.archived_bytes):>9}   after archival "
+              f"{_human(after.archived_bytes):>9}   after VACUUM FULL {_human(vacuumed.archived_bytes):>9}")  # fmt: skip
+        both_before, both_after = (
+            before.hot_bytes + before.archived_bytes,
+            vacuumed.hot_bytes + vacuumed.archived_bytes,
+        )
+        print(f"  both:              {_human(both_before)} -> {_human(both_after)} "
+              f"({100 * (both_before - both_after) / both_before:.0f}% less; VACUUM FULL took {time.monotonic() - t:.1f} s; "
+              "deleted rows only free disk after a vacuum)")  # fmt: skip
+        store = store_resource.get_store()
+        assert isinstance(store, LocalObjectStore)
+        keys = list(store.list("memories/"))
+        object_bytes = sum((store.root / k).stat().st_size for k in keys)
+        db_bytes = conn.execute(
+            "SELECT coalesce(sum(backup_size_bytes), 0) AS b FROM archived_memories"
+        ).fetchone()["b"]
+        print(f"objects written: {len(keys)} backups, {_human(object_bytes)} under {store.root}/memory-archive "
+              f"(archive rows record {_human(db_bytes)})")  # fmt: skip
+
+        _section(
+            "Some archive rows (offline extractive summaries keep the most informative sentences verbatim;"
+            " the demo's memories are one sentence long)"
+        )
+        rows = conn.execute(
+            """SELECT DISTINCT ON (user_id) original_id, user_id, archive_reason, original_created_at, summary,
+                      storage_ref, backup_sha256
+               FROM archived_memories ORDER BY user_id, original_created_at LIMIT 4"""
+        ).fetchall()
+        for r in rows:
+            doc = BackupObject.from_json_bytes(
+                store.get_verified(store.key_from_ref(r["storage_ref"]), r["backup_sha256"])
+            )
+            print(
+                f"- {r['user_id']} {r['original_created_at']:%Y-%m-%d} [{r['archive_reason']}] {str(r['original_id'])[:8]}"
+            )
+            print(f"    summary:  {r['summary']}")
+            print(f"    original: {doc.content}")
+
+        _section("Restore through the rollback job, compared byte for byte")
+        archived_now = {r["original_id"] for r in conn.execute(
+            "SELECT original_id FROM archived_memories WHERE original_id = ANY(%s)", (watch,)).fetchall()}  # fmt: skip
+        pick = next((i for i in watch if i in archived_now), None)
+        restored_ok = False
+        if pick is None:
+            print("none of the watched memories was archived: nothing to restore")
+        else:
+            run = rollback.execute_in_process(
+                resources={"database": resources["database"], "object_store": store_resource}, instance=instance,
+                run_config={"loggers": QUIET["loggers"]} | {"ops": {"restore_archives": {"config": {
+                    "original_ids": [str(pick)], "operator": "demo"}}}},
+            )  # fmt: skip
+            back = slow_path.exact_rows(conn, [pick]).get(pick)
+            want = snapshot[pick]
+            restored_ok = run.success and back == want
+            differing = [k for k in want if back is None or back[k] != want[k]]
+            print(f"memory {pick} ({want['user_id']}): restored by run {run.run_id[:8]}; "
+                  f"{len(want)} columns compared (embedding as {args.dim} float32 = {len(want['embedding'])} bytes, "
+                  "metadata, entity_links, timestamps, tsvector)")  # fmt: skip
+            print("byte-exact: YES" if restored_ok else f"byte-exact: NO, differs in {differing}")
+            final = tier_stats(conn)
+            print(f"tiers now: hot {final.hot}, archived {final.archived}")
+        conn.close()
+        all_green = ok and all(p for runs in check_results.values() for p, _, _ in runs)
+        _section("Done")
+        print(f"demo finished in {time.monotonic() - started:.0f} s: "
+              f"{'all checks green' if all_green else 'SOME CHECKS FAILED'}; restore byte-exact: {restored_ok}")  # fmt: skip
+        print("UI on the demo database: python -m memory_assets.dev --demo   (then http://127.0.0.1:3000)")
+        return 0 if all_green and restored_ok else 1
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

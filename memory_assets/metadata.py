@@ -1,0 +1,45 @@
+"""Small helpers that turn memory_lib results into Dagster metadata the UI renders well."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from memory_lib.objectstore import ObjectStore
+
+
+def _cell(value: Any, width: int = 160) -> str:
+    text = " ".join(str("" if value is None else value).split()).replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown_table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], *, width: int = 160
+) -> dg.MetadataValue:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_cell(v, width) for v in row) + " |" for row in rows]
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def counts(prefix: str, values: Mapping[str, int]) -> dict[str, int]:
+    """{'claimed_force_age': 12, ...}: plain ints plot over time in the UI, a dict does not."""
+    return {f"{prefix}_{k}": int(v) for k, v in sorted(values.items())}
+
+
+def by_month(rows: Sequence[tuple[str, Sequence[int]]], limit: int = 40) -> list[tuple[str, Sequence[int]]]:
+    """Per-night rows, folded into months when there are more than `limit` nights (a backfill)."""
+    if len(rows) <= limit:
+        return list(rows)
+    months: dict[str, list[int]] = {}
+    for night, values in rows:
+        acc = months.setdefault(night[:7], [0] * len(values))
+        for i, v in enumerate(values):
+            acc[i] += v
+    return list(months.items())
+
+
+def store_location(store: ObjectStore) -> str:
+    """file://<root>/<prefix> or s3://<bucket>/<prefix>: where this deployment's backups live."""
+    return store.ref_for(store.prefix) if store.prefix else type(store).__name__

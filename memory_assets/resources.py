@@ -1,0 +1,193 @@
+"""Dagster resources over memory_lib: Postgres, object store, summarizer, embedder, archival criteria.
+
+Every field left unset (None) comes from `memory_lib.config.Settings.from_env()`, so the environment
+configures a deployment and Dagster config overrides single values. Merged values are validated by
+the pydantic models of memory_lib.config: a bad value fails the run at resource setup with an error
+naming the field. API keys and database passwords never go through Dagster config: SDK keys come from
+the environment, DATABASE_URL is bound as an EnvVar (the UI shows the variable's name, not its value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import psycopg
+from dagster_aws.s3 import S3Resource
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+
+from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
+from memory_lib.db import Database, connect
+from memory_lib.embedding import Embedder, embedder_from_settings
+from memory_lib.errors import InvalidInputError
+from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore
+from memory_lib.slow_path import open_migrated
+from memory_lib.summarize import Summarizer, summarizer_from_settings
+
+
+def _merged(model: type[BaseModel], base: BaseModel, overrides: dict[str, Any], section: str) -> Any:
+    """`base` with the non-None `overrides`, validated by `model`; errors name `section.field`."""
+    data = base.model_dump() | {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"]) or "value"
+        raise InvalidInputError(f"{section}.{name}", err.get("input"), err["msg"]) from None
+
+
+def _set_fields(resource: dg.ConfigurableResource, names: tuple[str, ...]) -> dict[str, Any]:
+    return {n: getattr(resource, n) for n in names}
+
+
+class DatabaseResource(dg.ConfigurableResource):
+    """Postgres + pgvector: `database_url` (DATABASE_URL), else the embedded server under the state dir.
+
+    Each run process opens the database at setup, applies pending migrations, and releases its hold on
+    the embedded server at teardown (the server stops when its last holder leaves).
+    """
+
+    database_url: str | None = Field(default=None, description="postgresql:// URL; unset: embedded server.")
+    embedded_database: str | None = Field(
+        default=None, description="Database inside the embedded server (created if missing); unset: postgres."
+    )
+    state_dir: str | None = Field(
+        default=None, description="Embedded server's state dir (MEMORY_ARCHIVE_STATE_DIR)."
+    )
+    embedding_dim: int | None = Field(
+        default=None, description="Dim of a new database's vectors; unset: settings."
+    )
+
+    _db: Database | None = PrivateAttr(default=None)
+    _url: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._db, self._url = open_migrated(
+            database_url=self.database_url, embedded_database=self.embedded_database,
+            state_dir=self.state_dir, embedding_dim=self.embedding_dim,
+        )  # fmt: skip
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise RuntimeError("DatabaseResource used outside a run (setup_for_execution not called)")
+        return self._url
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        conn = connect(self.url)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+class ObjectStoreResource(dg.ConfigurableResource):
+    """Where backups go: a local folder, or an S3-compatible bucket through dagster-aws's S3Resource
+    (its endpoint_url reaches R2, MinIO or SeaweedFS). Unset fields come from settings."""
+
+    kind: str | None = Field(default=None, description="'local' or 's3'; unset: settings.")
+    local_root: str | None = None
+    bucket: str | None = None
+    prefix: str | None = None
+    s3: S3Resource | None = Field(
+        default=None, description="S3 client settings; unset: endpoint/region from settings."
+    )
+
+    def config(self) -> ObjectStoreConfig:
+        return _merged(
+            ObjectStoreConfig, Settings.from_env().object_store,
+            _set_fields(self, ("kind", "local_root", "bucket", "prefix")), "object_store",
+        )  # fmt: skip
+
+    def get_store(self) -> ObjectStore:
+        cfg = self.config()
+        if cfg.kind == "s3":
+            s3 = self.s3 or S3Resource(endpoint_url=cfg.endpoint_url, region_name=cfg.region_name)
+            assert cfg.bucket is not None  # ObjectStoreConfig requires it for kind='s3'
+            return S3ObjectStore(s3.get_client(), cfg.bucket, cfg.prefix)
+        root = cfg.local_root or Settings.from_env().local_object_root
+        Path(root).mkdir(parents=True, exist_ok=True)
+        return LocalObjectStore(Path(root), cfg.prefix)
+
+
+class SummarizerResource(dg.ConfigurableResource):
+    """The LLM (or offline extractive) summarizer, with the client-side rate limit and retries of
+    memory_lib.summarize. API keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY only."""
+
+    provider: str | None = Field(default=None, description="auto, anthropic, openai or extractive.")
+    base_url: str | None = None
+    anthropic_model: str | None = None
+    openai_model: str | None = None
+    max_output_tokens: int | None = None
+    requests_per_second: float | None = None
+    max_concurrency: int | None = None
+    max_retries: int | None = None
+    timeout_seconds: float | None = None
+
+    _summarizer: Summarizer | None = PrivateAttr(default=None)
+    _config: LLMConfig | None = PrivateAttr(default=None)
+
+    def llm_config(self) -> LLMConfig:
+        if self._config is None:
+            names = ("provider", "base_url", "anthropic_model", "openai_model", "max_output_tokens",
+                     "requests_per_second", "max_concurrency", "max_retries", "timeout_seconds")  # fmt: skip
+            self._config = _merged(LLMConfig, Settings.from_env().llm, _set_fields(self, names), "llm")
+        return self._config
+
+    def get_summarizer(self) -> Summarizer:
+        # One summarizer per process: its rate limiter then spans every night of the step.
+        if self._summarizer is None:
+            self._summarizer = summarizer_from_settings(self.llm_config())
+        return self._summarizer
+
+
+class EmbedderResource(dg.ConfigurableResource):
+    """The embedder of summaries; it must match the model and dim of the hot tier's embeddings."""
+
+    provider: str | None = Field(default=None, description="auto, openai, local or hashing.")
+    dim: int | None = None
+    base_url: str | None = None
+    openai_model: str | None = None
+    local_model: str | None = None
+
+    _embedder: Embedder | None = PrivateAttr(default=None)
+
+    def config(self) -> EmbeddingConfig:
+        names = ("provider", "dim", "base_url", "openai_model", "local_model")
+        return _merged(EmbeddingConfig, Settings.from_env().embedding, _set_fields(self, names), "embedding")
+
+    def get_embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = embedder_from_settings(self.config())
+        return self._embedder
+
+
+class ArchivalCriteriaResource(dg.ConfigurableResource):
+    """Which memories are archived and the gates (memory_lib.config.ArchivalCriteria); set a field in
+    the launchpad (resources.archival.config) to override it for one run."""
+
+    min_age_days: int | None = None
+    max_importance_score: float | None = None
+    max_recent_access_count: int | None = None
+    recent_access_window_days: int | None = None
+    force_archive_age_days: int | None = None
+    batch_size: int | None = None
+    exempt_categories: list[str] | None = None
+    max_error_rate: float | None = None
+    max_attempts: int | None = None
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.get_criteria()  # a bad value fails the run here, before any step does work
+
+    def get_criteria(self) -> ArchivalCriteria:
+        names = tuple(ArchivalCriteria.model_fields)
+        return _merged(ArchivalCriteria, Settings.from_env().archival, _set_fields(self, names), "archival")

@@ -1,0 +1,53 @@
+"""Shared by the Slow Path tests: a small deterministic history, and resources for a test database."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from memory_lib.demo_data import generate_history
+from memory_lib.embedding import HashingEmbedder
+from memory_lib.models import NewMemory
+from memory_lib.store import insert_memories
+
+# History ends here; its nights before END are all past partitions whatever today's date.
+END = datetime(2026, 6, 1, tzinfo=UTC)
+HISTORY_DAYS = 120  # the first 30 days are older than min_age_days=90 on the last night
+
+
+def load_history(
+    conn: psycopg.Connection, dim: int, *, days: int = HISTORY_DAYS, per_day: tuple[int, int] = (5, 9),
+    users: int = 3, end: datetime = END,
+) -> list[uuid.UUID]:  # fmt: skip
+    embedder = HashingEmbedder(dim)
+    items = list(generate_history(end=end, days=days, per_day=per_day, users=users))
+    vectors = embedder.embed([m.content for m in items])
+    memories = [
+        NewMemory(
+            id=m.id, user_id=m.user_id, content=m.content, embedding=v, embedding_model=embedder.model,
+            entity_links=m.entity_links, metadata=m.metadata, domain=m.domain, category=m.category,
+            importance_score=m.importance_score, access_count=m.access_count,
+            last_accessed_at=m.last_accessed_at, created_at=m.created_at,
+        )
+        for m, v in zip(items, vectors, strict=True)
+    ]  # fmt: skip
+    return insert_memories(conn, memories, actor="test-loader")
+
+
+def last_night(end: datetime = END) -> date:
+    return (end - timedelta(days=1)).date()
+
+
+def table_fingerprint(conn: psycopg.Connection) -> dict[str, Any]:
+    """Row counts and content hashes of every table the Slow Path could write."""
+    out: dict[str, Any] = {}
+    for table in ("memories", "archived_memories", "memory_events", "archival_batches", "archival_attempts",
+                  "archival_pause_events", "archival_skipped_nights"):  # fmt: skip
+        row = conn.execute(
+            f"SELECT count(*) AS n, md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) AS h FROM {table} t"
+        ).fetchone()
+        out[table] = (row["n"], row["h"])
+    return out

@@ -1,0 +1,197 @@
+"""The code location loads, validates and wires what the Slow Path promises (no data moved here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import dagster as dg
+import psycopg
+import pytest
+
+from memory_assets.definitions import defs as load_defs
+from memory_assets.defs.slow_path.partitions import SLOW_PATH
+from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
+from memory_lib import slow_path
+from memory_lib.errors import InvalidInputError
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW_PATH_ASSETS = ["archival_candidates", "memory_summaries", "archive_backups", "archive_rows"]
+
+
+@pytest.fixture(scope="module")
+def defs() -> dg.Definitions:
+    return load_defs()
+
+
+def test_definitions_are_loadable(defs):
+    dg.Definitions.validate_loadable(defs)
+
+
+@pytest.mark.parametrize("with_home", [True, False])
+def test_dagster_definitions_validate_cli_passes(tmp_path, with_home):
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    if with_home:  # as under `make`, which exports DAGSTER_HOME; CI may not
+        env["DAGSTER_HOME"] = str(tmp_path)
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "All code locations passed validation" in proc.stdout + proc.stderr
+
+
+def test_jobs_schedule_and_resources_are_wired(defs):
+    for name in ("slow_path_job", "dry_run", "rollback", "clear_archival_pause", "pause_archival"):
+        assert defs.resolve_job_def(name) is not None
+    schedule = defs.resolve_schedule_def("slow_path")
+    assert schedule.cron_schedule == f"0 {SLOW_PATH.schedule_hour} * * *"
+    assert schedule.execution_timezone == SLOW_PATH.timezone
+    assert schedule.job_name == "slow_path_job"
+    assert set(defs.resources) >= {"database", "object_store", "summarizer", "embedder", "archival"}
+    job = defs.resolve_job_def("slow_path_job")
+    keys = {k.path[-1] for k in job.asset_layer.selected_asset_keys}
+    assert keys == set(SLOW_PATH_ASSETS)
+
+
+def test_slow_path_assets_share_partitions_and_backfill_policy(defs):
+    graph = defs.resolve_asset_graph()
+    nodes = [graph.get(dg.AssetKey(name)) for name in SLOW_PATH_ASSETS]
+    assert len({n.partitions_def for n in nodes}) == 1
+    assert len({n.backfill_policy for n in nodes}) == 1
+    partitions = nodes[0].partitions_def
+    assert isinstance(partitions, dg.DailyPartitionsDefinition) and partitions.timezone == SLOW_PATH.timezone
+    assert partitions.start.date() == SLOW_PATH.partition_start_date
+    summaries = defs.resolve_assets_def("memory_summaries")
+    assert summaries.op.pool == SLOW_PATH.llm_pool
+
+
+def test_gates_are_blocking_checks(defs):
+    graph = defs.resolve_asset_graph()
+    specs = {key.name: graph.get_check_spec(key) for key in graph.asset_check_keys}
+    assert {name: spec.blocking for name, spec in specs.items()} == {
+        "backups_round_trip": True, "error_rate_gate": True, "tiers_consistent": True,
+    }  # fmt: skip
+    assert (
+        specs["backups_round_trip"].asset_key
+        == specs["error_rate_gate"].asset_key
+        == dg.AssetKey("archive_backups")
+    )
+    assert specs["tiers_consistent"].asset_key == dg.AssetKey("archive_rows")
+
+
+@pytest.mark.parametrize(
+    "tick,night",
+    [
+        ("2026-03-15T02:00", "2026-03-14"),
+        ("2026-03-01T02:00", "2026-02-28"),
+        ("2027-01-01T02:00", "2026-12-31"),
+    ],
+)
+def test_the_0200_tick_requests_the_previous_night(defs, tick, night):
+    schedule = defs.resolve_schedule_def("slow_path")
+    when = datetime.fromisoformat(tick).replace(tzinfo=ZoneInfo(SLOW_PATH.timezone))
+    result = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=when))
+    assert [r.partition_key for r in result.run_requests] == [night]
+
+
+_PRINT_SCHEDULE = """
+import datetime, zoneinfo, dagster as dg
+from memory_assets.definitions import defs
+d = defs()
+s = d.resolve_schedule_def("slow_path")
+tick = datetime.datetime(2026, 7, 10, 2, 0, tzinfo=zoneinfo.ZoneInfo("Europe/Lisbon"))
+req = s.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=tick)).run_requests
+p = d.resolve_assets_def("archive_rows").partitions_def
+print(s.execution_timezone, s.cron_schedule, req[0].partition_key, p.get_first_partition_key())
+"""
+
+
+def test_zone_and_start_come_from_the_environment(tmp_path):
+    env = dict(
+        os.environ, MEMORY_ARCHIVE_TIMEZONE="Europe/Lisbon", MEMORY_ARCHIVE_PARTITION_START="2026-02-01"
+    )
+    out = subprocess.run([sys.executable, "-c", _PRINT_SCHEDULE], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["Europe/Lisbon", "0", "2", "*", "*", "*", "2026-07-09", "2026-02-01"]
+    bad = subprocess.run([sys.executable, "-c", _PRINT_SCHEDULE], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(env, MEMORY_ARCHIVE_TIMEZONE="Mars/Olympus"), timeout=120)  # fmt: skip
+    assert bad.returncode != 0 and "Mars/Olympus" in bad.stderr and "timezone" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "resource,field",
+    [
+        (ArchivalCriteriaResource(max_error_rate=1.5), "archival.max_error_rate"),
+        (ArchivalCriteriaResource(batch_size=501), "archival.batch_size"),
+        (ArchivalCriteriaResource(min_age_days=400), "force_archive_age_days"),
+        (
+            ArchivalCriteriaResource(exempt_categories=["core", "semantic"], max_attempts=0),
+            "archival.max_attempts",
+        ),
+    ],
+)
+def test_bad_criteria_are_refused_naming_the_field(resource, field):
+    with pytest.raises(InvalidInputError, match=field.replace(".", r"\.")):
+        resource.get_criteria()
+
+
+def test_criteria_overrides_keep_the_other_defaults():
+    criteria = ArchivalCriteriaResource(
+        max_error_rate=0.1, exempt_categories=["core", "procedural"]
+    ).get_criteria()
+    assert criteria.max_error_rate == 0.1 and criteria.exempt_categories == ("core", "procedural")
+    assert criteria.batch_size == 500 and criteria.min_age_days == 90
+
+
+def test_s3_store_needs_a_bucket():
+    with pytest.raises(InvalidInputError, match="object_store"):
+        ObjectStoreResource(kind="s3").get_store()
+
+
+def test_database_resource_starts_and_releases_an_embedded_server(tmp_path, monkeypatch):
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    resource = DatabaseResource(
+        state_dir=str(tmp_path / "state"), embedded_database="memory_t", embedding_dim=32
+    )
+    with dg.build_resources({"database": resource}) as built, built.database.connect() as conn:
+        assert conn.execute("SELECT current_database() AS d").fetchone()["d"] == "memory_t"
+        assert not slow_path.pause_status(conn).paused  # migrations applied, 003 included
+        url = built.database.url
+    with pytest.raises(psycopg.OperationalError):  # its last holder left: the server stopped
+        psycopg.connect(url, connect_timeout=3).close()
+
+
+def test_pause_cli_sets_shows_and_clears(db_url):
+    env = dict(os.environ, DATABASE_URL=db_url)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memory_assets.pause", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    out = cli("set", "--reason", "provider outage", "--operator", "ops")
+    assert out.returncode == 0 and "archival paused by ops" in out.stdout and "provider outage" in out.stdout
+    assert "provider outage" in cli("status").stdout
+    cleared = cli("clear", "--reason", "provider back", "--operator", "ops")
+    assert cleared.returncode == 0 and cleared.stdout.startswith("archival is running")
+    refused = cli("clear", "--reason", " ", "--operator", "ops")
+    assert refused.returncode == 2 and "reason" in refused.stderr
+
+
+@pytest.mark.parametrize("name", ["dagster.yaml", "dagster.postgres.yaml"])
+def test_instance_yaml_files_are_valid(name, tmp_path, monkeypatch):
+    from dagster._core.instance.config import dagster_instance_config
+
+    (tmp_path / "dagster.yaml").write_text((ROOT / name).read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_PG_URL", "postgresql+psycopg2://postgres@/dagster?host=/tmp")
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert config["concurrency"]["pools"]["default_limit"] == 1
+    limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert {"key": "dagster/backfill", "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
+    assert ("postgres" in config.get("storage", {})) == ("postgres" in name)

@@ -1,0 +1,463 @@
+"""The Slow Path through Dagster: real materializations against the embedded Postgres, SeaweedFS and
+the fake LLM server through the real SDK. Resources point at each test's own database (db_url)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import dagster as dg
+import pytest
+from dagster_aws.s3 import S3Resource
+
+from memory_assets.definitions import defs as load_defs
+from memory_assets.defs.rollback.jobs import rollback
+from memory_assets.defs.slow_path import assets, checks
+from memory_assets.defs.slow_path.jobs import clear_archival_pause
+from memory_assets.defs.slow_path.partitions import SLOW_PATH
+from memory_assets.resources import (
+    ArchivalCriteriaResource,
+    DatabaseResource,
+    EmbedderResource,
+    ObjectStoreResource,
+    SummarizerResource,
+)
+from memory_lib import archive, slow_path
+from memory_lib.models import BackupObject
+from tests.conftest import TEST_DIM
+from tests.support.dagster_helpers import last_night, load_history, table_fingerprint
+from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
+
+SLOW_PATH_DEFS = [
+    assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows,
+    checks.backups_round_trip, checks.error_rate_gate, checks.tiers_consistent,
+]  # fmt: skip
+NIGHT = last_night()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def fake_llm_server():
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_llm(fake_llm_server, monkeypatch):
+    fake_llm_server.reset()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_API_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_API_KEY)
+    return fake_llm_server
+
+
+@pytest.fixture
+def history(conn):
+    return load_history(conn, TEST_DIM)
+
+
+@pytest.fixture
+def local_store_resource(tmp_path):
+    return ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
+
+
+@pytest.fixture
+def s3_store_resource(seaweed):
+    bucket = f"dg-{os.urandom(6).hex()}"
+    seaweed.create_bucket(bucket)
+    s3 = S3Resource(endpoint_url=seaweed.endpoint_url, region_name=seaweed.region,
+                    aws_access_key_id=seaweed.access_key, aws_secret_access_key=seaweed.secret_key)  # fmt: skip
+    return ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3)
+
+
+def resources(db_url, store, summarizer=None, **criteria):
+    return {
+        "database": DatabaseResource(database_url=db_url),
+        "object_store": store,
+        "summarizer": summarizer or SummarizerResource(provider="extractive"),
+        "embedder": EmbedderResource(provider="hashing", dim=TEST_DIM),
+        "archival": ArchivalCriteriaResource(**criteria),
+    }
+
+
+def materialize(res, night=NIGHT, defs=SLOW_PATH_DEFS, instance=None):
+    return dg.materialize(
+        defs, partition_key=night.isoformat(), resources=res,
+        instance=instance or dg.DagsterInstance.ephemeral(), raise_on_error=False,
+    )  # fmt: skip
+
+
+def checks_of(result) -> dict[str, tuple[bool, str]]:
+    return {e.check_name: (e.passed, e.severity.value) for e in result.get_asset_check_evaluations()}
+
+
+def materialized(result) -> dict[str, dict]:
+    return {
+        e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
+        for e in result.get_asset_materialization_events()
+    }
+
+
+def count(conn, sql, *args) -> int:
+    return conn.execute(sql, args).fetchone()["n"]
+
+
+# --------------------------------------------------------------------------- a night on SeaweedFS
+
+
+def test_partition_archives_and_rows_objects_and_events_agree(conn, db_url, history, s3_store_resource):
+    res = resources(db_url, s3_store_resource)
+    result = materialize(res)
+    assert result.success
+    assert checks_of(result) == {
+        "backups_round_trip": (True, "ERROR"), "error_rate_gate": (True, "ERROR"), "tiers_consistent": (True, "ERROR"),
+    }  # fmt: skip
+    meta = materialized(result)
+    archived = conn.execute("SELECT * FROM archived_memories").fetchall()
+    assert meta["archive_rows"]["archived"] == len(archived) == meta["archival_candidates"]["claimed"] > 0
+    assert meta["archive_backups"]["bytes_written"] == sum(r["backup_size_bytes"] for r in archived)
+    store = s3_store_resource.get_store()
+    keys = set(store.list("memories/"))
+    assert len(keys) == len(archived)
+    for row in archived:
+        key = store.key_from_ref(row["storage_ref"])
+        doc = BackupObject.from_json_bytes(store.get_verified(key, row["backup_sha256"]))
+        assert (doc.original_id, doc.user_id, doc.archive_reason) == (
+            row["original_id"],
+            row["user_id"],
+            row["archive_reason"],
+        )
+        assert key in keys
+    assert (
+        count(
+            conn,
+            "SELECT count(*) AS n FROM memories WHERE id = ANY(%s)",
+            [r["original_id"] for r in archived],
+        )
+        == 0
+    )
+    events = conn.execute(
+        "SELECT memory_id, details FROM memory_events WHERE event_type = 'archived'"
+    ).fetchall()
+    assert sorted(e["memory_id"] for e in events) == sorted(r["original_id"] for r in archived)
+    by_id = {r["original_id"]: r for r in archived}
+    assert all(e["details"]["sha256"] == by_id[e["memory_id"]]["backup_sha256"] for e in events)
+
+    # The same partition again: no new work.
+    again = materialize(res)
+    assert again.success
+    meta2 = materialized(again)
+    assert meta2["archival_candidates"]["nights_newly_claimed"] == 0
+    assert meta2["memory_summaries"]["summarized"] == 0 and meta2["archive_backups"]["objects_written"] == 0
+    assert meta2["archive_rows"]["archived"] == 0
+    assert count(conn, "SELECT count(*) AS n FROM archived_memories") == len(archived)
+
+
+def test_two_nights_are_disjoint_and_capped(conn, db_url, history, local_store_resource):
+    res = resources(db_url, local_store_resource, batch_size=25)
+    for night in (NIGHT - timedelta(days=1), NIGHT):
+        result = materialize(res, night)
+        assert result.success and materialized(result)["archival_candidates"]["claimed"] == 25
+    rows = conn.execute("SELECT batch_key, memory_id FROM archival_attempts").fetchall()
+    assert len(rows) == len({r["memory_id"] for r in rows}) == 50
+    assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 50
+
+
+def test_a_backfill_run_goes_through_its_nights_in_date_order_within_the_cap(
+    conn, db_url, history, local_store_resource
+):
+    nights = [NIGHT - timedelta(days=9 - i) for i in range(10)]
+    result = dg.materialize(
+        SLOW_PATH_DEFS, resources=resources(db_url, local_store_resource, batch_size=15),
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": nights[0].isoformat(),
+              "dagster/asset_partition_range_end": nights[-1].isoformat()},
+    )  # fmt: skip
+    assert result.success
+    assert {e.partition for e in result.get_asset_materialization_events()} == {n.isoformat() for n in nights}
+    batches = conn.execute(
+        "SELECT batch_key, claimed_count FROM archival_batches ORDER BY created_at"
+    ).fetchall()
+    assert [b["batch_key"] for b in batches] == [slow_path.batch_key_for(n) for n in nights]
+    assert all(b["claimed_count"] <= 15 for b in batches) and sum(b["claimed_count"] for b in batches) > 15
+    rows = conn.execute("SELECT memory_id FROM archival_attempts").fetchall()
+    assert (
+        len(rows)
+        == len({r["memory_id"] for r in rows})
+        == count(conn, "SELECT count(*) AS n FROM archived_memories")
+    )
+
+
+# --------------------------------------------------------------------------- the error-rate gate
+
+
+def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
+    conn, db_url, history, local_store_resource, fake_llm
+):
+    fake_llm.fail_fraction, fake_llm.fail_status = 0.1, 400
+    llm = SummarizerResource(
+        provider="anthropic", base_url=fake_llm.base_url, requests_per_second=1000.0, max_retries=0
+    )
+    res = resources(db_url, local_store_resource, summarizer=llm)
+    hot_before = count(conn, "SELECT count(*) AS n FROM memories")
+    result = materialize(res)
+
+    assert not result.success
+    assert checks_of(result)["error_rate_gate"] == (False, "ERROR")
+    assert "archive_rows" not in materialized(result)
+    assert fake_llm.count("/v1/messages") > 0  # the real SDK talked to the fake server
+    status = archive.batch_status(conn, slow_path.batch_key_for(NIGHT))
+    assert status.error_rate > 0.05 and status.failed_by_step == {"summarize": status.failed}
+    assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before
+    assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
+    assert count(conn, "SELECT count(*) AS n FROM memory_events WHERE event_type = 'archived'") == 0
+    pause = slow_path.pause_status(conn)
+    assert pause.paused and pause.batch_key == slow_path.batch_key_for(NIGHT)
+
+    # The next scheduled run: the 02:00 tick asks for the night that just ended, which does nothing.
+    schedule = load_defs().resolve_schedule_def("slow_path")
+    tick = datetime.combine(NIGHT + timedelta(days=2), datetime.min.time(), ZoneInfo(SLOW_PATH.timezone))
+    requests = schedule.evaluate_tick(
+        dg.build_schedule_context(scheduled_execution_time=tick.replace(hour=2))
+    )
+    next_night = datetime.fromisoformat(requests.run_requests[0].partition_key).date()
+    assert next_night == NIGHT + timedelta(days=1)
+    fake_llm.reset()
+    paused_run = materialize(res, next_night)
+    assert paused_run.success
+    assert materialized(paused_run)["archival_candidates"]["nights_paused"] == 1
+    assert checks_of(paused_run)["error_rate_gate"] == (False, "WARN")
+    assert fake_llm.count() == 0
+    assert count(conn, "SELECT count(*) AS n FROM archival_attempts WHERE batch_key = %s",
+                 slow_path.batch_key_for(next_night)) == 0  # fmt: skip
+    assert [s["step"] for s in slow_path.skipped_nights(conn, slow_path.batch_key_for(next_night))] == [
+        "claim",
+        "summarize",
+        "backup",
+        "commit",
+    ]
+    assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before
+
+    # The operator clears the pause from the UI job; the night re-runs (retrying the failures).
+    cleared = clear_archival_pause.execute_in_process(
+        run_config={"ops": {"clear_pause": {"config": {"reason": "LLM fixed", "operator": "ops@example"}}}},
+        resources={"database": DatabaseResource(database_url=db_url)},
+    )
+    assert cleared.success and not slow_path.pause_status(conn).paused
+    retried = materialize(res)
+    assert retried.success and checks_of(retried)["error_rate_gate"] == (True, "ERROR")
+    assert count(conn, "SELECT count(*) AS n FROM archived_memories") == status.attempted
+
+
+def test_an_empty_summary_fails_its_memory_not_the_run(conn, db_url, history, local_store_resource, fake_llm):
+    fake_llm.empty_summary_fraction = 0.05
+    llm = SummarizerResource(provider="openai", base_url=fake_llm.openai_base_url, requests_per_second=1000.0)
+    res = resources(db_url, local_store_resource, summarizer=llm, max_error_rate=0.2)  # a per-run override
+    result = materialize(res)
+    assert result.success
+    status = archive.batch_status(conn, slow_path.batch_key_for(NIGHT))
+    errors = conn.execute("SELECT memory_id, error FROM archival_attempts WHERE error IS NOT NULL").fetchall()
+    assert 0 < len(errors) == status.failed and all("empty summary" in e["error"] for e in errors)
+    assert materialized(result)["archive_rows"]["archived"] == status.attempted - status.failed
+    assert count(
+        conn, "SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", [e["memory_id"] for e in errors]
+    ) == len(errors)
+
+
+def test_a_bad_criteria_override_fails_with_the_field_named(db_url, history, local_store_resource):
+    result = materialize(resources(db_url, local_store_resource, max_error_rate=1.5))
+    assert not result.success
+    messages = " ".join(str(e.event_specific_data) for e in result.all_events if e.is_failure)
+    assert "archival.max_error_rate" in messages and "1.5" in messages
+
+
+# --------------------------------------------------------------------------- fidelity
+
+
+def test_a_tampered_backup_fails_the_round_trip_and_blocks_deletion(
+    conn, db_url, history, s3_store_resource, seaweed
+):
+    res = resources(db_url, s3_store_resource)
+    upto_backups = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups]
+    assert materialize(res, defs=upto_backups).success
+    victim = conn.execute(
+        "SELECT memory_id, backup_key FROM archival_attempts WHERE status = 'backed_up' ORDER BY memory_id LIMIT 1"
+    ).fetchone()
+    before = slow_path.exact_rows(conn, [victim["memory_id"]])
+    store = s3_store_resource.get_store()
+    evil = store.get(victim["backup_key"]).replace(b'"content":"', b'"content":"(edited) ', 1)
+    seaweed.client().put_object(Bucket=store.bucket, Key=victim["backup_key"], Body=evil)
+    hot_before = count(conn, "SELECT count(*) AS n FROM memories")
+
+    result = materialize(res)
+    assert not result.success
+    assert checks_of(result)["backups_round_trip"] == (False, "ERROR")
+    assert "archive_rows" not in materialized(result)
+    assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before
+    assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
+    assert slow_path.pause_status(conn).paused
+    row = conn.execute(
+        "SELECT status, failed_step FROM archival_attempts WHERE memory_id = %s", (victim["memory_id"],)
+    ).fetchone()
+    assert (row["status"], row["failed_step"]) == ("embedded", "fidelity")
+
+    # Cleared and re-run: the backup is rewritten, round-trips, and the memory archives and restores exactly.
+    slow_path.clear_pause(conn, reason="bucket audited", actor="ops")
+    assert materialize(res).success
+    assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before - count(
+        conn, "SELECT count(*) AS n FROM archived_memories"
+    )
+    archive.restore_archive(conn, store, user_id=before[victim["memory_id"]]["user_id"],
+                            original_id=victim["memory_id"], actor="test")  # fmt: skip
+    assert slow_path.exact_rows(conn, [victim["memory_id"]]) == before
+
+
+# --------------------------------------------------------------------------- a run killed mid-backup
+
+_KILLED_RUN = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    import dagster as dg
+    from memory_assets.defs.slow_path import assets
+    from memory_assets.resources import (ArchivalCriteriaResource, DatabaseResource, EmbedderResource,
+                                         ObjectStoreResource, SummarizerResource)
+    from memory_lib.objectstore import LocalObjectStore
+
+    db_url, root, night, dim, kill_after = sys.argv[1:6]
+
+    class DiesMidBackup(LocalObjectStore):
+        puts = 0
+        def put(self, key, data, sha256):
+            stored = super().put(key, data, sha256)  # the object exists; its checkpoint does not yet
+            DiesMidBackup.puts += 1
+            if DiesMidBackup.puts >= int(kill_after):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return stored
+
+    class Store(ObjectStoreResource):
+        def get_store(self):
+            return DiesMidBackup(Path(self.local_root), self.prefix)
+
+    dg.materialize(
+        [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows],
+        partition_key=night,
+        resources={"database": DatabaseResource(database_url=db_url),
+                   "object_store": Store(kind="local", local_root=root, prefix="test"),
+                   "summarizer": SummarizerResource(provider="extractive"),
+                   "embedder": EmbedderResource(provider="hashing", dim=int(dim)),
+                   "archival": ArchivalCriteriaResource()},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    """
+)
+
+
+def test_a_run_killed_between_backups_and_archive_rows_resumes_exactly_once(conn, db_url, history, tmp_path):
+    root = tmp_path / "objects"
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_RUN, db_url, str(root), NIGHT.isoformat(), str(TEST_DIM), "10"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    store_res = ObjectStoreResource(kind="local", local_root=str(root), prefix="test")
+    store = store_res.get_store()
+    claimed = [r["memory_id"] for r in conn.execute("SELECT memory_id FROM archival_attempts").fetchall()]
+    statuses = [r["status"] for r in conn.execute("SELECT status FROM archival_attempts").fetchall()]
+    assert "archived" not in statuses and statuses.count("backed_up") < len(claimed)  # killed mid-backup
+    assert slow_path.orphaned_backups(conn, store)  # the object whose checkpoint the kill prevented
+
+    result = materialize(resources(db_url, store_res))
+    assert result.success
+    archived = count(conn, "SELECT count(*) AS n FROM archived_memories")
+    assert (
+        archived
+        == len(claimed)
+        == count(conn, "SELECT count(*) AS n FROM archival_attempts WHERE status = 'archived'")
+    )
+    assert count(conn, "SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", claimed) == 0
+    assert count(
+        conn, "SELECT count(*) AS n FROM (SELECT memory_id FROM memory_events WHERE event_type = 'archived' "
+        "GROUP BY 1 HAVING count(*) = 1) x",
+    ) == archived  # fmt: skip
+    assert slow_path.orphaned_backups(conn, store) == []
+    assert len(list(store.list("memories/"))) == archived
+
+
+# --------------------------------------------------------------------------- dry run and rollback
+
+
+def test_dry_run_job_writes_nothing_and_shows_the_review(conn, db_url, history, local_store_resource):
+    before = table_fingerprint(conn)
+    job = load_defs().resolve_job_def("dry_run")
+    result = job.execute_in_process(
+        run_config={"ops": {"archival_dry_run": {"config": {"as_of": "2026-06-01T00:00:00+00:00"}}}},
+        resources=resources(db_url, local_store_resource),
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert result.success
+    assert table_fingerprint(conn) == before
+    meta = materialized(result)["archival_dry_run"]
+    assert (
+        meta["sampled"]
+        == SLOW_PATH.dry_run_sample_size
+        == meta["round_trip_faithful"]
+        == meta["round_trip_deleted"]
+    )
+    assert meta["review"].count("\n| ") == SLOW_PATH.dry_run_sample_size  # one table row per sampled memory
+    assert meta["eligible"] == sum(v for k, v in meta.items() if k.startswith("eligible_"))
+    assert meta["projected_nights"] >= 1 and meta["projected_backup_bytes"] > 0
+    assert list(local_store_resource.get_store().list("")) == []
+
+
+def output_metadata(result, node: str) -> dict:
+    for event in result.all_events:
+        if event.event_type == dg.DagsterEventType.STEP_OUTPUT and event.step_key == node:
+            return {k: v.value for k, v in event.event_specific_data.metadata.items()}
+    raise AssertionError(f"no output of {node}")
+
+
+def test_rollback_job_restores_byte_exact_and_is_idempotent(conn, db_url, history, local_store_resource):
+    res = resources(db_url, local_store_resource)
+    before = slow_path.exact_rows(conn, history)
+    assert materialize(res).success
+    ids = [r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories").fetchall()]
+    assert ids
+    rollback_resources = {"database": res["database"], "object_store": local_store_resource}
+    run = rollback.execute_in_process(
+        run_config={"ops": {"restore_archives": {"config": {"all": True, "operator": "test"}}}},
+        resources=rollback_resources,
+    )
+    assert run.success
+    meta = output_metadata(run, "restore_archives")
+    assert (meta["restored"], meta["failed"], meta["archival_paused"]) == (len(ids), 0, True)
+    assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
+    assert slow_path.exact_rows(conn, ids) == {i: before[i] for i in ids}
+    assert slow_path.pause_status(conn).paused  # restoring all pauses, so the nights do not re-archive them
+    events = count(conn, "SELECT count(*) AS n FROM memory_events WHERE event_type = 'restored'")
+    assert events == len(ids)
+
+    again = rollback.execute_in_process(
+        run_config={"ops": {"restore_archives": {"config": {"original_ids": [str(i) for i in ids[:3]]}}}},
+        resources=rollback_resources,
+    )
+    assert again.success
+    meta = output_metadata(again, "restore_archives")
+    assert (meta["restored"], meta["already_hot"], meta["archival_paused"]) == (0, 3, False)
+    assert count(conn, "SELECT count(*) AS n FROM memory_events WHERE event_type = 'restored'") == events
+
+
+def test_rollback_needs_a_selection(db_url, local_store_resource):
+    run = rollback.execute_in_process(
+        resources={"database": DatabaseResource(database_url=db_url), "object_store": local_store_resource},
+        raise_on_error=False,
+    )
+    assert not run.success
+    assert "choose all=true, a user_id, or a list of original_ids" in " ".join(
+        str(e.event_specific_data) for e in run.all_events if e.is_failure
+    )
