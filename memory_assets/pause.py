@@ -12,6 +12,7 @@ import os
 import sys
 
 from memory_lib import slow_path
+from memory_lib.config import Settings
 from memory_lib.db import connect
 from memory_lib.errors import MemoryArchiveError
 from memory_lib.slow_path import open_migrated
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     db, url = open_migrated(
         database_url=os.getenv("DATABASE_URL") or None,
-        embedded_database=os.getenv("MEMORY_ARCHIVE_EMBEDDED_DB") or None,
+        embedded_database=Settings.from_env().embedded_database,
     )
     try:
         with connect(url) as conn:

@@ -106,7 +106,7 @@ class BatchStatus:
 # --------------------------------------------------------------------------- eligibility
 
 
-def _criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, Any]:
+def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, Any]:
     return {
         "min_cutoff": as_of - timedelta(days=criteria.min_age_days),
         "force_cutoff": as_of - timedelta(days=criteria.force_archive_age_days),
@@ -120,7 +120,7 @@ def _criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, A
 # Eligible = old enough, not pinned or exempt, not in an open attempt, not in active use, and either
 # unimportant or past the force age. "In active use" = more accesses than allowed with the last one
 # inside the recent window (the table keeps a count and a last-access time, not a full access log).
-_ELIGIBLE_SQL = """
+ELIGIBLE_SQL = """
     FROM memories m
     WHERE NOT m.pinned
       AND m.category <> ALL(%(exempt)s)
@@ -130,15 +130,15 @@ _ELIGIBLE_SQL = """
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
                       WHERE a.memory_id = m.id AND a.status IN ('claimed','summarized','embedded','backed_up'))
 """
-_REASON_SQL = f"""CASE WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
+REASON_SQL = f"""CASE WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
                       ELSE '{REASON_FORCE_AGE}' END"""
 
 
 def eligible_counts(conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime) -> dict[str, int]:
     """How many hot memories are eligible now, by archive reason (read-only)."""
     rows = conn.execute(
-        f"SELECT {_REASON_SQL} AS reason, count(*) AS n {_ELIGIBLE_SQL} GROUP BY 1",
-        _criteria_params(criteria, as_of),
+        f"SELECT {REASON_SQL} AS reason, count(*) AS n {ELIGIBLE_SQL} GROUP BY 1",
+        criteria_params(criteria, as_of),
     ).fetchall()
     return {r["reason"]: r["n"] for r in rows}
 
@@ -147,9 +147,9 @@ def select_eligible(
     conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, limit: int
 ) -> list[dict[str, Any]]:
     """Eligible memories, lowest importance then oldest first (read-only, no locks)."""
-    params = _criteria_params(criteria, as_of) | {"limit": limit}
+    params = criteria_params(criteria, as_of) | {"limit": limit}
     return conn.execute(
-        f"""SELECT m.id, m.user_id, {_REASON_SQL} AS reason {_ELIGIBLE_SQL}
+        f"""SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL}
             ORDER BY m.importance_score, m.created_at, m.id LIMIT %(limit)s""",
         params,
     ).fetchall()
@@ -185,9 +185,9 @@ def claim_batch(
             existing = conn.execute("SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
             by_reason = _reason_counts(conn, batch_key)
             return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
-        params = _criteria_params(criteria, as_of) | {"limit": limit}
+        params = criteria_params(criteria, as_of) | {"limit": limit}
         rows = conn.execute(
-            f"""SELECT m.id, m.user_id, {_REASON_SQL} AS reason {_ELIGIBLE_SQL}
+            f"""SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL}
                 ORDER BY m.importance_score, m.created_at, m.id LIMIT %(limit)s
                 FOR UPDATE OF m SKIP LOCKED""",
             params,
@@ -226,7 +226,7 @@ def _pending(conn: psycopg.Connection, batch_key: str, status: str, extra_cols: 
     ).fetchall()
 
 
-def _record_failure(
+def record_failure(
     conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, step: str, exc: BaseException,
     criteria: ArchivalCriteria, result: StepResult,
 ) -> None:
@@ -246,7 +246,7 @@ def _record_failure(
     log.warning("archival %s failed for memory %s: %s", step, memory_id, message)
 
 
-def _parallel(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterable[tuple[T, R | BaseException]]:
+def run_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterable[tuple[T, R | BaseException]]:
     """Run fn over items in threads; yield (item, result or exception) in input order."""
 
     def safe(item: T) -> R | BaseException:
@@ -283,11 +283,11 @@ def summarize_batch(
         item = SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
         return summarizer.summarize(item), extract_key_entities(row["content"])
 
-    for attempt, outcome in _parallel(run, todo, workers):
+    for attempt, outcome in run_parallel(run, todo, workers):
         result.processed += 1
         mid = attempt["memory_id"]
         if isinstance(outcome, BaseException):
-            _record_failure(conn, batch_key, mid, "summarize", outcome, criteria, result)
+            record_failure(conn, batch_key, mid, "summarize", outcome, criteria, result)
             continue
         summary, entities = outcome
         conn.execute(
@@ -342,7 +342,7 @@ def embed_batch(
         for attempt, vec in zip(chunk, vectors, strict=True):
             result.processed += 1
             if isinstance(vec, BaseException):
-                _record_failure(conn, batch_key, attempt["memory_id"], "embed", vec, criteria, result)
+                record_failure(conn, batch_key, attempt["memory_id"], "embed", vec, criteria, result)
                 continue
             conn.execute(
                 """UPDATE archival_attempts
@@ -376,11 +376,11 @@ def backup_batch(
         key = object_store.key_for(row["id"])
         return object_store.put(key, data, sha256_hex(data))
 
-    for attempt, outcome in _parallel(run, todo, workers):
+    for attempt, outcome in run_parallel(run, todo, workers):
         result.processed += 1
         mid = attempt["memory_id"]
         if isinstance(outcome, BaseException):
-            _record_failure(conn, batch_key, mid, "backup", outcome, criteria, result)
+            record_failure(conn, batch_key, mid, "backup", outcome, criteria, result)
             continue
         conn.execute(
             """UPDATE archival_attempts
@@ -404,14 +404,14 @@ _COMMIT_INSERT = """
         original_superseded_by, importance_score, access_count, last_accessed_at, archived_at,
         original_created_at, archive_reason, storage_ref, storage_verified, backup_sha256,
         backup_size_bytes, backup_version_id, schema_version, summary_model, summarizer_kind,
-        summary_input_tokens, summary_output_tokens, summary_cost_usd, metadata)
+        summary_input_tokens, summary_output_tokens, summary_cost_usd, metadata, original_dedupe_key)
     SELECT m.id, m.user_id, a.summary, a.summary_embedding, a.summary_embedding_model,
            coalesce(a.key_entities, '{}'), m.domain, m.category, m.embedding_model, m.updated_at,
            m.superseded_by, m.importance_score, m.access_count, m.last_accessed_at, a.backup_archived_at,
            m.created_at, a.archive_reason, a.backup_ref, true, a.backup_sha256, a.backup_size_bytes,
            a.backup_version_id, 1, a.summary_model, a.summarizer_kind, coalesce(a.input_tokens, 0),
            coalesce(a.output_tokens, 0), coalesce(a.cost_usd, 0),
-           jsonb_build_object('batch_key', a.batch_key, 'backup_key', a.backup_key)
+           jsonb_build_object('batch_key', a.batch_key, 'backup_key', a.backup_key), m.dedupe_key
     FROM archival_attempts a JOIN memories m ON m.id = a.memory_id
     WHERE a.batch_key = %(batch)s AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
 """
@@ -434,11 +434,11 @@ def commit_batch(
         return object_store.verify(attempt["backup_key"], attempt["backup_sha256"], attempt["backup_size_bytes"])
 
     verified: list[dict[str, Any]] = []
-    for attempt, outcome in _parallel(verify, todo, workers):
+    for attempt, outcome in run_parallel(verify, todo, workers):
         if isinstance(outcome, BaseException):
             result.processed += 1
-            _record_failure(conn, batch_key, attempt["memory_id"], "verify", outcome, criteria, result)
-            _back_to(conn, batch_key, attempt["memory_id"], "embedded")
+            record_failure(conn, batch_key, attempt["memory_id"], "verify", outcome, criteria, result)
+            return_to_status(conn, batch_key, attempt["memory_id"], "embedded")
         else:
             verified.append(attempt)
     for i in range(0, len(verified), chunk_size):
@@ -452,12 +452,12 @@ def commit_batch(
                     _commit_chunk(conn, batch_key, [attempt], actor, result)
                 except psycopg.Error as exc:
                     result.processed += 1
-                    _record_failure(conn, batch_key, attempt["memory_id"], "commit", exc, criteria, result)
+                    record_failure(conn, batch_key, attempt["memory_id"], "commit", exc, criteria, result)
     result.seconds = time.monotonic() - started
     return result
 
 
-def _back_to(conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, status: str) -> None:
+def return_to_status(conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, status: str) -> None:
     conn.execute(
         "UPDATE archival_attempts SET status = %s WHERE batch_key = %s AND memory_id = %s AND status <> 'released'",
         (status, batch_key, memory_id),

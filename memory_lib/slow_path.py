@@ -17,7 +17,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
@@ -481,7 +480,7 @@ def verify_backups(
     def read(attempt: dict[str, Any]) -> bytes:
         return store.get(attempt["backup_key"])
 
-    for attempt, data in _parallel(read, attempts, workers):
+    for attempt, data in archive.run_parallel(read, attempts, workers):
         report.checked += 1
         mid = attempt["memory_id"]
         if isinstance(data, BaseException):
@@ -558,9 +557,9 @@ def reset_unfaithful_backups(
         ).fetchone()
         if row is None or row["status"] != "backed_up":
             continue  # an archived memory's backup cannot be rewritten from a source that is gone
-        archive._record_failure(conn, report.batch_key, mid, "fidelity", IntegrityError("backup", "round trip", problem),
+        archive.record_failure(conn, report.batch_key, mid, "fidelity", IntegrityError("backup", "round trip", problem),
                                 criteria, sink)  # fmt: skip
-        archive._back_to(conn, report.batch_key, mid, "embedded")
+        archive.return_to_status(conn, report.batch_key, mid, "embedded")
         sent_back += 1
     return sent_back
 
@@ -734,10 +733,10 @@ def sample_eligible(
 ) -> list[dict[str, Any]]:
     """A deterministic pseudo-random sample of eligible memories across users and reasons (read-only)."""
     # Same eligibility SQL as claim_batch, so the sample is what a night could claim.
-    params = archive._criteria_params(criteria, as_of.astimezone(UTC)) | {"limit": n, "seed": seed}
+    params = archive.criteria_params(criteria, as_of.astimezone(UTC)) | {"limit": n, "seed": seed}
     return conn.execute(
         f"""SELECT {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))},
-                   {archive._REASON_SQL} AS reason {archive._ELIGIBLE_SQL}
+                   {archive.REASON_SQL} AS reason {archive.ELIGIBLE_SQL}
             ORDER BY md5(m.id::text || %(seed)s) LIMIT %(limit)s""",
         params,
     ).fetchall()
@@ -769,7 +768,7 @@ def dry_run(
             SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
         )
 
-    outcomes = list(_parallel(summarize, rows, workers))
+    outcomes = list(archive.run_parallel(summarize, rows, workers))
     t_summary = time.monotonic() - t0
     samples: list[SampleReview] = []
     for row, out in outcomes:
@@ -843,7 +842,7 @@ def _scratch_round_trip(
 
     written = faithful = deleted = size = 0
     failures: dict[str, str] = {}
-    for row, out in _parallel(trip, rows, workers):
+    for row, out in archive.run_parallel(trip, rows, workers):
         written += 1
         if isinstance(out, BaseException):
             failures[str(row["id"])] = f"{type(out).__name__}: {out}"[:300]
@@ -999,20 +998,3 @@ def exact_rows(conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> dict[uuid.
         r["embedding"] = to_float32(r["embedding"]).tobytes()
         out[r["id"]] = r
     return out
-
-
-def _parallel(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> Iterable[tuple[Any, Any]]:
-    """(item, result or exception) in input order, computed in up to `workers` threads."""
-
-    def safe(item: Any) -> Any:
-        try:
-            return fn(item)
-        except Exception as exc:  # reported per item by the caller
-            return exc
-
-    if workers <= 1 or len(items) <= 1:
-        for item in items:
-            yield item, safe(item)
-        return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        yield from zip(items, pool.map(safe, items), strict=True)

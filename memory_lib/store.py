@@ -18,12 +18,12 @@ from .models import NewMemory, sha256_hex, validate_memory
 MEMORY_COLUMNS = (
     "id, user_id, content, content_sha256, embedding, embedding_model, embedding_dim, entity_links, "
     "metadata, domain, category, importance_score, access_count, last_accessed_at, created_at, "
-    "updated_at, pinned, superseded_by"
+    "updated_at, pinned, superseded_by, dedupe_key"
 )
 _COPY_COLUMNS = [c.strip() for c in MEMORY_COLUMNS.split(",")]
 _COPY_TYPES = [
     "uuid", "text", "text", "text", "vector", "text", "int4", "uuid[]", "jsonb", "text", "text",
-    "float8", "int4", "timestamptz", "timestamptz", "timestamptz", "bool", "uuid",
+    "float8", "int4", "timestamptz", "timestamptz", "timestamptz", "bool", "uuid", "text",
 ]  # fmt: skip
 
 
@@ -96,7 +96,7 @@ def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:
     return (
         m.id, m.user_id, m.content, sha256_hex(m.content), m.embedding, m.embedding_model, dim,
         m.entity_links, Jsonb(m.metadata), m.domain, m.category, m.importance_score, m.access_count,
-        m.last_accessed_at, created, created, m.pinned, None,
+        m.last_accessed_at, created, created, m.pinned, None, None,
     )  # fmt: skip
 
 

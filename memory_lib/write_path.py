@@ -258,7 +258,7 @@ TOUCH_SQL = """
            updated_at = greatest(updated_at, %(now)s)
     WHERE user_id = %(user_id)s AND id = %(id)s"""
 INSERT_SQL = f"""
-    INSERT INTO memories ({MEMORY_COLUMNS}, dedupe_key)
+    INSERT INTO memories ({MEMORY_COLUMNS})
     VALUES (%(id)s, %(user_id)s, %(content)s, %(content_sha256)s, %(embedding)s, %(embedding_model)s,
             %(embedding_dim)s, %(entity_links)s, %(metadata)s, %(domain)s, %(category)s, %(importance_score)s,
             0, NULL, %(now)s, %(now)s, %(pinned)s, NULL, %(dedupe_key)s)"""

@@ -4,6 +4,8 @@
 -- sha256 of (user_id, normalized text), set by memory_lib.write_path. NULL for rows written by other
 -- paths (bulk loads, restores): the write path also matches those by content_sha256.
 ALTER TABLE memories ADD COLUMN dedupe_key text CHECK (dedupe_key ~ '^[0-9a-f]{64}$');
+-- Carried through archival so a restored memory is deduplicated exactly as before.
+ALTER TABLE archived_memories ADD COLUMN original_dedupe_key text;
 -- One live memory per text and user. A superseded memory keeps its key as history.
 CREATE UNIQUE INDEX memories_dedupe_live ON memories (user_id, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND superseded_by IS NULL;

@@ -278,3 +278,30 @@ def test_promotions_asset_fails_on_a_bad_backup_and_on_bad_config(db_url, conn, 
     assert not bad.success
     [failure] = [e for e in bad.all_events if e.is_step_failure]
     assert "promotion.window_days" in str(failure.step_failure_data.error)
+
+
+def test_archive_and_restore_keep_the_write_paths_dedupe_key(conn, local_store):
+    """A memory written by the client keeps its dedupe key through archival: adding it again after the
+    restore is recognised as the same memory, not a duplicate."""
+    from datetime import UTC, datetime, timedelta
+
+    from memory_lib.archive import ArchivalServices, archive_batch, restore_archive
+    from memory_lib.client import MemoryClient
+    from memory_lib.config import ArchivalCriteria
+    from memory_lib.embedding import HashingEmbedder
+    from memory_lib.slow_path import exact_rows
+    from memory_lib.summarize import ExtractiveSummarizer
+
+    embedder = HashingEmbedder(dim=64)
+    client = MemoryClient(conn, embedder=embedder, object_store=local_store)
+    long_ago = datetime.now(UTC) - timedelta(days=400)
+    added = client.add("alice", "Kenji Sato renewed passport P-7731 on 2 May 2025", importance=0.1, now=long_ago)
+    before = exact_rows(conn, [added.memory_id])
+    assert before[added.memory_id]["dedupe_key"]
+    svc = ArchivalServices(ExtractiveSummarizer(), embedder, local_store)
+    report = archive_batch(conn, svc, ArchivalCriteria(), batch_key="n", as_of=datetime.now(UTC), actor="t")
+    assert report.status.archived == 1
+    restore_archive(conn, local_store, user_id="alice", original_id=added.memory_id, actor="t")
+    assert exact_rows(conn, [added.memory_id]) == before
+    again = client.add("alice", "Kenji Sato renewed passport P-7731 on 2 May 2025")
+    assert again.outcome == "duplicate" and again.memory_id == added.memory_id

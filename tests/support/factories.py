@@ -79,10 +79,6 @@ def services(store: ObjectStore, dim: int) -> ArchivalServices:
 
 def snapshot(conn, ids) -> dict[uuid.UUID, dict[str, Any]]:
     """Every column of the given hot memories, embeddings as raw float32 bytes."""
-    from memory_lib.models import to_float32
-    from memory_lib.store import MEMORY_COLUMNS
+    from memory_lib.slow_path import exact_rows
 
-    rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s)", (list(ids),)).fetchall()
-    for r in rows:
-        r["embedding"] = to_float32(r["embedding"]).tobytes()
-    return {r["id"]: r for r in rows}
+    return exact_rows(conn, list(ids))

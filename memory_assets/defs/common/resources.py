@@ -11,6 +11,7 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
+from memory_lib.config import Settings
 
 
 @dg.definitions
@@ -20,7 +21,7 @@ def defs() -> dg.Definitions:
             # An EnvVar: the UI shows the variable's name, never the URL (it may hold a password).
             "database": DatabaseResource(
                 database_url=dg.EnvVar("DATABASE_URL") if os.getenv("DATABASE_URL") else None,
-                embedded_database=os.getenv("MEMORY_ARCHIVE_EMBEDDED_DB") or None,
+                embedded_database=Settings.from_env().embedded_database,
             ),
             "object_store": ObjectStoreResource(),
             "summarizer": SummarizerResource(),

@@ -22,7 +22,7 @@ nights = dg.DailyPartitionsDefinition(
 # of nights and works through them in date order; runs of one backfill run one after another
 # (dagster.yaml limits them per backfill), and each run is gated by its own checks, so a bad month
 # stops archival without holding back the months already archived.
-BACKFILL_NIGHTS_PER_RUN = 30
+BACKFILL_NIGHTS_PER_RUN = SLOW_PATH.backfill_nights_per_run
 # backfill_policy is a beta parameter of @asset in 1.13, in use since 1.5: say so once, here, not per asset.
 warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy`", category=dg.BetaWarning)
 backfill_policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_NIGHTS_PER_RUN)
