@@ -62,9 +62,17 @@ def as_float32_embedding(value: Any, *, field: str = "embedding", dim: int | Non
 def _check_text(field: str, value: str) -> str:
     if "\x00" in value:
         raise ValueError(f"{field} contains a NUL byte (Postgres text cannot store it)")
+    _check_utf8(field, value)
     if not value.strip():
         raise ValueError(f"{field} is empty")
     return value
+
+
+def _check_utf8(field: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{field} is not valid Unicode ({exc.reason} at position {exc.start})") from None
 
 
 class NewMemory(BaseModel):
@@ -113,6 +121,7 @@ class NewMemory(BaseModel):
             raise ValueError(f"metadata is not JSON-serializable without NaN: {exc}") from exc
         if "\\u0000" in text:
             raise ValueError("metadata contains a NUL character (jsonb cannot store it)")
+        _check_utf8("metadata", json.dumps(v, ensure_ascii=False))
         return v
 
 

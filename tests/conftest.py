@@ -7,15 +7,23 @@ tests cannot see each other's rows).
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings as hypothesis_settings
 from psycopg.conninfo import make_conninfo
 
 from memory_lib.db import EmbeddedPostgres, connect, migrate
+
+# CI replays a fixed set of examples (a run there must be reproducible); locally, hypothesis keeps
+# exploring new ones and remembers failures in .hypothesis/.
+hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 TEST_DIM = 64  # small vectors keep the suite fast; test_fidelity also runs the 1536-d default
 

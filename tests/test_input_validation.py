@@ -32,6 +32,8 @@ BAD = [
     ("embedding", {"embedding": np.full(TEST_DIM, np.inf, dtype=np.float32)}, InvalidInputError),
     ("content", {"content": "order ORD-1\x00 shipped"}, InvalidInputError),
     ("content", {"content": "   "}, InvalidInputError),
+    ("content", {"content": "broken \ud800 surrogate"}, InvalidInputError),
+    ("metadata", {"metadata": {"note": "broken \udfff"}}, InvalidInputError),
     ("importance_score", {"importance_score": 1.5}, InvalidInputError),
     ("importance_score", {"importance_score": float("nan")}, InvalidInputError),
     ("user_id", {"user_id": None}, InvalidInputError),
