@@ -285,13 +285,16 @@ def _validated_text(text: str | None, *, model: str, max_chars: int) -> str:
     return text
 
 
-class AnthropicSummarizer:
-    kind = "anthropic"
+class _ProviderSummarizer:
+    """What the provider summarizers share: settings, the provider's own retries off, ours on."""
+
+    kind: str
+    default_model: str
 
     def __init__(
         self,
         api_key: str,
-        model: str = "claude-haiku-4-5",
+        model: str | None = None,
         base_url: str | None = None,
         max_output_tokens: int = 200,
         limiter: RateLimiter | None = None,
@@ -302,33 +305,49 @@ class AnthropicSummarizer:
         retry_wait_base: float = 0.5,
         retry_wait_max: float = 20.0,
     ):
-        import anthropic
-
-        self.model = model
+        self.model = model or self.default_model
         self.max_output_tokens = max_output_tokens
         self.max_summary_chars = max_summary_chars
         self._limiter = limiter
         self._policy = RetryPolicy(max_retries, retry_wait_base, retry_wait_max)
         self._secret = api_key
-        self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+        self._client = self._make_client(api_key, base_url, timeout)
+
+    def _make_client(self, api_key: str, base_url: str | None, timeout: float) -> Any:
+        raise NotImplementedError
 
     def __repr__(self) -> str:  # never show the key
-        return f"AnthropicSummarizer(model={self.model!r})"
+        return f"{type(self).__name__}(model={self.model!r})"
 
-    def summarize(self, item: SummaryInput) -> Summary:
-        _check_content(item)
-        prompt = render_summary_prompt(item)
-        response: Any = call_with_retries(
-            lambda: self._client.messages.create(
-                model=self.model,
-                max_tokens=self.max_output_tokens,
-                messages=[{"role": "user", "content": prompt}],
-            ),
-            what=f"anthropic summary with model {self.model!r}",
+    def _call(self, request: Callable[[], Any]) -> Any:
+        return call_with_retries(
+            request,
+            what=f"{self.kind} summary with model {self.model!r}",
             error_type=SummarizationError,
             policy=self._policy,
             limiter=self._limiter,
             secret=self._secret,
+        )
+
+
+class AnthropicSummarizer(_ProviderSummarizer):
+    kind = "anthropic"
+    default_model = "claude-haiku-4-5"
+
+    def _make_client(self, api_key: str, base_url: str | None, timeout: float) -> Any:
+        import anthropic
+
+        return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+
+    def summarize(self, item: SummaryInput) -> Summary:
+        _check_content(item)
+        prompt = render_summary_prompt(item)
+        response: Any = self._call(
+            lambda: self._client.messages.create(
+                model=self.model,
+                max_tokens=self.max_output_tokens,
+                messages=[{"role": "user", "content": prompt}],
+            )
         )
         texts = [block.text for block in response.content if getattr(block, "type", None) == "text"]
         if not texts:
@@ -350,50 +369,24 @@ class AnthropicSummarizer:
         )
 
 
-class OpenAISummarizer:
+class OpenAISummarizer(_ProviderSummarizer):
     kind = "openai"
+    default_model = "gpt-4o-mini"
 
-    def __init__(
-        self,
-        api_key: str,
-        model: str = "gpt-4o-mini",
-        base_url: str | None = None,
-        max_output_tokens: int = 200,
-        limiter: RateLimiter | None = None,
-        max_retries: int = 5,
-        timeout: float = 30.0,
-        *,
-        max_summary_chars: int = 1200,
-        retry_wait_base: float = 0.5,
-        retry_wait_max: float = 20.0,
-    ):
+    def _make_client(self, api_key: str, base_url: str | None, timeout: float) -> Any:
         import openai
 
-        self.model = model
-        self.max_output_tokens = max_output_tokens
-        self.max_summary_chars = max_summary_chars
-        self._limiter = limiter
-        self._policy = RetryPolicy(max_retries, retry_wait_base, retry_wait_max)
-        self._secret = api_key
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
-
-    def __repr__(self) -> str:
-        return f"OpenAISummarizer(model={self.model!r})"
+        return openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
 
     def summarize(self, item: SummaryInput) -> Summary:
         _check_content(item)
         prompt = render_summary_prompt(item)
-        response: Any = call_with_retries(
+        response: Any = self._call(
             lambda: self._client.chat.completions.create(
                 model=self.model,
                 max_completion_tokens=self.max_output_tokens,
                 messages=[{"role": "user", "content": prompt}],
-            ),
-            what=f"openai summary with model {self.model!r}",
-            error_type=SummarizationError,
-            policy=self._policy,
-            limiter=self._limiter,
-            secret=self._secret,
+            )
         )
         if not response.choices:
             raise SummarizationError(f"model {self.model!r} returned no choices")
