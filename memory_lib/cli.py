@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace, settings: Settings, conn) -> int:
     if args.command == "archive":
         key = args.batch_key or f"adhoc-{now:%Y%m%dT%H%M%S}"
         report = archive_batch(conn, services, settings.archival, batch_key=key, as_of=now, actor="cli",
-                               limit=args.limit)  # fmt: skip
+                               limit=args.limit, workers=settings.llm.max_concurrency)  # fmt: skip
         print(json.dumps({"batch_key": key, "claimed": report.claim.claimed, "archived": report.status.archived,
                           "failed": report.status.failed, "gate_passed": report.gate_passed}))  # fmt: skip
         return 0 if report.gate_passed else 1
