@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
 
 from .errors import IntegrityError, InvalidInputError, ObjectNotFoundError, ObjectStoreError
+from .models import sha256_hex
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -60,10 +61,6 @@ class ObjectStore(Protocol):
     def key_from_ref(self, ref: str) -> str: ...
 
 
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _check_key(key: str) -> str:
     """Reject keys that are not plain relative paths: they could escape a local root, and a key
     accepted by one store must mean the same object in the other."""
@@ -85,6 +82,22 @@ class _BaseStore:
     def key_for(self, original_id: uuid.UUID) -> str:
         name = f"memories/{original_id}.json"
         return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _ref_start(self) -> str:
+        """What every ref of this store starts with: a scheme and the store's root or bucket."""
+        raise NotImplementedError
+
+    def ref_for(self, key: str) -> str:
+        return f"{self._ref_start()}{_check_key(key)}"
+
+    def key_from_ref(self, ref: str) -> str:
+        start = self._ref_start()
+        if not isinstance(ref, str) or not ref.startswith(start):
+            raise InvalidInputError("storage_ref", ref, f"not an object of this store ({start})")
+        try:
+            return _check_key(ref[len(start) :])
+        except InvalidInputError as e:
+            raise InvalidInputError("storage_ref", ref, e.reason) from None
 
     def _list_prefix(self, prefix: str) -> str:
         prefix = prefix.lstrip("/")
@@ -139,17 +152,8 @@ class LocalObjectStore(_BaseStore):
             raise InvalidInputError("key", key, f"resolves outside the store root {self.root}")
         return path
 
-    def ref_for(self, key: str) -> str:
-        return f"file://{self.root}/{_check_key(key)}"
-
-    def key_from_ref(self, ref: str) -> str:
-        start = f"file://{self.root}/"
-        if not isinstance(ref, str) or not ref.startswith(start):
-            raise InvalidInputError("storage_ref", ref, f"not an object of this store ({start})")
-        try:
-            return _check_key(ref[len(start) :])
-        except InvalidInputError as e:
-            raise InvalidInputError("storage_ref", ref, e.reason) from None
+    def _ref_start(self) -> str:
+        return f"file://{self.root}/"
 
     def put(self, key: str, data: bytes, sha256: str) -> StoredObject:
         """Write atomically and durably (temp file, fsync, rename, fsync dir), then re-read to verify."""
@@ -262,17 +266,8 @@ class S3ObjectStore(_BaseStore):
         self.list_page_size = list_page_size
         self.verified_by_get = 0
 
-    def ref_for(self, key: str) -> str:
-        return f"s3://{self.bucket}/{_check_key(key)}"
-
-    def key_from_ref(self, ref: str) -> str:
-        start = f"s3://{self.bucket}/"
-        if not isinstance(ref, str) or not ref.startswith(start):
-            raise InvalidInputError("storage_ref", ref, f"not an object of this bucket ({start})")
-        try:
-            return _check_key(ref[len(start) :])
-        except InvalidInputError as e:
-            raise InvalidInputError("storage_ref", ref, e.reason) from None
+    def _ref_start(self) -> str:
+        return f"s3://{self.bucket}/"
 
     def put(self, key: str, data: bytes, sha256: str) -> StoredObject:
         """Upload with a SHA256 checksum the server must check (it rejects a mismatch), then verify."""

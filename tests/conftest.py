@@ -18,6 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from psycopg.conninfo import make_conninfo
 
 from memory_lib.db import EmbeddedPostgres, connect, migrate
+from tests.support.fake_llm import FakeLLMServer
 
 # CI replays a fixed set of examples (a run there must be reproducible); locally, hypothesis keeps
 # exploring new ones and remembers failures in .hypothesis/.
@@ -136,3 +137,16 @@ def s3_store(seaweed):
 @pytest.fixture(params=["local", "s3"])
 def object_store(request: pytest.FixtureRequest):
     return request.getfixturevalue(f"{request.param}_store")
+
+
+@pytest.fixture(scope="module")
+def fake_llm_server() -> Iterator[FakeLLMServer]:
+    """A local HTTP server speaking the Anthropic and OpenAI APIs to the real SDKs."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
+    fake_llm_server.reset()
+    return fake_llm_server

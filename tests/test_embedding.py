@@ -6,7 +6,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,18 +30,6 @@ RELATED = [
     ("The user is training for the Lisbon marathon in October.", "Marathon training: Lisbon, October race."),
 ]
 UNRELATED = "Quarterly revenue of the steel plant fell by four percent."
-
-
-@pytest.fixture(scope="module")
-def fake_llm_server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as server:
-        yield server
-
-
-@pytest.fixture
-def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
-    fake_llm_server.reset()
-    return fake_llm_server
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -35,18 +34,6 @@ MEMORY = (
     "Maria Lopez moved to Lisbon on March 3, 2024. She leads Project Atlas at Acme Corp. "
     "Her order ORD-4417 of $1,200 is still open. She prefers tea over coffee."
 )
-
-
-@pytest.fixture(scope="module")
-def fake_llm_server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as server:
-        yield server
-
-
-@pytest.fixture
-def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
-    fake_llm_server.reset()
-    return fake_llm_server
 
 
 def item(content: str = MEMORY) -> SummaryInput:
