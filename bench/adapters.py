@@ -11,9 +11,9 @@ import numpy as np
 import psycopg
 
 from memory_lib.config import PromotionConfig, RetrievalConfig
+from memory_lib.nights import run_night
 from memory_lib.promotion import expand_plan
 from memory_lib.search import SearchRequest, run_plan, search_plan
-from memory_lib.slow_path import run_night
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,13 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from memory_lib.archive import ArchivalServices, archive_batch, select_eligible
+from memory_lib.archive import ArchivalServices
 from memory_lib.config import ArchivalCriteria
+from memory_lib.eligibility import select_eligible
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.models import BackupObject, sha256_hex
 from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
+from memory_lib.pipeline import run_batch
 from memory_lib.store import MEMORY_COLUMNS
 from memory_lib.summarize import ExtractiveSummarizer, SummaryInput, extract_key_entities
 
@@ -145,7 +147,7 @@ def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_b
     with stopwatch() as total:
         while max_batches is None or batches < max_batches:
             t0 = time.perf_counter()
-            rep = archive_batch(conn, services, criteria, batch_key=f"{key}-{batches}", as_of=AS_OF, actor=ACTOR)
+            rep = run_batch(conn, services, criteria, batch_key=f"{key}-{batches}", as_of=AS_OF, actor=ACTOR)
             elapsed = time.perf_counter() - t0
             steps["claim + gate"] += elapsed - sum(s.seconds for s in rep.steps)
             if rep.claim.claimed == 0:  # the last, empty claim: its time counts, its empty steps do not
@@ -241,7 +243,7 @@ def tier_counts(conn: psycopg.Connection) -> tuple[int, int]:
 
 
 def measure_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
-    from memory_lib.archive import restore_archive
+    from memory_lib.restore import restore_archive
 
     rows = conn.execute(
         "SELECT user_id, original_id FROM archived_memories ORDER BY original_id LIMIT %s", (count,)
@@ -331,7 +333,7 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
     stores = list(dict.fromkeys(k.split("|")[0] for k in results))
     for store_name in stores:
         naive, batched = results[f"{store_name}|naive"], results[f"{store_name}|batched"]
-        for method, res in (("naive loop (baseline)", naive), ("archive_batch × 500", batched)):
+        for method, res in (("naive loop (baseline)", naive), ("run_batch × 500", batched)):
             per_s = ratio(res["archived"], res["seconds"])
             rows.append([store_name, method, res["archived"], res["seconds"], per_s,
                          ratio(per_s, ratio(naive["archived"], naive["seconds"])),

@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from memory_lib.archive import ArchivalServices, archive_batch
+from memory_lib.archive import ArchivalServices
 from memory_lib.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.models import NewMemory
 from memory_lib.objectstore import LocalObjectStore
+from memory_lib.pipeline import run_batch
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
 
@@ -164,7 +165,7 @@ def _archive_old(conn: psycopg.Connection, conv: Conversation, embedder: Any, st
     services = ArchivalServices(ExtractiveSummarizer(), embedder, store)
     archived, i = 0, 0
     while True:
-        rep = archive_batch(conn, services, criteria, batch_key=f"locomo-{i}", as_of=conv.now, actor="bench")
+        rep = run_batch(conn, services, criteria, batch_key=f"locomo-{i}", as_of=conv.now, actor="bench")
         if rep.claim.claimed == 0:
             return archived
         if not rep.gate_passed:

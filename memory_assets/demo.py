@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         "MEMORY_ARCHIVE_STATE_DIR": str(state),
     }
     timezone = Settings.from_env().slow_path.timezone
-    from memory_lib.slow_path import night_as_of
+    from memory_lib.nights import night_as_of
 
     zone_today = datetime.now(UTC).astimezone(ZoneInfo(timezone)).date()
     last_night = zone_today - timedelta(days=1)
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         ObjectStoreResource,
         SummarizerResource,
     )
-    from memory_lib import archive, slow_path
+    from memory_lib import eligibility, integrity
     from memory_lib.client import MemoryClient
     from memory_lib.db import EmbeddedPostgres, connect, migrate
     from memory_lib.demo_data import generate_history
@@ -177,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
 
         # Memories the last night may archive, as they are now: the restore check compares against these.
         watch = [
-            r["id"] for r in archive.select_eligible(conn, criteria, night_as_of(last_night, timezone), 50)
+            r["id"] for r in eligibility.select_eligible(conn, criteria, night_as_of(last_night, timezone), 50)
         ]
-        snapshot = slow_path.exact_rows(conn, watch)
+        snapshot = integrity.exact_rows(conn, watch)
 
         _section(f"Backfill {first_night} .. {last_night} through Dagster")
         if os.getenv("DAGSTER_HOME"):
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_config={"loggers": QUIET["loggers"]} | {"ops": {"restore_archives": {"config": {
                     "original_ids": [str(pick)], "operator": "demo"}}}},
             )  # fmt: skip
-            back = slow_path.exact_rows(conn, [pick]).get(pick)
+            back = integrity.exact_rows(conn, [pick]).get(pick)
             want = snapshot[pick]
             restored_ok = run.success and back == want
             differing = [k for k in want if back is None or back[k] != want[k]]

@@ -11,11 +11,10 @@ import getpass
 import os
 import sys
 
-from memory_lib import slow_path
+from memory_lib import pause
 from memory_lib.config import Settings
-from memory_lib.db import connect
+from memory_lib.db import connect, open_migrated
 from memory_lib.errors import MemoryArchiveError
-from memory_lib.slow_path import open_migrated
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,14 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with connect(url) as conn:
             if args.command == "set":
-                state = slow_path.set_pause(conn, reason=args.reason, actor=args.operator)
+                state = pause.set_pause(conn, reason=args.reason, actor=args.operator)
             elif args.command == "clear":
-                state = slow_path.clear_pause(conn, reason=args.reason, actor=args.operator)
+                state = pause.clear_pause(conn, reason=args.reason, actor=args.operator)
             else:
-                state = slow_path.pause_status(conn)
+                state = pause.pause_status(conn)
             print(state.describe())
             if args.command == "status":
-                for event in slow_path.pause_history(conn, limit=5):
+                for event in pause.pause_history(conn, limit=5):
                     print(f"  {event['occurred_at']:%Y-%m-%d %H:%M} {event['action']:<7} by {event['actor']}: "
                           f"{event['reason']}")  # fmt: skip
     except MemoryArchiveError as exc:

@@ -20,11 +20,10 @@ from dagster_aws.s3 import S3Resource
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
-from memory_lib.db import Database, connect
+from memory_lib.db import Database, connect, open_migrated
 from memory_lib.embedding import Embedder, embedder_from_settings
 from memory_lib.errors import InvalidInputError
 from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore
-from memory_lib.slow_path import open_migrated
 from memory_lib.summarize import Summarizer, summarizer_from_settings
 
 
@@ -184,6 +183,8 @@ class ArchivalCriteriaResource(dg.ConfigurableResource):
     exempt_categories: list[str] | None = None
     max_error_rate: float | None = None
     max_attempts: int | None = None
+    lease_seconds: int | None = None
+    step_deadline_seconds: float | None = None
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.get_criteria()  # a bad value fails the run here, before any step does work

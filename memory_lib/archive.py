@@ -1,6 +1,7 @@
-"""The archival step and its inverse.
+"""The archival steps: summarize, embed, back up, commit — each checkpointed per memory.
 
-A batch goes through checkpointed steps, each recorded per memory in `archival_attempts`:
+A batch goes through checkpointed steps, each recorded per memory in `archival_attempts`
+(claims.py claims the batch; pipeline.py runs the steps in order with the gate):
 
     claim -> summarize -> embed summary -> back up original (put + verify) -> commit
 
@@ -8,6 +9,8 @@ A batch goes through checkpointed steps, each recorded per memory in `archival_a
 matches the live row, inserts the archive row, deletes the original and writes the audit event.
 A failure at any step leaves the memory hot with the error recorded; running the step again
 retries it. Killing the process anywhere loses at most in-flight work: every step is idempotent.
+Every step renews its batch's lease when it starts and stops starting work at its deadline
+(criteria.step_deadline_seconds): what is left fails with DeadlineExceeded, and the gate decides.
 """
 
 from __future__ import annotations
@@ -16,31 +19,29 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.types.json import Jsonb
 
+from .claims import renew_lease
 from .config import ArchivalCriteria, Settings
 from .embedding import Embedder
-from .errors import EmbeddingMismatchError, IntegrityError, InvalidInputError, NotFoundError
+from .errors import DeadlineExceeded, EmbeddingMismatchError, IntegrityError, NotFoundError
 from .models import BackupObject, sha256_hex
 from .objectstore import ObjectStore
+from .statuses import AttemptStatus, Step
 from .store import MEMORY_COLUMNS, fetch_memories, store_shape
-from .summarize import Summarizer, SummaryInput, extract_key_entities
+from .summarize import Summarizer, SummaryInput, check_summary_text, extract_key_entities
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-OPEN_STATUSES = ("claimed", "summarized", "embedded", "backed_up")
-REASON_LOW_IMPORTANCE = "stale_low_importance"
-REASON_FORCE_AGE = "force_age"
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,6 @@ class StepResult:
 
 
 @dataclass(frozen=True)
-class ClaimResult:
-    batch_key: str
-    as_of: datetime
-    claimed: int
-    by_reason: dict[str, int]
-    newly_claimed: bool
-
-
-@dataclass(frozen=True)
 class BatchStatus:
     batch_key: str
     by_status: dict[str, int]
@@ -100,119 +92,7 @@ class BatchStatus:
 
     @property
     def archived(self) -> int:
-        return self.by_status.get("archived", 0)
-
-
-# --------------------------------------------------------------------------- eligibility
-
-
-def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, Any]:
-    return {
-        "min_cutoff": as_of - timedelta(days=criteria.min_age_days),
-        "force_cutoff": as_of - timedelta(days=criteria.force_archive_age_days),
-        "recent_cutoff": as_of - timedelta(days=criteria.recent_access_window_days),
-        "max_imp": criteria.max_importance_score,
-        "max_access": criteria.max_recent_access_count,
-        "exempt": list(criteria.exempt_categories),
-    }
-
-
-# Eligible = old enough, not pinned or exempt, not in an open attempt, not in active use, and either
-# unimportant or past the force age. "In active use" = more accesses than allowed with the last one
-# inside the recent window (the table keeps a count and a last-access time, not a full access log).
-ELIGIBLE_SQL = """
-    FROM memories m
-    WHERE NOT m.pinned
-      AND m.category <> ALL(%(exempt)s)
-      AND m.created_at <= %(min_cutoff)s
-      AND (m.importance_score <= %(max_imp)s OR m.created_at <= %(force_cutoff)s)
-      AND NOT (m.access_count > %(max_access)s AND m.last_accessed_at >= %(recent_cutoff)s)
-      AND NOT EXISTS (SELECT 1 FROM archival_attempts a
-                      WHERE a.memory_id = m.id AND a.status IN ('claimed','summarized','embedded','backed_up'))
-"""
-REASON_SQL = f"""CASE WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
-                      ELSE '{REASON_FORCE_AGE}' END"""
-
-
-def eligible_counts(conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime) -> dict[str, int]:
-    """How many hot memories are eligible now, by archive reason (read-only)."""
-    rows = conn.execute(
-        f"SELECT {REASON_SQL} AS reason, count(*) AS n {ELIGIBLE_SQL} GROUP BY 1",
-        criteria_params(criteria, as_of),
-    ).fetchall()
-    return {r["reason"]: r["n"] for r in rows}
-
-
-def select_eligible(
-    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, limit: int
-) -> list[dict[str, Any]]:
-    """Eligible memories, lowest importance then oldest first (read-only, no locks)."""
-    params = criteria_params(criteria, as_of) | {"limit": limit}
-    return conn.execute(
-        f"""SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL}
-            ORDER BY m.importance_score, m.created_at, m.id LIMIT %(limit)s""",
-        params,
-    ).fetchall()
-
-
-def claim_batch(
-    conn: psycopg.Connection,
-    batch_key: str,
-    criteria: ArchivalCriteria,
-    as_of: datetime,
-    *,
-    limit: int | None = None,
-) -> ClaimResult:
-    """Claim up to `limit` (default criteria.batch_size) eligible memories for `batch_key`.
-
-    Idempotent: a batch is claimed once; claiming it again returns what it already holds.
-    Concurrent claimers never share a memory (row locks with SKIP LOCKED, and a unique index on
-    open attempts).
-    """
-    if not batch_key or "\x00" in batch_key:
-        raise InvalidInputError("batch_key", batch_key, "must be a non-empty string")
-    as_of = as_of.astimezone(UTC)
-    limit = criteria.batch_size if limit is None else limit
-    if not 0 <= limit <= criteria.batch_size:
-        raise InvalidInputError("limit", limit, f"must be between 0 and batch_size={criteria.batch_size}")
-    with conn.transaction():
-        inserted = conn.execute(
-            """INSERT INTO archival_batches (batch_key, as_of, criteria, claimed_count)
-               VALUES (%s, %s, %s, 0) ON CONFLICT (batch_key) DO NOTHING RETURNING batch_key""",
-            (batch_key, as_of, Jsonb(criteria.model_dump(mode="json"))),
-        ).fetchone()
-        if inserted is None:
-            existing = conn.execute("SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
-            by_reason = _reason_counts(conn, batch_key)
-            return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
-        params = criteria_params(criteria, as_of) | {"limit": limit}
-        rows = conn.execute(
-            f"""SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL}
-                ORDER BY m.importance_score, m.created_at, m.id LIMIT %(limit)s
-                FOR UPDATE OF m SKIP LOCKED""",
-            params,
-        ).fetchall()
-        claimed = 0
-        if rows:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    """INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason)
-                       VALUES (%s, %s, %s, %s)
-                       ON CONFLICT (memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
-                    [(batch_key, r["id"], r["user_id"], r["reason"]) for r in rows],
-                )
-            claimed = len(rows)
-        conn.execute("UPDATE archival_batches SET claimed_count = %s WHERE batch_key = %s", (claimed, batch_key))
-    by_reason = _reason_counts(conn, batch_key)
-    return ClaimResult(batch_key, as_of, sum(by_reason.values()), by_reason, True)
-
-
-def _reason_counts(conn: psycopg.Connection, batch_key: str) -> dict[str, int]:
-    rows = conn.execute(
-        "SELECT archive_reason, count(*) AS n FROM archival_attempts WHERE batch_key = %s GROUP BY 1",
-        (batch_key,),
-    ).fetchall()
-    return {r["archive_reason"]: r["n"] for r in rows}
+        return self.by_status.get(AttemptStatus.ARCHIVED, 0)
 
 
 # --------------------------------------------------------------------------- step plumbing
@@ -234,9 +114,10 @@ def record_failure(
     row = conn.execute(
         """UPDATE archival_attempts
            SET attempts = attempts + 1, failed_step = %s, error = %s, updated_at = now(),
-               status = CASE WHEN attempts + 1 >= %s THEN 'released' ELSE status END
+               status = CASE WHEN attempts + 1 >= %s THEN 'released' ELSE status END,
+               released_at = CASE WHEN attempts + 1 >= %s THEN now() END
            WHERE batch_key = %s AND memory_id = %s RETURNING status""",
-        (step, message, criteria.max_attempts, batch_key, memory_id),
+        (step, message, criteria.max_attempts, criteria.max_attempts, batch_key, memory_id),
     ).fetchone()
     result.failed += 1
     if row and row["status"] == "released":
@@ -246,8 +127,33 @@ def record_failure(
     log.warning("archival %s failed for memory %s: %s", step, memory_id, message)
 
 
-def run_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterable[tuple[T, R | BaseException]]:
-    """Run fn over items in threads; yield (item, result or exception) in input order."""
+def _checkpoint(
+    conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, step: str, outcome: Any,
+    save: Callable[[uuid.UUID, Any], None], criteria: ArchivalCriteria, result: StepResult,
+) -> bool:  # fmt: skip
+    """Record one memory's outcome: `save` its checkpoint, or its failure. A value the database
+    refuses (DataError: a NUL, a bad vector) fails that memory only, never its whole batch."""
+    result.processed += 1
+    if not isinstance(outcome, BaseException):
+        try:
+            save(memory_id, outcome)
+        except psycopg.DataError as exc:
+            outcome = exc
+        else:
+            result.succeeded += 1
+            return True
+    record_failure(conn, batch_key, memory_id, step, outcome, criteria, result)
+    return False
+
+
+def run_parallel(
+    fn: Callable[[T], R], items: Sequence[T], workers: int, *, deadline: float | None = None
+) -> Iterator[tuple[T, R | BaseException]]:
+    """Run fn over items in threads; yield (item, result or exception) in input order.
+
+    `deadline` (a time.monotonic() value): an item not done by then yields DeadlineExceeded and the
+    caller moves on; a call still hanging in its thread is abandoned (its I/O timeouts end it).
+    """
 
     def safe(item: T) -> R | BaseException:
         try:
@@ -255,12 +161,30 @@ def run_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iter
         except Exception as exc:  # recorded per memory by the caller
             return exc
 
-    if workers <= 1 or len(items) <= 1:
+    if deadline is None and (workers <= 1 or len(items) <= 1):
         for item in items:
             yield item, safe(item)
         return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        yield from zip(items, pool.map(safe, items), strict=True)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))))
+    try:
+        futures = [pool.submit(safe, item) for item in items]
+        for item, future in zip(items, futures, strict=True):
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                yield item, future.result(timeout=timeout)
+            except FutureTimeout:
+                yield item, DeadlineExceeded(f"step deadline passed before this memory's {fn.__name__} finished")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def step_deadline(criteria: ArchivalCriteria) -> float:
+    return time.monotonic() + criteria.step_deadline_seconds
+
+
+def _start_step(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria) -> float:
+    renew_lease(conn, batch_key, criteria)
+    return step_deadline(criteria)
 
 
 # --------------------------------------------------------------------------- steps
@@ -271,9 +195,10 @@ def summarize_batch(
     *, workers: int = 4,
 ) -> StepResult:
     """Summarize every claimed memory of the batch that has no summary yet."""
-    result = StepResult("summarize")
+    result = StepResult(Step.SUMMARIZE)
     started = time.monotonic()
-    todo = _pending(conn, batch_key, "claimed")
+    deadline = _start_step(conn, batch_key, criteria)
+    todo = _pending(conn, batch_key, AttemptStatus.CLAIMED)
     originals = fetch_memories(conn, [r["memory_id"] for r in todo])
 
     def run(attempt: dict[str, Any]):
@@ -281,14 +206,12 @@ def summarize_batch(
         if row is None:
             raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
         item = SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
-        return summarizer.summarize(item), extract_key_entities(row["content"])
+        summary = summarizer.summarize(item)
+        # A NUL, a lone surrogate, a refusal or text unrelated to the memory fails this memory only.
+        check_summary_text(summary.text, row["content"], source=f"{summary.kind}:{summary.model}")
+        return summary, extract_key_entities(row["content"])
 
-    for attempt, outcome in run_parallel(run, todo, workers):
-        result.processed += 1
-        mid = attempt["memory_id"]
-        if isinstance(outcome, BaseException):
-            record_failure(conn, batch_key, mid, "summarize", outcome, criteria, result)
-            continue
+    def save(mid: uuid.UUID, outcome: Any) -> None:
         summary, entities = outcome
         conn.execute(
             """UPDATE archival_attempts
@@ -299,10 +222,12 @@ def summarize_batch(
             (summary.text, summary.model, summary.kind, entities, summary.input_tokens,
              summary.output_tokens, summary.cost_usd, batch_key, mid),
         )  # fmt: skip
-        result.succeeded += 1
         result.input_tokens += summary.input_tokens
         result.output_tokens += summary.output_tokens
         result.cost_usd += summary.cost_usd
+
+    for attempt, outcome in run_parallel(run, todo, workers, deadline=deadline):
+        _checkpoint(conn, batch_key, attempt["memory_id"], Step.SUMMARIZE, outcome, save, criteria, result)
     result.seconds = time.monotonic() - started
     return result
 
@@ -323,35 +248,40 @@ def embed_batch(
     *, chunk_size: int = 64,
 ) -> StepResult:
     """Embed every summary of the batch that has no embedding yet."""
-    result = StepResult("embed")
+    result = StepResult(Step.EMBED)
     started = time.monotonic()
+    deadline = _start_step(conn, batch_key, criteria)
     check_embedder(conn, embedder)
-    todo = _pending(conn, batch_key, "summarized", ", a.summary")
-    for i in range(0, len(todo), chunk_size):
-        chunk = todo[i : i + chunk_size]
+    todo = _pending(conn, batch_key, AttemptStatus.SUMMARIZED, ", a.summary")
+
+    def embed_chunk(chunk: list[dict[str, Any]]) -> list[Any]:
         try:
-            vectors = list(embedder.embed([r["summary"] for r in chunk]))
+            return list(embedder.embed([r["summary"] for r in chunk]))
         except Exception:
             # Isolate the bad input: one failing summary must not fail its neighbours.
-            vectors = []
+            vectors: list[Any] = []
             for r in chunk:
                 try:
                     vectors.append(embedder.embed([r["summary"]])[0])
                 except Exception as exc:
                     vectors.append(exc)
+            return vectors
+
+    def save(mid: uuid.UUID, vec: Any) -> None:
+        conn.execute(
+            """UPDATE archival_attempts
+               SET status = 'embedded', summary_embedding = %s::vector::halfvec,
+                   summary_embedding_model = %s, error = NULL, failed_step = NULL, updated_at = now()
+               WHERE batch_key = %s AND memory_id = %s AND status = 'summarized'""",
+            (vec, embedder.model, batch_key, mid),
+        )
+
+    chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    for chunk, vectors in run_parallel(embed_chunk, chunks, 1, deadline=deadline):
+        if isinstance(vectors, BaseException):
+            vectors = [vectors] * len(chunk)
         for attempt, vec in zip(chunk, vectors, strict=True):
-            result.processed += 1
-            if isinstance(vec, BaseException):
-                record_failure(conn, batch_key, attempt["memory_id"], "embed", vec, criteria, result)
-                continue
-            conn.execute(
-                """UPDATE archival_attempts
-                   SET status = 'embedded', summary_embedding = %s::vector::halfvec,
-                       summary_embedding_model = %s, error = NULL, failed_step = NULL, updated_at = now()
-                   WHERE batch_key = %s AND memory_id = %s AND status = 'summarized'""",
-                (vec, embedder.model, batch_key, attempt["memory_id"]),
-            )
-            result.succeeded += 1
+            _checkpoint(conn, batch_key, attempt["memory_id"], Step.EMBED, vec, save, criteria, result)
     result.seconds = time.monotonic() - started
     return result
 
@@ -361,9 +291,10 @@ def backup_batch(
     *, workers: int = 8, now: datetime | None = None,
 ) -> StepResult:
     """Write each original as a backup object, verify it, and checkpoint its sha256 and size."""
-    result = StepResult("backup")
+    result = StepResult(Step.BACKUP)
     started = time.monotonic()
-    todo = _pending(conn, batch_key, "embedded")
+    deadline = _start_step(conn, batch_key, criteria)
+    todo = _pending(conn, batch_key, AttemptStatus.EMBEDDED)
     originals = fetch_memories(conn, [r["memory_id"] for r in todo])
     archived_at = (now or datetime.now(UTC)).astimezone(UTC)
 
@@ -376,23 +307,20 @@ def backup_batch(
         key = object_store.key_for(row["id"])
         return object_store.put(key, data, sha256_hex(data))
 
-    for attempt, outcome in run_parallel(run, todo, workers):
-        result.processed += 1
-        mid = attempt["memory_id"]
-        if isinstance(outcome, BaseException):
-            record_failure(conn, batch_key, mid, "backup", outcome, criteria, result)
-            continue
+    def save(mid: uuid.UUID, stored: Any) -> None:
         conn.execute(
             """UPDATE archival_attempts
                SET status = 'backed_up', backup_key = %s, backup_ref = %s, backup_sha256 = %s,
                    backup_size_bytes = %s, backup_version_id = %s, backup_archived_at = %s,
                    error = NULL, failed_step = NULL, updated_at = now()
                WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
-            (outcome.key, outcome.ref, outcome.sha256, outcome.size, outcome.version_id, archived_at,
+            (stored.key, stored.ref, stored.sha256, stored.size, stored.version_id, archived_at,
              batch_key, mid),
         )  # fmt: skip
-        result.succeeded += 1
-        result.bytes_written += outcome.size
+        result.bytes_written += stored.size
+
+    for attempt, outcome in run_parallel(run, todo, workers, deadline=deadline):
+        _checkpoint(conn, batch_key, attempt["memory_id"], Step.BACKUP, outcome, save, criteria, result)
     result.seconds = time.monotonic() - started
     return result
 
@@ -426,19 +354,20 @@ def commit_batch(
     Before deleting, the backup is verified in object storage and the live row is re-serialized:
     if the memory changed since its backup, it goes back to be backed up again instead.
     """
-    result = StepResult("commit")
+    result = StepResult(Step.COMMIT)
     started = time.monotonic()
-    todo = _pending(conn, batch_key, "backed_up", ", a.backup_key, a.backup_sha256, a.backup_size_bytes")
+    deadline = _start_step(conn, batch_key, criteria)
+    todo = _pending(conn, batch_key, AttemptStatus.BACKED_UP, ", a.backup_key, a.backup_sha256, a.backup_size_bytes")
 
     def verify(attempt: dict[str, Any]):
         return object_store.verify(attempt["backup_key"], attempt["backup_sha256"], attempt["backup_size_bytes"])
 
     verified: list[dict[str, Any]] = []
-    for attempt, outcome in run_parallel(verify, todo, workers):
+    for attempt, outcome in run_parallel(verify, todo, workers, deadline=deadline):
         if isinstance(outcome, BaseException):
             result.processed += 1
-            record_failure(conn, batch_key, attempt["memory_id"], "verify", outcome, criteria, result)
-            return_to_status(conn, batch_key, attempt["memory_id"], "embedded")
+            record_failure(conn, batch_key, attempt["memory_id"], Step.VERIFY, outcome, criteria, result)
+            return_to_status(conn, batch_key, attempt["memory_id"], AttemptStatus.EMBEDDED)
         else:
             verified.append(attempt)
     for i in range(0, len(verified), chunk_size):
@@ -452,7 +381,7 @@ def commit_batch(
                     _commit_chunk(conn, batch_key, [attempt], actor, result)
                 except psycopg.Error as exc:
                     result.processed += 1
-                    record_failure(conn, batch_key, attempt["memory_id"], "commit", exc, criteria, result)
+                    record_failure(conn, batch_key, attempt["memory_id"], Step.COMMIT, exc, criteria, result)
     result.seconds = time.monotonic() - started
     return result
 
@@ -551,91 +480,3 @@ def batch_status(conn: psycopg.Connection, batch_key: str) -> BatchStatus:
             failed_by_step[r["failed_step"] or "unknown"] += r["n"]
     attempted = sum(by_status.values())
     return BatchStatus(batch_key, dict(by_status), attempted, sum(failed_by_step.values()), dict(failed_by_step))
-
-
-@dataclass
-class BatchReport:
-    claim: ClaimResult
-    steps: list[StepResult]
-    status: BatchStatus
-    gate_passed: bool
-
-
-def archive_batch(
-    conn: psycopg.Connection,
-    services: ArchivalServices,
-    criteria: ArchivalCriteria,
-    *,
-    batch_key: str,
-    as_of: datetime,
-    actor: str,
-    limit: int | None = None,
-    workers: int = 4,
-) -> BatchReport:
-    """Run every step of one batch; commit only when the batch's error rate is within the gate."""
-    claim = claim_batch(conn, batch_key, criteria, as_of, limit=limit)
-    steps = [
-        summarize_batch(conn, batch_key, services.summarizer, criteria, workers=workers),
-        embed_batch(conn, batch_key, services.embedder, criteria),
-        backup_batch(conn, batch_key, services.object_store, criteria, workers=workers),
-    ]
-    status = batch_status(conn, batch_key)
-    gate_passed = status.error_rate <= criteria.max_error_rate
-    if gate_passed:
-        steps.append(commit_batch(conn, batch_key, services.object_store, criteria, actor=actor, workers=workers))
-        status = batch_status(conn, batch_key)
-    else:
-        log.error(
-            "batch %s: error rate %.1f%% above %.1f%%: originals kept, nothing archived",
-            batch_key, 100 * status.error_rate, 100 * criteria.max_error_rate,
-        )  # fmt: skip
-    return BatchReport(claim, steps, status, gate_passed)
-
-
-# --------------------------------------------------------------------------- restore
-
-
-@dataclass(frozen=True)
-class RestoreResult:
-    original_id: uuid.UUID
-    user_id: str
-    restored: bool  # False when it was already hot (idempotent re-run)
-
-
-def restore_archive(
-    conn: psycopg.Connection,
-    object_store: ObjectStore,
-    *,
-    user_id: str,
-    original_id: uuid.UUID | None = None,
-    archive_id: uuid.UUID | None = None,
-    actor: str,
-    now: datetime | None = None,
-) -> RestoreResult:
-    """Bring one archived memory back to `memories` exactly as it was, in one transaction.
-
-    The backup is verified against the sha256 recorded at archival before anything is written.
-    Restoring a memory that is already hot is a no-op. The backup object is kept: it is the record
-    of what was archived, and the next archival overwrites it. (The statements are
-    promotion.restore_plan's, shared with re-promotion and the async client.)
-    """
-    from .promotion import restore_plan
-    from .search import run_plan
-
-    plan = restore_plan(
-        user_id, archive_id=archive_id, original_id=original_id, actor=actor, now=now or datetime.now(UTC)
-    )
-    outcome = run_plan(conn, plan, object_store=object_store)
-    return RestoreResult(outcome.memory_id, outcome.user_id, outcome.restored)
-
-
-def archived_ids(
-    conn: psycopg.Connection, *, user_id: str | None = None, limit: int | None = None
-) -> list[tuple[str, uuid.UUID]]:
-    """(user_id, original_id) of archived memories, oldest archive first."""
-    rows = conn.execute(
-        """SELECT user_id, original_id FROM archived_memories
-           WHERE (%(u)s::text IS NULL OR user_id = %(u)s) ORDER BY archived_at, original_id LIMIT %(n)s""",
-        {"u": user_id, "n": limit},
-    ).fetchall()
-    return [(r["user_id"], r["original_id"]) for r in rows]

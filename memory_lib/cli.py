@@ -1,85 +1,222 @@
-"""`memory-archive`: migrate, inspect, archive and restore from a shell, without Dagster."""
+"""`memory-archive`: migrate, inspect, archive, restore, sweep and pause from a shell, without Dagster.
+
+Every subcommand runs the same memory_lib code as the Dagster Slow Path (pipeline.run_batch for
+`archive`), prints one JSON line on stdout, and exits 0 on success, 1 when the run failed its gate
+(or archived nothing of what it claimed), 2 on bad input or configuration, 3 while archival is paused.
+Logs go to stderr, quiet by default (`-v` for progress, `-vv` for debug).
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
-from .archive import ArchivalServices, archive_batch, archived_ids, eligible_counts, restore_archive
+import click
+import psycopg
+
+from .archive import ArchivalServices
+from .claims import Holder, attempt_counts, released_memories
 from .config import Settings
-from .db import migrate, open_database
-from .errors import MemoryArchiveError
+from .db import migrate, open_database, stored_embedding_dim
+from .eligibility import eligible_counts
+from .errors import MemoryArchiveError, SchemaError
+from .integrity import sweep_orphans
+from .pause import clear_pause, pause_status
+from .pipeline import run_batch
+from .restore import restore_archives
 from .store import tier_stats
 
+EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED = 1, 2, 3
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memory-archive", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("migrate", help="create or upgrade the schema")
-    sub.add_parser("stats", help="memories per tier, bytes on disk, eligible backlog")
-    a = sub.add_parser("archive", help="archive one batch of eligible memories")
-    a.add_argument("--batch-key", help="default: adhoc-<timestamp>")
-    a.add_argument("--limit", type=int, help="at most this many (default: archival.batch_size)")
-    r = sub.add_parser("restore", help="bring archived memories back to the hot tier")
-    r.add_argument("--user-id", help="only this user's archives")
-    r.add_argument("--original-id", type=uuid.UUID, help="one memory (needs --user-id)")
-    r.add_argument("--all", action="store_true", help="every archive (of --user-id when given)")
-    return p
+
+def _emit(payload: dict[str, Any]) -> None:
+    click.echo(json.dumps(payload, default=str))
+
+
+def _fail(message: str, code: int = EXIT_INPUT) -> None:
+    click.echo(f"memory-archive: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def _connection(ctx: click.Context) -> Iterator[tuple[Settings, psycopg.Connection]]:
+    """A connection to the configured database, whose schema must be migrated and of the configured dim."""
+    settings: Settings = ctx.obj
+    with open_database(settings) as db, db.connect() as conn:
+        try:
+            dim = stored_embedding_dim(conn)
+        except psycopg.errors.UndefinedTable:
+            raise SchemaError("this database has no memory-archive schema: run `memory-archive migrate`") from None
+        if dim != settings.embedding.dim:
+            raise SchemaError(
+                f"embedding_dim={settings.embedding.dim} does not match this database, created with "
+                f"embedding_dim={dim}: set MEMORY_ARCHIVE_EMBEDDING_DIM={dim} or use a new database"
+            )
+        yield settings, conn
+
+
+def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
+    """Our own errors (bad input, configuration, schema) become one line on stderr, never a traceback."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except MemoryArchiveError as exc:
+            _fail(str(exc))
+        except psycopg.OperationalError as exc:
+            _fail(f"cannot reach the database: {' '.join(str(exc).split())[:300]}")
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="-v: progress logs, -vv: debug logs (stderr).")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
+    """memory-archive: lifecycle of an agent memory table (configuration from MEMORY_ARCHIVE_* variables)."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        ctx.obj = Settings.from_env()
+    except (MemoryArchiveError, ValueError) as exc:
+        _fail(f"configuration error: {' '.join(str(exc).split())[:500]}")
+
+
+@cli.command("migrate")
+@click.pass_context
+@_guarded
+def migrate_cmd(ctx: click.Context) -> None:
+    """Create or upgrade the schema (the only command that changes it)."""
+    settings: Settings = ctx.obj
+    with open_database(settings) as db:
+        _emit({"applied": migrate(db.url, embedding_dim=settings.embedding.dim)})
+
+
+@cli.command()
+@click.pass_context
+@_guarded
+def stats(ctx: click.Context) -> None:
+    """Memories per tier, bytes on disk, the eligible backlog, and claims: open, failed, released."""
+    with _connection(ctx) as (settings, conn):
+        s = tier_stats(conn)
+        _emit({
+            "hot": s.hot, "archived": s.archived, "hot_bytes": s.hot_bytes, "archived_bytes": s.archived_bytes,
+            "eligible": eligible_counts(conn, settings.archival, datetime.now(UTC)),
+            "attempts": attempt_counts(conn),
+            "released": [dict(r) for r in released_memories(conn, limit=10)],
+            "paused": pause_status(conn).paused,
+        })  # fmt: skip
+
+
+@cli.command()
+@click.option("--batch-key", help="Default: adhoc-<UTC timestamp>. A batch killed mid-run is taken over by the next.")
+@click.option("--limit", type=click.IntRange(min=0), help="At most this many (default: archival.batch_size).")
+@click.pass_context
+@_guarded
+def archive(ctx: click.Context, batch_key: str | None, limit: int | None) -> None:
+    """Archive one batch of eligible memories through the whole pipeline (pause, fidelity and gate included)."""
+    now = datetime.now(UTC)
+    key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}"
+    with _connection(ctx) as (settings, conn):
+        services = ArchivalServices.from_settings(settings)
+        report = run_batch(
+            conn, services, settings.archival, batch_key=key, as_of=now, actor="cli", limit=limit,
+            workers=settings.llm.max_concurrency, holder=Holder.this_process(f"cli:{key}", track_pid=True),
+        )  # fmt: skip
+        claim = report.claim
+        _emit({
+            "batch_key": key, "claimed": claim.claimed if claim else 0,
+            "taken_over": claim.taken_over if claim else 0, "archived": report.status.archived,
+            "failed": report.status.failed, "failed_by_step": report.status.failed_by_step,
+            "gate_passed": report.gate_passed, "ok": report.ok, "problem": report.problem,
+        })  # fmt: skip
+    if report.paused is not None and report.paused.paused and claim is None:
+        _fail(report.paused.describe(), EXIT_PAUSED)
+    if not report.ok:
+        _fail(report.problem or "archival failed", EXIT_FAILED)
+
+
+@cli.command()
+@click.option("--user-id", help="Only this user's archives.")
+@click.option("--original-id", type=click.UUID, multiple=True, help="One memory (repeatable).")
+@click.option("--all", "all_archives", is_flag=True,
+              help="Every archive (of --user-id when given); pauses archival first.")
+@click.pass_context
+@_guarded
+def restore(ctx: click.Context, user_id: str | None, original_id: tuple[uuid.UUID, ...], all_archives: bool) -> None:
+    """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup."""
+    with _connection(ctx) as (settings, conn):
+        services = ArchivalServices.from_settings(settings)
+        report = restore_archives(
+            conn, services.object_store, actor="cli", all_archives=all_archives and user_id is None,
+            user_id=user_id, original_ids=list(original_id) or None, pause_archival=all_archives,
+        )  # fmt: skip
+        _emit({"requested": report.requested, "restored": report.restored, "already_hot": report.already_hot,
+               "not_found": report.not_found, "failed": report.failed, "errors": report.errors[:5],
+               "archival_paused": report.paused_archival})  # fmt: skip
+    if report.failed or report.not_found:
+        sys.exit(EXIT_FAILED)
+
+
+@cli.command()
+@click.option("--remove", is_flag=True, help="Delete orphans whose memory is hot and unclaimed, or gone.")
+@click.pass_context
+@_guarded
+def sweep(ctx: click.Context, remove: bool) -> None:
+    """Report backup objects that no attempt or archive row records (a run killed between put and checkpoint)."""
+    with _connection(ctx) as (settings, conn):
+        store = ArchivalServices.from_settings(settings).object_store
+        report = sweep_orphans(conn, store, remove=remove)
+        _emit({"listed": report.listed, "orphans": len(report.orphans), "removed": len(report.removed),
+               "kept": report.kept, "orphan_keys": report.orphans[:20]})  # fmt: skip
+
+
+@cli.group()
+def pause() -> None:
+    """Show or clear the archival pause (failed gates set it)."""
+
+
+@pause.command("status")
+@click.pass_context
+@_guarded
+def pause_show(ctx: click.Context) -> None:
+    """Is archival paused, by whom and why."""
+    with _connection(ctx) as (_, conn):
+        state = pause_status(conn)
+        _emit({"paused": state.paused, "describe": state.describe()})
+
+
+@pause.command("clear")
+@click.option("--reason", required=True, help="Why it is safe to resume (kept in the pause history).")
+@click.option("--operator", default="cli", show_default=True)
+@click.pass_context
+@_guarded
+def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:
+    """Resume archival."""
+    with _connection(ctx) as (_, conn):
+        state = clear_pause(conn, reason=reason, actor=operator)
+        _emit({"paused": state.paused, "describe": state.describe()})
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    """The console script: run the command, return its exit code (0 on success)."""
     try:
-        settings = Settings.from_env()
-        with open_database(settings) as db:
-            if args.command == "migrate":
-                applied = migrate(db.url, embedding_dim=settings.embedding.dim)
-                print(json.dumps({"applied": applied}))
-                return 0
-            migrate(db.url, embedding_dim=settings.embedding.dim)
-            with db.connect() as conn:
-                return _run(args, settings, conn)
-    except MemoryArchiveError as exc:
-        print(f"memory-archive: {exc}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace, settings: Settings, conn) -> int:
-    now = datetime.now(UTC)
-    if args.command == "stats":
-        stats = tier_stats(conn)
-        eligible = eligible_counts(conn, settings.archival, now)
-        print(json.dumps({"hot": stats.hot, "archived": stats.archived, "hot_bytes": stats.hot_bytes,
-                          "archived_bytes": stats.archived_bytes, "eligible": eligible}))  # fmt: skip
-        return 0
-    services = ArchivalServices.from_settings(settings)
-    if args.command == "archive":
-        key = args.batch_key or f"adhoc-{now:%Y%m%dT%H%M%S}"
-        report = archive_batch(conn, services, settings.archival, batch_key=key, as_of=now, actor="cli",
-                               limit=args.limit, workers=settings.llm.max_concurrency)  # fmt: skip
-        print(json.dumps({"batch_key": key, "claimed": report.claim.claimed, "archived": report.status.archived,
-                          "failed": report.status.failed, "gate_passed": report.gate_passed}))  # fmt: skip
-        return 0 if report.gate_passed else 1
-    if args.original_id is not None:
-        if not args.user_id:
-            print("memory-archive: --original-id needs --user-id", file=sys.stderr)
-            return 2
-        targets = [(args.user_id, args.original_id)]
-    elif args.all:
-        targets = archived_ids(conn, user_id=args.user_id)
-    else:
-        print("memory-archive: restore needs --original-id or --all", file=sys.stderr)
-        return 2
-    restored = sum(
-        restore_archive(conn, services.object_store, user_id=u, original_id=o, actor="cli").restored
-        for u, o in targets
-    )
-    print(json.dumps({"restored": restored, "requested": len(targets)}))
+        cli.main(args=argv, prog_name="memory-archive", standalone_mode=False)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_INPUT)
+    except click.exceptions.Abort:
+        return EXIT_INPUT
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_INPUT
     return 0
 
 

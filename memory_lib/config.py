@@ -40,7 +40,15 @@ class ArchivalCriteria(BaseModel):
     max_error_rate: float = Field(
         0.05, ge=0.0, le=1.0, description="Failed / attempted above this blocks deleting originals."
     )
-    max_attempts: int = Field(3, ge=1, description="Tries per memory before it is released for a later night.")
+    max_attempts: int = Field(
+        3, ge=1, description="Tries per memory (across nights) before it is released and left hot."
+    )
+    lease_seconds: int = Field(
+        3600, ge=1, description="A batch not renewing its claim for this long is taken over by the next one."
+    )
+    step_deadline_seconds: float = Field(
+        1800.0, gt=0.0, description="A step stops starting work after this; what is left fails, the gate decides."
+    )
 
     @model_validator(mode="after")
     def _force_after_min(self) -> ArchivalCriteria:
@@ -48,6 +56,11 @@ class ArchivalCriteria(BaseModel):
             raise ValueError(
                 f"force_archive_age_days={self.force_archive_age_days} must be >= "
                 f"min_age_days={self.min_age_days}"
+            )
+        if self.lease_seconds <= self.step_deadline_seconds:
+            # Each step renews the lease when it starts: it must outlive the step's deadline.
+            raise ValueError(
+                f"lease_seconds={self.lease_seconds} must be > step_deadline_seconds={self.step_deadline_seconds}"
             )
         return self
 
@@ -156,6 +169,9 @@ class ObjectStoreConfig(BaseModel):
     prefix: str = "memory-archive"
     endpoint_url: str | None = None
     region_name: str | None = None
+    connect_timeout_seconds: float = Field(5.0, gt=0.0, description="S3 connect timeout per request.")
+    read_timeout_seconds: float = Field(30.0, gt=0.0, description="S3 read timeout per request.")
+    max_attempts: int = Field(3, ge=1, le=10, description="S3 tries per request (botocore standard retries).")
 
     @model_validator(mode="after")
     def _bucket_for_s3(self) -> ObjectStoreConfig:

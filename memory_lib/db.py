@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -11,13 +12,15 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from .config import Settings
-from .errors import SchemaError
+from .errors import InvalidInputError, SchemaError
 
 log = logging.getLogger(__name__)
 
@@ -245,3 +248,64 @@ def prepare_database(settings: Settings) -> Database:
         db.close()
         raise
     return db
+
+
+# --------------------------------------------------------------------------- one way to open
+
+
+def migrate_database(url: str, default_dim: int) -> list[str]:
+    """Apply pending migrations; an initialized database keeps the embedding dim it was created with."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'"
+            ).fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    return migrate(url, embedding_dim=int(row[0]) if row else default_dim)
+
+
+_DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def open_migrated(
+    *,
+    database_url: str | None = None,
+    embedded_database: str | None = None,
+    state_dir: str | Path | None = None,
+    embedding_dim: int | None = None,
+) -> tuple[Database, str]:
+    """(the open database, the URL to connect to) with migrations applied: `database_url`, else the
+    embedded server under the state dir (database `embedded_database`, created if missing). Close the
+    Database when done: that releases this process's hold on the embedded server."""
+    overrides: dict[str, Any] = {}
+    if database_url:
+        overrides["database_url"] = database_url
+    if state_dir:
+        overrides["state_dir"] = Path(state_dir)
+    settings = Settings.from_env(**overrides)
+    db = open_database(settings)
+    try:
+        url = db.url
+        if db.embedded is not None and embedded_database:
+            url = _ensure_database(db.url, embedded_database)
+        migrate_database(url, embedding_dim or settings.embedding.dim)
+    except BaseException:
+        db.close()
+        raise
+    return db, url
+
+
+def _ensure_database(server_url: str, name: str) -> str:
+    if not _DB_NAME.match(name):
+        raise InvalidInputError(
+            "embedded_database", name, "must be a lowercase identifier ([a-z_][a-z0-9_]*)"
+        )
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another process was first
+                conn.execute(f'CREATE DATABASE "{name}"')
+    return make_conninfo(server_url, dbname=name)
+
+

@@ -61,3 +61,7 @@ class EmbeddingError(MemoryArchiveError):
 
 class NotFoundError(MemoryArchiveError, LookupError):
     """No such memory or archive for this user."""
+
+
+class DeadlineExceeded(MemoryArchiveError, TimeoutError):
+    """A step ran out of its time budget (step_deadline_seconds): the work left is failed, not hung."""

@@ -411,8 +411,13 @@ def s3_client(
     region_name: str | None,
     access_key_id: str | None = None,
     secret_access_key: str | None = None,
+    *,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 30.0,
+    max_attempts: int = 3,
 ) -> Any:
-    """A boto3 S3 client with botocore's standard retries.
+    """A boto3 S3 client with botocore's standard retries and bounded connect/read timeouts, so a
+    frozen endpoint fails a call after about max_attempts × (connect + read timeout), never hangs.
 
     Credentials come from the standard AWS chain (env, config files, instance role) when not given.
     A custom endpoint (SeaweedFS, MinIO, R2) gets path-style addressing: bucket names need no DNS.
@@ -421,9 +426,9 @@ def s3_client(
     from botocore.config import Config
 
     config = Config(
-        retries={"mode": "standard", "max_attempts": 5},
-        connect_timeout=10,
-        read_timeout=60,
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
         s3={"addressing_style": "path"} if endpoint_url else None,
     )
     return boto3.client(
@@ -441,7 +446,9 @@ def object_store_from_settings(settings: Settings) -> ObjectStore:
     if cfg.kind == "s3":
         if not cfg.bucket:  # ObjectStoreConfig already refuses this; narrows the type
             raise InvalidInputError("object_store.bucket", cfg.bucket, "required when kind='s3'")
-        return S3ObjectStore(s3_client(cfg.endpoint_url, cfg.region_name), cfg.bucket, cfg.prefix)
+        client = s3_client(cfg.endpoint_url, cfg.region_name, connect_timeout=cfg.connect_timeout_seconds,
+                           read_timeout=cfg.read_timeout_seconds, max_attempts=cfg.max_attempts)  # fmt: skip
+        return S3ObjectStore(client, cfg.bucket, cfg.prefix)
     root = settings.local_object_root
     root.mkdir(parents=True, exist_ok=True)
     return LocalObjectStore(root, cfg.prefix)

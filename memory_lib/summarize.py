@@ -36,6 +36,7 @@ __all__ = [
     "Summary",
     "SummaryInput",
     "call_with_retries",
+    "check_summary_text",
     "estimate_cost_usd",
     "extract_key_entities",
     "is_retryable",
@@ -184,7 +185,21 @@ def _is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, tuple(types))
 
 
+class MalformedResponseError(SummarizationError):
+    """A provider answered, but not with its API's JSON (say, a proxy's HTML error page with 200).
+    Transient as far as we can tell: retried like a 5xx."""
+
+    def __init__(self, provider: str, status: int, content_type: str, body: str):
+        self.status_code = status
+        shown = " ".join(body.split())[:80]
+        super().__init__(
+            f"{provider} answered HTTP {status} with {content_type or 'no content type'}, not JSON: {shown!r}"
+        )
+
+
 def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, MalformedResponseError):
+        return True
     status = _status_of(exc)
     if status is not None:
         return status in _RETRYABLE_STATUS or status >= 500
@@ -272,6 +287,40 @@ def _check_content(item: SummaryInput) -> None:
         raise SummarizationError("memory content is empty: nothing to summarize")
 
 
+# An answer that declines instead of summarizing ("I can't help with that") must not become the archive.
+_REFUSAL = re.compile(
+    r"^\W*(i(?:'m| am)? (?:sorry|unable|not able)|i can(?:no|')t|i (?:won't|will not|cannot)|as an ai\b"
+    r"|unfortunately,? i\b)",
+    re.IGNORECASE,
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTENT_WORD = re.compile(r"[^\W_]{4,}", re.UNICODE)
+
+
+def _stems(text: str) -> set[str]:
+    # A 4-letter prefix: crude, but enough to tell a paraphrase ("paid"/"payment") from unrelated text.
+    return {w.lower()[:4] for w in _CONTENT_WORD.findall(text)} | set(re.findall(r"\d+", text))
+
+
+def check_summary_text(text: str, original: str, *, source: str) -> None:
+    """Refuse a summary that would corrupt or mislead the archive, naming the summarizer.
+
+    Invariants of an accepted summary: valid Unicode without NUL or control characters, not a
+    refusal, and sharing at least one word stem or number with the memory it replaces.
+    """
+    if "\x00" in text or _CONTROL.search(text):
+        raise SummarizationError(f"{source} returned a summary with a NUL or control character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SummarizationError(f"{source} returned a summary that is not valid Unicode (lone surrogate)") from None
+    if _REFUSAL.match(text):
+        raise SummarizationError(f"{source} declined to summarize: {text[:80]!r}")
+    original_stems = _stems(original)
+    if len(original_stems) >= 3 and not (_stems(text) & original_stems):
+        raise SummarizationError(f"{source} returned a summary unrelated to the memory: {text[:80]!r}")
+
+
 def _validated_text(text: str | None, *, model: str, max_chars: int) -> str:
     if text is None:
         raise SummarizationError(f"model {model!r} returned no text")
@@ -320,8 +369,20 @@ class _ProviderSummarizer:
         return f"{type(self).__name__}(model={self.model!r})"
 
     def _call(self, request: Callable[[], Any]) -> Any:
+        """`request` returns the SDK's raw response; it is parsed only when the body is JSON."""
+
+        def parsed() -> Any:
+            raw = request()
+            content_type = raw.headers.get("content-type", "")
+            if "json" not in content_type.lower():
+                raise MalformedResponseError(self.kind, raw.status_code, content_type, raw.http_response.text)
+            try:
+                return raw.parse()
+            except ValueError as exc:  # JSON that does not parse
+                raise MalformedResponseError(self.kind, raw.status_code, content_type, raw.http_response.text) from exc
+
         return call_with_retries(
-            request,
+            parsed,
             what=f"{self.kind} summary with model {self.model!r}",
             error_type=SummarizationError,
             policy=self._policy,
@@ -343,7 +404,7 @@ class AnthropicSummarizer(_ProviderSummarizer):
         _check_content(item)
         prompt = render_summary_prompt(item)
         response: Any = self._call(
-            lambda: self._client.messages.create(
+            lambda: self._client.messages.with_raw_response.create(
                 model=self.model,
                 max_tokens=self.max_output_tokens,
                 messages=[{"role": "user", "content": prompt}],
@@ -382,7 +443,7 @@ class OpenAISummarizer(_ProviderSummarizer):
         _check_content(item)
         prompt = render_summary_prompt(item)
         response: Any = self._call(
-            lambda: self._client.chat.completions.create(
+            lambda: self._client.chat.completions.with_raw_response.create(
                 model=self.model,
                 max_completion_tokens=self.max_output_tokens,
                 messages=[{"role": "user", "content": prompt}],

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_lib.archive import archive_batch
 from memory_lib.config import ArchivalCriteria
 from memory_lib.models import BackupObject, sha256_hex
+from memory_lib.pipeline import run_batch
 from memory_lib.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories, services
@@ -25,7 +25,7 @@ N = 300
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from memory_lib.archive import archive_batch
+    from memory_lib.pipeline import run_batch
     from memory_lib.config import ArchivalCriteria
     from memory_lib.db import connect
     from memory_lib.objectstore import LocalObjectStore
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent(
     store.put = put
     conn = connect(url)
     print("STARTED", flush=True)
-    archive_batch(conn, services(store, dim), ArchivalCriteria(), batch_key="night", as_of=NOW, actor="child",
+    run_batch(conn, services(store, dim), ArchivalCriteria(), batch_key="night", as_of=NOW, actor="child",
                   workers=1)
     print("DONE", flush=True)
     """
@@ -124,7 +124,7 @@ def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point
     assert sum(r["n"] for r in mid) == N  # the batch was claimed before the kill
     assert not any(r["status"] == "archived" for r in mid if kill_point == "during_commit")
 
-    report = archive_batch(conn, services(store, TEST_DIM), ArchivalCriteria(), batch_key="night", as_of=NOW,
+    report = run_batch(conn, services(store, TEST_DIM), ArchivalCriteria(), batch_key="night", as_of=NOW,
                            actor="test")  # fmt: skip
     assert report.status.archived == N and report.status.failed == 0
     _check_invariants(conn, store, ids)

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from memory_lib.archive import ArchivalServices, archive_batch, batch_status
+from memory_lib.archive import ArchivalServices, batch_status
 from memory_lib.config import ArchivalCriteria
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.objectstore import ObjectStore, StoredObject
+from memory_lib.pipeline import run_batch
 from memory_lib.store import insert_memories, tier_stats
 from memory_lib.summarize import AnthropicSummarizer, ExtractiveSummarizer
 from tests.conftest import TEST_DIM
@@ -118,13 +119,8 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
     try:
         if step == "verify":
             # Tamper with the marked backup between its upload and the commit.
-            from memory_lib.archive import (
-                backup_batch,
-                claim_batch,
-                commit_batch,
-                embed_batch,
-                summarize_batch,
-            )
+            from memory_lib.archive import backup_batch, commit_batch, embed_batch, summarize_batch
+            from memory_lib.claims import claim_batch
 
             claim_batch(conn, "night", criteria, NOW)
             summarize_batch(conn, "night", summarizer, criteria)
@@ -135,7 +131,7 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
             commit_batch(conn, "night", store, criteria, actor="test")
             first = batch_status(conn, "night")
         else:
-            first = archive_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test").status
+            first = run_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test").status
     finally:
         if server is not None:
             server.fail_when_contains = None
@@ -153,7 +149,7 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
 
     if step == "commit":
         conn.execute("DROP TRIGGER fail_marked ON archived_memories")
-    second = archive_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test").status
+    second = run_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test").status
     if server is not None:
         server.__exit__(None, None, None)
     assert second.archived == N and second.failed == 0
@@ -176,7 +172,7 @@ def test_error_rate_above_gate_deletes_nothing(conn, local_store):
         server.fail_status = 400
         summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=server.base_url, max_retries=0)
         svc = ArchivalServices(summarizer, HashingEmbedder(dim=TEST_DIM), local_store)
-        report = archive_batch(conn, svc, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
+        report = run_batch(conn, svc, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
     assert not report.gate_passed
     assert report.status.error_rate > 0.05
     assert tier_stats(conn).archived == 0 and tier_stats(conn).hot == N
@@ -184,7 +180,8 @@ def test_error_rate_above_gate_deletes_nothing(conn, local_store):
 
 
 def test_memory_changed_after_backup_is_backed_up_again(conn, local_store):
-    from memory_lib.archive import backup_batch, claim_batch, commit_batch, embed_batch, summarize_batch
+    from memory_lib.archive import backup_batch, commit_batch, embed_batch, summarize_batch
+    from memory_lib.claims import claim_batch
 
     memories = make_memories(5, dim=TEST_DIM)
     insert_memories(conn, memories, actor="test")
@@ -215,12 +212,12 @@ def test_memory_failing_every_night_is_released(conn, local_store):
     svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), store)
     criteria = ArchivalCriteria(max_error_rate=1.0, max_attempts=2)
     for _ in range(3):
-        archive_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test")
+        run_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test")
     attempt = conn.execute(
         "SELECT status, attempts FROM archival_attempts WHERE memory_id = %s", (memories[0]["id"],)
     ).fetchone()
     assert attempt == {"status": "released", "attempts": 2}
-    # Released: the next night may claim it again.
-    report = archive_batch(conn, svc, criteria, batch_key="night-2", as_of=NOW, actor="test")
-    assert report.claim.claimed == 1
+    # Released: it stays hot and no later night claims it again (until the memory changes).
+    report = run_batch(conn, svc, criteria, batch_key="night-2", as_of=NOW, actor="test")
+    assert report.claim.claimed == 0
     assert uuid.UUID(str(memories[0]["id"])) in {r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()}

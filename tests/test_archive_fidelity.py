@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from memory_lib.archive import archive_batch, archived_ids, restore_archive
 from memory_lib.config import ArchivalCriteria
 from memory_lib.models import BackupObject, sha256_hex
+from memory_lib.pipeline import run_batch
+from memory_lib.restore import archived_ids, restore_archive
 from memory_lib.store import insert_memories, tier_stats
 from tests.support.factories import NOW, make_memories, services, snapshot
 
@@ -21,7 +22,7 @@ def test_thousand_memories_round_trip_through_s3(make_conn, s3_store):
     svc = services(s3_store, DIM)
     criteria = ArchivalCriteria()
     for night in ("n1", "n2"):
-        report = archive_batch(conn, svc, criteria, batch_key=night, as_of=NOW, actor="test")
+        report = run_batch(conn, svc, criteria, batch_key=night, as_of=NOW, actor="test")
         assert report.gate_passed and report.status.failed == 0
         assert report.status.archived == 500  # the nightly cap
 

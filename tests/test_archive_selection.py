@@ -8,15 +8,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from memory_lib.archive import (
-    REASON_FORCE_AGE,
-    REASON_LOW_IMPORTANCE,
-    claim_batch,
-    eligible_counts,
-    select_eligible,
-)
+from memory_lib.claims import claim_batch
 from memory_lib.config import ArchivalCriteria
 from memory_lib.db import connect
+from memory_lib.eligibility import REASON_FORCE_AGE, REASON_LOW_IMPORTANCE, eligible_counts, select_eligible
 from memory_lib.errors import InvalidInputError
 from memory_lib.store import insert_memories
 from tests.conftest import TEST_DIM

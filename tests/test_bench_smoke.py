@@ -86,8 +86,8 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
     n = data["params"]["sizes"][0]
     throughput = rows(data, "Archival throughput")
     assert [(r["object store"].split(" ")[0], r["method"]) for r in throughput] == [
-        ("S3", "naive loop (baseline)"), ("S3", "archive_batch × 500"),
-        ("local", "naive loop (baseline)"), ("local", "archive_batch × 500"),
+        ("S3", "naive loop (baseline)"), ("S3", "run_batch × 500"),
+        ("local", "naive loop (baseline)"), ("local", "run_batch × 500"),
     ]  # fmt: skip
     for r in throughput:
         assert r["archived"] == n

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archive import ArchivalServices, archive_batch
+from memory_lib.archive import ArchivalServices
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.config import ArchivalCriteria, EmbeddingConfig, RetrievalConfig, Settings
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import InvalidInputError, NotFoundError
+from memory_lib.pipeline import run_batch
 from memory_lib.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 
@@ -35,7 +36,7 @@ def _client(conn, store=None, retrieval: RetrievalConfig = WIDE_OPEN) -> MemoryC
 
 def _archive(conn, store) -> None:
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    archive_batch(
+    run_batch(
         conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
     )
 

@@ -9,12 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_lib.archive import ArchivalServices, archive_batch
+from memory_lib.archive import ArchivalServices
 from memory_lib.client import MemoryClient
 from memory_lib.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
 from memory_lib.context import ContextItem, approx_token_count, assemble_context
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import InvalidInputError
+from memory_lib.pipeline import run_batch
 from memory_lib.search import Provenance
 from memory_lib.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
@@ -175,7 +176,7 @@ def test_build_context_packs_archived_summaries_and_hot_snippets_with_provenance
                      now=NOW - timedelta(days=200))  # fmt: skip
     hot = client.add("u1", "Planning another kayak trip in Porto next month", now=NOW)
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
-    archive_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
+    run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
     turns = [
         {"role": "user", "content": "Any kayak plans?"},
         {"role": "assistant", "content": "Let me check."},

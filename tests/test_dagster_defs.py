@@ -16,7 +16,7 @@ import pytest
 from memory_assets.definitions import defs as load_defs
 from memory_assets.defs.slow_path.partitions import SLOW_PATH
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
-from memory_lib import slow_path
+from memory_lib import pause
 from memory_lib.errors import InvalidInputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +161,7 @@ def test_database_resource_starts_and_releases_an_embedded_server(tmp_path, monk
     )
     with dg.build_resources({"database": resource}) as built, built.database.connect() as conn:
         assert conn.execute("SELECT current_database() AS d").fetchone()["d"] == "memory_t"
-        assert not slow_path.pause_status(conn).paused  # migrations applied, 003 included
+        assert not pause.pause_status(conn).paused  # migrations applied, 003 included
         url = built.database.url
     with pytest.raises(psycopg.OperationalError):  # its last holder left: the server stopped
         psycopg.connect(url, connect_timeout=3).close()

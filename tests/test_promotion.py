@@ -8,12 +8,13 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memory_lib.archive import ArchivalServices, archive_batch
+from memory_lib.archive import ArchivalServices
 from memory_lib.client import MemoryClient
 from memory_lib.config import ArchivalCriteria, PromotionConfig, Settings
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import IntegrityError, NotFoundError
 from memory_lib.objectstore import LocalObjectStore
+from memory_lib.pipeline import run_batch
 from memory_lib.promotion import sweep_promotions
 from memory_lib.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
@@ -34,7 +35,7 @@ def _client(conn, store, **promotion) -> MemoryClient:
 def _archive(conn, store, *, batch_key: str | None = None, as_of: datetime = NOW) -> None:
     batch_key = batch_key or f"night-{uuid.uuid4().hex[:8]}"
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = archive_batch(conn, services, ArchivalCriteria(), batch_key=batch_key, as_of=as_of, actor="test")
+    report = run_batch(conn, services, ArchivalCriteria(), batch_key=batch_key, as_of=as_of, actor="test")
     assert report.gate_passed and report.status.failed == 0
 
 
@@ -285,11 +286,12 @@ def test_archive_and_restore_keep_the_write_paths_dedupe_key(conn, local_store):
     restore is recognised as the same memory, not a duplicate."""
     from datetime import UTC, datetime, timedelta
 
-    from memory_lib.archive import ArchivalServices, archive_batch, restore_archive
+    from memory_lib.archive import ArchivalServices
     from memory_lib.client import MemoryClient
     from memory_lib.config import ArchivalCriteria
     from memory_lib.embedding import HashingEmbedder
-    from memory_lib.slow_path import exact_rows
+    from memory_lib.integrity import exact_rows
+    from memory_lib.restore import restore_archive
     from memory_lib.summarize import ExtractiveSummarizer
 
     embedder = HashingEmbedder(dim=64)
@@ -299,7 +301,7 @@ def test_archive_and_restore_keep_the_write_paths_dedupe_key(conn, local_store):
     before = exact_rows(conn, [added.memory_id])
     assert before[added.memory_id]["dedupe_key"]
     svc = ArchivalServices(ExtractiveSummarizer(), embedder, local_store)
-    report = archive_batch(conn, svc, ArchivalCriteria(), batch_key="n", as_of=datetime.now(UTC), actor="t")
+    report = run_batch(conn, svc, ArchivalCriteria(), batch_key="n", as_of=datetime.now(UTC), actor="t")
     assert report.status.archived == 1
     restore_archive(conn, local_store, user_id="alice", original_id=added.memory_id, actor="t")
     assert exact_rows(conn, [added.memory_id]) == before

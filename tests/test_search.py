@@ -7,11 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archive import ArchivalServices, archive_batch
+from memory_lib.archive import ArchivalServices
 from memory_lib.client import MemoryClient
 from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import EmbeddingMismatchError, InvalidInputError
+from memory_lib.pipeline import run_batch
 from memory_lib.search import (
     SearchFilters,
     SearchHit,
@@ -37,7 +38,7 @@ def _client(conn, store=None, **retrieval) -> MemoryClient:
 
 def _archive_old(conn, store, batch_key: str = "night-1") -> None:
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = archive_batch(conn, services, ArchivalCriteria(), batch_key=batch_key, as_of=NOW, actor="test")
+    report = run_batch(conn, services, ArchivalCriteria(), batch_key=batch_key, as_of=NOW, actor="test")
     assert report.gate_passed and report.status.failed == 0
 
 

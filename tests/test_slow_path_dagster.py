@@ -28,7 +28,8 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
-from memory_lib import archive, slow_path
+from memory_lib import archive, integrity, nights, restore
+from memory_lib import pause as pause_switch
 from memory_lib.models import BackupObject
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import last_night, load_history, table_fingerprint
@@ -171,19 +172,19 @@ def test_two_nights_are_disjoint_and_capped(conn, db_url, history, local_store_r
 def test_a_backfill_run_goes_through_its_nights_in_date_order_within_the_cap(
     conn, db_url, history, local_store_resource
 ):
-    nights = [NIGHT - timedelta(days=9 - i) for i in range(10)]
+    run_nights = [NIGHT - timedelta(days=9 - i) for i in range(10)]
     result = dg.materialize(
         SLOW_PATH_DEFS, resources=resources(db_url, local_store_resource, batch_size=15),
         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-        tags={"dagster/asset_partition_range_start": nights[0].isoformat(),
-              "dagster/asset_partition_range_end": nights[-1].isoformat()},
+        tags={"dagster/asset_partition_range_start": run_nights[0].isoformat(),
+              "dagster/asset_partition_range_end": run_nights[-1].isoformat()},
     )  # fmt: skip
     assert result.success
-    assert {e.partition for e in result.get_asset_materialization_events()} == {n.isoformat() for n in nights}
+    assert {e.partition for e in result.get_asset_materialization_events()} == {n.isoformat() for n in run_nights}
     batches = conn.execute(
         "SELECT batch_key, claimed_count FROM archival_batches ORDER BY created_at"
     ).fetchall()
-    assert [b["batch_key"] for b in batches] == [slow_path.batch_key_for(n) for n in nights]
+    assert [b["batch_key"] for b in batches] == [nights.batch_key_for(n) for n in run_nights]
     assert all(b["claimed_count"] <= 15 for b in batches) and sum(b["claimed_count"] for b in batches) > 15
     rows = conn.execute("SELECT memory_id FROM archival_attempts").fetchall()
     assert (
@@ -211,13 +212,13 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
     assert checks_of(result)["error_rate_gate"] == (False, "ERROR")
     assert "archive_rows" not in materialized(result)
     assert fake_llm.count("/v1/messages") > 0  # the real SDK talked to the fake server
-    status = archive.batch_status(conn, slow_path.batch_key_for(NIGHT))
+    status = archive.batch_status(conn, nights.batch_key_for(NIGHT))
     assert status.error_rate > 0.05 and status.failed_by_step == {"summarize": status.failed}
     assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
     assert count(conn, "SELECT count(*) AS n FROM memory_events WHERE event_type = 'archived'") == 0
-    pause = slow_path.pause_status(conn)
-    assert pause.paused and pause.batch_key == slow_path.batch_key_for(NIGHT)
+    pause = pause_switch.pause_status(conn)
+    assert pause.paused and pause.batch_key == nights.batch_key_for(NIGHT)
 
     # The next scheduled run: the 02:00 tick asks for the night that just ended, which does nothing.
     schedule = load_defs().resolve_schedule_def("slow_path")
@@ -234,8 +235,8 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
     assert checks_of(paused_run)["error_rate_gate"] == (False, "WARN")
     assert fake_llm.count() == 0
     assert count(conn, "SELECT count(*) AS n FROM archival_attempts WHERE batch_key = %s",
-                 slow_path.batch_key_for(next_night)) == 0  # fmt: skip
-    assert [s["step"] for s in slow_path.skipped_nights(conn, slow_path.batch_key_for(next_night))] == [
+                 nights.batch_key_for(next_night)) == 0  # fmt: skip
+    assert [s["step"] for s in pause_switch.skipped_nights(conn, nights.batch_key_for(next_night))] == [
         "claim",
         "summarize",
         "backup",
@@ -248,7 +249,7 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
         run_config={"ops": {"clear_pause": {"config": {"reason": "LLM fixed", "operator": "ops@example"}}}},
         resources={"database": DatabaseResource(database_url=db_url)},
     )
-    assert cleared.success and not slow_path.pause_status(conn).paused
+    assert cleared.success and not pause_switch.pause_status(conn).paused
     retried = materialize(res)
     assert retried.success and checks_of(retried)["error_rate_gate"] == (True, "ERROR")
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == status.attempted
@@ -260,7 +261,7 @@ def test_an_empty_summary_fails_its_memory_not_the_run(conn, db_url, history, lo
     res = resources(db_url, local_store_resource, summarizer=llm, max_error_rate=0.2)  # a per-run override
     result = materialize(res)
     assert result.success
-    status = archive.batch_status(conn, slow_path.batch_key_for(NIGHT))
+    status = archive.batch_status(conn, nights.batch_key_for(NIGHT))
     errors = conn.execute("SELECT memory_id, error FROM archival_attempts WHERE error IS NOT NULL").fetchall()
     assert 0 < len(errors) == status.failed and all("empty summary" in e["error"] for e in errors)
     assert materialized(result)["archive_rows"]["archived"] == status.attempted - status.failed
@@ -288,7 +289,7 @@ def test_a_tampered_backup_fails_the_round_trip_and_blocks_deletion(
     victim = conn.execute(
         "SELECT memory_id, backup_key FROM archival_attempts WHERE status = 'backed_up' ORDER BY memory_id LIMIT 1"
     ).fetchone()
-    before = slow_path.exact_rows(conn, [victim["memory_id"]])
+    before = integrity.exact_rows(conn, [victim["memory_id"]])
     store = s3_store_resource.get_store()
     evil = store.get(victim["backup_key"]).replace(b'"content":"', b'"content":"(edited) ', 1)
     seaweed.client().put_object(Bucket=store.bucket, Key=victim["backup_key"], Body=evil)
@@ -300,21 +301,21 @@ def test_a_tampered_backup_fails_the_round_trip_and_blocks_deletion(
     assert "archive_rows" not in materialized(result)
     assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
-    assert slow_path.pause_status(conn).paused
+    assert pause_switch.pause_status(conn).paused
     row = conn.execute(
         "SELECT status, failed_step FROM archival_attempts WHERE memory_id = %s", (victim["memory_id"],)
     ).fetchone()
     assert (row["status"], row["failed_step"]) == ("embedded", "fidelity")
 
     # Cleared and re-run: the backup is rewritten, round-trips, and the memory archives and restores exactly.
-    slow_path.clear_pause(conn, reason="bucket audited", actor="ops")
+    pause_switch.clear_pause(conn, reason="bucket audited", actor="ops")
     assert materialize(res).success
     assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before - count(
         conn, "SELECT count(*) AS n FROM archived_memories"
     )
-    archive.restore_archive(conn, store, user_id=before[victim["memory_id"]]["user_id"],
+    restore.restore_archive(conn, store, user_id=before[victim["memory_id"]]["user_id"],
                             original_id=victim["memory_id"], actor="test")  # fmt: skip
-    assert slow_path.exact_rows(conn, [victim["memory_id"]]) == before
+    assert integrity.exact_rows(conn, [victim["memory_id"]]) == before
 
 
 # --------------------------------------------------------------------------- a run killed mid-backup
@@ -370,7 +371,7 @@ def test_a_run_killed_between_backups_and_archive_rows_resumes_exactly_once(conn
     claimed = [r["memory_id"] for r in conn.execute("SELECT memory_id FROM archival_attempts").fetchall()]
     statuses = [r["status"] for r in conn.execute("SELECT status FROM archival_attempts").fetchall()]
     assert "archived" not in statuses and statuses.count("backed_up") < len(claimed)  # killed mid-backup
-    assert slow_path.orphaned_backups(conn, store)  # the object whose checkpoint the kill prevented
+    assert integrity.orphaned_backups(conn, store)  # the object whose checkpoint the kill prevented
 
     result = materialize(resources(db_url, store_res))
     assert result.success
@@ -385,7 +386,7 @@ def test_a_run_killed_between_backups_and_archive_rows_resumes_exactly_once(conn
         conn, "SELECT count(*) AS n FROM (SELECT memory_id FROM memory_events WHERE event_type = 'archived' "
         "GROUP BY 1 HAVING count(*) = 1) x",
     ) == archived  # fmt: skip
-    assert slow_path.orphaned_backups(conn, store) == []
+    assert integrity.orphaned_backups(conn, store) == []
     assert len(list(store.list("memories/"))) == archived
 
 
@@ -424,7 +425,7 @@ def output_metadata(result, node: str) -> dict:
 
 def test_rollback_job_restores_byte_exact_and_is_idempotent(conn, db_url, history, local_store_resource):
     res = resources(db_url, local_store_resource)
-    before = slow_path.exact_rows(conn, history)
+    before = integrity.exact_rows(conn, history)
     assert materialize(res).success
     ids = [r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories").fetchall()]
     assert ids
@@ -437,8 +438,8 @@ def test_rollback_job_restores_byte_exact_and_is_idempotent(conn, db_url, histor
     meta = output_metadata(run, "restore_archives")
     assert (meta["restored"], meta["failed"], meta["archival_paused"]) == (len(ids), 0, True)
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
-    assert slow_path.exact_rows(conn, ids) == {i: before[i] for i in ids}
-    assert slow_path.pause_status(conn).paused  # restoring all pauses, so the nights do not re-archive them
+    assert integrity.exact_rows(conn, ids) == {i: before[i] for i in ids}
+    assert pause_switch.pause_status(conn).paused  # restoring all pauses, so the nights do not re-archive them
     events = count(conn, "SELECT count(*) AS n FROM memory_events WHERE event_type = 'restored'")
     assert events == len(ids)
 
@@ -461,3 +462,38 @@ def test_rollback_needs_a_selection(db_url, local_store_resource):
     assert "choose all=true, a user_id, or a list of original_ids" in " ".join(
         str(e.event_specific_data) for e in run.all_events if e.is_failure
     )
+
+
+# --------------------------------------------------------------------------- success means archived
+
+
+def test_archive_rows_fails_its_night_when_the_store_dies_before_commit(conn, db_url, history, tmp_path):
+    store = ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
+    res = resources(db_url, store)
+    before = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups,
+              checks.backups_round_trip, checks.error_rate_gate]  # fmt: skip
+    first = materialize(res, defs=before)
+    assert first.success and all(passed for passed, _ in checks_of(first).values())
+    import shutil
+
+    shutil.rmtree(tmp_path / "objects")  # the object store is gone between the gate and the commit
+    second = materialize(res, defs=[assets.archive_rows])
+    assert not second.success
+    failure = next(e for e in second.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "failed the gate after commit" in failure.step_failure_data.error.message
+    key = nights.batch_key_for(NIGHT)
+    assert count(conn, "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s", key) == 0
+    assert pause_switch.pause_status(conn).paused
+
+
+def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url, history, tmp_path):
+    store = ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
+    res = resources(db_url, store)
+    assert materialize(res).success
+    ref = conn.execute("SELECT storage_ref FROM archived_memories LIMIT 1").fetchone()["storage_ref"]
+    lib_store = store.get_store()
+    lib_store.delete(lib_store.key_from_ref(ref))
+    result = materialize(res, defs=[assets.archive_rows, checks.tiers_consistent])
+    assert checks_of(result)["tiers_consistent"] == (False, "ERROR")
+    evaluation = next(e for e in result.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
+    assert evaluation.metadata["backups_missing"].value == 1

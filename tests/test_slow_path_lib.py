@@ -8,7 +8,18 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from memory_lib import archive, slow_path
+from memory_lib import (
+    archive,
+    dry_run,
+    eligibility,
+    fidelity,
+    integrity,
+    models,
+    nights,
+    pause,
+    restore,
+)
+from memory_lib import gate as gates
 from memory_lib.archive import ArchivalServices
 from memory_lib.config import ArchivalCriteria
 from memory_lib.db import connect
@@ -30,41 +41,41 @@ def services(local_store):
 
 
 def test_night_as_of_is_the_end_of_the_night_in_its_zone():
-    assert slow_path.night_as_of(date(2026, 3, 14), "UTC") == datetime(2026, 3, 15, tzinfo=UTC)
+    assert nights.night_as_of(date(2026, 3, 14), "UTC") == datetime(2026, 3, 15, tzinfo=UTC)
     # Lisbon is UTC+1 in summer: midnight there is 23:00 UTC the day before.
-    assert slow_path.night_as_of(date(2026, 7, 1), "Europe/Lisbon") == datetime(2026, 7, 1, 23, tzinfo=UTC)
+    assert nights.night_as_of(date(2026, 7, 1), "Europe/Lisbon") == datetime(2026, 7, 1, 23, tzinfo=UTC)
     # The night before the spring change ends at 00:00 standard time (UTC+0 in Lisbon).
-    assert slow_path.night_as_of(date(2026, 3, 28), "Europe/Lisbon") == datetime(2026, 3, 29, tzinfo=UTC)
-    assert slow_path.batch_key_for(date(2026, 3, 14)) == "night-2026-03-14"
+    assert nights.night_as_of(date(2026, 3, 28), "Europe/Lisbon") == datetime(2026, 3, 29, tzinfo=UTC)
+    assert nights.batch_key_for(date(2026, 3, 14)) == "night-2026-03-14"
 
 
 @pytest.mark.parametrize("bad", ["2026-13-01", "yesterday", ""])
 def test_bad_partition_key_names_the_field(bad):
     with pytest.raises(InvalidInputError, match="partition_key"):
-        slow_path.parse_night(bad)
+        nights.parse_night(bad)
 
 
 def test_unknown_zone_is_refused():
     with pytest.raises(InvalidInputError, match="timezone"):
-        slow_path.night_as_of(date(2026, 1, 1), "Mars/Olympus")
+        nights.night_as_of(date(2026, 1, 1), "Mars/Olympus")
 
 
 # --------------------------------------------------------------------------- pause
 
 
 def test_pause_set_clear_and_history(conn):
-    assert not slow_path.pause_status(conn).paused
-    state = slow_path.set_pause(conn, reason="gate failed", actor="check", batch_key="night-2026-01-01")
+    assert not pause.pause_status(conn).paused
+    state = pause.set_pause(conn, reason="gate failed", actor="check", batch_key="night-2026-01-01")
     assert state.paused and state.reason == "gate failed" and state.batch_key == "night-2026-01-01"
     # A second pause keeps the first cause and adds no event.
-    again = slow_path.set_pause(conn, reason="another", actor="someone")
+    again = pause.set_pause(conn, reason="another", actor="someone")
     assert again.reason == "gate failed"
-    cleared = slow_path.clear_pause(conn, reason="LLM provider fixed", actor="ops")
+    cleared = pause.clear_pause(conn, reason="LLM provider fixed", actor="ops")
     assert not cleared.paused
-    history = slow_path.pause_history(conn)
+    history = pause.pause_history(conn)
     assert [(h["action"], h["actor"]) for h in history] == [("cleared", "ops"), ("paused", "check")]
-    assert not slow_path.clear_pause(conn, reason="noop", actor="ops").paused
-    assert len(slow_path.pause_history(conn)) == 2
+    assert not pause.clear_pause(conn, reason="noop", actor="ops").paused
+    assert len(pause.pause_history(conn)) == 2
 
 
 @pytest.mark.parametrize(
@@ -72,24 +83,24 @@ def test_pause_set_clear_and_history(conn):
 )
 def test_pause_needs_a_reason_and_an_actor(conn, field, kwargs):
     with pytest.raises(InvalidInputError, match=field):
-        slow_path.set_pause(conn, **kwargs)
-    assert not slow_path.pause_status(conn).paused
+        pause.set_pause(conn, **kwargs)
+    assert not pause.pause_status(conn).paused
 
 
 def test_pause_history_is_append_only(conn):
-    slow_path.set_pause(conn, reason="r", actor="a")
+    pause.set_pause(conn, reason="r", actor="a")
     with pytest.raises(Exception, match="append-only"):
         conn.execute("DELETE FROM archival_pause_events")
 
 
 def test_paused_night_claims_nothing_and_records_why(conn, services):
     load_history(conn, TEST_DIM)
-    slow_path.set_pause(conn, reason="error rate 9%", actor="check")
+    pause.set_pause(conn, reason="error rate 9%", actor="check")
     night = last_night()
-    report = slow_path.run_night(conn, services, CRITERIA, night, "UTC")
+    report = nights.run_night(conn, services, CRITERIA, night, "UTC")
     assert report.outcomes[0].skipped and "error rate 9%" in report.outcomes[0].skipped
     assert conn.execute("SELECT count(*) AS n FROM archival_attempts").fetchone()["n"] == 0
-    skips = slow_path.skipped_nights(conn, slow_path.batch_key_for(night))
+    skips = pause.skipped_nights(conn, nights.batch_key_for(night))
     assert [s["step"] for s in skips] == ["claim"] and "error rate 9%" in skips[0]["reason"]
 
 
@@ -100,20 +111,20 @@ def test_run_night_archives_and_is_idempotent(conn, services):
     load_history(conn, TEST_DIM)
     night = last_night()
     before = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
-    report = slow_path.run_night(conn, services, CRITERIA, night, "UTC")
+    report = nights.run_night(conn, services, CRITERIA, night, "UTC")
     assert report.fidelity.passed and report.gate.passed and report.integrity.passed
     assert report.archived > 0 and report.archived == report.integrity.archived
     after = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
     assert before - after == report.archived
     # Every claimed memory was older than min_age_days at the end of the night.
-    cutoff = slow_path.night_as_of(night, "UTC") - timedelta(days=CRITERIA.min_age_days)
+    cutoff = nights.night_as_of(night, "UTC") - timedelta(days=CRITERIA.min_age_days)
     assert (
         conn.execute(
             "SELECT count(*) AS n FROM archived_memories WHERE original_created_at > %s", (cutoff,)
         ).fetchone()["n"]
         == 0
     )
-    again = slow_path.run_night(conn, services, CRITERIA, night, "UTC")
+    again = nights.run_night(conn, services, CRITERIA, night, "UTC")
     assert again.archived == 0 and not again.outcomes[0].claim.newly_claimed
     assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == after
 
@@ -123,17 +134,17 @@ def test_concurrent_nights_never_share_a_memory(databases, services):
     with connect(url) as c:
         load_history(c, TEST_DIM)
     criteria = ArchivalCriteria(batch_size=40)
-    nights = [last_night() - timedelta(days=i) for i in range(4)]
+    batch_nights = [last_night() - timedelta(days=i) for i in range(4)]
     errors: list[BaseException] = []
 
     def claim(night: date) -> None:
         try:
             with connect(url) as c:
-                slow_path.claim_night(c, night, criteria, "UTC")
+                nights.claim_night(c, night, criteria, "UTC")
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
-    threads = [threading.Thread(target=claim, args=(n,)) for n in nights]
+    threads = [threading.Thread(target=claim, args=(n,)) for n in batch_nights]
     for t in threads:
         t.start()
     for t in threads:
@@ -141,7 +152,7 @@ def test_concurrent_nights_never_share_a_memory(databases, services):
     assert not errors
     with connect(url) as c:
         rows = c.execute("SELECT batch_key, memory_id FROM archival_attempts").fetchall()
-    per_night = {slow_path.batch_key_for(n): 0 for n in nights}
+    per_night = {nights.batch_key_for(n): 0 for n in batch_nights}
     for r in rows:
         per_night[r["batch_key"]] += 1
     # Nights overlap in what is eligible: locked rows are skipped, so a night may get fewer, never a duplicate.
@@ -156,16 +167,16 @@ def test_concurrent_nights_never_share_a_memory(databases, services):
 def _backed_up_night(conn, services) -> str:
     load_history(conn, TEST_DIM)
     night = last_night()
-    slow_path.claim_night(conn, night, CRITERIA, "UTC")
-    slow_path.summarize_night(conn, night, services.summarizer, services.embedder, CRITERIA)
-    slow_path.backup_night(conn, night, services.object_store, CRITERIA)
-    return slow_path.batch_key_for(night)
+    nights.claim_night(conn, night, CRITERIA, "UTC")
+    nights.summarize_night(conn, night, services.summarizer, services.embedder, CRITERIA)
+    nights.backup_night(conn, night, services.object_store, CRITERIA)
+    return nights.batch_key_for(night)
 
 
 def test_fidelity_passes_for_faithful_backups(conn, services, object_store):
     services = ArchivalServices(services.summarizer, services.embedder, object_store)
     key = _backed_up_night(conn, services)
-    report = slow_path.verify_backups(conn, object_store, key)
+    report = fidelity.verify_backups(conn, object_store, key)
     n = conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE status = 'backed_up'").fetchone()["n"]
     assert report.passed and report.checked == report.faithful == n > 0
     assert report.bytes_read > 0
@@ -182,18 +193,18 @@ def test_fidelity_catches_a_tampered_object_and_sends_it_back(conn, services, ob
     at = data.index(b'"content":"') + len(b'"content":"')
     data[at : at + 1] = data[at : at + 1].swapcase()  # same size, one letter changed
     data = bytes(data)
-    object_store.put(victim["backup_key"], data, slow_path.sha256_hex(data))
-    report = slow_path.verify_backups(conn, object_store, key)
+    object_store.put(victim["backup_key"], data, models.sha256_hex(data))
+    report = fidelity.verify_backups(conn, object_store, key)
     assert list(report.failures) == [victim["memory_id"]]
     assert "sha256" in report.failures[victim["memory_id"]]
-    assert slow_path.reset_unfaithful_backups(conn, report, CRITERIA) == 1
+    assert fidelity.reset_unfaithful_backups(conn, report, CRITERIA) == 1
     row = conn.execute(
         "SELECT status, failed_step FROM archival_attempts WHERE memory_id = %s", (victim["memory_id"],)
     ).fetchone()
     assert (row["status"], row["failed_step"]) == ("embedded", "fidelity")
     # The next backup step rewrites it, and the round trip passes again.
-    slow_path.backup_night(conn, last_night(), object_store, CRITERIA)
-    assert slow_path.verify_backups(conn, object_store, key).passed
+    nights.backup_night(conn, last_night(), object_store, CRITERIA)
+    assert fidelity.verify_backups(conn, object_store, key).passed
 
 
 def test_a_memory_changed_after_its_backup_is_stale_not_unfaithful(conn, services):
@@ -202,7 +213,7 @@ def test_a_memory_changed_after_its_backup_is_stale_not_unfaithful(conn, service
         "SELECT memory_id FROM archival_attempts WHERE batch_key = %s LIMIT 1", (key,)
     ).fetchone()["memory_id"]
     conn.execute("UPDATE memories SET metadata = metadata || '{\"edited\": true}' WHERE id = %s", (mid,))
-    report = slow_path.verify_backups(conn, services.object_store, key)
+    report = fidelity.verify_backups(conn, services.object_store, key)
     assert report.passed and report.stale == 1
 
 
@@ -212,7 +223,7 @@ def test_a_lossy_serializer_is_caught_field_by_field(conn, services, monkeypatch
 
     monkeypatch.setattr(models, "_float32_json", lambda x: round(float(x), 3))  # a lossy serializer bug
     key = _backed_up_night(conn, services)
-    report = slow_path.verify_backups(conn, services.object_store, key)
+    report = fidelity.verify_backups(conn, services.object_store, key)
     assert report.checked > 0 and report.stale == 0
     assert len(report.failures) == report.checked
     assert all("embedding" in problem for problem in report.failures.values())
@@ -224,7 +235,7 @@ def test_a_lossy_serializer_is_caught_field_by_field(conn, services, monkeypatch
 def test_gate_counts_failures_against_the_threshold(conn, services):
     key = _backed_up_night(conn, services)
     status = archive.batch_status(conn, key)
-    assert slow_path.error_gate(conn, key, CRITERIA).passed
+    assert gates.error_gate(conn, key, CRITERIA).passed
     bad = max(1, int(status.attempted * 0.1))
     conn.execute(
         """UPDATE archival_attempts SET error = 'injected', failed_step = 'summarize', status = 'claimed'
@@ -232,18 +243,18 @@ def test_gate_counts_failures_against_the_threshold(conn, services):
                                ORDER BY memory_id LIMIT %s)""",
         (key, bad),
     )
-    gate = slow_path.error_gate(conn, key, CRITERIA)
+    gate = gates.error_gate(conn, key, CRITERIA)
     assert not gate.passed and gate.status.failed == bad and "above" in gate.describe()
-    assert slow_path.error_gate(conn, key, ArchivalCriteria(max_error_rate=0.5)).passed
+    assert gates.error_gate(conn, key, ArchivalCriteria(max_error_rate=0.5)).passed
     # commit_night re-checks the gate itself: nothing is deleted.
-    outcome = slow_path.commit_night(conn, last_night(), services.object_store, CRITERIA)
+    outcome = nights.commit_night(conn, last_night(), services.object_store, CRITERIA)
     assert outcome.skipped and not outcome.results
     assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 0
 
 
 def test_integrity_report_finds_a_memory_in_both_tiers(conn, services):
     load_history(conn, TEST_DIM)
-    report = slow_path.run_night(conn, services, CRITERIA, last_night(), "UTC")
+    report = nights.run_night(conn, services, CRITERIA, last_night(), "UTC")
     assert report.integrity.passed
     row = conn.execute("SELECT original_id, user_id FROM archived_memories LIMIT 1").fetchone()
     # A copy back in the hot tier behind the archiver's back.
@@ -252,7 +263,7 @@ def test_integrity_report_finds_a_memory_in_both_tiers(conn, services):
            SELECT %s, %s, 'copy', repeat('0', 64), array_fill(0.1, ARRAY[%s])::vector, 'x', %s""",
         (row["original_id"], row["user_id"], TEST_DIM, TEST_DIM),
     )
-    bad = slow_path.integrity_report(conn, [report.batch_key])
+    bad = integrity.integrity_report(conn, [report.batch_key])
     assert not bad.passed and bad.both_tiers == 1
 
 
@@ -262,7 +273,7 @@ def test_integrity_report_finds_a_memory_in_both_tiers(conn, services):
 def test_dry_run_writes_nothing(conn, services):
     load_history(conn, TEST_DIM)
     before = table_fingerprint(conn)
-    report = slow_path.dry_run(conn, services, CRITERIA, as_of=END, sample_size=20, scratch_token="t1")
+    report = dry_run.dry_run(conn, services, CRITERIA, as_of=END, sample_size=20, scratch_token="t1")
     assert table_fingerprint(conn) == before
     assert sum(report.eligible_by_reason.values()) == report.projection.eligible > 20
     assert len(report.samples) == 20 and all(s.summary for s in report.samples)
@@ -274,8 +285,8 @@ def test_dry_run_writes_nothing(conn, services):
 
 def test_dry_run_sample_is_eligible_and_spread(conn, services):
     load_history(conn, TEST_DIM)
-    rows = slow_path.sample_eligible(conn, CRITERIA, END, 30)
-    eligible = {r["id"] for r in archive.select_eligible(conn, CRITERIA, END, 10_000)}
+    rows = eligibility.sample_eligible(conn, CRITERIA, END, 30)
+    eligible = {r["id"] for r in eligibility.select_eligible(conn, CRITERIA, END, 10_000)}
     assert {r["id"] for r in rows} <= eligible
     assert len({r["user_id"] for r in rows}) > 1
 
@@ -285,22 +296,22 @@ def test_dry_run_sample_is_eligible_and_spread(conn, services):
 
 def test_restore_archives_is_byte_exact_idempotent_and_selective(conn, services):
     load_history(conn, TEST_DIM)
-    eligible = [r["id"] for r in archive.select_eligible(conn, CRITERIA, END, 10_000)]
-    original = slow_path.exact_rows(conn, eligible)
-    report = slow_path.run_night(conn, services, CRITERIA, last_night(), "UTC")
+    eligible = [r["id"] for r in eligibility.select_eligible(conn, CRITERIA, END, 10_000)]
+    original = integrity.exact_rows(conn, eligible)
+    report = nights.run_night(conn, services, CRITERIA, last_night(), "UTC")
     archived = [
         r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories").fetchall()
     ]
     assert report.archived == len(archived) > 3
     some = archived[:2]
-    first = slow_path.restore_archives(
+    first = restore.restore_archives(
         conn, services.object_store, actor="t", original_ids=[str(i) for i in some]
     )
     assert (first.requested, first.restored, first.failed) == (2, 2, 0)
-    again = slow_path.restore_archives(conn, services.object_store, actor="t", original_ids=some)
+    again = restore.restore_archives(conn, services.object_store, actor="t", original_ids=some)
     assert (again.restored, again.already_hot) == (0, 2)
     user = conn.execute("SELECT user_id FROM archived_memories LIMIT 1").fetchone()["user_id"]
-    mine = slow_path.restore_archives(conn, services.object_store, actor="t", user_id=user)
+    mine = restore.restore_archives(conn, services.object_store, actor="t", user_id=user)
     assert (
         mine.restored > 0
         and conn.execute(
@@ -308,9 +319,9 @@ def test_restore_archives_is_byte_exact_idempotent_and_selective(conn, services)
         ).fetchone()["n"]
         == 0
     )
-    rest = slow_path.restore_archives(conn, services.object_store, actor="t", all_archives=True, chunk_size=7)
+    rest = restore.restore_archives(conn, services.object_store, actor="t", all_archives=True, chunk_size=7)
     assert rest.restored + mine.restored + first.restored == len(archived) and rest.failed == 0
-    restored = slow_path.exact_rows(conn, archived)
+    restored = integrity.exact_rows(conn, archived)
     assert restored == {k: original[k] for k in archived}
 
 
@@ -321,19 +332,19 @@ def test_restore_archives_is_byte_exact_idempotent_and_selective(conn, services)
 )  # fmt: skip
 def test_restore_selection_is_validated(conn, local_store, kwargs, field):
     with pytest.raises(InvalidInputError, match=field.replace("[", r"\[").replace("]", r"\]")):
-        slow_path.restore_archives(conn, local_store, actor="t", **kwargs)
+        restore.restore_archives(conn, local_store, actor="t", **kwargs)
 
 
 def test_unknown_original_id_is_reported_not_raised(conn, local_store):
-    report = slow_path.restore_archives(conn, local_store, actor="t", original_ids=[uuid.uuid4()])
+    report = restore.restore_archives(conn, local_store, actor="t", original_ids=[uuid.uuid4()])
     assert (report.requested, report.not_found, report.restored) == (1, 1, 0)
 
 
 def test_orphaned_backups_lists_objects_without_a_record(conn, services):
     key = _backed_up_night(conn, services)
     store = services.object_store
-    assert slow_path.orphaned_backups(conn, store) == []
+    assert integrity.orphaned_backups(conn, store) == []
     stray = store.key_for(uuid.uuid4())
-    store.put(stray, b"{}", slow_path.sha256_hex(b"{}"))
-    assert slow_path.orphaned_backups(conn, store) == [stray]
+    store.put(stray, b"{}", models.sha256_hex(b"{}"))
+    assert integrity.orphaned_backups(conn, store) == [stray]
     assert key

@@ -7,12 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archive import ArchivalServices, archive_batch
+from memory_lib.archive import ArchivalServices
 from memory_lib.client import MemoryClient
 from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.db import connect
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import EmbeddingMismatchError, InvalidInputError
+from memory_lib.pipeline import run_batch
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
 from memory_lib.write_path import dedupe_key, find_secret, lexical_change, normalize_text
@@ -279,7 +280,7 @@ def test_pinned_memories_are_never_archived(conn, local_store):
     pinned = client.add("u1", "Blood type is O negative", pinned=True, importance=0.0, now=old)
     plain = client.add("u1", "Bought a blue umbrella at the market", importance=0.0, now=old)
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
-    archive_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=T0, actor="test")
+    run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=T0, actor="test")
     hot = {r["id"] for r in _live(conn, "u1")}
     assert pinned.memory_id in hot and plain.memory_id not in hot
 

@@ -79,6 +79,6 @@ def services(store: ObjectStore, dim: int) -> ArchivalServices:
 
 def snapshot(conn, ids) -> dict[uuid.UUID, dict[str, Any]]:
     """Every column of the given hot memories, embeddings as raw float32 bytes."""
-    from memory_lib.slow_path import exact_rows
+    from memory_lib.integrity import exact_rows
 
     return exact_rows(conn, list(ids))

@@ -86,6 +86,7 @@ class FakeLLMServer:
         self.omit_text_block = False
         self.embedding_dim_override: int | None = None
         self.delay_seconds = 0.0
+        self.html_responses = 0  # the next N answers are a proxy's HTML error page with status 200
         self.requests: list[RecordedRequest] = []
         self._generation = 0  # bumped by reset(): late answers to an earlier test are not recorded
         self._lock = threading.Lock()
@@ -141,6 +142,7 @@ class FakeLLMServer:
             self.omit_text_block = False
             self.embedding_dim_override = None
             self.delay_seconds = 0.0
+            self.html_responses = 0
             self.requests.clear()
             self._generation += 1
 
@@ -184,9 +186,15 @@ class FakeLLMServer:
                 if server.delay_seconds > 0:
                     time.sleep(server.delay_seconds)
                 data = json.dumps(payload).encode("utf-8")
+                content_type = "application/json"
+                with server._lock:
+                    if server.html_responses > 0:
+                        server.html_responses -= 1
+                        status, content_type, headers = 200, "text/html; charset=utf-8", {}
+                        data = b"<html><body><h1>502 Bad Gateway</h1>proxy error</body></html>"
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", content_type)
                     self.send_header("content-length", str(len(data)))
                     for name, value in headers.items():
                         self.send_header(name, value)

@@ -13,7 +13,7 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
-from memory_lib import slow_path
+from memory_lib import dry_run
 from memory_lib.archive import ArchivalServices
 from memory_lib.errors import InvalidInputError
 
@@ -47,7 +47,7 @@ def archival_dry_run(
     # The client-side rate limit bounds an LLM summarizer's pace; the offline one has none.
     rps = llm.requests_per_second if services.summarizer.kind in ("anthropic", "openai") else None
     with database.connect() as conn:
-        report = slow_path.dry_run(
+        report = dry_run.dry_run(
             conn, services, archival.get_criteria(), as_of=as_of, sample_size=config.sample_size,
             workers=llm.max_concurrency, requests_per_second=rps,
         )  # fmt: skip

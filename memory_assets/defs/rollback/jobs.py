@@ -4,7 +4,8 @@ import dagster as dg
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
-from memory_lib import slow_path
+from memory_lib import restore
+from memory_lib.pause import pause_status
 
 
 class RollbackConfig(dg.Config):
@@ -27,19 +28,18 @@ def restore_archives(
     """Each memory restored in its own transaction after its backup's sha256 is verified; memories
     already hot are counted, not touched. Interrupted or partly failed: run it again."""
     store = object_store.get_store()
-    pause = config.all if config.pause_archival is None else config.pause_archival
     with database.connect() as conn:
-        if pause:
-            state = slow_path.set_pause(conn, reason="rollback in progress", actor=config.operator)
-            context.log.warning(state.describe())
 
-        def progress(r: slow_path.RestoreReport) -> None:
+        def progress(r: restore.RestoreReport) -> None:
             context.log.info(f"restored {r.restored}, already hot {r.already_hot}, failed {r.failed}")
 
-        report = slow_path.restore_archives(
+        report = restore.restore_archives(
             conn, store, actor=config.operator, all_archives=config.all, user_id=config.user_id,
-            original_ids=config.original_ids or None, progress=progress,
+            original_ids=config.original_ids or None, progress=progress, pause_archival=config.pause_archival,
         )  # fmt: skip
+        paused = pause_status(conn)
+    if paused.paused:
+        context.log.warning(paused.describe())
     metadata = {
         "requested": report.requested,
         "restored": report.restored,
@@ -47,7 +47,7 @@ def restore_archives(
         "not_found": report.not_found,
         "failed": report.failed,
         "duration_s": round(report.seconds, 2),
-        "archival_paused": bool(pause),
+        "archival_paused": report.paused_archival,
     }
     if report.errors:
         metadata["errors"] = markdown_table(["error"], [[e] for e in report.errors], width=300)

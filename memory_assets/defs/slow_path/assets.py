@@ -1,6 +1,6 @@
 """The Slow Path: archival_candidates → memory_summaries → archive_backups → archive_rows.
 
-Thin: each asset loops over its run's nights in date order and calls one memory_lib.slow_path step.
+Thin: each asset loops over its run's nights in date order and calls one memory_lib.nights step.
 All state is in Postgres (archival_batches / archival_attempts), so there is no IO manager: a re-run
 resumes where the last one stopped, and a night already done does no new work.
 """
@@ -17,16 +17,18 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
-from memory_lib import archive, slow_path
+from memory_lib import eligibility, nights, pipeline
+from memory_lib.claims import attempt_counts
 from memory_lib.store import tier_stats
 
-from .partitions import SLOW_PATH, backfill_policy, nights, run_nights
+from .partitions import SLOW_PATH, backfill_policy, run_nights
+from .partitions import nights as night_partitions
 
 GROUP = "slow_path"
-_COMMON = dict(partitions_def=nights, backfill_policy=backfill_policy, group_name=GROUP)
+_COMMON = dict(partitions_def=night_partitions, backfill_policy=backfill_policy, group_name=GROUP)
 
 
-def _step_metadata(t: slow_path.StepTotals, started: float) -> dict[str, object]:
+def _step_metadata(t: nights.StepTotals, started: float) -> dict[str, object]:
     meta: dict[str, object] = {
         "failed": t.failed,
         "released": t.released,
@@ -53,9 +55,10 @@ def archival_candidates(
     outcomes = []
     with database.connect() as conn:
         for night in run_nights(context):
-            outcomes.append(slow_path.claim_night(conn, night, criteria, SLOW_PATH.timezone))
-        last_as_of = slow_path.night_as_of(run_nights(context)[-1], SLOW_PATH.timezone)
-        backlog = archive.eligible_counts(conn, criteria, last_as_of)
+            outcomes.append(nights.claim_night(conn, night, criteria, SLOW_PATH.timezone))
+        last_as_of = nights.night_as_of(run_nights(context)[-1], SLOW_PATH.timezone)
+        backlog = eligibility.eligible_counts(conn, criteria, last_as_of)
+        liveness = attempt_counts(conn)
     claims = [o for o in outcomes if o.claim]
     paused = [o.skipped for o in outcomes if o.skipped]
     by_reason: dict[str, int] = {}
@@ -72,6 +75,8 @@ def archival_candidates(
             "nights_paused": sum(1 for o in outcomes if o.skipped),
             "batch_size": criteria.batch_size,
             "eligible_after": sum(backlog.values()),
+            "taken_over": sum(o.claim.taken_over for o in claims),
+            **{f"attempts_{k}": v for k, v in liveness.items()},
             **({"paused_because": paused[0]} if paused else {}),
             "claimed_by_night": markdown_table(["night", "claimed"], [[k, *v] for k, v in rows]),
             "duration_s": round(time.monotonic() - started, 2),
@@ -96,7 +101,7 @@ def memory_summaries(
     workers = summarizer.llm_config().max_concurrency
     with database.connect() as conn:
         outcomes = [
-            slow_path.summarize_night(conn, night, llm, emb, criteria, workers=workers)
+            nights.summarize_night(conn, night, llm, emb, criteria, workers=workers)
             for night in run_nights(context)
         ]
         keys = [o.batch_key for o in outcomes if not o.skipped]
@@ -106,7 +111,7 @@ def memory_summaries(
                WHERE a.batch_key = ANY(%s) AND a.summary IS NOT NULL ORDER BY a.updated_at DESC LIMIT 5""",
             (keys,),
         ).fetchall()
-    summaries = slow_path.totals(outcomes)
+    summaries = nights.totals(outcomes)
     return dg.MaterializeResult(
         metadata={
             **_step_metadata(summaries, started),
@@ -138,8 +143,8 @@ def archive_backups(
     criteria = archival.get_criteria()
     store = object_store.get_store()
     with database.connect() as conn:
-        outcomes = [slow_path.backup_night(conn, night, store, criteria) for night in run_nights(context)]
-    t = slow_path.totals(outcomes)
+        outcomes = [nights.backup_night(conn, night, store, criteria) for night in run_nights(context)]
+    t = nights.totals(outcomes)
     return dg.MaterializeResult(
         metadata={
             **_step_metadata(t, started),
@@ -165,8 +170,15 @@ def archive_rows(
     store = object_store.get_store()
     with database.connect() as conn:
         stats_before = tier_stats(conn)
-        outcomes = [slow_path.commit_night(conn, night, store, criteria) for night in run_nights(context)]
+        outcomes = [nights.commit_night(conn, night, store, criteria) for night in run_nights(context)]
         keys = [o.batch_key for o in outcomes]
+        # The gate again, over every step including verify and commit: a night that ended above the
+        # error rate, or archived nothing of what it claimed, fails this asset (and pauses archival).
+        after = [
+            pipeline.gate_stage(conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True)
+            for o in outcomes
+            if not o.skipped
+        ]
         stats = tier_stats(conn)
         reasons = conn.execute(
             """SELECT archive_reason, count(*) AS n, sum(backup_size_bytes) AS bytes FROM archived_memories
@@ -178,7 +190,15 @@ def archive_rows(
                WHERE metadata->>'batch_key' = ANY(%s) ORDER BY archived_at DESC LIMIT 5""",
             (keys,),
         ).fetchall()
-    t = slow_path.totals(outcomes)
+    t = nights.totals(outcomes)
+    failing = [g for g in after if not g.passed]
+    if failing:
+        raise dg.Failure(
+            description=f"{len(failing)} night(s) failed the gate after commit; first: {failing[0].describe()}. "
+            "Failed memories stay hot and archival is paused.",
+            metadata={"nights_failing": markdown_table(["gate after commit"], [[g.describe()] for g in failing[:20]],
+                                                       width=300)},
+        )  # fmt: skip
     return dg.MaterializeResult(
         metadata={
             **_step_metadata(t, started),

@@ -9,7 +9,8 @@ import dagster as dg
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
-from memory_lib import slow_path
+from memory_lib import fidelity, gate, integrity, nights
+from memory_lib import pause as pause_switch
 
 from .assets import archive_backups, archive_rows
 from .partitions import run_nights
@@ -30,12 +31,12 @@ def backups_round_trip(
     criteria = archival.get_criteria()
     with database.connect() as conn:
         reports = [
-            slow_path.verify_backups(conn, store, slow_path.batch_key_for(n)) for n in run_nights(context)
+            fidelity.verify_backups(conn, store, nights.batch_key_for(n)) for n in run_nights(context)
         ]
         failures = [(r.batch_key, mid, problem) for r in reports for mid, problem in r.failures.items()]
         if failures:
-            sent_back = sum(slow_path.reset_unfaithful_backups(conn, r, criteria) for r in reports)
-            slow_path.set_pause(
+            sent_back = sum(fidelity.reset_unfaithful_backups(conn, r, criteria) for r in reports)
+            pause_switch.set_pause(
                 conn, reason=f"backup round trip failed for {len(failures)} memories (first: {failures[0][0]})",
                 actor=_ACTOR, batch_key=failures[0][0], details={"check": "backups_round_trip"},
             )  # fmt: skip
@@ -71,16 +72,16 @@ def error_rate_gate(
     criteria = archival.get_criteria()
     with database.connect() as conn:
         gates = [
-            slow_path.error_gate(conn, slow_path.batch_key_for(n), criteria) for n in run_nights(context)
+            gate.error_gate(conn, nights.batch_key_for(n), criteria) for n in run_nights(context)
         ]
         failing = [g for g in gates if not g.passed]
         if failing:
-            pause = slow_path.set_pause(
+            pause = pause_switch.set_pause(
                 conn, reason=failing[0].describe() + (f" (+{len(failing) - 1} more nights)" if len(failing) > 1 else ""),
                 actor=_ACTOR, batch_key=failing[0].status.batch_key, details={"check": "error_rate_gate"},
             )  # fmt: skip
         else:
-            pause = slow_path.pause_status(conn)
+            pause = pause_switch.pause_status(conn)
     attempted = sum(g.status.attempted for g in gates)
     failed = sum(g.status.failed for g in gates)
     by_step: dict[str, int] = {}
@@ -128,20 +129,34 @@ def error_rate_gate(
 
 @dg.asset_check(asset=archive_rows, blocking=True)
 def tiers_consistent(
-    context: dg.AssetCheckExecutionContext, database: DatabaseResource
+    context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
 ) -> dg.AssetCheckResult:
     """Every memory exactly once in hot or archive: no archived original left in memories, none in two
-    open attempts, none of the run's archived memories lost, every archive row with its audit event.
+    open attempts, none of the run's archived memories lost, every archive row with its audit event,
+    and every committed row's backup still in object storage (HEAD, sampled above 1,000 rows).
     A failure pauses archival: later nights must not build on an inconsistent store."""
-    keys = [slow_path.batch_key_for(n) for n in run_nights(context)]
+    keys = [nights.batch_key_for(n) for n in run_nights(context)]
+    store = object_store.get_store()
     with database.connect() as conn:
-        report = slow_path.integrity_report(conn, keys)
-        if not report.passed:
-            problems = ", ".join(f"{k}={v}" for k, v in report.problems().items() if v)
-            slow_path.set_pause(conn, reason=f"tier integrity check failed: {problems}", actor=_ACTOR,
-                                batch_key=keys[-1], details={"check": "tiers_consistent"})  # fmt: skip
-    return dg.AssetCheckResult(
-        passed=report.passed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={**report.problems(), "archived_by_these_nights": report.archived},
-    )
+        report = integrity.integrity_report(conn, keys)
+        committed = integrity.verify_committed(conn, store, keys)
+        problems = {k: v for k, v in report.problems().items() if v}
+        if committed.missing:
+            problems["backups_missing"] = len(committed.missing)
+        if committed.mismatched:
+            problems["backups_mismatched"] = len(committed.mismatched)
+        if problems:
+            pause_switch.set_pause(
+                conn, reason="tier integrity check failed: " + ", ".join(f"{k}={v}" for k, v in problems.items()),
+                actor=_ACTOR, batch_key=keys[-1], details={"check": "tiers_consistent"},
+            )  # fmt: skip
+    meta: dict[str, object] = {
+        **report.problems(),
+        "archived_by_these_nights": report.archived,
+        "backups_checked": committed.checked,
+        "backups_missing": len(committed.missing),
+        "backups_mismatched": len(committed.mismatched),
+    }
+    if committed.missing or committed.mismatched:
+        meta["bad_backups"] = markdown_table(["storage ref"], [[r] for r in (committed.missing + committed.mismatched)[:20]])
+    return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.ERROR, metadata=meta)

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from memory_assets.resources import DatabaseResource
-from memory_lib import slow_path
+from memory_lib import pause
 
 slow_path_job = dg.define_asset_job(
     "slow_path_job",
@@ -24,8 +24,8 @@ def clear_pause(
     context: dg.OpExecutionContext, config: PauseChangeConfig, database: DatabaseResource
 ) -> None:
     with database.connect() as conn:
-        before = slow_path.pause_status(conn)
-        after = slow_path.clear_pause(conn, reason=config.reason, actor=config.operator)
+        before = pause.pause_status(conn)
+        after = pause.clear_pause(conn, reason=config.reason, actor=config.operator)
     context.add_output_metadata(
         {"was": before.describe(), "now": after.describe(), "changed": before.paused != after.paused}
     )
@@ -39,7 +39,7 @@ def clear_archival_pause() -> None:
 @dg.op
 def set_pause(context: dg.OpExecutionContext, config: PauseChangeConfig, database: DatabaseResource) -> None:
     with database.connect() as conn:
-        state = slow_path.set_pause(conn, reason=config.reason, actor=config.operator)
+        state = pause.set_pause(conn, reason=config.reason, actor=config.operator)
     context.add_output_metadata({"now": state.describe()})
 
 

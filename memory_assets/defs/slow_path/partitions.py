@@ -8,7 +8,7 @@ from datetime import date
 import dagster as dg
 
 from memory_lib.config import Settings
-from memory_lib.slow_path import parse_night
+from memory_lib.nights import parse_night
 
 # Read once at import: partitions and the schedule are part of the definitions the UI shows.
 SLOW_PATH = Settings.from_env().slow_path

@@ -1,0 +1,86 @@
+"""Which hot memories are cold enough to archive: the archival criteria as SQL, in one place.
+
+Seed 000 ("Archival Criteria"): old enough, not pinned or exempt, not in active use, and either
+unimportant or past the force age. Two liveness rules sit on top: a memory held by an open attempt
+is not claimed twice, and a memory released after `max_attempts` failures stays hot until it changes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from .config import ArchivalCriteria
+from .statuses import OPEN_STATUSES, AttemptStatus
+
+REASON_LOW_IMPORTANCE = "stale_low_importance"
+REASON_FORCE_AGE = "force_age"
+
+
+def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, Any]:
+    as_of = as_of.astimezone(UTC)
+    return {
+        "min_cutoff": as_of - timedelta(days=criteria.min_age_days),
+        "force_cutoff": as_of - timedelta(days=criteria.force_archive_age_days),
+        "recent_cutoff": as_of - timedelta(days=criteria.recent_access_window_days),
+        "max_imp": criteria.max_importance_score,
+        "max_access": criteria.max_recent_access_count,
+        "exempt": list(criteria.exempt_categories),
+        "open_statuses": list(OPEN_STATUSES),
+        "released": AttemptStatus.RELEASED.value,
+    }
+
+
+# "In active use" = more accesses than allowed with the last one inside the recent window (the table
+# keeps a count and a last-access time, not a full access log).
+ELIGIBLE_SQL = """
+    FROM memories m
+    WHERE NOT m.pinned
+      AND m.category <> ALL(%(exempt)s)
+      AND m.created_at <= %(min_cutoff)s
+      AND (m.importance_score <= %(max_imp)s OR m.created_at <= %(force_cutoff)s)
+      AND NOT (m.access_count > %(max_access)s AND m.last_accessed_at >= %(recent_cutoff)s)
+      AND NOT EXISTS (SELECT 1 FROM archival_attempts a
+                      WHERE a.memory_id = m.id AND a.status = ANY(%(open_statuses)s))
+      AND NOT EXISTS (SELECT 1 FROM archival_attempts a
+                      WHERE a.memory_id = m.id AND a.status = %(released)s
+                        AND coalesce(a.released_at, a.updated_at) >= m.updated_at)
+"""
+REASON_SQL = f"""CASE WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
+                      ELSE '{REASON_FORCE_AGE}' END"""
+ORDER_SQL = "ORDER BY m.importance_score, m.created_at, m.id"
+
+
+def eligible_counts(conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime) -> dict[str, int]:
+    """How many hot memories are eligible now, by archive reason (read-only)."""
+    rows = conn.execute(
+        f"SELECT {REASON_SQL} AS reason, count(*) AS n {ELIGIBLE_SQL} GROUP BY 1",
+        criteria_params(criteria, as_of),
+    ).fetchall()
+    return {r["reason"]: r["n"] for r in rows}
+
+
+def select_eligible(
+    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, limit: int
+) -> list[dict[str, Any]]:
+    """Eligible memories, lowest importance then oldest first (read-only, no locks)."""
+    return conn.execute(
+        f"SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL} {ORDER_SQL} LIMIT %(limit)s",
+        criteria_params(criteria, as_of) | {"limit": limit},
+    ).fetchall()
+
+
+def sample_eligible(
+    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, n: int, *, seed: str = "dry-run"
+) -> list[dict[str, Any]]:
+    """A deterministic pseudo-random sample of eligible memories with every column (read-only)."""
+    from .store import MEMORY_COLUMNS
+
+    columns = ", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))
+    return conn.execute(
+        f"""SELECT {columns}, {REASON_SQL} AS reason {ELIGIBLE_SQL}
+            ORDER BY md5(m.id::text || %(seed)s) LIMIT %(limit)s""",
+        criteria_params(criteria, as_of) | {"limit": n, "seed": seed},
+    ).fetchall()

@@ -1,0 +1,181 @@
+"""Integrity after commit: every memory exactly once in hot or archive, records that agree, backups
+that still exist, and backup objects that nothing records (the sweep)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from .errors import ObjectNotFoundError
+from .models import to_float32
+from .objectstore import ObjectStore
+from .statuses import OPEN_STATUSES
+from .store import MEMORY_COLUMNS
+
+
+@dataclass(frozen=True)
+class IntegrityReport:
+    both_tiers: int  # memories with a hot row and an archive row
+    double_open: int  # memories in two open archival attempts
+    lost: int  # archived by these batches, now neither hot nor archived
+    archived_without_event: int  # archive rows of these batches without an 'archived' audit event
+    mismatched_records: int  # archive row and attempt disagree on the backup (ref or sha256)
+    archived: int  # archive rows written by these batches
+
+    @property
+    def passed(self) -> bool:
+        return not (self.both_tiers or self.double_open or self.lost or self.archived_without_event
+                    or self.mismatched_records)  # fmt: skip
+
+    def problems(self) -> dict[str, int]:
+        names = ("both_tiers", "double_open", "lost", "archived_without_event", "mismatched_records")
+        return {n: getattr(self, n) for n in names}
+
+
+def integrity_report(conn: psycopg.Connection, batch_keys: Sequence[str]) -> IntegrityReport:
+    """Every memory exactly once in hot or archive (whole database), and these batches' records agree."""
+    row = conn.execute(
+        """SELECT
+            (SELECT count(*) FROM archived_memories a JOIN memories m ON m.id = a.original_id) AS both_tiers,
+            (SELECT count(*) FROM (SELECT memory_id FROM archival_attempts
+                                   WHERE status = ANY(%(open)s) GROUP BY memory_id HAVING count(*) > 1) d) AS double_open,
+            (SELECT count(*) FROM archival_attempts t
+              WHERE t.batch_key = ANY(%(keys)s) AND t.status = 'archived'
+                AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = t.memory_id)
+                AND NOT EXISTS (SELECT 1 FROM archived_memories a WHERE a.original_id = t.memory_id)) AS lost,
+            (SELECT count(*) FROM archived_memories a
+              WHERE a.metadata->>'batch_key' = ANY(%(keys)s)
+                AND NOT EXISTS (SELECT 1 FROM memory_events e
+                                WHERE e.memory_id = a.original_id AND e.event_type = 'archived'))
+                AS archived_without_event,
+            (SELECT count(*) FROM archival_attempts t JOIN archived_memories a ON a.original_id = t.memory_id
+              WHERE t.batch_key = ANY(%(keys)s) AND t.status = 'archived'
+                AND a.metadata->>'batch_key' = t.batch_key
+                AND (a.backup_sha256 <> t.backup_sha256 OR a.storage_ref <> t.backup_ref)) AS mismatched_records,
+            (SELECT count(*) FROM archived_memories a WHERE a.metadata->>'batch_key' = ANY(%(keys)s)) AS archived
+        """,
+        {"keys": list(batch_keys), "open": list(OPEN_STATUSES)},
+    ).fetchone()
+    return IntegrityReport(**row)
+
+
+def orphaned_backups(
+    conn: psycopg.Connection, store: ObjectStore, prefix: str = "memories/", *, keys: list[str] | None = None
+) -> list[str]:
+    """Backup objects no archival attempt records (a crash between put and checkpoint, repaired by a re-run)."""
+    keys = list(store.list(prefix)) if keys is None else keys
+    if not keys:
+        return []
+    known = {
+        r["backup_key"]
+        for r in conn.execute(
+            "SELECT backup_key FROM archival_attempts WHERE backup_key = ANY(%s)", (keys,)
+        ).fetchall()
+    }
+    return [k for k in keys if k not in known]
+
+
+def exact_rows(conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    """Hot rows with every column, the embedding as raw float32 bytes: equal means byte-exact."""
+    rows = conn.execute(
+        f"SELECT {MEMORY_COLUMNS}, content_tsv::text AS content_tsv FROM memories WHERE id = ANY(%s)",
+        (list(ids),),
+    ).fetchall()
+    out = {}
+    for r in rows:
+        r = dict(r)
+        r["embedding"] = to_float32(r["embedding"]).tobytes()
+        out[r["id"]] = r
+    return out
+
+
+@dataclass(frozen=True)
+class CommittedBackups:
+    """Backups of committed archive rows checked in object storage (HEAD: size and sha256)."""
+
+    committed: int  # archive rows written by these batches
+    checked: int  # of them checked (all up to the sample size, a random sample above it)
+    missing: list[str]  # storage refs with no object
+    mismatched: list[str]  # storage refs whose object differs from the recorded sha256/size
+
+    @property
+    def passed(self) -> bool:
+        return not (self.missing or self.mismatched)
+
+
+def verify_committed(
+    conn: psycopg.Connection, store: ObjectStore, batch_keys: Sequence[str], *, sample_max: int = 1000
+) -> CommittedBackups:
+    """HEAD the backup of each archive row these batches committed (a random sample above
+    `sample_max`): closes the race where an object is deleted between commit's verify and its
+    transaction. Bucket versioning and object lock prevent that race; this check detects it."""
+    rows = conn.execute(
+        """SELECT storage_ref, backup_sha256, backup_size_bytes FROM archived_memories
+           WHERE metadata->>'batch_key' = ANY(%s)""",
+        (list(batch_keys),),
+    ).fetchall()
+    sample = rows if len(rows) <= sample_max else random.sample(rows, sample_max)
+    missing: list[str] = []
+    mismatched: list[str] = []
+    for r in sample:
+        try:
+            obj = store.head(store.key_from_ref(r["storage_ref"]))
+        except ObjectNotFoundError:
+            obj = None
+        if obj is None:
+            missing.append(r["storage_ref"])
+        elif obj.sha256 != r["backup_sha256"] or obj.size != r["backup_size_bytes"]:
+            mismatched.append(r["storage_ref"])
+    return CommittedBackups(len(rows), len(sample), missing, mismatched)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Backup objects under memories/ that no attempt and no archive row records."""
+
+    listed: int
+    orphans: list[str]
+    removed: list[str]
+    kept: dict[str, str]  # orphan key -> why it was not removed
+
+
+def sweep_orphans(conn: psycopg.Connection, store: ObjectStore, *, remove: bool = False) -> SweepReport:
+    """Find (and with `remove`, delete) backup objects without a record.
+
+    An orphan comes from a run killed between an object's put and its checkpoint. It is removed only
+    when its memory is hot and in no open attempt (the next archival writes it again) or gone from
+    both tiers; an object an archive row points to is never an orphan.
+    """
+    listed = list(store.list("memories/"))
+    orphans = orphaned_backups(conn, store, keys=listed)
+    removed: list[str] = []
+    kept: dict[str, str] = {}
+    if orphans:
+        referenced = {
+            store.key_from_ref(r["storage_ref"])
+            for r in conn.execute(
+                "SELECT storage_ref FROM archived_memories WHERE storage_ref = ANY(%s)",
+                ([store.ref_for(k) for k in orphans],),
+            ).fetchall()
+        }
+        open_ids = {
+            str(r["memory_id"])
+            for r in conn.execute(
+                "SELECT memory_id FROM archival_attempts WHERE status = ANY(%s)", (list(OPEN_STATUSES),)
+            ).fetchall()
+        }
+        for key in orphans:
+            memory_id = key.rsplit("/", 1)[-1].removesuffix(".json")
+            if key in referenced:
+                kept[key] = "an archive row points to it"
+            elif memory_id in open_ids:
+                kept[key] = "its memory is in an open attempt: the run will write it again"
+            elif remove:
+                store.delete(key)
+                removed.append(key)
+    return SweepReport(len(listed), orphans, removed, kept)

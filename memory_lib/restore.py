@@ -1,0 +1,203 @@
+"""Restore: archived memories back to the hot tier, exactly as they were — one, a user's, or all.
+
+Each memory is restored in its own transaction after its backup is verified against the recorded
+sha256; the statements are promotion.restore_plan's, shared with re-promotion and the async client.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import psycopg
+
+from .errors import InvalidInputError, MemoryArchiveError, NotFoundError
+from .objectstore import ObjectStore
+from .pause import set_pause
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    original_id: uuid.UUID
+    user_id: str
+    restored: bool  # False when it was already hot (idempotent re-run)
+
+
+def restore_archive(
+    conn: psycopg.Connection,
+    object_store: ObjectStore,
+    *,
+    user_id: str,
+    original_id: uuid.UUID | None = None,
+    archive_id: uuid.UUID | None = None,
+    actor: str,
+    now: datetime | None = None,
+) -> RestoreResult:
+    """Bring one archived memory back to `memories` exactly as it was, in one transaction.
+
+    The backup is verified against the sha256 recorded at archival before anything is written.
+    Restoring a memory that is already hot is a no-op. The backup object is kept: it is the record
+    of what was archived, and the next archival overwrites it. (The statements are
+    promotion.restore_plan's, shared with re-promotion and the async client.)
+    """
+    from .promotion import restore_plan  # promotion imports search, which this module must not
+    from .search import run_plan
+
+    plan = restore_plan(
+        user_id, archive_id=archive_id, original_id=original_id, actor=actor, now=now or datetime.now(UTC)
+    )
+    outcome = run_plan(conn, plan, object_store=object_store)
+    return RestoreResult(outcome.memory_id, outcome.user_id, outcome.restored)
+
+
+def archived_ids(
+    conn: psycopg.Connection, *, user_id: str | None = None, limit: int | None = None
+) -> list[tuple[str, uuid.UUID]]:
+    """(user_id, original_id) of archived memories, oldest archive first."""
+    rows = conn.execute(
+        """SELECT user_id, original_id FROM archived_memories
+           WHERE (%(u)s::text IS NULL OR user_id = %(u)s) ORDER BY archived_at, original_id LIMIT %(n)s""",
+        {"u": user_id, "n": limit},
+    ).fetchall()
+    return [(r["user_id"], r["original_id"]) for r in rows]
+
+
+@dataclass
+class RestoreReport:
+    requested: int = 0
+    restored: int = 0
+    already_hot: int = 0
+    not_found: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    paused_archival: bool = False  # this restore paused archival before it started
+
+
+def restore_archives(
+    conn: psycopg.Connection,
+    store: ObjectStore,
+    *,
+    actor: str,
+    all_archives: bool = False,
+    user_id: str | None = None,
+    original_ids: Sequence[uuid.UUID | str] | None = None,
+    chunk_size: int = 500,
+    progress: Callable[[RestoreReport], None] | None = None,
+    pause_archival: bool | None = None,
+) -> RestoreReport:
+    """Restore archived memories to `memories`: all, one user's, or the listed original ids.
+
+    Restoring everything pauses archival first (unless `pause_archival=False`): otherwise the next
+    night would archive again what was just restored. Clear the pause when the rollback is done.
+
+    Each memory is restored in its own transaction after its backup is verified against the recorded
+    sha256 (archive.restore_archive); a memory already hot is counted, not touched. Interrupted, a
+    re-run restores what is still archived: idempotent and resumable.
+    """
+    ids = _check_selection(all_archives, user_id, original_ids)
+    report = RestoreReport()
+    if all_archives if pause_archival is None else pause_archival:
+        set_pause(conn, reason="bulk restore in progress: nights would re-archive what it restores",
+                  actor=actor, details={"restore": "all" if all_archives else "selection"})  # fmt: skip
+        report.paused_archival = True
+    started = time.monotonic()
+
+    def restore(uid: str, oid: uuid.UUID) -> None:
+        report.requested += 1
+        try:
+            result = restore_archive(conn, store, user_id=uid, original_id=oid, actor=actor)
+        except NotFoundError as exc:
+            report.not_found += 1
+            _note(report, f"{oid}: {exc}")
+        except (MemoryArchiveError, psycopg.Error) as exc:
+            report.failed += 1
+            _note(report, f"{oid}: {type(exc).__name__}: {exc}")
+        else:
+            if result.restored:
+                report.restored += 1
+            else:
+                report.already_hot += 1
+
+    if ids is not None:
+        owners = {
+            r["original_id"]: r["user_id"]
+            for r in conn.execute(
+                """SELECT original_id, user_id FROM archived_memories
+                   WHERE original_id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR user_id = %(u)s)""",
+                {"ids": ids, "u": user_id},
+            ).fetchall()
+        }
+        hot = {
+            r["id"]: r["user_id"]
+            for r in conn.execute(
+                """SELECT id, user_id FROM memories
+                   WHERE id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR user_id = %(u)s)""",
+                {"ids": ids, "u": user_id},
+            ).fetchall()
+        }
+        for i, oid in enumerate(ids):
+            owner = owners.get(oid) or hot.get(oid)
+            if owner is None:
+                report.requested += 1
+                report.not_found += 1
+                _note(
+                    report,
+                    f"{oid}: no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else ""),
+                )
+            else:
+                restore(owner, oid)
+            if progress and (i + 1) % chunk_size == 0:
+                progress(report)
+    else:
+        cursor: tuple[datetime, uuid.UUID] | None = None
+        while True:
+            page = conn.execute(
+                """SELECT user_id, original_id, archived_at FROM archived_memories
+                   WHERE (%(u)s::text IS NULL OR user_id = %(u)s)
+                     AND (%(c_at)s::timestamptz IS NULL OR (archived_at, original_id) > (%(c_at)s, %(c_id)s))
+                   ORDER BY archived_at, original_id LIMIT %(n)s""",
+                {"u": user_id, "c_at": cursor[0] if cursor else None, "c_id": cursor[1] if cursor else None,
+                 "n": chunk_size},
+            ).fetchall()  # fmt: skip
+            if not page:
+                break
+            for r in page:
+                restore(r["user_id"], r["original_id"])
+            cursor = (page[-1]["archived_at"], page[-1]["original_id"])
+            if progress:
+                progress(report)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _check_selection(
+    all_archives: bool, user_id: str | None, original_ids: Sequence[uuid.UUID | str] | None
+) -> list[uuid.UUID] | None:
+    if user_id is not None and (not isinstance(user_id, str) or not user_id.strip()):
+        raise InvalidInputError("user_id", user_id, "must be a non-empty string")
+    if all_archives and (user_id is not None or original_ids):
+        raise InvalidInputError(
+            "all", all_archives, "restore all, or select by user_id/original_ids, not both"
+        )
+    if not all_archives and user_id is None and not original_ids:
+        raise InvalidInputError("selection", None, "choose all=true, a user_id, or a list of original_ids")
+    if not original_ids:
+        return None
+    ids: list[uuid.UUID] = []
+    for i, value in enumerate(original_ids):
+        try:
+            ids.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        except ValueError:
+            raise InvalidInputError(f"original_ids[{i}]", value, "is not a UUID") from None
+    return list(dict.fromkeys(ids))
+
+
+def _note(report: RestoreReport, message: str) -> None:
+    if len(report.errors) < 20:
+        report.errors.append(message[:300])
+
+
