@@ -174,11 +174,12 @@ class MemoryClient:
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> MemoryClient:
-        """Open (and migrate) the configured database, its embedder and object store; close() releases them."""
-        from .db import prepare_database
+        """Open the configured database (migrated already: no DDL, no lock; SchemaError otherwise), its
+        embedder and object store; close() releases them."""
+        from .db import open_ready_database
 
         settings = settings or Settings.from_env()
-        db = prepare_database(settings)
+        db = open_ready_database(settings)
         try:
             pool = connection_pool(db.url)
         except BaseException:
@@ -350,10 +351,11 @@ class AsyncMemoryClient:
 
     @classmethod
     async def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> AsyncMemoryClient:
-        from .db import prepare_database
+        """Like MemoryClient.from_settings: the migrated database of `settings`, checked, never changed."""
+        from .db import open_ready_database
 
         settings = settings or Settings.from_env()
-        db = await asyncio.to_thread(prepare_database, settings)
+        db = await asyncio.to_thread(open_ready_database, settings)
         try:
             client = await cls.connect(
                 db.url,

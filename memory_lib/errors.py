@@ -61,3 +61,13 @@ class EmbeddingError(MemoryArchiveError):
 
 class NotFoundError(MemoryArchiveError, LookupError):
     """No such memory or archive for this user."""
+
+
+class ConfigError(MemoryArchiveError, ValueError):
+    """A setting from the environment (or passed in code) is unknown or invalid; the one-line message
+    names the variable and the value (a password in DATABASE_URL is masked)."""
+
+    def __init__(self, message: str, *, variable: str | None = None, value: object = None):
+        self.variable = variable
+        self.value = value
+        super().__init__(message)
