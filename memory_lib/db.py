@@ -314,7 +314,7 @@ def migrate_database(url: str, default_dim: int) -> list[str]:
         row = None
     dim = int(row[0]) if row else default_dim
     if dim != default_dim:
-        log.warning("database keeps embedding_dim=%s it was created with (settings say %s)", dim, default_dim)
+        log.info("database keeps embedding_dim=%s it was created with (settings say %s)", dim, default_dim)
     return migrate(url, embedding_dim=dim)
 
 
