@@ -115,13 +115,18 @@ def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_db, tmp_path
     import asyncio
     import time
 
-    from memory_lib.client import AsyncMemoryClient, MemoryClient
+    from memory_lib.client import AsyncMemoryClient, MemoryClient, connection_pool
+    from memory_lib.embedding import HashingEmbedder
 
     started = time.monotonic()
     with pytest.raises(SchemaError, match=r"has no memory-archive schema: run `memory-archive migrate`"):
         MemoryClient.from_settings(_settings(empty_db, tmp_path))
     with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
         asyncio.run(AsyncMemoryClient.from_settings(_settings(empty_db, tmp_path)))
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        connection_pool(empty_db)
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        asyncio.run(AsyncMemoryClient.connect(empty_db, embedder=HashingEmbedder(32)))
     assert time.monotonic() - started < 10  # not a pool timeout
     assert _tables(empty_db) == set()  # the client created nothing
     with psycopg.connect(empty_db) as c:
