@@ -20,7 +20,7 @@ COPY memory_lib memory_lib
 COPY memory_assets memory_assets
 COPY sql sql
 COPY workspace.yaml dagster.yaml ./
-# Editable: migrations are read from /app/sql next to the package.
+# The migrations ship in the package (memory_lib/sql is a symlink to sql/, copied above).
 RUN pip install -e . && cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 
 USER memory

@@ -1,6 +1,6 @@
 """The demo, through Dagster: `python -m memory_assets.demo [--days N] [--users N] [--per-day LO,HI] [--dim D]`.
 
-1. Starts the embedded Postgres under $MEMORY_ARCHIVE_STATE_DIR (default .state) and recreates the
+1. Starts the embedded Postgres under $MEMORY_ARCHIVE_STATE_DIR (default: the checkout's .state) and recreates the
    dedicated database `memory_demo` (never DATABASE_URL's database), loads a deterministic history.
 2. Backfills every night from the history's first eligible night to yesterday by materializing the
    Slow Path assets and checks, 30 nights per run in date order, as the backfill daemon would.
@@ -63,7 +63,9 @@ def _section(title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     started = time.monotonic()
-    state = Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or ROOT / ".state").resolve()
+    from memory_lib.config import default_state_dir
+
+    state = Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or default_state_dir()).resolve()
     history_end = datetime.combine(
         datetime.now(UTC).date(), datetime.min.time(), UTC
     )  # generate_history's end

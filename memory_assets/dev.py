@@ -20,7 +20,10 @@ DEMO_ENV = "demo.env"
 
 
 def state_dir() -> Path:
-    return Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or ROOT / ".state").resolve()
+    """MEMORY_ARCHIVE_STATE_DIR, else the library's default (memory_lib.config.default_state_dir)."""
+    from memory_lib.config import default_state_dir
+
+    return Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or default_state_dir()).resolve()
 
 
 def psycopg2_url(url: str) -> str:

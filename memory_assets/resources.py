@@ -20,7 +20,7 @@ from dagster_aws.s3 import S3Resource
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
-from memory_lib.db import Database, connect, open_migrated
+from memory_lib.db import Database, connect, prepare_database
 from memory_lib.embedding import Embedder, embedder_from_settings
 from memory_lib.errors import InvalidInputError
 from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore
@@ -43,7 +43,9 @@ def _set_fields(resource: dg.ConfigurableResource, names: tuple[str, ...]) -> di
 
 
 class DatabaseResource(dg.ConfigurableResource):
-    """Postgres + pgvector: `database_url` (DATABASE_URL), else the embedded server under the state dir.
+    """Postgres + pgvector: `database_url` (DATABASE_URL), else the embedded server under the state dir,
+    database `embedded_database` (MEMORY_ARCHIVE_EMBEDDED_DB) — resolved by memory_lib.db from the same
+    Settings as the library and the CLI, with the fields set here on top.
 
     Each run process opens the database at setup, applies pending migrations, and releases its hold on
     the embedded server at teardown (the server stops when its last holder leaves).
@@ -63,11 +65,13 @@ class DatabaseResource(dg.ConfigurableResource):
     _db: Database | None = PrivateAttr(default=None)
     _url: str | None = PrivateAttr(default=None)
 
+    def settings(self) -> Settings:
+        fields = _set_fields(self, ("database_url", "embedded_database", "state_dir"))
+        return Settings.from_env(**{k: v for k, v in fields.items() if v})
+
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._db, self._url = open_migrated(
-            database_url=self.database_url, embedded_database=self.embedded_database,
-            state_dir=self.state_dir, embedding_dim=self.embedding_dim,
-        )  # fmt: skip
+        self._db = prepare_database(self.settings(), embedding_dim=self.embedding_dim)
+        self._url = self._db.url
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._db is not None:

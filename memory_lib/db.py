@@ -1,9 +1,20 @@
-"""Postgres: the configured server or an embedded one, connections, and schema migrations."""
+"""Postgres: the configured server or an embedded one, connections, and schema migrations.
+
+One way to reach a database, for the library clients, the CLI and Dagster alike: `open_database`
+resolves it from Settings (DATABASE_URL, else the embedded server under the state dir, database
+MEMORY_ARCHIVE_EMBEDDED_DB). Only `prepare_database` (memory-archive migrate, the Dagster resource,
+the demo) creates anything or runs DDL; clients use `open_ready_database`, which checks the schema
+version and raises SchemaError ("run `memory-archive migrate`") without a lock or a DDL statement.
+
+The numbered migrations ship inside the package (memory_lib/sql, package data read through
+importlib.resources); in a source checkout memory_lib/sql is a symlink to the top-level sql/ folder.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.resources
 import json
 import logging
 import os
@@ -11,20 +22,31 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from .config import Settings
-from .errors import InvalidInputError, SchemaError
+from .errors import SchemaError
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+
+def shipped_migrations() -> Traversable:
+    """The migrations shipped in the package; in a checkout whose symlink memory_lib/sql was not
+    materialized (git on Windows without symlinks), the top-level sql/ folder."""
+    shipped = importlib.resources.files(__package__) / "sql"
+    if shipped.is_dir():
+        return shipped
+    return Path(__file__).resolve().parent.parent / "sql"
+
+
+MIGRATIONS_DIR = shipped_migrations()
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 # Any constant works; it serializes concurrent migrators on one database.
 _MIGRATION_LOCK_ID = 0x6D656D61
@@ -128,12 +150,50 @@ class Database:
         self.close()
 
 
-def open_database(settings: Settings) -> Database:
-    """DATABASE_URL when set, otherwise the embedded server under settings.state_dir."""
+def open_database(settings: Settings, *, create: bool = True) -> Database:
+    """The database `settings` name: DATABASE_URL when set, otherwise the embedded server under
+    settings.state_dir, database settings.embedded_database (default postgres).
+
+    create=True initializes the embedded server and creates the embedded database when missing;
+    create=False raises SchemaError instead, so a client run from the wrong place never starts an
+    empty database silently.
+    """
     if settings.database_url is not None:
         return Database(settings.database_url.get_secret_value())
-    embedded = EmbeddedPostgres(settings.embedded_pg_dir.resolve(), settings.embedded_engine)
-    return Database(embedded.start(), embedded)
+    pgdata = settings.embedded_pg_dir.resolve()
+    if not create and not (pgdata / "PG_VERSION").is_file():
+        raise SchemaError(
+            f"no embedded database in {pgdata}: run `memory-archive migrate` (or set DATABASE_URL, "
+            "or MEMORY_ARCHIVE_STATE_DIR to the state dir that holds your data)"
+        )
+    embedded = EmbeddedPostgres(pgdata, settings.embedded_engine)
+    db = Database(embedded.start(), embedded)
+    try:
+        if settings.embedded_database:
+            db.url = ensure_database(db.url, settings.embedded_database, create=create)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+_DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def ensure_database(server_url: str, name: str, *, create: bool = True) -> str:
+    """The URL of database `name` on the server of `server_url`, created when missing if `create`."""
+    if not _DB_NAME.match(name):
+        raise SchemaError(f"embedded database name {name!r} must be a lowercase identifier ([a-z_][a-z0-9_]*)")
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            if not create:
+                raise SchemaError(
+                    f"database {name!r} does not exist on the embedded server: run `memory-archive migrate`"
+                )
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another process was first
+                conn.execute(f'CREATE DATABASE "{name}"')
+    return make_conninfo(server_url, dbname=name)
 
 
 def connect(url: str, *, autocommit: bool = True, register: bool = True) -> psycopg.Connection:
@@ -149,7 +209,7 @@ def connect(url: str, *, autocommit: bool = True, register: bool = True) -> psyc
         except psycopg.ProgrammingError as exc:  # extension not created yet
             conn.close()
             raise SchemaError(
-                "pgvector is not installed in this database: run migrations first (memory-archive db migrate)"
+                "pgvector is not installed in this database: run `memory-archive migrate`"
             ) from exc
     return conn
 
@@ -168,21 +228,26 @@ class Migration:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
-def load_migrations(directory: Path = MIGRATIONS_DIR, *, embedding_dim: int) -> list[Migration]:
+def load_migrations(directory: Traversable | Path | None = None, *, embedding_dim: int) -> list[Migration]:
+    directory = shipped_migrations() if directory is None else directory
+    if not directory.is_dir():
+        raise SchemaError(f"migrations folder {directory} is missing: this memory-archive installation is broken")
     found: list[Migration] = []
-    for path in sorted(directory.glob("*.sql")):
+    for path in sorted((p for p in directory.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
         m = _MIGRATION_NAME.match(path.name)
         if not m:
             raise SchemaError(f"migration file name {path.name!r} is not NNN_lower_snake.sql")
-        sql = path.read_text().replace("{{EMBEDDING_DIM}}", str(int(embedding_dim)))
-        found.append(Migration(int(m.group(1)), path.stem, sql))
+        sql = path.read_text(encoding="utf-8").replace("{{EMBEDDING_DIM}}", str(int(embedding_dim)))
+        found.append(Migration(int(m.group(1)), path.name.removesuffix(".sql"), sql))
+    if not found:
+        raise SchemaError(f"no migrations in {directory}: this memory-archive installation is broken")
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):
         raise SchemaError(f"two migrations share a number in {directory}: {versions}")
     return found
 
 
-def migrate(url: str, *, embedding_dim: int, directory: Path = MIGRATIONS_DIR) -> list[str]:
+def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | None = None) -> list[str]:
     """Apply pending migrations, each in its own transaction; returns the names applied.
 
     Re-running is a no-op. A migration that fails rolls back whole, leaving no half-applied schema.
@@ -235,77 +300,80 @@ def _raise_changed(conn: psycopg.Connection, mig: Migration, embedding_dim: int)
 def stored_embedding_dim(conn: psycopg.Connection) -> int:
     row = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()
     if row is None:
-        raise SchemaError("memory_archive_settings has no embedding_dim: the schema is not initialized")
+        raise SchemaError("memory_archive_settings has no embedding_dim: run `memory-archive migrate`")
     return int(row["value"])
 
 
-def prepare_database(settings: Settings) -> Database:
-    """Open the database for these settings and bring its schema up to date."""
-    db = open_database(settings)
+def migrate_database(url: str, default_dim: int) -> list[str]:
+    """Apply pending migrations; an initialized database keeps the embedding dim it was created with
+    (`default_dim` only sizes a new database's vectors)."""
     try:
-        migrate(db.url, embedding_dim=settings.embedding.dim)
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    dim = int(row[0]) if row else default_dim
+    if dim != default_dim:
+        log.info("database keeps embedding_dim=%s it was created with (settings say %s)", dim, default_dim)
+    return migrate(url, embedding_dim=dim)
+
+
+def prepare_database(settings: Settings, *, embedding_dim: int | None = None) -> Database:
+    """Open the database of `settings`, creating the embedded server/database when missing, and apply
+    pending migrations (a new database gets `embedding_dim`, default settings.embedding.dim; an
+    existing one keeps its dim). For `memory-archive migrate`, the Dagster resource and the demo."""
+    db = open_database(settings, create=True)
+    try:
+        migrate_database(db.url, embedding_dim or settings.embedding.dim)
     except BaseException:
         db.close()
         raise
     return db
 
 
-# --------------------------------------------------------------------------- one way to open
-
-
-def migrate_database(url: str, default_dim: int) -> list[str]:
-    """Apply pending migrations; an initialized database keeps the embedding dim it was created with."""
+def open_ready_database(settings: Settings) -> Database:
+    """Open the database of `settings` for a library client: no DDL, no migration lock, nothing created.
+    Raises SchemaError (run `memory-archive migrate`) unless every shipped migration is applied and
+    the database was created with settings.embedding.dim."""
+    db = open_database(settings, create=False)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'"
-            ).fetchone()
-    except psycopg.errors.UndefinedTable:
-        row = None
-    return migrate(url, embedding_dim=int(row[0]) if row else default_dim)
-
-
-_DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-def open_migrated(
-    *,
-    database_url: str | None = None,
-    embedded_database: str | None = None,
-    state_dir: str | Path | None = None,
-    embedding_dim: int | None = None,
-) -> tuple[Database, str]:
-    """(the open database, the URL to connect to) with migrations applied: `database_url`, else the
-    embedded server under the state dir (database `embedded_database`, created if missing). Close the
-    Database when done: that releases this process's hold on the embedded server."""
-    overrides: dict[str, Any] = {}
-    if database_url:
-        overrides["database_url"] = database_url
-    if state_dir:
-        overrides["state_dir"] = Path(state_dir)
-    settings = Settings.from_env(**overrides)
-    db = open_database(settings)
-    try:
-        url = db.url
-        if db.embedded is not None and embedded_database:
-            url = _ensure_database(db.url, embedded_database)
-        migrate_database(url, embedding_dim or settings.embedding.dim)
+        check_schema(db.url, embedding_dim=settings.embedding.dim)
     except BaseException:
         db.close()
         raise
-    return db, url
+    return db
 
 
-def _ensure_database(server_url: str, name: str) -> str:
-    if not _DB_NAME.match(name):
-        raise InvalidInputError(
-            "embedded_database", name, "must be a lowercase identifier ([a-z_][a-z0-9_]*)"
+_CORE_TABLES = ("memories", "archived_memories", "memory_events", "memory_archive_settings")
+
+
+def check_schema(url: str, *, embedding_dim: int | None = None) -> int:
+    """The database's embedding dim, after checking its schema read-only: every shipped migration
+    applied and none unknown, pgvector and the core tables present, and (when given) `embedding_dim`
+    equal to the dim the database was created with. Any gap raises one SchemaError."""
+    expected = {m.version: m.name for m in load_migrations(embedding_dim=embedding_dim or 1)}
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        where = f"database {conninfo_to_dict(url).get('dbname') or '(default)'!r}"
+        if conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS ok").fetchone()["ok"] is False:
+            raise SchemaError(f"{where} has no memory-archive schema: run `memory-archive migrate`")
+        applied = {r["version"]: r["name"] for r in conn.execute("SELECT version, name FROM schema_migrations")}
+        missing = [expected[v] for v in sorted(expected.keys() - applied.keys())]
+        if missing:
+            raise SchemaError(f"{where} lacks migrations {', '.join(missing)}: run `memory-archive migrate`")
+        unknown = [applied[v] for v in sorted(applied.keys() - expected.keys())]
+        if unknown:
+            raise SchemaError(
+                f"{where} has migrations this memory-archive does not know ({', '.join(unknown)}): upgrade memory-archive"
+            )
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+            raise SchemaError(f"{where} lacks the pgvector extension: run `memory-archive migrate`")
+        for table in _CORE_TABLES:
+            if conn.execute("SELECT to_regclass(%s) IS NOT NULL AS ok", (table,)).fetchone()["ok"] is False:
+                raise SchemaError(f"{where} lacks table {table}: the schema is damaged; run `memory-archive migrate`")
+        stored = stored_embedding_dim(conn)
+    if embedding_dim is not None and stored != embedding_dim:
+        raise SchemaError(
+            f"{where} was created with embedding_dim={stored}, settings have embedding.dim={embedding_dim}: "
+            f"set MEMORY_ARCHIVE_EMBEDDING_DIM={stored} (with the embedder that made its vectors) or use another database"
         )
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another process was first
-                conn.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(server_url, dbname=name)
-
-
+    return stored

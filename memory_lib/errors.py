@@ -65,3 +65,13 @@ class NotFoundError(MemoryArchiveError, LookupError):
 
 class DeadlineExceeded(MemoryArchiveError, TimeoutError):
     """A step ran out of its time budget (step_deadline_seconds): the work left is failed, not hung."""
+
+
+class ConfigError(MemoryArchiveError, ValueError):
+    """A setting from the environment (or passed in code) is unknown or invalid; the one-line message
+    names the variable and the value (a password in DATABASE_URL is masked)."""
+
+    def __init__(self, message: str, *, variable: str | None = None, value: object = None):
+        self.variable = variable
+        self.value = value
+        super().__init__(message)

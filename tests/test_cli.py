@@ -53,4 +53,4 @@ def test_archive_and_restore_from_the_shell(env, capsys):
 def test_bad_settings_exit_with_a_message(env, monkeypatch, capsys):
     monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", "999")
     assert main(["stats"]) == 2
-    assert "embedding_dim=999 does not match" in capsys.readouterr().err
+    assert "created with embedding_dim=64, settings have embedding.dim=999" in capsys.readouterr().err

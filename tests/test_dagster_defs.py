@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -171,14 +172,14 @@ def test_pause_cli_sets_shows_and_clears(db_url):
     env = dict(os.environ, DATABASE_URL=db_url)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memory_assets.pause", *args], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "memory_lib.cli", "pause", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
 
     out = cli("set", "--reason", "provider outage", "--operator", "ops")
     assert out.returncode == 0 and "archival paused by ops" in out.stdout and "provider outage" in out.stdout
     assert "provider outage" in cli("status").stdout
     cleared = cli("clear", "--reason", "provider back", "--operator", "ops")
-    assert cleared.returncode == 0 and cleared.stdout.startswith("archival is running")
+    assert cleared.returncode == 0 and json.loads(cleared.stdout)["describe"] == "archival is running"
     refused = cli("clear", "--reason", " ", "--operator", "ops")
     assert refused.returncode == 2 and "reason" in refused.stderr
 

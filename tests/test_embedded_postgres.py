@@ -67,3 +67,40 @@ def test_server_stops_after_a_killed_holder(tmp_path):
     while _alive(pid):
         assert time.monotonic() < deadline, "embedded Postgres still running after its last holder left"
         time.sleep(0.1)
+
+
+def test_library_cli_and_dagster_reach_the_same_embedded_database(tmp_path, monkeypatch, capsys):
+    """MEMORY_ARCHIVE_STATE_DIR + MEMORY_ARCHIVE_EMBEDDED_DB name one database for all three; a client
+    never creates the server or the database (it says to run migrate), `memory-archive migrate` does."""
+    import dagster as dg
+    import pytest
+
+    from memory_assets.resources import DatabaseResource
+    from memory_lib.cli import main
+    from memory_lib.client import MemoryClient
+    from memory_lib.config import Settings
+    from memory_lib.errors import SchemaError
+
+    state = tmp_path / "state"
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    for name, value in {"MEMORY_ARCHIVE_STATE_DIR": str(state), "MEMORY_ARCHIVE_EMBEDDED_DB": "memory_shared",
+                        "MEMORY_ARCHIVE_EMBEDDING_DIM": "24", "MEMORY_ARCHIVE_EMBEDDER": "hashing"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+
+    with pytest.raises(SchemaError, match="no embedded database in .*run `memory-archive migrate`"):
+        MemoryClient.from_settings(Settings.from_env())
+    assert not state.exists()  # the client initialized nothing
+
+    assert main(["migrate"]) == 0
+    assert '"applied": ["001_' in capsys.readouterr().out
+    with MemoryClient.from_settings(Settings.from_env()) as memory:
+        memory.add("alice", "Prefers a cortado in the morning")
+        with memory._conn.connection() as conn:  # the client's pool
+            assert conn.execute("SELECT current_database() AS d").fetchone()["d"] == "memory_shared"
+    with dg.build_resources({"database": DatabaseResource()}) as built, built.database.connect() as conn:
+        assert conn.execute("SELECT current_database() AS d").fetchone()["d"] == "memory_shared"
+        assert conn.execute("SELECT content FROM memories").fetchone()["content"] == "Prefers a cortado in the morning"
+
+    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDED_DB", "memory_other")
+    with pytest.raises(SchemaError, match="database 'memory_other' does not exist .*run `memory-archive migrate`"):
+        MemoryClient.from_settings(Settings.from_env())

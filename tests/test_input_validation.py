@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from memory_lib.config import ArchivalCriteria, Settings
-from memory_lib.errors import EmbeddingMismatchError, InvalidInputError
+from memory_lib.errors import ConfigError, EmbeddingMismatchError, InvalidInputError
 from memory_lib.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import make_memories
@@ -108,9 +108,9 @@ def test_seed_defaults():
 
 
 def test_settings_from_env_validates():
-    with pytest.raises(ValidationError, match="embedding.dim"):
+    with pytest.raises(ConfigError, match="embedding.dim"):
         Settings.from_env({"MEMORY_ARCHIVE_EMBEDDING_DIM": "zero"})
-    with pytest.raises(ValidationError, match="bucket"):
+    with pytest.raises(ConfigError, match="bucket"):
         Settings.from_env({"MEMORY_ARCHIVE_OBJECT_STORE": "s3"})
     s = Settings.from_env({"MEMORY_ARCHIVE_BUCKET": "b", "MEMORY_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9"})
     assert (s.object_store.kind, s.object_store.bucket) == ("s3", "b")

@@ -80,3 +80,108 @@ def test_audit_log_is_append_only(conn):
     for sql in ("UPDATE memory_events SET actor = 'x'", "DELETE FROM memory_events", "TRUNCATE memory_events"):
         with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
             conn.execute(sql)
+
+
+# --------------------------------------------------------------------------- shipped, checked, never run by clients
+
+
+def test_shipped_migrations_are_the_sql_folder():
+    """The package's migrations (importlib.resources) are the top-level sql/ files, byte for byte."""
+    from pathlib import Path
+
+    from memory_lib.db import load_migrations, shipped_migrations
+
+    top = Path(__file__).resolve().parent.parent / "sql"
+    shipped = {p.name: p.read_bytes() for p in shipped_migrations().iterdir() if p.name.endswith(".sql")}
+    assert shipped == {p.name: p.read_bytes() for p in top.glob("*.sql")} and len(shipped) >= 3
+    assert [m.version for m in load_migrations(embedding_dim=8)] == sorted(int(n[:3]) for n in shipped)
+
+
+def test_a_missing_migrations_folder_is_an_error(tmp_path, empty_db):
+    with pytest.raises(SchemaError, match="missing"):
+        migrate(empty_db, embedding_dim=32, directory=tmp_path / "nowhere")
+    with pytest.raises(SchemaError, match="no migrations"):
+        migrate(empty_db, embedding_dim=32, directory=tmp_path)
+    assert _tables(empty_db) == set()
+
+
+def _settings(url: str, tmp_path, dim: int = 32):
+    from memory_lib.config import EmbeddingConfig, Settings
+
+    return Settings(database_url=url, state_dir=tmp_path, embedding=EmbeddingConfig(provider="hashing", dim=dim))
+
+
+def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_db, tmp_path):
+    import asyncio
+    import time
+
+    from memory_lib.client import AsyncMemoryClient, MemoryClient, connection_pool
+    from memory_lib.embedding import HashingEmbedder
+
+    started = time.monotonic()
+    with pytest.raises(SchemaError, match=r"has no memory-archive schema: run `memory-archive migrate`"):
+        MemoryClient.from_settings(_settings(empty_db, tmp_path))
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        asyncio.run(AsyncMemoryClient.from_settings(_settings(empty_db, tmp_path)))
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        connection_pool(empty_db)
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        asyncio.run(AsyncMemoryClient.connect(empty_db, embedder=HashingEmbedder(32)))
+    assert time.monotonic() - started < 10  # not a pool timeout
+    assert _tables(empty_db) == set()  # the client created nothing
+    with psycopg.connect(empty_db) as c:
+        assert c.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == 0
+
+
+def test_a_partial_schema_names_the_missing_migrations(empty_db, tmp_path):
+    from memory_lib.client import MemoryClient
+    from memory_lib.db import check_schema
+
+    only_first = tmp_path / "sql"
+    only_first.mkdir()
+    first = sorted(MIGRATIONS_DIR.iterdir(), key=lambda p: p.name)[0]
+    (only_first / first.name).write_text(first.read_text())
+    migrate(empty_db, embedding_dim=32, directory=only_first)
+    with pytest.raises(SchemaError, match=r"lacks migrations 002_retrieval, 003_slow_path: run `memory-archive migrate`"):
+        MemoryClient.from_settings(_settings(empty_db, tmp_path))
+    migrate(empty_db, embedding_dim=32)
+    assert check_schema(empty_db, embedding_dim=32) == 32
+    with pytest.raises(SchemaError, match=r"created with embedding_dim=32, settings have embedding.dim=64"):
+        MemoryClient.from_settings(_settings(empty_db, tmp_path, dim=64))
+    with psycopg.connect(empty_db, autocommit=True) as c:
+        c.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (999, '999_future', 'x')")
+    with pytest.raises(SchemaError, match="does not know .*999_future.*upgrade memory-archive"):
+        check_schema(empty_db, embedding_dim=32)
+
+
+def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, tmp_path):
+    """An application role with DML rights only starts a client while a migrator holds the lock."""
+    import uuid
+
+    from psycopg.conninfo import make_conninfo
+
+    from memory_lib.client import MemoryClient
+    from memory_lib.db import _MIGRATION_LOCK_ID
+
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"ALTER ROLE {role} SET lock_timeout = '5s'")  # waiting for the lock fails, not hangs
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        admin.execute(f"REVOKE CREATE, TEMPORARY ON DATABASE {dbname} FROM PUBLIC")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    app_url = make_conninfo(db_url, user=role)
+    try:
+        with psycopg.connect(app_url) as app, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            app.execute("CREATE TABLE not_allowed (id int)")
+        with psycopg.connect(db_url, autocommit=True) as migrator:
+            migrator.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_ID,))
+            with MemoryClient.from_settings(_settings(app_url, tmp_path, dim=64)) as memory:
+                added = memory.add("alice", "Prefers a cortado in the morning")
+                assert [h.id for h in memory.search("alice", "cortado in the morning").hot] == [added.memory_id]
+    finally:
+        with psycopg.connect(databases.server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE IF EXISTS {role}")

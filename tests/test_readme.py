@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -22,3 +24,40 @@ def test_library_example_runs(monkeypatch, db_url, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Prefers a cortado" in out  # the search found the memory it just wrote
     assert "'recent_turns'" in out or "recent_turns" in out
+
+
+@pytest.mark.slow
+def test_library_example_against_the_demo_data(tmp_path):
+    """The README's "against the demo data" steps: a (small) demo, its demo.env loaded, the example run
+    from another folder reads the demo's database, archived summaries and objects included."""
+    import os
+    import subprocess
+    import sys
+
+    text = README.read_text()
+    section = text[text.index("### The library against the demo data") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    assert "make demo" in block and ". .state/demo.env" in block
+    code = re.search(r"<<'PY'\n(.*?)\nPY\n", block, re.S).group(1)
+
+    root = README.parent
+    state = tmp_path / "state"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_ARCHIVE_")
+            and k not in ("DATABASE_URL", "DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")}  # fmt: skip
+    base |= {"PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    demo = subprocess.run([sys.executable, "-m", "memory_assets.demo", "--days", "100", "--users", "1",
+                           "--per-day", "5,5"], cwd=root, env=base | {"MEMORY_ARCHIVE_STATE_DIR": str(state)},
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    demo_env = dict(
+        line.split("=", 1) for line in (state / "demo.env").read_text().splitlines() if line and line[0] != "#"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=base | demo_env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert any("[archived]" in line for line in lines), out.stdout
+    assert any(line.startswith("expanded: Ada asked for a synonym") for line in lines), out.stdout
+    assert list(elsewhere.iterdir()) == []

@@ -2,7 +2,7 @@
 
 Both checks on archive_backups are blocking with ERROR severity: when one fails, archive_rows does not
 run in that run and archival pauses, so later nights do nothing until an operator clears the pause
-(job `clear_archival_pause`, or `python -m memory_assets.pause clear`).
+(job `clear_archival_pause`, or `memory-archive pause clear`).
 """
 
 import dagster as dg
