@@ -23,7 +23,7 @@ from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, Obje
 from memory_lib.db import Database, connect, prepare_database
 from memory_lib.embedding import Embedder, embedder_from_settings
 from memory_lib.errors import InvalidInputError
-from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore
+from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
 from memory_lib.summarize import Summarizer, summarizer_from_settings
 
 
@@ -116,7 +116,14 @@ class ObjectStoreResource(dg.ConfigurableResource):
         if cfg.kind == "s3":
             s3 = self.s3 or S3Resource(endpoint_url=cfg.endpoint_url, region_name=cfg.region_name)
             assert cfg.bucket is not None  # ObjectStoreConfig requires it for kind='s3'
-            return S3ObjectStore(s3.get_client(), cfg.bucket, cfg.prefix)
+            # memory_lib's client from the resource's settings, not s3.get_client(): it has connect/read
+            # timeouts, so a frozen endpoint fails the step's memories instead of hanging the run.
+            client = s3_client(
+                s3.endpoint_url, s3.region_name, s3.aws_access_key_id, s3.aws_secret_access_key,
+                connect_timeout=cfg.connect_timeout_seconds, read_timeout=cfg.read_timeout_seconds,
+                max_attempts=cfg.max_attempts,
+            )  # fmt: skip
+            return S3ObjectStore(client, cfg.bucket, cfg.prefix)
         root = cfg.local_root or Settings.from_env().local_object_root
         Path(root).mkdir(parents=True, exist_ok=True)
         return LocalObjectStore(Path(root), cfg.prefix)

@@ -19,6 +19,7 @@ from memory_assets.defs.slow_path.partitions import SLOW_PATH
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
 from memory_lib import pause
 from memory_lib.errors import InvalidInputError
+from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_PATH_ASSETS = ["archival_candidates", "memory_summaries", "archive_backups", "archive_rows"]
@@ -169,7 +170,7 @@ def test_database_resource_starts_and_releases_an_embedded_server(tmp_path, monk
 
 
 def test_pause_cli_sets_shows_and_clears(db_url):
-    env = dict(os.environ, DATABASE_URL=db_url)
+    env = dict(os.environ, DATABASE_URL=db_url, MEMORY_ARCHIVE_EMBEDDING_DIM=str(TEST_DIM))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "memory_lib.cli", "pause", *args], cwd=ROOT, env=env,
