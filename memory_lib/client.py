@@ -286,7 +286,12 @@ class MemoryClient:
         now: datetime | None = None,
     ) -> SearchResult:
         """Hot memories first, archived summaries when needed (see memory_lib.search). With
-        record_access=True the hits count as used (access_count, last_accessed_at)."""
+        record_access=True the hits count as used (access_count, last_accessed_at).
+
+        Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
+        MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
+        offset; limits are integers in 0..1000; flags are real booleans; `filters` is a SearchFilters
+        whose values are re-checked (domains and tags must be storable text)."""
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, text_query=text_query, record_access=record_access, now=now,

@@ -146,12 +146,14 @@ def _restorable_embedding(field: str, value: object) -> list[float]:
     """A non-empty list of finite JSON numbers (strings and booleans are not coerced)."""
     if not isinstance(value, list) or not value:
         raise InvalidInputError(field, value, "must be a non-empty list of numbers")
-    for i, x in enumerate(value):
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise InvalidInputError(f"{field}[{i}]", x, "must be a number")
-        if not math.isfinite(x):
-            raise InvalidInputError(f"{field}[{i}]", x, "contains NaN or infinity")
-    return [float(x) for x in value]
+    if not set(map(type, value)) <= {float, int}:  # vectorized checks: archival builds one per memory
+        i = next(i for i, x in enumerate(value) if type(x) not in (float, int))
+        raise InvalidInputError(f"{field}[{i}]", value[i], "must be a number")
+    finite = np.isfinite(np.asarray(value, dtype=np.float64))
+    if not finite.all():
+        i = int(np.flatnonzero(~finite)[0])
+        raise InvalidInputError(f"{field}[{i}]", value[i], "contains NaN or infinity")
+    return value
 
 
 class BackupObject(BaseModel):

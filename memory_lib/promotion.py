@@ -181,6 +181,7 @@ def expand_plan(
     user_id = validation.user(user_id)
     archive_id = validation.uuid_value("archive_id", archive_id)
     now = validation.timestamp("now", now)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
     if arch is None:
         # Already promoted (an agent may hold a hit from before): the hot memory is the original.
@@ -234,6 +235,7 @@ def restore_plan(
     """Bring one archived memory back on request (event 'restored'); already hot is a no-op."""
     user_id = validation.user(user_id)
     now = validation.timestamp("now", now)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     if (archive_id is None) == (original_id is None):
         raise InvalidInputError("archive_id/original_id", (archive_id, original_id), "give exactly one")
     if archive_id is not None:
@@ -300,6 +302,7 @@ def sweep_promotions(
     """Promote every archived memory expanded `expansions_to_promote` times within the window ending
     at `as_of`. One transaction per promotion; a failure is reported and the sweep goes on."""
     as_of = validation.timestamp("as_of", as_of)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     limit = validation.row_limit("limit", limit, maximum=1_000_000)
     report = SweepReport(as_of)
     params = {"since": as_of - timedelta(days=config.window_days), "now": as_of,

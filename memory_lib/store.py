@@ -146,6 +146,8 @@ class TierStats:
 
 def tier_stats(conn: psycopg.Connection, user_id: str | None = None) -> TierStats:
     """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes)."""
+    if user_id is not None:
+        user_id = validation.user(user_id)
     where = "WHERE user_id = %(u)s" if user_id else ""
     row = conn.execute(
         f"""SELECT (SELECT count(*) FROM memories {where}) AS hot,

@@ -293,6 +293,8 @@ def add_plan(
     now: datetime,
 ) -> Plan[AddResult]:
     user_id = memory.user_id
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    now = validation.timestamp("now", now)
     shape = yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
     valid = validate_memory(
         memory.fields | {"embedding": embedding, "embedding_model": embedding_model},

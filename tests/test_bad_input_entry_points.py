@@ -341,3 +341,12 @@ def test_the_good_archive_still_expands_and_a_caller_item_with_an_aware_time_pac
     assert item.created_at == datetime(2025, 1, 1, tzinfo=UTC)
     context = client.build_context("u1", "cortado", ["hello"], summaries=[item], now=NOW)
     assert any(b.text == "Earlier summary" for b in context.blocks)
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError,
+                   reason="SearchFilters lives in search.py (being rewritten): its __post_init__ must use "
+                          "validation.optional_timestamp; until then a string `since` is an AttributeError")  # fmt: skip
+def test_a_date_string_in_search_filters_is_refused_naming_the_field():
+    with pytest.raises(InvalidInputError) as info:
+        SearchFilters(since="2024-01-01")
+    assert info.value.field == "filters.since"
