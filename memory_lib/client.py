@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,8 +28,20 @@ from pgvector.psycopg import register_vector, register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from . import validation
 from .config import ContextBudget, Settings
-from .context import AssembledContext, ContextItem, TokenCounter, Turn, approx_token_count, assemble_context
+from .context import (
+    AssembledContext,
+    ContextItem,
+    TokenCounter,
+    Turn,
+    approx_token_count,
+    assemble_context,
+    check_assembly_options,
+    check_max_tokens,
+    prepare_items,
+    prepare_turns,
+)
 from .db import check_schema
 from .embedding import Embedder, embedder_from_settings
 from .errors import InvalidInputError
@@ -48,7 +60,6 @@ from .search import (
     SearchHit,
     SearchRequest,
     SearchResult,
-    check_search_args,
     normalize_tags,
     query_vector,
     run_plan,
@@ -56,6 +67,7 @@ from .search import (
     search_plan,
     utc_now,
 )
+from .validation import SearchParams
 from .write_path import AddResult, add_plan, prepare_memory
 
 __all__ = [
@@ -110,35 +122,43 @@ class _Parts:
     def embed_one(self, text: str) -> np.ndarray:
         return query_vector(self.embedder.embed([text])[0], self.embedder.dim)
 
+    def search_params(self, filters: SearchFilters | None, **kwargs: Any) -> SearchParams:
+        """Every search argument validated before the query is embedded (memory_lib.validation)."""
+        params = validation.validated(SearchParams, kwargs)
+        if filters is not None:
+            if not isinstance(filters, SearchFilters):
+                raise InvalidInputError("filters", filters, "must be a SearchFilters")
+            validation.check_filters(filters)
+        return params
+
     def search_request(
-        self,
-        user_id: str,
-        query: str,
-        embedding: np.ndarray,
-        *,
-        limit: int | None,
-        archived_limit: int | None,
-        filters: SearchFilters | None,
-        tags: Sequence[str] | None,
-        include_past: bool,
-        phase2: Phase2Mode,
-        text_query: str | None,
-        now: datetime | None,
+        self, params: SearchParams, filters: SearchFilters | None, embedding: np.ndarray
     ) -> SearchRequest:
-        if filters is not None and not isinstance(filters, SearchFilters):
-            raise InvalidInputError("filters", filters, "must be a SearchFilters")
         return SearchRequest(
-            user_id=user_id, query=query, embedding=embedding, config=self.settings.retrieval, now=utc_now(now),
-            text_query=text_query, filters=filters or SearchFilters(), tags=normalize_tags(tags),
-            include_past=include_past, phase2=phase2, hot_limit=limit, archived_limit=archived_limit,
-            embedding_model=self.embedder.model,
+            user_id=params.user_id, query=params.query, embedding=embedding, config=self.settings.retrieval,
+            now=utc_now(params.now), text_query=params.text_query, filters=filters or SearchFilters(),
+            tags=normalize_tags(params.tags), include_past=params.include_past, phase2=params.phase2,  # type: ignore[arg-type]
+            hot_limit=params.limit, archived_limit=params.archived_limit, embedding_model=self.embedder.model,
         )  # fmt: skip
+
+    def context_inputs(
+        self,
+        recent_turns: Sequence[Turn],
+        summaries: Sequence[str | ContextItem],
+        budget: ContextBudget | None,
+        counter: TokenCounter | None,
+        max_tokens: int | None,
+    ) -> tuple[list[ContextItem], list[ContextItem]]:
+        """Checked before searching: a search may record access, and must not when assembly would fail."""
+        check_assembly_options(budget, counter)
+        check_max_tokens(max_tokens)
+        return prepare_turns(recent_turns), prepare_items(summaries, "summaries")
 
     def context(
         self,
         result: SearchResult,
-        recent_turns: Sequence[Turn],
-        summaries: Sequence[str | ContextItem],
+        recent_turns: Sequence[ContextItem],
+        summaries: Sequence[ContextItem],
         budget: ContextBudget | None,
         counter: TokenCounter | None,
         max_tokens: int | None,
@@ -158,6 +178,7 @@ def _parts(
 ) -> _Parts:
     if not actor or not isinstance(actor, str):
         raise InvalidInputError("actor", actor, "must be a non-empty string")
+    validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     return _Parts(embedder, object_store, settings or Settings(), actor, token_counter or approx_token_count)
 
 
@@ -248,10 +269,11 @@ class MemoryClient:
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
             secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
+        now = _now(now)
         embedding = self._parts.embed_one(memory.content)
         p = self._parts
         return self._run(add_plan(memory, embedding, embedding_model=p.embedder.model,
-                                  config=p.settings.retrieval, actor=p.actor, now=utc_now(now)))  # fmt: skip
+                                  config=p.settings.retrieval, actor=p.actor, now=now))  # fmt: skip
 
     # -- read
 
@@ -271,29 +293,33 @@ class MemoryClient:
         now: datetime | None = None,
     ) -> SearchResult:
         """Hot memories first, archived summaries when needed (see memory_lib.search). With
-        record_access=True the hits count as used (access_count, last_accessed_at)."""
-        check_search_args(user_id, query, limit=limit, archived_limit=archived_limit, phase2=phase2)
-        request = self._parts.search_request(
-            user_id, query, self._parts.embed_one(query), limit=limit, archived_limit=archived_limit,
-            filters=filters, tags=tags, include_past=include_past, phase2=phase2, text_query=text_query, now=now,
+        record_access=True the hits count as used (access_count, last_accessed_at).
+
+        Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
+        MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
+        offset; limits are integers in 0..1000; flags are real booleans; `filters` is a SearchFilters
+        whose values are re-checked (domains and tags must be storable text)."""
+        params = self._parts.search_params(
+            filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
+            include_past=include_past, phase2=phase2, text_query=text_query, record_access=record_access, now=now,
         )  # fmt: skip
+        request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
         result = self._run(search_plan(request))
-        if record_access and result.hits:
+        if params.record_access and result.hits:
             self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result
 
     def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
         """The verified original of an archived memory; re-promotes it on the Nth expansion in the window."""
         p = self._parts
-        return self._run(
-            expand_plan(user_id, archive_id, config=p.settings.promotion, actor=p.actor, now=utc_now(now))
-        )
+        return self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
+                                     actor=p.actor, now=_now(now)))  # fmt: skip
 
     def record_access(
         self, user_id: str, ids: Sequence[uuid.UUID | SearchHit], *, now: datetime | None = None
     ) -> int:
         """Count a use of these memories (hot ids, archive ids or hits); returns the rows updated."""
-        return self._run(record_access_plan(user_id, _ids(ids), now=utc_now(now)))
+        return self._run(record_access_plan(validation.user(user_id), _ids(ids), now=_now(now)))
 
     def build_context(
         self,
@@ -308,8 +334,9 @@ class MemoryClient:
         **search_kwargs: Any,
     ) -> AssembledContext:
         """Search, then pack summaries, recent turns and snippets within the token budget."""
+        turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
         result = self.search(user_id, query, **search_kwargs)
-        return self._parts.context(result, recent_turns, summaries, budget, counter, max_tokens)
+        return self._parts.context(result, turns, items, budget, counter, max_tokens)
 
     def restore(
         self,
@@ -320,8 +347,8 @@ class MemoryClient:
         now: datetime | None = None,
     ) -> RestoreOutcome:
         """Bring an archived memory back to the hot tier now (idempotent)."""
-        plan = restore_plan(user_id, archive_id=archive_id, original_id=original_id, actor=self._parts.actor,
-                            now=utc_now(now))  # fmt: skip
+        plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
+                            actor=self._parts.actor, now=_now(now))  # fmt: skip
         return self._run(plan)
 
 
@@ -426,10 +453,11 @@ class AsyncMemoryClient:
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
             secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
+        now = _now(now)
         embedding = await self._embed_one(memory.content)
         p = self._parts
         return await self._run(add_plan(memory, embedding, embedding_model=p.embedder.model,
-                                        config=p.settings.retrieval, actor=p.actor, now=utc_now(now)))  # fmt: skip
+                                        config=p.settings.retrieval, actor=p.actor, now=now))  # fmt: skip
 
     async def search(
         self,
@@ -446,26 +474,25 @@ class AsyncMemoryClient:
         record_access: bool = False,
         now: datetime | None = None,
     ) -> SearchResult:
-        check_search_args(user_id, query, limit=limit, archived_limit=archived_limit, phase2=phase2)
-        request = self._parts.search_request(
-            user_id, query, await self._embed_one(query), limit=limit, archived_limit=archived_limit,
-            filters=filters, tags=tags, include_past=include_past, phase2=phase2, text_query=text_query, now=now,
+        params = self._parts.search_params(
+            filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
+            include_past=include_past, phase2=phase2, text_query=text_query, record_access=record_access, now=now,
         )  # fmt: skip
+        request = self._parts.search_request(params, filters, await self._embed_one(params.query))
         result = await self._run(search_plan(request))
-        if record_access and result.hits:
+        if params.record_access and result.hits:
             await self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result
 
     async def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
         p = self._parts
-        return await self._run(
-            expand_plan(user_id, archive_id, config=p.settings.promotion, actor=p.actor, now=utc_now(now))
-        )
+        return await self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
+                                           actor=p.actor, now=_now(now)))  # fmt: skip
 
     async def record_access(
         self, user_id: str, ids: Sequence[uuid.UUID | SearchHit], *, now: datetime | None = None
     ) -> int:
-        return await self._run(record_access_plan(user_id, _ids(ids), now=utc_now(now)))
+        return await self._run(record_access_plan(validation.user(user_id), _ids(ids), now=_now(now)))
 
     async def build_context(
         self,
@@ -479,8 +506,9 @@ class AsyncMemoryClient:
         max_tokens: int | None = None,
         **search_kwargs: Any,
     ) -> AssembledContext:
+        turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
         result = await self.search(user_id, query, **search_kwargs)
-        return self._parts.context(result, recent_turns, summaries, budget, counter, max_tokens)
+        return self._parts.context(result, turns, items, budget, counter, max_tokens)
 
     async def restore(
         self,
@@ -490,12 +518,23 @@ class AsyncMemoryClient:
         original_id: uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> RestoreOutcome:
-        plan = restore_plan(user_id, archive_id=archive_id, original_id=original_id, actor=self._parts.actor,
-                            now=utc_now(now))  # fmt: skip
+        plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
+                            actor=self._parts.actor, now=_now(now))  # fmt: skip
         return await self._run(plan)
 
 
 def _ids(ids: Sequence[uuid.UUID | SearchHit]) -> list[uuid.UUID]:
     if isinstance(ids, (str, uuid.UUID, SearchHit)):
         ids = [ids]  # type: ignore[list-item]
-    return [i.id if isinstance(i, SearchHit) else i for i in ids]  # type: ignore[misc]
+    if isinstance(ids, (bytes, Mapping)) or not isinstance(ids, Iterable):
+        raise InvalidInputError("ids", ids, "must be a sequence of memory ids, archive ids or hits")
+    return [i.id if isinstance(i, SearchHit) else validation.uuid_value("ids", i) for i in ids]
+
+
+def _now(now: datetime | str | None) -> datetime:
+    """`now` as aware UTC (an ISO 8601 string with an offset is accepted, see memory_lib.validation)."""
+    return utc_now(validation.optional_timestamp("now", now))
+
+
+def _archive_ref(user_id: object, archive_id: object) -> tuple[str, uuid.UUID]:
+    return validation.user(user_id), validation.uuid_value("archive_id", archive_id)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from . import validation
 from .config import ContextBudget
 from .errors import InvalidInputError
 from .search import Provenance, SearchHit
@@ -61,6 +62,20 @@ class ContextItem:
     score: float | None = None
     provenance: Provenance | None = None
     label: str = ""  # shown before the text ("[archived]"), ignored when comparing texts
+
+    def __post_init__(self) -> None:
+        # Items are sorted by created_at next to hits (aware UTC): a naive time cannot be compared.
+        for name in ("text", "source", "label"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise InvalidInputError(f"ContextItem.{name}", value, "must be a string")
+            validation.storable(f"ContextItem.{name}", value)
+        if self.role is not None:
+            validation.text("ContextItem.role", self.role, max_chars=validation.MAX_LABEL_CHARS)
+        if self.score is not None:
+            validation.number("ContextItem.score", self.score, low=-math.inf, high=math.inf)
+        created = validation.optional_timestamp("ContextItem.created_at", self.created_at)
+        object.__setattr__(self, "created_at", created)
 
     @classmethod
     def from_hit(cls, hit: SearchHit) -> ContextItem:
@@ -118,23 +133,62 @@ Turn = str | Mapping[str, str] | ContextItem
 def _turn_item(turn: Turn, index: int) -> ContextItem:
     if isinstance(turn, ContextItem):
         return turn
-    if isinstance(turn, str):
-        return ContextItem(turn, "turn")
-    if isinstance(turn, Mapping) and isinstance(turn.get("content"), str):
-        return ContextItem(turn["content"], "turn", role=turn.get("role"))
+    try:
+        if isinstance(turn, str):
+            return ContextItem(turn, "turn")
+        if isinstance(turn, Mapping) and isinstance(turn.get("content"), str):
+            return ContextItem(turn["content"], "turn", role=turn.get("role"))
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"recent_turns[{index}]", turn, exc.reason) from None
     raise InvalidInputError(
         f"recent_turns[{index}]", turn, "must be a string or a {'role', 'content'} mapping"
     )
 
 
-def _summary_item(item: str | ContextItem | SearchHit, index: int) -> ContextItem:
+def _summary_item(item: str | ContextItem | SearchHit, index: int, part: str = "summaries") -> ContextItem:
     if isinstance(item, SearchHit):
         return ContextItem.from_hit(item)
     if isinstance(item, ContextItem):
         return item
     if isinstance(item, str):
-        return ContextItem(item, "caller")
-    raise InvalidInputError(f"summaries[{index}]", item, "must be a string, a ContextItem or a SearchHit")
+        try:
+            return ContextItem(item, "caller")
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{part}[{index}]", item, exc.reason) from None
+    raise InvalidInputError(f"{part}[{index}]", item, "must be a string, a ContextItem or a SearchHit")
+
+
+def _sequence(field: str, value: object) -> list[object]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidInputError(field, value, "must be a list")
+    return list(value)
+
+
+def prepare_turns(recent_turns: Sequence[Turn]) -> list[ContextItem]:
+    """Recent turns as ContextItems; a bad one raises InvalidInputError naming recent_turns[i]."""
+    return [_turn_item(t, i) for i, t in enumerate(_sequence("recent_turns", recent_turns))]  # type: ignore[arg-type]
+
+
+def prepare_items(
+    items: Sequence[str | ContextItem | SearchHit], part: Literal["summaries", "snippets"]
+) -> list[ContextItem]:
+    """Summaries or snippets as ContextItems; a bad one raises InvalidInputError naming part[i]."""
+    return [_summary_item(s, i, part) for i, s in enumerate(_sequence(part, items))]  # type: ignore[arg-type]
+
+
+def check_max_tokens(max_tokens: object) -> int | None:
+    if max_tokens is None:
+        return None
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise InvalidInputError("max_tokens", max_tokens, "must be >= 0")
+    return max_tokens
+
+
+def check_assembly_options(budget: object, counter: object) -> None:
+    if budget is not None and not isinstance(budget, ContextBudget):
+        raise InvalidInputError("budget", budget, "must be a ContextBudget")
+    if counter is not None and not callable(counter):
+        raise InvalidInputError("counter", counter, "must be a callable returning a token count")
 
 
 class _DuplicateFilter:
@@ -181,15 +235,14 @@ def assemble_context(
     """Pack the three parts within their budgets. `recent_turns` are in conversation order (oldest
     first); `snippets` best first; `summaries` in any order (they are ordered by created_at, an item
     without one counting as newest)."""
+    check_assembly_options(budget, counter)
     budget = budget or ContextBudget()
     available = budget.total - budget.reserve
-    if max_tokens is not None:
-        if max_tokens < 0:
-            raise InvalidInputError("max_tokens", max_tokens, "must be >= 0")
-        available = min(available, max_tokens)
-    turns = [_turn_item(t, i) for i, t in enumerate(recent_turns)]
-    snips = [_summary_item(s, i) for i, s in enumerate(snippets)]
-    sums = [_summary_item(s, i) for i, s in enumerate(summaries)]
+    if check_max_tokens(max_tokens) is not None:
+        available = min(available, max_tokens)  # type: ignore[type-var]
+    turns = prepare_turns(recent_turns)
+    snips = prepare_items(snippets, "snippets")
+    sums = prepare_items(summaries, "summaries")
 
     dedupe = _DuplicateFilter(budget.near_duplicate_jaccard)
     duplicates = 0
@@ -284,4 +337,6 @@ __all__ = [
     "TokenCounter",
     "approx_token_count",
     "assemble_context",
+    "prepare_items",
+    "prepare_turns",
 ]

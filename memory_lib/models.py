@@ -10,12 +10,14 @@ import hashlib
 import json
 import math
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from . import validation as v
 from .errors import EmbeddingMismatchError, IntegrityError, InvalidInputError
 
 Category = Literal["core", "episodic", "semantic", "procedural"]
@@ -59,82 +61,48 @@ def as_float32_embedding(value: Any, *, field: str = "embedding", dim: int | Non
     return arr
 
 
-def _check_text(field: str, value: str) -> str:
-    if "\x00" in value:
-        raise ValueError(f"{field} contains a NUL byte (Postgres text cannot store it)")
-    _check_utf8(field, value)
-    if not value.strip():
-        raise ValueError(f"{field} is empty")
+def _json_storable(field: str, value: dict[str, Any]) -> dict[str, Any]:
+    """What jsonb can hold: JSON without NaN/infinity, no NUL character, valid Unicode."""
+    if not isinstance(value, dict):
+        raise InvalidInputError(field, value, "must be a JSON object (a dict)")
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(field, value, f"is not JSON-serializable without NaN: {exc}") from None
+    if "\\u0000" in text:
+        raise InvalidInputError(field, value, "contains a NUL character (jsonb cannot store it)")
+    v.storable(field, json.dumps(value, ensure_ascii=False))
     return value
 
 
-def _check_utf8(field: str, value: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{field} is not valid Unicode ({exc.reason} at position {exc.start})") from None
-
-
 class NewMemory(BaseModel):
-    """A memory to write to the hot tier."""
+    """A memory to write to the hot tier. Every field follows memory_lib.validation's rules."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    user_id: str = Field(min_length=1, max_length=200)
-    content: str = Field(min_length=1, max_length=100_000)
+    user_id: Annotated[str, BeforeValidator(v.user)]
+    content: Annotated[str, v.rule(v.text, max_chars=v.MAX_CONTENT_CHARS)]
     embedding: Any
-    embedding_model: str = Field(min_length=1)
+    embedding_model: Annotated[str, v.rule(v.text, max_chars=v.MAX_LABEL_CHARS)]
     id: uuid.UUID = Field(default_factory=uuid.uuid4)
     entity_links: list[uuid.UUID] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    domain: str | None = None
+    metadata: Annotated[dict[str, Any], v.rule(_json_storable)] = Field(default_factory=dict)
+    domain: Annotated[str | None, v.rule(v.optional_text, max_chars=v.MAX_LABEL_CHARS)] = None
     category: Category = "episodic"
-    importance_score: float = Field(0.5, ge=0.0, le=1.0, allow_inf_nan=False)
-    access_count: int = Field(0, ge=0)
-    last_accessed_at: datetime | None = None
-    created_at: datetime | None = None
-    pinned: bool = False
-
-    @field_validator("user_id")
-    @classmethod
-    def _user(cls, v: str) -> str:
-        return _check_text("user_id", v)
-
-    @field_validator("content")
-    @classmethod
-    def _content(cls, v: str) -> str:
-        return _check_text("content", v)
-
-    @field_validator("created_at", "last_accessed_at")
-    @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
-        if v is not None and v.tzinfo is None:
-            raise ValueError("must be timezone-aware")
-        return v
-
-    @field_validator("metadata")
-    @classmethod
-    def _json_metadata(cls, v: dict[str, Any]) -> dict[str, Any]:
-        try:
-            text = json.dumps(v, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"metadata is not JSON-serializable without NaN: {exc}") from exc
-        if "\\u0000" in text:
-            raise ValueError("metadata contains a NUL character (jsonb cannot store it)")
-        _check_utf8("metadata", json.dumps(v, ensure_ascii=False))
-        return v
+    importance_score: Annotated[float, v.rule(v.number, low=0.0, high=1.0)] = 0.5
+    access_count: Annotated[int, v.rule(v.non_negative_int)] = 0
+    last_accessed_at: Annotated[datetime | None, v.rule(v.optional_timestamp)] = None
+    created_at: Annotated[datetime | None, v.rule(v.optional_timestamp)] = None
+    pinned: Annotated[bool, v.rule(v.boolean)] = False
 
 
 def validate_memory(data: NewMemory | dict[str, Any], *, dim: int, embedding_model: str | None) -> NewMemory:
     """Validate one memory for a store of `dim`-d embeddings from `embedding_model`."""
     if isinstance(data, NewMemory):
         data = data.model_dump()
-    try:
-        mem = NewMemory.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "memory"
-        raise InvalidInputError(field, err.get("input"), err["msg"]) from None
+    elif not isinstance(data, Mapping):
+        raise InvalidInputError("memory", data, "must be a NewMemory or a mapping of its fields")
+    mem = v.validated(NewMemory, data)
     mem.embedding = as_float32_embedding(mem.embedding, dim=dim)
     if embedding_model is not None and mem.embedding_model != embedding_model:
         raise EmbeddingMismatchError(
@@ -150,6 +118,44 @@ def _iso(ts: datetime) -> str:
     return utc(ts).isoformat(timespec="microseconds")
 
 
+class MalformedBackupError(InvalidInputError, IntegrityError):
+    """A backup object that cannot be restored as it is: not a schema_version 1 document, or a field
+    Postgres would refuse (NUL, NaN, importance outside [0, 1], an embedding of the wrong dimension).
+    Its sha256 may well match the record, so the integrity check alone does not catch it.
+
+    It is both an InvalidInputError (field, value, reason) and an IntegrityError (what, expected,
+    actual), so callers that keep a memory archived on IntegrityError keep doing so.
+    """
+
+    def __init__(self, field: str, value: object, reason: str):
+        probe = InvalidInputError(field, value, reason)  # the one message format
+        self.field, self.value, self.reason = field, value, reason
+        self.what, self.expected, self.actual = "backup object", "a restorable schema_version 1 document", reason
+        Exception.__init__(self, str(probe))
+
+
+def _restorable_text(field: str, value: object) -> str:
+    """Text that was stored once: storable and non-empty (no stricter rule, or an old memory could
+    never come back)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(field, value, "must be a non-empty string")
+    return v.storable(field, value)
+
+
+def _restorable_embedding(field: str, value: object) -> list[float]:
+    """A non-empty list of finite JSON numbers (strings and booleans are not coerced)."""
+    if not isinstance(value, list) or not value:
+        raise InvalidInputError(field, value, "must be a non-empty list of numbers")
+    if not set(map(type, value)) <= {float, int}:  # vectorized checks: archival builds one per memory
+        i = next(i for i, x in enumerate(value) if type(x) not in (float, int))
+        raise InvalidInputError(f"{field}[{i}]", value[i], "must be a number")
+    finite = np.isfinite(np.asarray(value, dtype=np.float64))
+    if not finite.all():
+        i = int(np.flatnonzero(~finite)[0])
+        raise InvalidInputError(f"{field}[{i}]", value[i], "contains NaN or infinity")
+    return value
+
+
 class BackupObject(BaseModel):
     """The seed's "S3/R2 Backup Object Format" (schema_version 1), plus user_id.
 
@@ -163,15 +169,15 @@ class BackupObject(BaseModel):
 
     schema_version: Literal[1] = BACKUP_SCHEMA_VERSION
     original_id: uuid.UUID
-    user_id: str
-    content: str
-    embedding: list[float]
+    user_id: Annotated[str, v.rule(_restorable_text)]
+    content: Annotated[str, v.rule(_restorable_text)]
+    embedding: Annotated[list[float], v.rule(_restorable_embedding)]
     entity_links: list[uuid.UUID]
-    metadata: dict[str, Any]
-    importance_score: float
-    created_at: datetime
-    archived_at: datetime
-    archive_reason: str
+    metadata: Annotated[dict[str, Any], v.rule(_json_storable)]
+    importance_score: Annotated[float, v.rule(v.number, low=0.0, high=1.0)]
+    created_at: Annotated[datetime, v.rule(v.timestamp)]
+    archived_at: Annotated[datetime, v.rule(v.timestamp)]
+    archive_reason: Annotated[str, v.rule(_restorable_text)]
 
     def to_json_bytes(self) -> bytes:
         doc = {
@@ -193,11 +199,27 @@ class BackupObject(BaseModel):
 
     @classmethod
     def from_json_bytes(cls, data: bytes) -> BackupObject:
+        """Parse and validate a stored object; anything Postgres could not take back raises
+        MalformedBackupError naming the field ("backup.content", "backup.embedding[3]", ...)."""
         try:
             doc = json.loads(data.decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError both are
+            raise MalformedBackupError("backup", data[:60], f"is not a UTF-8 JSON document: {exc}") from None
+        if not isinstance(doc, dict):
+            raise MalformedBackupError("backup", doc, "is not a JSON object")
+        try:
             return cls.model_validate(doc)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise IntegrityError("backup object", "a schema_version 1 JSON document", str(exc)[:200]) from exc
+        except ValidationError as exc:
+            err = v.as_invalid_input(exc, prefix="backup.")
+            raise MalformedBackupError(err.field, err.value, err.reason) from None
+
+    def check_dimension(self, dim: int) -> BackupObject:
+        """The store holds `dim`-d embeddings: a backup of another dimension cannot be restored."""
+        if len(self.embedding) != dim:
+            raise MalformedBackupError(
+                "backup.embedding", f"{len(self.embedding)} dimensions", f"the store holds {dim}-d embeddings"
+            )
+        return self
 
     def embedding_array(self) -> np.ndarray:
         return np.asarray(self.embedding, dtype=np.float32)

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg.types.json import Jsonb
 
+from . import validation
 from .config import PromotionConfig
 from .errors import IntegrityError, InvalidInputError, MemoryArchiveError, NotFoundError
 from .models import BackupObject, sha256_hex
-from .search import GetVerified, Plan, Sql, require_user_id, run_plan
+from .search import GetVerified, Plan, Sql, run_plan
 from .store import MEMORY_COLUMNS
 from .write_path import event
 
@@ -70,6 +71,7 @@ LOCK_ARCHIVE_SQL = (
 LOCK_ARCHIVE_BY_ORIGINAL_SQL = (
     "SELECT * FROM archived_memories WHERE user_id = %(user_id)s AND original_id = %(original_id)s FOR UPDATE"
 )
+STORE_DIM_SQL = "SELECT value AS dim FROM memory_archive_settings WHERE key = 'embedding_dim'"
 HOT_BY_ID_SQL = "SELECT id, content FROM memories WHERE user_id = %(user_id)s AND id = %(id)s"
 # An archive id that was promoted or restored: the memory it became, when still hot.
 PROMOTED_FROM_SQL = """
@@ -115,9 +117,14 @@ ACCESS_ARCHIVED_SQL = """
 
 
 def _verified_original(arch: dict[str, Any]) -> Plan[BackupObject]:
-    """The backup of an archive row, its sha256 checked and its identity matching the row."""
+    """The backup of an archive row: its sha256 checked, its identity matching the row, and every
+    field restorable (models.BackupObject; the embedding of the store's dimension). A document that
+    fails raises MalformedBackupError on expand as on restore, before anything is written."""
     data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
     doc = BackupObject.from_json_bytes(data)
+    shape = yield Sql(STORE_DIM_SQL, {}, "one")
+    if shape is not None and shape["dim"] is not None:
+        doc.check_dimension(int(shape["dim"]))
     if doc.original_id != arch["original_id"] or doc.user_id != arch["user_id"]:
         raise IntegrityError(
             f"backup {arch['storage_ref']}",
@@ -171,8 +178,10 @@ def _expansions_in_window(arch: dict[str, Any], config: PromotionConfig, now: da
 def expand_plan(
     user_id: str, archive_id: uuid.UUID, *, config: PromotionConfig, actor: str, now: datetime
 ) -> Plan[Expansion]:
-    require_user_id(user_id)
-    archive_id = _uuid("archive_id", archive_id)
+    user_id = validation.user(user_id)
+    archive_id = validation.uuid_value("archive_id", archive_id)
+    now = validation.timestamp("now", now)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
     if arch is None:
         # Already promoted (an agent may hold a hit from before): the hot memory is the original.
@@ -224,11 +233,13 @@ def restore_plan(
     now: datetime,
 ) -> Plan[RestoreOutcome]:
     """Bring one archived memory back on request (event 'restored'); already hot is a no-op."""
-    require_user_id(user_id)
+    user_id = validation.user(user_id)
+    now = validation.timestamp("now", now)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     if (archive_id is None) == (original_id is None):
         raise InvalidInputError("archive_id/original_id", (archive_id, original_id), "give exactly one")
     if archive_id is not None:
-        archive_id = _uuid("archive_id", archive_id)
+        archive_id = validation.uuid_value("archive_id", archive_id)
         arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
         if arch is None:
             hot = yield Sql(PROMOTED_FROM_SQL, {"user_id": user_id, "archive_id": str(archive_id)}, "one")
@@ -236,7 +247,7 @@ def restore_plan(
                 return RestoreOutcome(user_id, hot["id"], archive_id, False)
             raise NotFoundError(f"no archived memory id={archive_id} for user_id={user_id!r}")
     else:
-        original_id = _uuid("original_id", original_id)
+        original_id = validation.uuid_value("original_id", original_id)
         arch = yield Sql(
             LOCK_ARCHIVE_BY_ORIGINAL_SQL, {"user_id": user_id, "original_id": original_id}, "one"
         )
@@ -252,8 +263,9 @@ def restore_plan(
 
 def record_access_plan(user_id: str, ids: Sequence[uuid.UUID], *, now: datetime) -> Plan[int]:
     """Count a use of hot memories (by id) and archived ones (by archive id or original id)."""
-    require_user_id(user_id)
-    ids = [_uuid("ids", i) for i in ids]
+    user_id = validation.user(user_id)
+    now = validation.timestamp("now", now)
+    ids = [validation.uuid_value("ids", i) for i in ids]
     if not ids:
         return 0
     params = {"user_id": user_id, "ids": ids, "now": now}
@@ -264,15 +276,6 @@ def record_access_plan(user_id: str, ids: Sequence[uuid.UUID], *, now: datetime)
 
 def _read(query: str, params: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
     return (yield Sql(query, params))
-
-
-def _uuid(name: str, value: object) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except (TypeError, ValueError, AttributeError):
-        raise InvalidInputError(name, value, "must be a UUID") from None
 
 
 # --------------------------------------------------------------------------- nightly sweep
@@ -298,8 +301,9 @@ def sweep_promotions(
 ) -> SweepReport:
     """Promote every archived memory expanded `expansions_to_promote` times within the window ending
     at `as_of`. One transaction per promotion; a failure is reported and the sweep goes on."""
-    if as_of.tzinfo is None:
-        raise InvalidInputError("as_of", as_of, "must be timezone-aware")
+    as_of = validation.timestamp("as_of", as_of)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    limit = validation.row_limit("limit", limit, maximum=1_000_000)
     report = SweepReport(as_of)
     params = {"since": as_of - timedelta(days=config.window_days), "now": as_of,
               "needed": config.expansions_to_promote, "limit": limit}  # fmt: skip

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -11,8 +11,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import validation
 from .db import stored_embedding_dim
-from .errors import EmbeddingMismatchError, NotFoundError
+from .errors import EmbeddingMismatchError, InvalidInputError, NotFoundError
 from .models import NewMemory, sha256_hex, validate_memory
 
 MEMORY_COLUMNS = (
@@ -63,16 +64,23 @@ def insert_memories(
 ) -> list[uuid.UUID]:
     """Validate every memory first, then write them all in one transaction with 'created' events.
 
-    Any invalid memory raises InvalidInputError before anything is written.
+    Any invalid memory (or actor, or now) raises InvalidInputError naming the field (a note on the
+    error says which memory: "in memories[3]") before anything is written.
     """
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    now = validation.optional_timestamp("now", now) or datetime.now(UTC)
+    if isinstance(memories, (str, bytes, Mapping, NewMemory)) or not isinstance(memories, Iterable):
+        raise InvalidInputError("memories", memories, "must be a sequence of NewMemory or mappings")
     items = list(memories)
     if not items:
         return []
-    now = now or datetime.now(UTC)
     shape = store_shape(conn)
-    first_model = items[0].embedding_model if isinstance(items[0], NewMemory) else items[0].get("embedding_model")
+    first = items[0]
+    first_model = first.embedding_model if isinstance(first, NewMemory) else (
+        first.get("embedding_model") if isinstance(first, Mapping) else None
+    )
     expected_model = shape.embedding_model or first_model
-    valid = [validate_memory(m, dim=shape.dim, embedding_model=expected_model) for m in items]
+    valid = [_validate_at(i, m, shape, expected_model) for i, m in enumerate(items)]
     with conn.transaction():
         bind_embedding_model(conn, valid[0].embedding_model)
         with conn.cursor() as cur, cur.copy(
@@ -91,6 +99,14 @@ def insert_memories(
     return ids
 
 
+def _validate_at(index: int, memory: object, shape: StoreShape, model: str | None) -> NewMemory:
+    try:
+        return validate_memory(memory, dim=shape.dim, embedding_model=model)  # type: ignore[arg-type]
+    except InvalidInputError as exc:
+        exc.add_note(f"in memories[{index}]")
+        raise
+
+
 def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:
     created = m.created_at or now
     return (
@@ -101,6 +117,8 @@ def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:
 
 
 def get_memory(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> dict[str, Any]:
+    user_id = validation.user(user_id)
+    memory_id = validation.uuid_value("memory_id", memory_id)
     row = conn.execute(
         f"SELECT {MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND id = %s", (user_id, memory_id)
     ).fetchone()
@@ -128,6 +146,8 @@ class TierStats:
 
 def tier_stats(conn: psycopg.Connection, user_id: str | None = None) -> TierStats:
     """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes)."""
+    if user_id is not None:
+        user_id = validation.user(user_id)
     where = "WHERE user_id = %(u)s" if user_id else ""
     row = conn.execute(
         f"""SELECT (SELECT count(*) FROM memories {where}) AS hot,

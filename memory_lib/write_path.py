@@ -25,18 +25,19 @@ import re
 import unicodedata
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
 from psycopg.types.json import Jsonb
-from pydantic import ValidationError
 
+from . import validation
 from .config import RetrievalConfig, SecretDetectionConfig
 from .errors import InvalidInputError
 from .models import NewMemory, sha256_hex, validate_memory
-from .search import Plan, Sql, checked_shape_plan, normalize_tags, require_user_id
+from .search import Plan, Sql, checked_shape_plan, normalize_tags
 from .store import MEMORY_COLUMNS
 
 # --------------------------------------------------------------------------- normalization
@@ -197,32 +198,33 @@ def prepare_memory(
     allow_secrets: bool = False,
     secret_policy: SecretDetectionConfig = _DEFAULT_SECRETS,
 ) -> PreparedMemory:
-    """Normalize and validate everything that does not need the database or the embedder."""
-    require_user_id(user_id)
+    """Normalize and validate everything that does not need the database or the embedder (so bad
+    input never reaches the embedding API either). Rules: memory_lib.validation."""
+    validation.user(user_id)
     if not isinstance(content, str):
         raise InvalidInputError("content", content, "must be a string")
+    validation.storable("content", content)
     text = normalize_text(content)
-    if not text:
+    if not validation.has_visible_text(text):
         raise InvalidInputError("content", content, "is empty after normalization")
-    if not allow_secrets:
+    if not validation.boolean("allow_secrets", allow_secrets):
         check_no_secret("content", text, secret_policy)
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidInputError("metadata", metadata, "must be a mapping (a dict)")
     meta = dict(metadata or {})
-    tag_list = normalize_tags(tags)
+    tag_list = normalize_tags(validation.tag_list("tags", tags))
     if "tags" in meta:
         raise InvalidInputError("metadata.tags", meta["tags"], "pass tags with the tags= argument")
     if tag_list:
         meta["tags"] = list(tag_list)
     fields = {
-        "user_id": user_id, "content": text, "embedding_model": "pending", "entity_links": entity_links or [],
-        "metadata": meta, "domain": domain, "category": category, "importance_score": importance,
-        "pinned": pinned,
+        "user_id": user_id, "content": text, "embedding_model": "pending",
+        "entity_links": [] if entity_links is None else entity_links, "metadata": meta, "domain": domain,
+        "category": category, "importance_score": importance, "pinned": pinned,
     }  # fmt: skip
-    try:  # a placeholder vector: only the embedding is checked later, against the store's shape
-        NewMemory.model_validate(fields | {"embedding": [0.0]})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = ".".join(str(p) for p in err["loc"]) or "memory"
-        raise InvalidInputError(name, err.get("input"), err["msg"]) from None
+    # A placeholder vector: only the embedding is checked later, against the store's shape.
+    valid = validation.validated(NewMemory, fields | {"embedding": [0.0]})
+    fields = valid.model_dump(include=set(fields))
     return PreparedMemory(fields, text, dedupe_key(user_id, text))
 
 
@@ -291,6 +293,8 @@ def add_plan(
     now: datetime,
 ) -> Plan[AddResult]:
     user_id = memory.user_id
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    now = validation.timestamp("now", now)
     shape = yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
     valid = validate_memory(
         memory.fields | {"embedding": embedding, "embedding_model": embedding_model},

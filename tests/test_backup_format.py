@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from memory_lib.errors import IntegrityError, InvalidInputError
-from memory_lib.models import BackupObject
+from memory_lib.models import BackupObject, MalformedBackupError
 
 SEED_FIELDS = {
     "schema_version", "original_id", "content", "embedding", "entity_links", "metadata", "importance_score",
@@ -80,3 +80,63 @@ def test_nan_cannot_be_serialized():
 def test_corrupt_object_is_an_integrity_error(data):
     with pytest.raises(IntegrityError):
         BackupObject.from_json_bytes(data)
+
+
+# --------------------------------------------------------------------------- malformed documents
+
+
+def _bytes_with(**change) -> bytes:
+    doc = json.loads(_doc(np.ones(4)).to_json_bytes()) | change
+    return json.dumps(doc).encode()  # json writes NaN as the bare token NaN, as a hand edit might
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"content": "booked\x00"}, "backup.content"),
+        ({"content": "booked \ud800"}, "backup.content"),
+        ({"content": ""}, "backup.content"),
+        ({"user_id": "u\x00"}, "backup.user_id"),
+        ({"embedding": [1.0, float("nan"), 1.0]}, "backup.embedding[1]"),
+        ({"embedding": [1.0, float("inf")]}, "backup.embedding[1]"),
+        ({"embedding": ["1.0", 2.0]}, "backup.embedding[0]"),  # never coerced from a string
+        ({"embedding": [True, 2.0]}, "backup.embedding[0]"),
+        ({"embedding": []}, "backup.embedding"),
+        ({"importance_score": 7}, "backup.importance_score"),
+        ({"importance_score": "0.5"}, "backup.importance_score"),
+        ({"created_at": "2024-01-01T00:00:00"}, "backup.created_at"),  # no offset: naive
+        ({"archived_at": 1_700_000_000}, "backup.archived_at"),
+        ({"metadata": {"note": "a\x00b"}}, "backup.metadata"),
+        ({"metadata": ["not", "an", "object"]}, "backup.metadata"),
+        ({"schema_version": 2}, "backup.schema_version"),
+        ({"colour": "blue"}, "backup.colour"),
+    ],
+)
+def test_a_malformed_document_names_the_field(change, field):
+    with pytest.raises(MalformedBackupError) as info:
+        BackupObject.from_json_bytes(_bytes_with(**change))
+    assert info.value.field == field
+    assert isinstance(info.value, InvalidInputError) and isinstance(info.value, IntegrityError)
+    assert str(info.value).startswith(f"invalid {field}=")
+
+
+def test_not_json_is_a_malformed_backup_naming_the_document():
+    for data in (b"{not json", b"[1, 2]", "é".encode("latin-1")):
+        with pytest.raises(MalformedBackupError) as info:
+            BackupObject.from_json_bytes(data)
+        assert info.value.field == "backup"
+
+
+def test_timestamps_with_an_offset_parse_and_the_dimension_is_checked():
+    doc = BackupObject.from_json_bytes(_bytes_with(created_at="2025-01-02T05:04:05+02:00"))
+    assert doc.created_at == datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert doc.check_dimension(4) is doc
+    with pytest.raises(MalformedBackupError, match="the store holds 8-d embeddings") as info:
+        doc.check_dimension(8)
+    assert info.value.field == "backup.embedding"
+
+
+def test_text_stored_once_is_restorable_even_if_new_input_would_be_refused():
+    """Whitespace- or zero-width-only text was accepted by older versions: its backup must restore."""
+    doc = BackupObject.from_json_bytes(_bytes_with(content="\u200b\u200b"))
+    assert doc.content == "\u200b\u200b"

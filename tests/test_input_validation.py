@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from memory_lib import validation
 from memory_lib.config import ArchivalCriteria, Settings
 from memory_lib.errors import ConfigError, EmbeddingMismatchError, InvalidInputError
 from memory_lib.store import insert_memories
@@ -115,3 +118,123 @@ def test_settings_from_env_validates():
     s = Settings.from_env({"MEMORY_ARCHIVE_BUCKET": "b", "MEMORY_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9"})
     assert (s.object_store.kind, s.object_store.bucket) == ("s3", "b")
     assert "hunter2" not in repr(Settings.from_env({"DATABASE_URL": "postgresql://u:hunter2@h/db"}))
+
+
+# --------------------------------------------------------------------------- the shared rules (memory_lib.validation)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("a\x00b", "NUL"),
+        ("a\ud800b", "not valid Unicode"),
+        ("\u200b\u200b", "invisible"),
+        ("\ufeff\u2060 \t", "invisible"),
+        ("", "empty"),
+        (123, "must be a string"),
+        (b"bytes", "must be a string"),
+        ("x" * 11, "maximum is 10"),
+    ],
+)
+def test_text_rule(value, reason):
+    with pytest.raises(InvalidInputError, match=reason) as info:
+        validation.text("note", value, max_chars=10)
+    assert info.value.field == "note" and info.value.value == value
+
+
+def test_text_rule_keeps_visible_text_with_format_characters():
+    assert validation.text("note", "a\u200bb", max_chars=10) == "a\u200bb"
+    assert validation.text("note", "é", max_chars=10) == "é"
+
+
+def test_query_length_limit_is_inclusive():
+    assert validation.query_text("query", "q" * validation.MAX_QUERY_CHARS)
+    with pytest.raises(InvalidInputError, match="maximum is 4000"):
+        validation.query_text("query", "q" * (validation.MAX_QUERY_CHARS + 1))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC)),
+        ("2024-01-01T00:00:00Z", datetime(2024, 1, 1, tzinfo=UTC)),
+        ("2024-01-01T02:00:00+02:00", datetime(2024, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_timestamps_aware_or_iso_with_offset(value, expected):
+    assert validation.timestamp("since", value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("2024-01-01", "timezone-aware"),
+        ("2024-01-01T00:00:00", "timezone-aware"),
+        (datetime(2024, 1, 1), "timezone-aware"),
+        ("yesterday", "ISO 8601"),
+        (1_700_000_000, "not int"),
+        (date(2024, 1, 1), "not date"),
+    ],
+)
+def test_timestamps_refused(value, reason):
+    with pytest.raises(InvalidInputError, match=reason) as info:
+        validation.timestamp("since", value)
+    assert info.value.field == "since"
+
+
+@pytest.mark.parametrize("value", ["yes", "no", 1, 0, None, "true"])
+def test_flags_are_never_read_by_truthiness(value):
+    with pytest.raises(InvalidInputError, match="True or False") as info:
+        validation.boolean("pinned", value)
+    assert info.value.field == "pinned"
+
+
+def test_flags_accept_bools_including_numpy():
+    assert validation.boolean("pinned", True) is True
+    assert validation.boolean("pinned", np.False_) is False
+
+
+@pytest.mark.parametrize("value", [-1, 1001, True, 2.0, "5"])
+def test_limits(value):
+    with pytest.raises(InvalidInputError, match="between 0 and 1000"):
+        validation.row_limit("limit", value)
+    assert validation.row_limit("limit", None) is None
+    assert validation.row_limit("limit", np.int64(5)) == 5
+
+
+def test_numbers_refuse_bools_strings_and_nan():
+    for value in (True, "0.5", float("nan"), 1.5):
+        with pytest.raises(InvalidInputError) as info:
+            validation.number("importance_score", value, low=0.0, high=1.0)
+        assert info.value.field == "importance_score"
+    assert validation.number("importance_score", np.float32(0.25), low=0.0, high=1.0) == 0.25
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"domain": "a\x00b"}, "domain"),
+        ({"domain": "\ud800"}, "domain"),
+        ({"domain": "\u200b"}, "domain"),
+        ({"content": "\u200b\u200b"}, "content"),
+        ({"pinned": "yes"}, "pinned"),
+        ({"importance_score": True}, "importance_score"),
+        ({"access_count": -1}, "access_count"),
+        ({"created_at": "2025-01-01"}, "created_at"),
+        ({"embedding_model": "m\x00"}, "embedding_model"),
+    ],
+)
+def test_bulk_insert_applies_the_same_rules(conn, change, field):
+    with pytest.raises(InvalidInputError) as info:
+        insert_memories(conn, [*make_memories(2, dim=TEST_DIM), make_memories(1, dim=TEST_DIM, seed=4)[0] | change],
+                        actor="test")  # fmt: skip
+    assert info.value.field == field
+    assert "in memories[2]" in getattr(info.value, "__notes__", [])
+    assert _counts(conn) == (0, 0)
+
+
+def test_bulk_insert_accepts_iso_timestamps_with_an_offset(conn):
+    [memory] = make_memories(1, dim=TEST_DIM, created_at="2025-01-01T00:00:00+00:00", last_accessed_at=None)
+    [memory_id] = insert_memories(conn, [memory], actor="test")
+    row = conn.execute("SELECT created_at FROM memories WHERE id = %s", (memory_id,)).fetchone()
+    assert row["created_at"] == datetime(2025, 1, 1, tzinfo=UTC)

@@ -1,0 +1,352 @@
+"""Bad input at every public entry point: a clear InvalidInputError naming the field, and nothing written.
+
+One database is seeded for the module (hot memories, archived ones, and archived ones whose backup
+object was replaced by a malformed document with its sha256 and size updated to match, so only
+validation can tell). Each row calls one entry point with one bad value; the row counts of
+memories / archived_memories / memory_events, a digest of every row of memories and
+archived_memories, and the object store's keys and bytes must be the same before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector_async
+from psycopg.rows import dict_row
+
+from memory_lib.archive import ArchivalServices, archive_batch, restore_archive
+from memory_lib.client import AsyncMemoryClient, MemoryClient
+from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.context import ContextItem
+from memory_lib.db import connect
+from memory_lib.embedding import HashingEmbedder
+from memory_lib.errors import IntegrityError, InvalidInputError
+from memory_lib.models import sha256_hex
+from memory_lib.objectstore import LocalObjectStore
+from memory_lib.search import SearchFilters, run_plan
+from memory_lib.store import insert_memories
+from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.validation import MAX_QUERY_CHARS
+from memory_lib.write_path import add_plan, prepare_memory
+from tests.conftest import TEST_DIM
+from tests.support.factories import make_memories
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+OLD = NOW - timedelta(days=200)
+RETRIEVAL = RetrievalConfig(hot_similarity_threshold=-1.0, archived_similarity_threshold=-1.0)
+ONE_MB = "word " * 200_000
+NAIVE = datetime(2025, 1, 1, 12, 0)
+
+
+# --------------------------------------------------------------------------- the seeded database
+
+
+def _malformed(doc: dict[str, Any], kind: str) -> dict[str, Any]:
+    doc = dict(doc)
+    if kind == "wrong_dim":
+        doc["embedding"] = doc["embedding"] + [0.5]
+    elif kind == "nan":
+        doc["embedding"] = [float("nan"), *doc["embedding"][1:]]
+    elif kind == "nul":
+        doc["content"] = doc["content"] + "\x00"
+    elif kind == "importance":
+        doc["importance_score"] = 7
+    elif kind == "surrogate":
+        doc["content"] = doc["content"] + "\ud800"
+    elif kind == "naive_time":
+        doc["created_at"] = "2024-01-01T00:00:00"
+    return doc
+
+
+MALFORMED = {  # kind -> the field the error must name
+    "wrong_dim": "backup.embedding",
+    "nan": "backup.embedding[0]",
+    "nul": "backup.content",
+    "importance": "backup.importance_score",
+    "surrogate": "backup.content",
+    "naive_time": "backup.created_at",
+}
+
+
+class World:
+    """The seeded database, its object store and the ids the rows refer to."""
+
+    def __init__(self, url: str, store: LocalObjectStore):
+        self.url = url
+        self.store = store
+        self.conn = connect(url)
+        self.archive_ids: dict[str, uuid.UUID] = {}  # "good" and each malformed kind
+        self.original_ids: dict[str, uuid.UUID] = {}
+
+    def client(self) -> MemoryClient:
+        return MemoryClient(self.conn, embedder=HashingEmbedder(TEST_DIM), object_store=self.store,
+                            settings=Settings(retrieval=RETRIEVAL), actor="test")  # fmt: skip
+
+    def state(self) -> dict[str, Any]:
+        row = self.conn.execute(
+            """SELECT (SELECT count(*) FROM memories) AS memories,
+                      (SELECT count(*) FROM archived_memories) AS archived,
+                      (SELECT count(*) FROM memory_events) AS events,
+                      (SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), '')) FROM memories t) AS hot_rows,
+                      (SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), ''))
+                         FROM archived_memories t) AS archived_rows"""
+        ).fetchone()
+        objects = {k: hashlib.sha256(self.store.get(k)).hexdigest() for k in self.store.list()}
+        return dict(row) | {"object_count": len(objects), "objects": objects}
+
+
+@pytest.fixture(scope="module")
+def world(databases, tmp_path_factory) -> World:
+    url = databases.new()
+    store = LocalObjectStore(tmp_path_factory.mktemp("objects"), prefix="test")
+    w = World(url, store)
+    client = w.client()
+    kinds = ["good", *MALFORMED]
+    for i, kind in enumerate(kinds):
+        added = client.add("u1", f"Archived note {i}: the {kind} locker code is in drawer {i}", importance=0.1,
+                           now=OLD)  # fmt: skip
+        w.original_ids[kind] = added.memory_id
+    client.add("u1", "Prefers a cortado in the morning", importance=0.9, now=NOW)
+    client.add("u2", "Another user's note about cortado", importance=0.9, now=NOW)
+    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    report = archive_batch(w.conn, services, ArchivalCriteria(), batch_key="seed", as_of=NOW, actor="test")
+    assert report.gate_passed and report.status.failed == 0
+    for kind in kinds:
+        arch = w.conn.execute("SELECT * FROM archived_memories WHERE original_id = %s",
+                              (w.original_ids[kind],)).fetchone()  # fmt: skip
+        w.archive_ids[kind] = arch["id"]
+        if kind == "good":
+            continue
+        # A hand-edited object whose record was "fixed" to match: the sha256 check passes.
+        key = store.key_from_ref(arch["storage_ref"])
+        doc = _malformed(json.loads(store.get(key)), kind)
+        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        store.put(key, data, sha256_hex(data))
+        w.conn.execute("UPDATE archived_memories SET backup_sha256 = %s, backup_size_bytes = %s WHERE id = %s",
+                       (sha256_hex(data), len(data), arch["id"]))  # fmt: skip
+    yield w
+    w.conn.close()
+
+
+# --------------------------------------------------------------------------- the clients, sync and async
+
+
+def _run_async(world: World, call: Callable[[AsyncMemoryClient], Any]) -> Any:
+    async def main() -> Any:
+        aconn = await psycopg.AsyncConnection.connect(world.url, autocommit=True, row_factory=dict_row)
+        await register_vector_async(aconn)
+        try:
+            client = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=world.store,
+                                       settings=Settings(retrieval=RETRIEVAL), actor="test")  # fmt: skip
+            return await call(client)
+        finally:
+            await aconn.close()
+
+    return asyncio.run(main())
+
+
+def _call(world: World, flavour: str, call: Callable[[Any], Any]) -> Any:
+    if flavour == "sync":
+        return call(world.client())
+    return _run_async(world, call)
+
+
+def _a(kind: str) -> Callable[[World], uuid.UUID]:
+    return lambda w: w.archive_ids[kind]
+
+
+# (name, field, call(client, world)): every row runs on MemoryClient and on AsyncMemoryClient.
+CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
+    ("add: NUL in domain", "domain", lambda c, w: c.add("u1", "a new note", domain="wo\x00rk")),
+    ("add: lone surrogate in domain", "domain", lambda c, w: c.add("u1", "a new note", domain="wo\ud800rk")),
+    ("add: zero-width-only content", "content", lambda c, w: c.add("u1", "\u200b\u200b")),
+    ("add: BOM and zero-width joiner only", "content", lambda c, w: c.add("u1", "\ufeff \u200d\n")),
+    ("add: NUL in content", "content", lambda c, w: c.add("u1", "order\x00 shipped")),
+    ("add: pinned='yes'", "pinned", lambda c, w: c.add("u1", "a new note", pinned="yes")),
+    ("add: pinned=1", "pinned", lambda c, w: c.add("u1", "a new note", pinned=1)),
+    ("add: importance as a string", "importance_score", lambda c, w: c.add("u1", "a new note", importance="0.5")),
+    ("add: importance=True", "importance_score", lambda c, w: c.add("u1", "a new note", importance=True)),
+    ("add: lone surrogate in a tag", "tags", lambda c, w: c.add("u1", "a new note", tags=["ok", "b\udc00d"])),
+    ("add: metadata not a dict", "metadata", lambda c, w: c.add("u1", "a new note", metadata=[("a", 1)])),
+    ("add: NUL in metadata", "metadata", lambda c, w: c.add("u1", "a new note", metadata={"k": "v\x00"})),
+    ("add: allow_secrets='no'", "allow_secrets", lambda c, w: c.add("u1", "a new note", allow_secrets="no")),
+    ("add: naive now", "now", lambda c, w: c.add("u1", "a new note", now=NAIVE)),
+    ("add: lone surrogate in user_id", "user_id", lambda c, w: c.add("u\ud800", "a new note")),
+    ("add: entity link not a UUID", "entity_links.0", lambda c, w: c.add("u1", "a note", entity_links=["x"])),
+    ("search: NUL in query", "query", lambda c, w: c.search("u1", "cor\x00tado")),
+    ("search: lone surrogate in query", "query", lambda c, w: c.search("u1", "cor\ud800tado")),
+    ("search: 1 MB query", "query", lambda c, w: c.search("u1", ONE_MB)),
+    ("search: query one over the maximum", "query", lambda c, w: c.search("u1", "x" * (MAX_QUERY_CHARS + 1))),
+    ("search: text_query=123", "text_query", lambda c, w: c.search("u1", "cortado", text_query=123)),
+    ("search: NUL in text_query", "text_query", lambda c, w: c.search("u1", "cortado", text_query="a\x00")),
+    ("search: surrogate in text_query", "text_query", lambda c, w: c.search("u1", "cortado", text_query="\udfff")),
+    ("search: 1 MB text_query", "text_query", lambda c, w: c.search("u1", "cortado", text_query=ONE_MB)),
+    ("search: limit=-1", "limit", lambda c, w: c.search("u1", "cortado", limit=-1)),
+    ("search: limit='5'", "limit", lambda c, w: c.search("u1", "cortado", limit="5")),
+    ("search: archived_limit=True", "archived_limit", lambda c, w: c.search("u1", "cortado", archived_limit=True)),
+    ("search: include_past='yes'", "include_past", lambda c, w: c.search("u1", "cortado", include_past="yes")),
+    ("search: record_access='yes'", "record_access", lambda c, w: c.search("u1", "cortado", record_access="yes")),
+    ("search: phase2='sometimes'", "phase2", lambda c, w: c.search("u1", "cortado", phase2="sometimes")),
+    ("search: tags as one string", "tags", lambda c, w: c.search("u1", "cortado", tags="coffee")),
+    ("search: now='2024-01-01'", "now", lambda c, w: c.search("u1", "cortado", now="2024-01-01")),
+    ("search: now as epoch seconds", "now", lambda c, w: c.search("u1", "cortado", now=1_700_000_000)),
+    ("search: NUL in filters.domains", "filters.domains",
+     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(domains=["wo\x00rk"]))),
+    ("search: surrogate in filters.domains", "filters.domains",
+     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(domains=["\ud800"]))),
+    ("search: surrogate in filters.required_tags", "filters.required_tags",
+     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(required_tags=["caf\udce9"]))),
+    ("search: filters as a dict", "filters", lambda c, w: c.search("u1", "cortado", filters={"domains": ["w"]})),
+    ("build_context: naive created_at in a summary item", "ContextItem.created_at",
+     lambda c, w: c.build_context("u1", "cortado", summaries=[ContextItem("s", "caller", created_at=NAIVE)],
+                                  record_access=True)),
+    ("build_context: a turn that is a number", "recent_turns[1]",
+     lambda c, w: c.build_context("u1", "cortado", ["hi", 42], record_access=True)),
+    ("build_context: NUL-free but non-str role", "recent_turns[0]",
+     lambda c, w: c.build_context("u1", "cortado", [{"role": 7, "content": "hi"}], record_access=True)),
+    ("build_context: max_tokens=-1", "max_tokens",
+     lambda c, w: c.build_context("u1", "cortado", max_tokens=-1, record_access=True)),
+    ("build_context: limit=-1 in the search", "limit", lambda c, w: c.build_context("u1", "cortado", limit=-1)),
+    ("expand: archive_id not a UUID", "archive_id", lambda c, w: c.expand("u1", "not-a-uuid")),
+    ("expand: now without an offset", "now", lambda c, w: c.expand("u1", w.archive_ids["good"], now="2025-06-01")),
+    ("record_access: an id that is a number", "ids", lambda c, w: c.record_access("u1", [123])),
+    ("record_access: naive now", "now", lambda c, w: c.record_access("u1", [w.original_ids["good"]], now=NAIVE)),
+    ("restore: neither id", "archive_id/original_id", lambda c, w: c.restore("u1")),
+    ("restore: original_id not a UUID", "original_id", lambda c, w: c.restore("u1", original_id=42)),
+]
+CLIENT_ROWS += [
+    (f"expand: malformed backup ({kind})", field, lambda c, w, k=kind: c.expand("u1", w.archive_ids[k], now=NOW))
+    for kind, field in MALFORMED.items()
+] + [
+    (f"restore: malformed backup ({kind})", field,
+     lambda c, w, k=kind: c.restore("u1", archive_id=w.archive_ids[k], now=NOW))
+    for kind, field in MALFORMED.items()
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize(("name", "field", "call"), CLIENT_ROWS, ids=[r[0] for r in CLIENT_ROWS])
+def test_client_refuses_bad_input_and_writes_nothing(world, flavour, name, field, call):
+    before = world.state()
+    with pytest.raises(InvalidInputError) as info:
+        _call(world, flavour, lambda c: call(c, world))
+    assert info.value.field == field, str(info.value)
+    assert str(info.value).startswith(f"invalid {field}=")
+    assert world.state() == before
+
+
+# --------------------------------------------------------------------------- store insert, write path, restore
+
+
+def _memory(**change: Any) -> dict[str, Any]:
+    return make_memories(1, dim=TEST_DIM, users=("u9",), seed=7)[0] | change
+
+
+def _insert(w: World, *memories: Any, **kwargs: Any) -> Any:
+    return insert_memories(w.conn, list(memories), **({"actor": "test"} | kwargs))
+
+
+def _add_with_embedding(w: World, embedding: Any) -> Any:
+    prepared = prepare_memory("u1", "a note about kayaks")
+    plan = add_plan(prepared, embedding, embedding_model=HashingEmbedder(TEST_DIM).model, config=RETRIEVAL,
+                    actor="test", now=NOW)  # fmt: skip
+    return run_plan(w.conn, plan)
+
+
+def _nan_vector() -> np.ndarray:
+    v = np.ones(TEST_DIM, dtype=np.float32)
+    v[3] = np.nan
+    return v
+
+
+LIBRARY_ROWS: list[tuple[str, str, Callable[[World], Any]]] = [
+    ("insert: NUL in domain", "domain", lambda w: _insert(w, _memory(), _memory(domain="a\x00"))),
+    ("insert: surrogate in domain", "domain", lambda w: _insert(w, _memory(domain="\ud800"))),
+    ("insert: zero-width content", "content", lambda w: _insert(w, _memory(content="\u200b\u200b"))),
+    ("insert: pinned='yes'", "pinned", lambda w: _insert(w, _memory(pinned="yes"))),
+    ("insert: created_at='2024-01-01'", "created_at", lambda w: _insert(w, _memory(created_at="2024-01-01"))),
+    ("insert: created_at as epoch seconds", "created_at", lambda w: _insert(w, _memory(created_at=1_700_000_000))),
+    ("insert: importance '0.5'", "importance_score", lambda w: _insert(w, _memory(importance_score="0.5"))),
+    ("insert: access_count=-1", "access_count", lambda w: _insert(w, _memory(access_count=-1))),
+    ("insert: NUL in embedding_model", "embedding_model", lambda w: _insert(w, _memory(embedding_model="m\x00"))),
+    ("insert: a memory that is a string", "memory", lambda w: _insert(w, "remember this")),
+    ("insert: memories not a list", "memories", lambda w: insert_memories(w.conn, 42, actor="test")),
+    ("insert: NUL in actor", "actor", lambda w: _insert(w, _memory(), actor="te\x00st")),
+    ("insert: naive now", "now", lambda w: _insert(w, _memory(), now=NAIVE)),
+    ("write path: zero-width content", "content", lambda w: prepare_memory("u1", "\u200b")),
+    ("write path: pinned='yes'", "pinned", lambda w: prepare_memory("u1", "a note", pinned="yes")),
+    ("write path: surrogate in domain", "domain", lambda w: prepare_memory("u1", "a note", domain="\udfff")),
+    ("write path: NaN in the embedding", "embedding", lambda w: _add_with_embedding(w, _nan_vector())),
+    ("write path: embedding of another dimension", "embedder.dim",
+     lambda w: _add_with_embedding(w, np.ones(TEST_DIM + 1, dtype=np.float32))),
+]
+LIBRARY_ROWS += [
+    (f"archive.restore_archive (CLI): malformed backup ({kind})", field,
+     lambda w, k=kind: restore_archive(w.conn, w.store, user_id="u1", original_id=w.original_ids[k], actor="cli"))
+    for kind, field in MALFORMED.items()
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "field", "call"), LIBRARY_ROWS, ids=[r[0] for r in LIBRARY_ROWS])
+def test_library_entry_points_refuse_bad_input_and_write_nothing(world, name, field, call):
+    before = world.state()
+    with pytest.raises(InvalidInputError) as info:
+        call(world)
+    assert info.value.field == field, str(info.value)
+    assert world.state() == before
+
+
+# --------------------------------------------------------------------------- what still works
+
+
+def test_a_malformed_backup_is_also_an_integrity_error(world):
+    """Callers that keep a memory archived on IntegrityError (sweeps, fidelity checks) still do."""
+    with pytest.raises(IntegrityError, match="backup.importance_score"):
+        world.client().expand("u1", world.archive_ids["importance"], now=NOW)
+
+
+def test_the_longest_allowed_query_reaches_postgres_without_error(world):
+    """MAX_QUERY_CHARS is below what Postgres' full-text parser can take, even as one-character terms."""
+    terms = " ".join(str(i % 10) for i in range(MAX_QUERY_CHARS // 2))
+    assert len(terms) < MAX_QUERY_CHARS
+    client = world.client()
+    client.search("u1", terms, now=NOW, phase2="always")
+    client.search("u1", "cortado", text_query=terms, now=NOW, phase2="always")
+    client.search("u1", "x" * MAX_QUERY_CHARS, now=NOW, phase2="always")
+
+
+def test_iso_strings_with_an_offset_are_accepted_for_timestamps(world):
+    """The documented choice: an ISO 8601 string with an offset is parsed; one without is refused."""
+    client = world.client()
+    as_string = client.search("u1", "cortado", now="2025-06-01T14:00:00+02:00", phase2="always")
+    as_datetime = client.search("u1", "cortado", now=NOW, phase2="always")
+    assert [(h.id, h.scores.final) for h in as_string] == [(h.id, h.scores.final) for h in as_datetime]
+    assert len(as_datetime) > 0
+
+
+def test_the_good_archive_still_expands_and_a_caller_item_with_an_aware_time_packs(world):
+    client = world.client()
+    expansion = client.expand("u1", world.archive_ids["good"], now=NOW)
+    assert "good locker code" in expansion.content
+    item = ContextItem("Earlier summary", "caller", created_at="2025-01-01T00:00:00Z")
+    assert item.created_at == datetime(2025, 1, 1, tzinfo=UTC)
+    context = client.build_context("u1", "cortado", ["hello"], summaries=[item], now=NOW)
+    assert any(b.text == "Earlier summary" for b in context.blocks)
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError,
+                   reason="SearchFilters lives in search.py (being rewritten): its __post_init__ must use "
+                          "validation.optional_timestamp; until then a string `since` is an AttributeError")  # fmt: skip
+def test_a_date_string_in_search_filters_is_refused_naming_the_field():
+    with pytest.raises(InvalidInputError) as info:
+        SearchFilters(since="2024-01-01")
+    assert info.value.field == "filters.since"
