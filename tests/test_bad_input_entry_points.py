@@ -23,7 +23,7 @@ import pytest
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archive import ArchivalServices, archive_batch, restore_archive
+from memory_lib.archive import ArchivalServices
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.context import ContextItem
@@ -32,6 +32,8 @@ from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import IntegrityError, InvalidInputError
 from memory_lib.models import sha256_hex
 from memory_lib.objectstore import LocalObjectStore
+from memory_lib.pipeline import run_batch
+from memory_lib.restore import restore_archive
 from memory_lib.search import SearchFilters, run_plan
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
@@ -118,7 +120,7 @@ def world(databases, tmp_path_factory) -> World:
     client.add("u1", "Prefers a cortado in the morning", importance=0.9, now=NOW)
     client.add("u2", "Another user's note about cortado", importance=0.9, now=NOW)
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = archive_batch(w.conn, services, ArchivalCriteria(), batch_key="seed", as_of=NOW, actor="test")
+    report = run_batch(w.conn, services, ArchivalCriteria(), batch_key="seed", as_of=NOW, actor="test")
     assert report.gate_passed and report.status.failed == 0
     for kind in kinds:
         arch = w.conn.execute("SELECT * FROM archived_memories WHERE original_id = %s",
@@ -290,7 +292,7 @@ LIBRARY_ROWS: list[tuple[str, str, Callable[[World], Any]]] = [
      lambda w: _add_with_embedding(w, np.ones(TEST_DIM + 1, dtype=np.float32))),
 ]
 LIBRARY_ROWS += [
-    (f"archive.restore_archive (CLI): malformed backup ({kind})", field,
+    (f"restore.restore_archive (CLI): malformed backup ({kind})", field,
      lambda w, k=kind: restore_archive(w.conn, w.store, user_id="u1", original_id=w.original_ids[k], actor="cli"))
     for kind, field in MALFORMED.items()
 ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""memory_lib.slow_path against a real embedded Postgres and real object stores (no Dagster)."""
+"""The Slow Path library (nights, pause, fidelity, gate, integrity, dry run, restore) against a real embedded Postgres and real object stores (no Dagster)."""
 
 from __future__ import annotations
 
