@@ -30,13 +30,19 @@ import psycopg
 
 from .claims import renew_lease
 from .config import ArchivalCriteria, Settings
-from .embedding import Embedder
+from .embedding import Embedder, embedder_from_settings
 from .errors import DeadlineExceeded, EmbeddingMismatchError, IntegrityError, NotFoundError
 from .models import BackupObject, sha256_hex
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, object_store_from_settings
 from .statuses import AttemptStatus, Step
 from .store import MEMORY_COLUMNS, fetch_memories, store_shape
-from .summarize import Summarizer, SummaryInput, check_summary_text, extract_key_entities
+from .summarize import (
+    Summarizer,
+    SummaryInput,
+    check_summary_text,
+    extract_key_entities,
+    summarizer_from_settings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +58,6 @@ class ArchivalServices:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ArchivalServices:
-        from .embedding import embedder_from_settings
-        from .objectstore import object_store_from_settings
-        from .summarize import summarizer_from_settings
-
         return cls(
             summarizer_from_settings(settings.llm),
             embedder_from_settings(settings.embedding),

@@ -14,6 +14,7 @@ import psycopg
 
 from .config import ArchivalCriteria
 from .statuses import OPEN_STATUSES, AttemptStatus
+from .store import MEMORY_COLUMNS
 
 REASON_LOW_IMPORTANCE = "stale_low_importance"
 REASON_FORCE_AGE = "force_age"
@@ -76,8 +77,6 @@ def sample_eligible(
     conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, n: int, *, seed: str = "dry-run"
 ) -> list[dict[str, Any]]:
     """A deterministic pseudo-random sample of eligible memories with every column (read-only)."""
-    from .store import MEMORY_COLUMNS
-
     columns = ", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))
     return conn.execute(
         f"""SELECT {columns}, {REASON_SQL} AS reason {ELIGIBLE_SQL}

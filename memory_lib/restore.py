@@ -17,6 +17,8 @@ import psycopg
 from .errors import InvalidInputError, MemoryArchiveError, NotFoundError
 from .objectstore import ObjectStore
 from .pause import set_pause
+from .promotion import restore_plan
+from .search import run_plan
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,6 @@ def restore_archive(
     of what was archived, and the next archival overwrites it. (The statements are
     promotion.restore_plan's, shared with re-promotion and the async client.)
     """
-    from .promotion import restore_plan  # promotion imports search, which this module must not
-    from .search import run_plan
-
     plan = restore_plan(
         user_id, archive_id=archive_id, original_id=original_id, actor=actor, now=now or datetime.now(UTC)
     )
