@@ -15,15 +15,8 @@ from tests.support.factories import make_memories
 
 
 @pytest.fixture
-def env(monkeypatch, db_url, tmp_path):
-    monkeypatch.setenv("DATABASE_URL", db_url)
-    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", str(TEST_DIM))
-    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDER", "hashing")
-    monkeypatch.setenv("MEMORY_ARCHIVE_SUMMARIZER", "extractive")
-    monkeypatch.setenv("MEMORY_ARCHIVE_LOCAL_ROOT", str(tmp_path / "objects"))
-    for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
-        monkeypatch.delenv(key, raising=False)
-    return db_url
+def env(cli_env):
+    return cli_env
 
 
 def _json(capsys) -> dict:

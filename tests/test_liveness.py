@@ -97,7 +97,7 @@ def test_failed_memories_are_retried_by_the_next_nights_then_released(conn, loca
     assert fifth.claim.claimed == 2 and fifth.archived == 2
 
 
-def test_stats_shows_open_failed_and_released(conn, local_store, monkeypatch, capsys, tmp_path):
+def test_stats_shows_open_failed_and_released(cli_env, conn, capsys):
     memories = make_memories(10, dim=TEST_DIM, age_days=400, now=datetime.now(UTC))
     insert_memories(conn, memories, actor="test")
     claims.claim_batch(conn, "night-x", ArchivalCriteria(), datetime.now(UTC))
@@ -107,11 +107,6 @@ def test_stats_shows_open_failed_and_released(conn, local_store, monkeypatch, ca
            WHERE memory_id = %s""",
         (memories[0]["id"],),
     )
-    monkeypatch.setenv("DATABASE_URL", conn.info.dsn)
-    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", str(TEST_DIM))
-    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDER", "hashing")
-    monkeypatch.setenv("MEMORY_ARCHIVE_SUMMARIZER", "extractive")
-    monkeypatch.setenv("MEMORY_ARCHIVE_LOCAL_ROOT", str(tmp_path))
     assert main(["stats"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["attempts"]["open"] == 9 and out["attempts"]["released"] == 1
@@ -250,15 +245,9 @@ def test_run_parallel_gives_up_at_the_deadline():
 
 
 @pytest.fixture
-def cli_env(monkeypatch, db_url, tmp_path):
-    monkeypatch.setenv("DATABASE_URL", db_url)
-    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", str(TEST_DIM))
-    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDER", "hashing")
-    monkeypatch.setenv("MEMORY_ARCHIVE_SUMMARIZER", "extractive")
-    monkeypatch.setenv("MEMORY_ARCHIVE_LOCAL_ROOT", str(tmp_path / "objects"))
-    for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
-        monkeypatch.delenv(key, raising=False)
-    with connect(db_url) as c:
+def cli_objects(cli_env, tmp_path):
+    """The CLI's environment with 30 eligible memories; returns the local object store's folder."""
+    with connect(cli_env) as c:
         insert_memories(c, make_memories(30, dim=TEST_DIM, age_days=400, now=datetime.now(UTC)), actor="test")
     return tmp_path / "objects"
 
@@ -267,11 +256,11 @@ def _last_json(capsys) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def test_object_store_killed_during_commit_fails_the_cli(cli_env, db_url, monkeypatch, capsys):
+def test_object_store_killed_during_commit_fails_the_cli(cli_objects, db_url, monkeypatch, capsys):
     real_commit = archive.commit_batch
 
     def store_dies_then_commit(*args, **kwargs):
-        shutil.rmtree(cli_env)  # every backup object is gone when the commit verifies them
+        shutil.rmtree(cli_objects)  # every backup object is gone when the commit verifies them
         return real_commit(*args, **kwargs)
 
     monkeypatch.setattr(archive, "commit_batch", store_dies_then_commit)
@@ -283,7 +272,7 @@ def test_object_store_killed_during_commit_fails_the_cli(cli_env, db_url, monkey
         assert _counts(c)["hot"] == 30 and pause.pause_status(c).paused
 
 
-def test_the_pause_stops_the_cli(cli_env, db_url, capsys):
+def test_the_pause_stops_the_cli(cli_objects, db_url, capsys):
     with connect(db_url) as c:
         pause.set_pause(c, reason="operator investigating", actor="test")
     assert main(["archive"]) == 3
@@ -293,7 +282,7 @@ def test_the_pause_stops_the_cli(cli_env, db_url, capsys):
         assert _counts(c)["hot"] == 30
 
 
-def test_restore_all_pauses_archival(cli_env, db_url, capsys):
+def test_restore_all_pauses_archival(cli_objects, db_url, capsys):
     assert main(["archive"]) == 0
     assert _last_json(capsys)["archived"] == 30
     assert main(["restore", "--all"]) == 0
