@@ -130,6 +130,7 @@ def _cli_env(db_url: str, root: Path, llm_url: str) -> dict[str, str]:
 def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases, fake_llm, tmp_path):
     fake_llm.delay_seconds = 0.01  # ~1-2 s of summaries for 300 memories: kills land in every step
     rng = random.Random(7)
+    taken_over: list[int] = []
     for trial in range(3):
         url = databases.new()
         with connect(url) as c:
@@ -139,11 +140,21 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
         env = _cli_env(url, root, fake_llm.base_url)
         cmd = [sys.executable, "-m", "memory_lib.cli", "archive"]
         child = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(1.0, 4.0))
+        with connect(url) as c:  # kill at a random point after the claim: summarizing, backing up or committing
+            deadline = time.monotonic() + 60
+            while c.execute("SELECT count(*) AS n FROM archival_attempts").fetchone()["n"] == 0:
+                assert child.poll() is None and time.monotonic() < deadline, "the CLI never claimed"
+                time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 3.0))
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
+        with connect(url) as c:
+            stranded = _counts(c)["open"]
         rerun = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert rerun.returncode == 0, rerun.stderr
+        out = json.loads(rerun.stdout.strip().splitlines()[-1])
+        assert out["taken_over"] == stranded, (out, stranded)  # the dead run's claims, checkpoints kept
+        taken_over.append(stranded)
         with connect(url) as c:
             counts = _counts(c)
             assert counts == {"hot": 0, "archived": 300, "both_tiers": 0, "open": 0}, (trial, counts, rerun.stdout)
@@ -151,6 +162,7 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
             sweep = sweep_orphans(c, store)
             assert sweep.listed == 300 and sweep.orphans == []
         databases.drop(url)
+    assert sum(taken_over) > 0  # at least one kill left claimed work behind for the re-run
 
 
 def test_a_dead_holder_is_taken_over_at_once_and_a_live_one_is_not(conn, local_store):
