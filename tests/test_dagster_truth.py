@@ -129,6 +129,33 @@ def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, sto
         assert tiers[night.isoformat()].metadata["archived_by_this_night"].value == archived
 
 
+def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_stay_recorded(
+    conn, db_url, history, store, instance
+):
+    run = [NIGHT - timedelta(days=1), NIGHT]
+    res = resources(db_url, store, batch_size=30)
+    tags = {"dagster/asset_partition_range_start": run[0].isoformat(),
+            "dagster/asset_partition_range_end": run[-1].isoformat()}  # fmt: skip
+    upto_gate = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, *GATE_CHECKS]
+    assert dg.materialize(upto_gate, resources=res, instance=instance, tags=tags).success
+    # The second night's backups vanish between its gate and its commit.
+    for r in conn.execute("SELECT backup_key FROM archival_attempts WHERE batch_key = %s",
+                          (nights.batch_key_for(run[1]),)).fetchall():  # fmt: skip
+        (Path(store.local_root) / r["backup_key"]).unlink()
+
+    result = dg.materialize([assets.archive_rows], resources=res, instance=instance, tags=tags, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert nights.batch_key_for(run[1]) in failure.step_failure_data.error.message
+    first = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s",
+                         (nights.batch_key_for(run[0]),)).fetchone()["n"]  # fmt: skip
+    assert first == 30
+    assert [m["archived"] for m in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())] == [30]
+    assert per_partition(instance, dg.AssetKey("archive_rows"), run[1].isoformat()) == []
+    pause = pause_switch.pause_status(conn)
+    assert pause.paused and pause.batch_key == nights.batch_key_for(run[1])
+
+
 def test_a_night_with_nothing_to_check_says_so(conn, db_url, store):
     # No memories at all: nothing is claimed, backed up or archived.
     result = dg.materialize(SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=resources(db_url, store),

@@ -497,3 +497,5 @@ def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url,
     assert checks_of(result)["tiers_consistent"] == (False, "ERROR")
     evaluation = next(e for e in result.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
     assert evaluation.metadata["backups_missing"].value == 1
+    pause = pause_switch.pause_status(conn)  # archive_rows audited the night after its commit and paused
+    assert pause.paused and "tier integrity failed" in pause.reason and pause.details == {"check": "tiers_consistent"}
