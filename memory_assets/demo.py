@@ -222,18 +222,22 @@ def main(argv: list[str] | None = None) -> int:
                 tags={"dagster/asset_partition_range_start": chunk[0].isoformat(),
                       "dagster/asset_partition_range_end": chunk[-1].isoformat(), "memory-archive/demo": "backfill"},
             )  # fmt: skip
-            meta = {e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
-                    for e in result.get_asset_materialization_events()}  # fmt: skip
-            claimed = meta.get("archival_candidates", {}).get("claimed", 0)
-            archived = meta.get("archive_rows", {}).get("archived", 0)
-            totals["claimed"] += claimed
-            totals["archived"] += archived
-            totals["bytes"] += meta.get("archive_backups", {}).get("bytes_written", 0)
-            marks = []
-            for ev in result.get_asset_check_evaluations():
-                values = {k: v.value for k, v in ev.metadata.items()}
+            # One materialization per night and asset, each with that night's own numbers: add them up.
+            night_totals: Counter[str] = Counter()
+            for e in result.get_asset_materialization_events():
+                values = {k: v.value for k, v in e.materialization.metadata.items()}
+                for field in {"archival_candidates": ("claimed",), "archive_rows": ("archived",),
+                              "archive_backups": ("bytes_written",)}.get(e.asset_key.path[-1], ()):  # fmt: skip
+                    night_totals[field] += values.get(field, 0)
+            claimed, archived = night_totals["claimed"], night_totals["archived"]
+            totals.update(night_totals)
+            totals["bytes"] += night_totals["bytes_written"]
+            outcomes: Counter[str] = Counter()
+            for ev in result.get_asset_check_evaluations():  # one per check and night
+                values = {k: v.value for k, v in ev.metadata.items()} | {"night": ev.partition}
                 check_results.setdefault(ev.check_name, []).append((ev.passed, ev.severity.value, values))
-                marks.append(f"{ev.check_name} {'ok' if ev.passed else 'FAILED'}")
+                outcomes[f"{ev.check_name} {'ok' if ev.passed else 'FAILED'}"] += 1
+            marks = [f"{k} x{v}" for k, v in outcomes.items()]
             print(f"run {i:>2}/{len(chunks)} {chunk[0]}..{chunk[-1]}: claimed {claimed:>5}, archived {archived:>5}; "
                   f"{', '.join(marks)} ({time.monotonic() - t_run:.1f} s)", flush=True)  # fmt: skip
             if not result.success:
@@ -252,19 +256,22 @@ def main(argv: list[str] | None = None) -> int:
                     f"{sum(m['faithful'] for _, _, m in runs)} faithful, {sum(m['failed'] for _, _, m in runs)} failed"
                 )
             elif name == "error_rate_gate":
-                worst = max(runs, key=lambda r: r[2]["worst_error_rate"])[2]
+                worst = max(runs, key=lambda r: r[2]["error_rate"])[2]
+                failing = [m["night"] for p, sev, m in runs if not p and sev == "ERROR"]
                 detail = (
                     f"{sum(m['failed'] for _, _, m in runs)}/{sum(m['attempted'] for _, _, m in runs)} failed; "
-                    f"worst night {worst['worst_night']} {100 * worst['worst_error_rate']:.1f}% "
+                    f"worst night {worst['night']} {100 * worst['error_rate']:.1f}% "
                     f"(max {100 * worst['max_error_rate']:.0f}%)"
+                    + (f"; failing nights: {', '.join(failing[:10])}" if failing else "")
                 )
             elif name == "tiers_consistent":
                 problems = Counter()
                 for _, _, m in runs:
-                    problems.update({k: v for k, v in m.items() if k != "archived_by_these_nights"})
+                    problems.update({k: v for k, v in m.items() if isinstance(v, int) and not isinstance(v, bool)
+                                     and k not in ("archived_by_this_night", "backups_checked")})  # fmt: skip
                 detail = ", ".join(f"{k} {v}" for k, v in problems.items())
             verdict = "PASSED" if passed == len(runs) else "FAILED"
-            print(f"{name:<20} {verdict} in {passed}/{len(runs)} runs ({detail})")  # fmt: skip
+            print(f"{name:<20} {verdict} on {passed}/{len(runs)} nights ({detail})")  # fmt: skip
 
         _section("After the backfill")
         after = tier_stats(conn)

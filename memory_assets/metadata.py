@@ -43,3 +43,14 @@ def by_month(rows: Sequence[tuple[str, Sequence[int]]], limit: int = 40) -> list
 def store_location(store: ObjectStore) -> str:
     """file://<root>/<prefix> or s3://<bucket>/<prefix>: where this deployment's backups live."""
     return store.ref_for(store.prefix) if store.prefix else type(store).__name__
+
+
+def record_nights(context: dg.AssetExecutionContext, by_night: Mapping[Any, Mapping[str, Any]]) -> None:
+    """One materialization per night with that night's own numbers.
+
+    A run over a range of nights (BackfillPolicy.multi_run) records a MaterializeResult's metadata on
+    every partition of the range, so totals would show on each night; metadata added per partition
+    key goes only to that night's event. Callers return a MaterializeResult without metadata.
+    """
+    for night, metadata in by_night.items():
+        context.add_asset_metadata(dict(metadata), partition_key=str(night))

@@ -20,9 +20,9 @@ from dagster_aws.s3 import S3Resource
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
-from memory_lib.db import Database, connect, prepare_database
+from memory_lib.db import Database, check_schema, connect, open_database, prepare_database
 from memory_lib.embedding import Embedder, embedder_from_settings
-from memory_lib.errors import InvalidInputError
+from memory_lib.errors import InvalidInputError, SchemaError
 from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
 from memory_lib.summarize import Summarizer, summarizer_from_settings
 
@@ -47,8 +47,10 @@ class DatabaseResource(dg.ConfigurableResource):
     database `embedded_database` (MEMORY_ARCHIVE_EMBEDDED_DB) — resolved by memory_lib.db from the same
     Settings as the library and the CLI, with the fields set here on top.
 
-    Each run process opens the database at setup, applies pending migrations, and releases its hold on
-    the embedded server at teardown (the server stops when its last holder leaves).
+    Each run process opens the database at setup and releases its hold on the embedded server at
+    teardown (the server stops when its last holder leaves). Setup checks the schema read-only
+    (memory_lib.db.check_schema, a few catalog queries) and migrates only when that check fails, so a
+    run on an up-to-date database takes no migration lock and runs no DDL.
     """
 
     database_url: str | None = Field(default=None, description="postgresql:// URL; unset: embedded server.")
@@ -70,8 +72,18 @@ class DatabaseResource(dg.ConfigurableResource):
         return Settings.from_env(**{k: v for k, v in fields.items() if v})
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._db = prepare_database(self.settings(), embedding_dim=self.embedding_dim)
-        self._url = self._db.url
+        settings = self.settings()
+        db = open_database(settings, create=True)
+        try:
+            check_schema(db.url)
+        except SchemaError:
+            db.close()  # prepare_database opens it again, then applies the pending migrations
+            db = prepare_database(settings, embedding_dim=self.embedding_dim)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        self._url = db.url
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._db is not None:
@@ -127,6 +139,11 @@ class ObjectStoreResource(dg.ConfigurableResource):
         root = cfg.local_root or Settings.from_env().local_object_root
         Path(root).mkdir(parents=True, exist_ok=True)
         return LocalObjectStore(Path(root), cfg.prefix)
+
+
+def store_kind() -> str:
+    """The Dagster kind of the configured object store ('s3' or 'file'), for asset definitions."""
+    return "s3" if Settings.from_env().object_store.kind == "s3" else "file"
 
 
 class SummarizerResource(dg.ConfigurableResource):

@@ -197,3 +197,33 @@ def test_instance_yaml_files_are_valid(name, tmp_path, monkeypatch):
     limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
     assert {"key": "dagster/backfill", "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
     assert ("postgres" in config.get("storage", {})) == ("postgres" in name)
+    assert config["python_logs"]["managed_python_loggers"] == ["memory_lib"]
+
+
+def test_slow_path_assets_carry_owners_tags_versions_freshness_and_the_store_kind(defs):
+    graph = defs.resolve_asset_graph()
+    for name in SLOW_PATH_ASSETS:
+        spec = defs.resolve_assets_def(name).specs_by_key[dg.AssetKey(name)]
+        assert spec.owners == ["team:memory-archive"] and spec.tags.get("domain") == "archival"
+        assert spec.code_version
+        assert ("s3" in spec.kinds) is False  # the default store is local
+    freshness = graph.get(dg.AssetKey("archive_rows")).freshness_policy
+    assert isinstance(freshness, dg.FreshnessPolicy) and freshness.fail_window.to_timedelta().total_seconds() == 26 * 3600
+    assert "file" in defs.resolve_assets_def("archive_backups").specs_by_key[dg.AssetKey("archive_backups")].kinds
+    # One process per run: a step pays no interpreter start, import or resource setup of its own.
+    assert defs.resolve_job_def("slow_path_job").executor_def.name == "in_process"
+
+
+_PRINT_KINDS = """
+from memory_assets.definitions import defs
+import dagster as dg
+print(",".join(sorted(defs().resolve_assets_def("archive_backups").specs_by_key[dg.AssetKey("archive_backups")].kinds)))
+"""
+
+
+def test_the_s3_kind_shows_only_when_the_store_is_s3():
+    env = dict(os.environ, MEMORY_ARCHIVE_OBJECT_STORE="s3", MEMORY_ARCHIVE_BUCKET="archive")
+    out = subprocess.run([sys.executable, "-c", _PRINT_KINDS], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "postgres,s3"

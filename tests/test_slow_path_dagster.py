@@ -153,7 +153,7 @@ def test_partition_archives_and_rows_objects_and_events_agree(conn, db_url, hist
     again = materialize(res)
     assert again.success
     meta2 = materialized(again)
-    assert meta2["archival_candidates"]["nights_newly_claimed"] == 0
+    assert meta2["archival_candidates"]["newly_claimed"] is False
     assert meta2["memory_summaries"]["summarized"] == 0 and meta2["archive_backups"]["objects_written"] == 0
     assert meta2["archive_rows"]["archived"] == 0
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == len(archived)
@@ -231,7 +231,7 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
     fake_llm.reset()
     paused_run = materialize(res, next_night)
     assert paused_run.success
-    assert materialized(paused_run)["archival_candidates"]["nights_paused"] == 1
+    assert "archival paused" in materialized(paused_run)["archival_candidates"]["paused_because"]
     assert checks_of(paused_run)["error_rate_gate"] == (False, "WARN")
     assert fake_llm.count() == 0
     assert count(conn, "SELECT count(*) AS n FROM archival_attempts WHERE batch_key = %s",
@@ -497,3 +497,5 @@ def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url,
     assert checks_of(result)["tiers_consistent"] == (False, "ERROR")
     evaluation = next(e for e in result.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
     assert evaluation.metadata["backups_missing"].value == 1
+    pause = pause_switch.pause_status(conn)  # archive_rows audited the night after its commit and paused
+    assert pause.paused and "tier integrity failed" in pause.reason and pause.details == {"check": "tiers_consistent"}

@@ -17,6 +17,10 @@ from memory_lib.config import Settings
 @dg.definitions
 def defs() -> dg.Definitions:
     return dg.Definitions(
+        # One process per run, not per step: a step then costs no interpreter start, import of the code
+        # location or resource setup of its own (~10 s each under load with the multiprocess
+        # executor). The Slow Path's steps run one after another anyway; pools still apply.
+        executor=dg.in_process_executor,
         resources={
             # An EnvVar: the UI shows the variable's name, never the URL (it may hold a password).
             "database": DatabaseResource(

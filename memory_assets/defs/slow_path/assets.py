@@ -1,23 +1,36 @@
 """The Slow Path: archival_candidates → memory_summaries → archive_backups → archive_rows.
 
-Thin: each asset loops over its run's nights in date order and calls one memory_lib.nights step.
-All state is in Postgres (archival_batches / archival_attempts), so there is no IO manager: a re-run
-resumes where the last one stopped, and a night already done does no new work.
+Thin: each asset loops over its run's nights in date order and calls one memory_lib stage per night,
+in the order of memory_lib.pipeline.run_batch. All state is in Postgres (archival_batches /
+archival_attempts), so there is no IO manager: a re-run resumes where the last one stopped, and a
+night already done does no new work.
+
+Per-night truth: every asset records one materialization per night with that night's own numbers
+(metadata.record_nights), also when a run covers a range of nights; state after the run (tier sizes,
+backlog, attempts) goes on the run's last night only.
+
+Writes of the gates: archive_backups decides each night's gate before deletion (fidelity round trip,
+error rate) and, when it fails, sends unfaithful backups back and pauses archival (who/why/when in
+archival_pause); archive_rows decides the gate after commit and the tier integrity and pauses on a
+failure. The asset checks in checks.py only read: a check re-run from the UI changes nothing.
 """
 
 import time
+from datetime import date, timedelta
 
 import dagster as dg
 
-from memory_assets.metadata import by_month, counts, markdown_table, store_location
+from memory_assets.metadata import counts, markdown_table, record_nights, store_location
 from memory_assets.resources import (
     ArchivalCriteriaResource,
     DatabaseResource,
     EmbedderResource,
     ObjectStoreResource,
     SummarizerResource,
+    store_kind,
 )
-from memory_lib import eligibility, nights, pipeline
+from memory_lib import eligibility, integrity, nights, pipeline
+from memory_lib import pause as pause_switch
 from memory_lib.claims import attempt_counts
 from memory_lib.store import tier_stats
 
@@ -25,26 +38,38 @@ from .partitions import SLOW_PATH, backfill_policy, run_nights
 from .partitions import nights as night_partitions
 
 GROUP = "slow_path"
-_COMMON = dict(partitions_def=night_partitions, backfill_policy=backfill_policy, group_name=GROUP)
+OWNERS = ["team:memory-archive"]
+# Bump a code_version when the asset's own logic changes what it writes; the UI then marks the
+# nights materialized by older code as stale.
+_COMMON = dict(
+    partitions_def=night_partitions, backfill_policy=backfill_policy, group_name=GROUP, owners=OWNERS,
+    tags={"domain": "archival", "tier": "slow_path"},
+)  # fmt: skip
+# Kinds are static per definition: the object store's kind is read from the settings at load time.
+_STORE_KIND = store_kind()
 
 
-def _step_metadata(t: nights.StepTotals, started: float) -> dict[str, object]:
+def _step_metadata(t: nights.StepTotals) -> dict[str, object]:
     meta: dict[str, object] = {
+        "processed": t.processed,
         "failed": t.failed,
         "released": t.released,
-        "duration_s": round(time.monotonic() - started, 2),
-        "nights_skipped": len(t.skipped),
+        "duration_s": round(t.seconds, 2),
         **counts("failed_step", dict(t.failed_by_step)),
     }
     if t.errors:
         meta["errors"] = markdown_table(["memory: error"], [[e] for e in t.errors[:10]], width=300)
     if t.skipped:
-        first = next(iter(t.skipped.items()))
-        meta["skipped_because"] = f"{first[0]}: {first[1]}"
+        meta["paused_because"] = next(iter(t.skipped.values()))
     return meta
 
 
-@dg.asset(**_COMMON, kinds={"postgres"})
+def _log_run(context: dg.AssetExecutionContext, started: float, what: str) -> None:
+    ns = run_nights(context)
+    context.log.info(f"{what}: {len(ns)} night(s) {ns[0]}..{ns[-1]} in {time.monotonic() - started:.2f}s")
+
+
+@dg.asset(**_COMMON, kinds={"postgres"}, code_version="1")
 def archival_candidates(
     context: dg.AssetExecutionContext, database: DatabaseResource, archival: ArchivalCriteriaResource
 ) -> dg.MaterializeResult:
@@ -52,39 +77,35 @@ def archival_candidates(
     each in at most one open attempt (row locks). Idempotent per night; nothing claimed while paused."""
     started = time.monotonic()
     criteria = archival.get_criteria()
-    outcomes = []
+    run = run_nights(context)
+    by_night: dict[date, dict[str, object]] = {}
     with database.connect() as conn:
-        for night in run_nights(context):
-            outcomes.append(nights.claim_night(conn, night, criteria, SLOW_PATH.timezone))
-        last_as_of = nights.night_as_of(run_nights(context)[-1], SLOW_PATH.timezone)
-        backlog = eligibility.eligible_counts(conn, criteria, last_as_of)
-        liveness = attempt_counts(conn)
-    claims = [o for o in outcomes if o.claim]
-    paused = [o.skipped for o in outcomes if o.skipped]
-    by_reason: dict[str, int] = {}
-    for o in claims:
-        for reason, n in o.claim.by_reason.items():
-            by_reason[reason] = by_reason.get(reason, 0) + n
-    rows = by_month([(o.night.isoformat(), [o.claim.claimed]) for o in claims])
-    return dg.MaterializeResult(
-        metadata={
-            "claimed": sum(by_reason.values()),
-            **counts("claimed", by_reason),
-            "nights": len(outcomes),
-            "nights_newly_claimed": sum(1 for o in claims if o.claim.newly_claimed),
-            "nights_paused": sum(1 for o in outcomes if o.skipped),
-            "batch_size": criteria.batch_size,
+        for night in run:
+            o = nights.claim_night(conn, night, criteria, SLOW_PATH.timezone)
+            meta: dict[str, object] = {"batch_size": criteria.batch_size}
+            if o.claim is not None:
+                meta |= {
+                    "claimed": o.claim.claimed,
+                    **counts("claimed", o.claim.by_reason),
+                    "newly_claimed": o.claim.newly_claimed,
+                    "taken_over": o.claim.taken_over,
+                }
+            else:
+                meta |= {"claimed": 0, "paused_because": o.skipped}
+            by_night[night] = meta
+        backlog = eligibility.eligible_counts(conn, criteria, nights.night_as_of(run[-1], SLOW_PATH.timezone))
+        by_night[run[-1]] |= {
             "eligible_after": sum(backlog.values()),
-            "taken_over": sum(o.claim.taken_over for o in claims),
-            **{f"attempts_{k}": v for k, v in liveness.items()},
-            **({"paused_because": paused[0]} if paused else {}),
-            "claimed_by_night": markdown_table(["night", "claimed"], [[k, *v] for k, v in rows]),
-            "duration_s": round(time.monotonic() - started, 2),
+            **{f"attempts_{k}": v for k, v in attempt_counts(conn).items()},
         }
-    )
+    record_nights(context, by_night)
+    _log_run(context, started, "claimed")
+    return dg.MaterializeResult()
 
 
-@dg.asset(**_COMMON, deps=[archival_candidates], pool=SLOW_PATH.llm_pool, kinds={"postgres", "llm"})
+@dg.asset(
+    **_COMMON, deps=[archival_candidates], pool=SLOW_PATH.llm_pool, kinds={"postgres", "llm"}, code_version="1"
+)
 def memory_summaries(
     context: dg.AssetExecutionContext,
     database: DatabaseResource,
@@ -99,38 +120,37 @@ def memory_summaries(
     llm = summarizer.get_summarizer()
     emb = embedder.get_embedder()
     workers = summarizer.llm_config().max_concurrency
+    by_night: dict[date, dict[str, object]] = {}
     with database.connect() as conn:
-        outcomes = [
-            nights.summarize_night(conn, night, llm, emb, criteria, workers=workers)
-            for night in run_nights(context)
-        ]
-        keys = [o.batch_key for o in outcomes if not o.skipped]
-        preview = conn.execute(
-            """SELECT a.memory_id, m.content, a.summary FROM archival_attempts a
-               JOIN memories m ON m.id = a.memory_id
-               WHERE a.batch_key = ANY(%s) AND a.summary IS NOT NULL ORDER BY a.updated_at DESC LIMIT 5""",
-            (keys,),
-        ).fetchall()
-    summaries = nights.totals(outcomes)
-    return dg.MaterializeResult(
-        metadata={
-            **_step_metadata(summaries, started),
-            "summarized": sum(r.succeeded for o in outcomes for r in o.results if r.step == "summarize"),
-            "embedded": sum(r.succeeded for o in outcomes for r in o.results if r.step == "embed"),
-            "summarizer": f"{llm.kind}:{llm.model}",
-            "embedder": emb.model,
-            "input_tokens": summaries.input_tokens,
-            "output_tokens": summaries.output_tokens,
-            "estimated_cost_usd": round(summaries.cost_usd, 4),
-            "preview": markdown_table(
-                ["memory", "original", "summary"],
-                [[str(r["memory_id"])[:8], r["content"], r["summary"]] for r in preview],
-            ),
-        }
-    )
+        for night in run_nights(context):
+            o = nights.summarize_night(conn, night, llm, emb, criteria, workers=workers)
+            t = nights.totals([o])
+            preview = conn.execute(
+                """SELECT a.memory_id, m.content, a.summary FROM archival_attempts a
+                   JOIN memories m ON m.id = a.memory_id
+                   WHERE a.batch_key = %s AND a.summary IS NOT NULL ORDER BY a.updated_at DESC LIMIT 5""",
+                (o.batch_key,),
+            ).fetchall()
+            by_night[night] = {
+                **_step_metadata(t),
+                "summarized": sum(r.succeeded for r in o.results if r.step == "summarize"),
+                "embedded": sum(r.succeeded for r in o.results if r.step == "embed"),
+                "summarizer": f"{llm.kind}:{llm.model}",
+                "embedder": emb.model,
+                "input_tokens": t.input_tokens,
+                "output_tokens": t.output_tokens,
+                "estimated_cost_usd": round(t.cost_usd, 4),
+                "preview": markdown_table(
+                    ["memory", "original", "summary"],
+                    [[str(r["memory_id"])[:8], r["content"], r["summary"]] for r in preview],
+                ),
+            }
+    record_nights(context, by_night)
+    _log_run(context, started, "summarized")
+    return dg.MaterializeResult()
 
 
-@dg.asset(**_COMMON, deps=[memory_summaries], kinds={"postgres", "s3"})
+@dg.asset(**_COMMON, deps=[memory_summaries], kinds={"postgres", _STORE_KIND}, code_version="2")
 def archive_backups(
     context: dg.AssetExecutionContext,
     database: DatabaseResource,
@@ -138,84 +158,147 @@ def archive_backups(
     archival: ArchivalCriteriaResource,
 ) -> dg.MaterializeResult:
     """Write each summarized memory's full original as canonical JSON, verified (sha256, size) after
-    the write; the checkpoint records key, sha256 and size. Nothing is deleted here."""
+    the write; the checkpoint records key, sha256 and size. Nothing is deleted here.
+
+    Then the gate before deletion, per night (pipeline.fidelity_stage, pipeline.gate_stage): every
+    backup read back and compared with its source; an unfaithful one goes back to be backed up again,
+    and a failed round trip or an error rate above max_error_rate pauses archival. The blocking
+    checks backups_round_trip and error_rate_gate then report it (read-only) and stop archive_rows."""
     started = time.monotonic()
     criteria = archival.get_criteria()
     store = object_store.get_store()
+    by_night: dict[date, dict[str, object]] = {}
     with database.connect() as conn:
-        outcomes = [nights.backup_night(conn, night, store, criteria) for night in run_nights(context)]
-    t = nights.totals(outcomes)
-    return dg.MaterializeResult(
-        metadata={
-            **_step_metadata(t, started),
-            "objects_written": t.succeeded,
-            "bytes_written": t.bytes_written,
-            "store": store_location(store),
+        for night in run_nights(context):
+            o = nights.backup_night(conn, night, store, criteria)
+            t = nights.totals([o])
+            meta: dict[str, object] = {
+                **_step_metadata(t),
+                "objects_written": t.succeeded,
+                "bytes_written": t.bytes_written,
+                "store": store_location(store),
+            }
+            if not o.skipped:
+                meta |= _gate_before_commit(conn, o.batch_key, store, criteria)
+            by_night[night] = meta
+    record_nights(context, by_night)
+    _log_run(context, started, "backed up")
+    return dg.MaterializeResult()
+
+
+def _gate_before_commit(conn, batch_key: str, store, criteria) -> dict[str, object]:
+    """The night's fidelity round trip and error gate, with their writes on failure (as run_batch)."""
+    fid = pipeline.fidelity_stage(conn, batch_key, store, criteria, actor=nights.ACTOR)
+    meta: dict[str, object] = {
+        "round_trip_checked": fid.checked,
+        "round_trip_faithful": fid.faithful,
+        "round_trip_failed": len(fid.failures),
+    }
+    if fid.passed:
+        gate = pipeline.gate_stage(conn, batch_key, criteria, actor=nights.ACTOR)
+        meta |= {
+            "attempted": gate.status.attempted,
+            "failed_total": gate.status.failed,
+            "error_rate": round(gate.status.error_rate, 4),
+            "gate_passed": gate.passed,
         }
-    )
+    else:
+        meta["gate_passed"] = False
+    if not meta["gate_passed"]:
+        meta["paused"] = pause_switch.pause_status(conn).describe()
+    return meta
 
 
-@dg.asset(**_COMMON, deps=[archive_backups], kinds={"postgres"})
+@dg.asset(
+    **_COMMON, deps=[archive_backups], kinds={"postgres", _STORE_KIND}, code_version="2",
+    freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=26)),
+)  # fmt: skip
 def archive_rows(
     context: dg.AssetExecutionContext,
     database: DatabaseResource,
     object_store: ObjectStoreResource,
     archival: ArchivalCriteriaResource,
-) -> dg.MaterializeResult:
+):
     """Replace each backed-up original by its archive row (summary + summary embedding + backup
     reference), one transaction per chunk, with an 'archived' audit event. Runs only after the
-    fidelity and error-rate checks passed; re-checks the gate and the pause per night itself."""
+    fidelity and error-rate checks passed; re-checks the gate and the pause per night itself.
+
+    After each night's commit: the gate again (over every step including verify and commit) and the
+    tier integrity (every memory in exactly one tier, every committed backup present). A failure
+    pauses archival; a night that failed the gate after commit fails the asset (the nights before it
+    are recorded as materialized: they did archive). Freshness: a night not archived within 26 h."""
     started = time.monotonic()
     criteria = archival.get_criteria()
     store = object_store.get_store()
+    run = run_nights(context)
+    by_night: dict[date, dict[str, object]] = {}
+    failing: list[tuple[date, str]] = []
     with database.connect() as conn:
-        stats_before = tier_stats(conn)
-        outcomes = [nights.commit_night(conn, night, store, criteria) for night in run_nights(context)]
-        keys = [o.batch_key for o in outcomes]
-        # The gate again, over every step including verify and commit: a night that ended above the
-        # error rate, or archived nothing of what it claimed, fails this asset (and pauses archival).
-        after = [
-            pipeline.gate_stage(conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True)
-            for o in outcomes
-            if not o.skipped
-        ]
+        for night in run:
+            o = nights.commit_night(conn, night, store, criteria)
+            t = nights.totals([o])
+            meta: dict[str, object] = {**_step_metadata(t), "archived": t.succeeded}
+            if not o.skipped:
+                after = pipeline.gate_stage(conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True)
+                if not after.passed:
+                    failing.append((night, after.describe()))
+                _audit_tiers(conn, o.batch_key, store)
+            by_night[night] = meta | _archived_by(conn, o.batch_key)
         stats = tier_stats(conn)
-        reasons = conn.execute(
-            """SELECT archive_reason, count(*) AS n, sum(backup_size_bytes) AS bytes FROM archived_memories
-               WHERE metadata->>'batch_key' = ANY(%s) GROUP BY 1""",
-            (keys,),
-        ).fetchall()
-        sample = conn.execute(
-            """SELECT original_id, user_id, archive_reason, summary FROM archived_memories
-               WHERE metadata->>'batch_key' = ANY(%s) ORDER BY archived_at DESC LIMIT 5""",
-            (keys,),
-        ).fetchall()
-    t = nights.totals(outcomes)
-    failing = [g for g in after if not g.passed]
+    by_night[run[-1]] |= {
+        "hot_memories": stats.hot,
+        "archived_memories": stats.archived,
+        "hot_table_bytes": stats.hot_bytes,
+        "archive_table_bytes": stats.archived_bytes,
+    }
+    _log_run(context, started, "committed")
     if failing:
+        # The nights that passed did archive: record them, then fail the step for the others.
+        bad = {n for n, _ in failing}
+        for night, meta in by_night.items():
+            if night not in bad:
+                yield dg.AssetMaterialization(asset_key=context.asset_key, partition=str(night), metadata=meta)
         raise dg.Failure(
-            description=f"{len(failing)} night(s) failed the gate after commit; first: {failing[0].describe()}. "
+            description=f"{len(failing)} night(s) failed the gate after commit; first: {failing[0][1]}. "
             "Failed memories stay hot and archival is paused.",
-            metadata={"nights_failing": markdown_table(["gate after commit"], [[g.describe()] for g in failing[:20]],
-                                                       width=300)},
+            metadata={"nights_failing": markdown_table(["night", "gate after commit"],
+                                                       [[str(n), d] for n, d in failing[:30]], width=300)},
         )  # fmt: skip
-    return dg.MaterializeResult(
-        metadata={
-            **_step_metadata(t, started),
-            "archived": t.succeeded,
-            **counts("archived_total", {r["archive_reason"]: r["n"] for r in reasons}),
-            "backup_bytes_total": int(sum(r["bytes"] or 0 for r in reasons)),
-            "hot_memories": stats.hot,
-            "archived_memories": stats.archived,
-            "hot_removed": stats_before.hot - stats.hot,
-            "hot_table_bytes": stats.hot_bytes,
-            "archive_table_bytes": stats.archived_bytes,
-            "sample": markdown_table(
-                ["original", "user", "reason", "summary"],
-                [
-                    [str(r["original_id"])[:8], r["user_id"], r["archive_reason"], r["summary"]]
-                    for r in sample
-                ],
-            ),
-        }
-    )
+    record_nights(context, by_night)
+    yield dg.MaterializeResult()
+
+
+def _audit_tiers(conn, batch_key: str, store) -> None:
+    """Tier integrity of a committed night; a failure pauses archival (as run_batch does)."""
+    report = integrity.integrity_report(conn, [batch_key])
+    committed = integrity.verify_committed(conn, store, [batch_key])
+    if report.passed and committed.passed:
+        return
+    problems = {k: v for k, v in report.problems().items() if v}
+    problems |= {"backups_missing": len(committed.missing), "backups_mismatched": len(committed.mismatched)}
+    pause_switch.set_pause(
+        conn, reason=f"{batch_key}: tier integrity failed: " + ", ".join(f"{k}={v}" for k, v in problems.items() if v),
+        actor=nights.ACTOR, batch_key=batch_key, details={"check": "tiers_consistent"},
+    )  # fmt: skip
+
+
+def _archived_by(conn, batch_key: str) -> dict[str, object]:
+    reasons = conn.execute(
+        """SELECT archive_reason, count(*) AS n, sum(backup_size_bytes) AS bytes FROM archived_memories
+           WHERE metadata->>'batch_key' = %s GROUP BY 1""",
+        (batch_key,),
+    ).fetchall()
+    sample = conn.execute(
+        """SELECT original_id, user_id, archive_reason, summary FROM archived_memories
+           WHERE metadata->>'batch_key' = %s ORDER BY archived_at DESC LIMIT 5""",
+        (batch_key,),
+    ).fetchall()
+    return {
+        "archived_total": sum(r["n"] for r in reasons),
+        **counts("archived_total", {r["archive_reason"]: r["n"] for r in reasons}),
+        "backup_bytes_total": int(sum(r["bytes"] or 0 for r in reasons)),
+        "sample": markdown_table(
+            ["original", "user", "reason", "summary"],
+            [[str(r["original_id"])[:8], r["user_id"], r["archive_reason"], r["summary"]] for r in sample],
+        ),
+    }

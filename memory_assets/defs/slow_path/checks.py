@@ -1,11 +1,25 @@
-"""The gates before originals are deleted, and the audit after.
+"""The gates before originals are deleted, and the audit after: read-only, one result per night.
 
-Both checks on archive_backups are blocking with ERROR severity: when one fails, archive_rows does not
-run in that run and archival pauses, so later nights do nothing until an operator clears the pause
-(job `clear_archival_pause`, or `memory-archive pause clear`).
+Both checks on archive_backups are blocking with ERROR severity: when one fails for a night,
+archive_rows does not run in that run. They only read: the writes of a failed gate (unfaithful
+backups sent back, the pause with who/why/when) are made by the asset archive_backups, which decides
+the same gate just before (see assets.py). So a check re-run from the UI changes nothing, and says
+what is true now. Archival stays paused until an operator clears it (job `clear_archival_pause`, or
+`memory-archive pause clear`).
+
+Each check is partitioned like its asset and emits one evaluation per night of its run, with the
+night's partition key, also when a run covers a range of nights (dg.AssetCheckEvaluation with
+`partition`; Dagster plans one check row per partition of a ranged run and fills each).
 """
 
+import warnings
+from collections.abc import Iterator
+from datetime import date
+
 import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,  # not exported; AssetCheckResult fills it the same way
+)
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
@@ -13,150 +27,159 @@ from memory_lib import fidelity, gate, integrity, nights
 from memory_lib import pause as pause_switch
 
 from .assets import archive_backups, archive_rows
+from .partitions import nights as night_partitions
 from .partitions import run_nights
 
-_ACTOR = "slow-path-check"
+NOTHING = "nothing to check"
+# partitions_def on an asset check is a preview in 1.13 (checked to work on 1.13.27, ranged runs too):
+# say so once, here; tests/test_dagster_truth.py catches a breaking change.
+warnings.filterwarnings("ignore", message=r"Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning)
 
 
-@dg.asset_check(asset=archive_backups, blocking=True)
-def backups_round_trip(
-    context: dg.AssetCheckExecutionContext,
-    database: DatabaseResource,
-    object_store: ObjectStoreResource,
-    archival: ArchivalCriteriaResource,
-) -> dg.AssetCheckResult:
-    """Every backup object of the run's nights read back: sha256 and size as recorded, and every field
-    equal to its source (the live row, embedding bit for bit; or the archive row once archived)."""
-    store = object_store.get_store()
-    criteria = archival.get_criteria()
-    with database.connect() as conn:
-        reports = [
-            fidelity.verify_backups(conn, store, nights.batch_key_for(n)) for n in run_nights(context)
-        ]
-        failures = [(r.batch_key, mid, problem) for r in reports for mid, problem in r.failures.items()]
-        if failures:
-            sent_back = sum(fidelity.reset_unfaithful_backups(conn, r, criteria) for r in reports)
-            pause_switch.set_pause(
-                conn, reason=f"backup round trip failed for {len(failures)} memories (first: {failures[0][0]})",
-                actor=_ACTOR, batch_key=failures[0][0], details={"check": "backups_round_trip"},
-            )  # fmt: skip
-    meta: dict[str, object] = {
-        "checked": sum(r.checked for r in reports),
-        "faithful": sum(r.faithful for r in reports),
-        "stale": sum(r.stale for r in reports),
-        "failed": len(failures),
-        "bytes_read": sum(r.bytes_read for r in reports),
-        "duration_s": round(sum(r.seconds for r in reports), 2),
-    }
-    if failures:
-        meta["sent_back_to_backup"] = sent_back
-        meta["failures"] = markdown_table(
-            ["night", "memory", "problem"], [[k, str(m), p] for k, m, p in failures[:20]], width=240
+def _evaluation(
+    context: dg.AssetCheckExecutionContext, asset: dg.AssetsDefinition, night: date, *, passed: bool,
+    metadata: dict[str, object], description: str | None = None,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+) -> dg.AssetCheckEvaluation:  # fmt: skip
+    """The check's result for one night, tied to that night's latest materialization."""
+    name = context.check_specs[0].name
+    latest = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset.key, asset_partitions=[str(night)]), limit=1
+    ).records
+    target = (
+        AssetCheckEvaluationTargetMaterializationData(
+            run_id=latest[0].event_log_entry.run_id, storage_id=latest[0].storage_id, timestamp=latest[0].timestamp
         )
-    return dg.AssetCheckResult(
-        passed=not failures,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata=meta,
-        description=None
-        if not failures
-        else "backups do not round-trip: no original deleted, archival paused",
+        if latest
+        else None
     )
+    return dg.AssetCheckEvaluation(
+        asset_key=asset.key, check_name=name, passed=passed, metadata=metadata, description=description,
+        severity=severity, blocking=True, partition=str(night), target_materialization_data=target,
+    )  # fmt: skip
 
 
-@dg.asset_check(asset=archive_backups, blocking=True)
+def _open_after_failed_round_trip(conn, batch_key: str) -> list[dict]:
+    """Memories of the night sent back to be backed up again after a failed round trip, not yet re-done."""
+    return conn.execute(
+        """SELECT memory_id, error FROM archival_attempts
+           WHERE batch_key = %s AND failed_step = 'fidelity' AND status IN ('claimed', 'summarized', 'embedded')
+           ORDER BY memory_id""",
+        (batch_key,),
+    ).fetchall()
+
+
+@dg.asset_check(asset=archive_backups, blocking=True, partitions_def=night_partitions)
+def backups_round_trip(
+    context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
+) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
+    """Every backup object of the night read back: sha256 and size as recorded, and every field
+    equal to its source (the live row, embedding bit for bit; or the archive row once archived); and
+    no memory of the night still waiting for its backup to be rewritten after a failed round trip."""
+    store = object_store.get_store()
+    with database.connect() as conn:
+        for night in run_nights(context):
+            key = nights.batch_key_for(night)
+            report = fidelity.verify_backups(conn, store, key)
+            sent_back = _open_after_failed_round_trip(conn, key)
+            failures = [(str(m), p) for m, p in report.failures.items()]
+            failures += [(str(r["memory_id"]), f"sent back after a failed round trip: {r['error']}") for r in sent_back]
+            meta: dict[str, object] = {
+                "checked": report.checked,
+                "faithful": report.faithful,
+                "stale": report.stale,
+                "failed": len(failures),
+                "bytes_read": report.bytes_read,
+                "duration_s": round(report.seconds, 2),
+                "nothing_to_check": report.checked == 0 and not failures,
+            }
+            if failures:
+                meta["failures"] = markdown_table(["memory", "problem"], failures[:20], width=240)
+                description = f"{key}: {len(failures)} backups do not round-trip: no original deleted"
+            elif report.checked == 0:
+                description = f"{NOTHING}: {key} has no backup yet (nothing claimed, or paused)"
+            else:
+                description = f"{report.checked} backups round-trip"
+            yield _evaluation(context, archive_backups, night, passed=not failures, metadata=meta,
+                              description=description)  # fmt: skip
+    yield dg.Output(None)
+
+
+@dg.asset_check(asset=archive_backups, blocking=True, partitions_def=night_partitions)
 def error_rate_gate(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource, archival: ArchivalCriteriaResource
-) -> dg.AssetCheckResult:
-    """failed ÷ attempted of each night ≤ max_error_rate (5% by default). Fails: archive_rows does not
-    run and archival pauses. Paused (nothing to archive): a warning saying why."""
+) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
+    """failed ÷ attempted of the night ≤ max_error_rate (5% by default). Fails: archive_rows does not
+    run (archive_backups has paused archival). Paused: a warning saying why, by whom and when."""
     criteria = archival.get_criteria()
     with database.connect() as conn:
-        gates = [
-            gate.error_gate(conn, nights.batch_key_for(n), criteria) for n in run_nights(context)
-        ]
-        failing = [g for g in gates if not g.passed]
-        if failing:
-            pause = pause_switch.set_pause(
-                conn, reason=failing[0].describe() + (f" (+{len(failing) - 1} more nights)" if len(failing) > 1 else ""),
-                actor=_ACTOR, batch_key=failing[0].status.batch_key, details={"check": "error_rate_gate"},
-            )  # fmt: skip
-        else:
-            pause = pause_switch.pause_status(conn)
-    attempted = sum(g.status.attempted for g in gates)
-    failed = sum(g.status.failed for g in gates)
-    by_step: dict[str, int] = {}
-    for g in gates:
-        for step, n in g.status.failed_by_step.items():
-            by_step[step] = by_step.get(step, 0) + n
-    worst = max(gates, key=lambda g: g.status.error_rate)
-    shown = failing or [g for g in gates if g.status.attempted][-10:]
-    meta: dict[str, object] = {
-        "attempted": attempted,
-        "failed": failed,
-        "max_error_rate": criteria.max_error_rate,
-        "worst_night": worst.status.batch_key,
-        "worst_error_rate": round(worst.status.error_rate, 4),
-        "nights_failing": len(failing),
-        **{f"failed_step_{k}": v for k, v in sorted(by_step.items())},
-        "nights": markdown_table(
-            ["night", "attempted", "failed", "error rate", "by step"],
-            [
-                [
-                    g.status.batch_key,
-                    g.status.attempted,
-                    g.status.failed,
-                    f"{100 * g.status.error_rate:.1f}%",
-                    g.status.failed_by_step,
-                ]
-                for g in shown[:20]
-            ],
-        ),  # fmt: skip
-        "paused": pause.paused,
-    }
-    if failing:
-        return dg.AssetCheckResult(
-            passed=False, severity=dg.AssetCheckSeverity.ERROR, metadata=meta,
-            description=f"{failing[0].describe()}: originals kept, archival paused",
-        )  # fmt: skip
-    if pause.paused:
-        meta["paused_because"] = pause.describe()
-        return dg.AssetCheckResult(
-            passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=meta,
-            description=f"{pause.describe()}; clear it with the clear_archival_pause job",
-        )  # fmt: skip
-    return dg.AssetCheckResult(passed=True, metadata=meta)
+        pause = pause_switch.pause_status(conn)
+        for night in run_nights(context):
+            g = gate.error_gate(conn, nights.batch_key_for(night), criteria)
+            s = g.status
+            meta: dict[str, object] = {
+                "attempted": s.attempted,
+                "failed": s.failed,
+                "error_rate": round(s.error_rate, 4),
+                "max_error_rate": criteria.max_error_rate,
+                **{f"failed_step_{k}": v for k, v in sorted(s.failed_by_step.items())},
+                "paused": pause.paused,
+                "nothing_to_check": s.attempted == 0,
+            }
+            if pause.paused:
+                meta |= {"paused_because": pause.reason or "", "paused_by": pause.actor or "",
+                         "paused_at": pause.changed_at.isoformat()}  # fmt: skip
+            if not g.passed:
+                yield _evaluation(context, archive_backups, night, passed=False, metadata=meta,
+                                  description=f"{g.describe()}: originals kept")  # fmt: skip
+            elif pause.paused:
+                yield _evaluation(
+                    context, archive_backups, night, passed=False, metadata=meta,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    description=f"{pause.describe()}; clear it with the clear_archival_pause job",
+                )  # fmt: skip
+            else:
+                text = f"{NOTHING}: no attempt this night" if s.attempted == 0 else g.describe()
+                yield _evaluation(context, archive_backups, night, passed=True, metadata=meta, description=text)
+    yield dg.Output(None)
 
 
-@dg.asset_check(asset=archive_rows, blocking=True)
+@dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)
 def tiers_consistent(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
-) -> dg.AssetCheckResult:
+) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
     """Every memory exactly once in hot or archive: no archived original left in memories, none in two
-    open attempts, none of the run's archived memories lost, every archive row with its audit event,
+    open attempts, none of the night's archived memories lost, every archive row with its audit event,
     and every committed row's backup still in object storage (HEAD, sampled above 1,000 rows).
-    A failure pauses archival: later nights must not build on an inconsistent store."""
-    keys = [nights.batch_key_for(n) for n in run_nights(context)]
+    archive_rows pauses archival when this fails after its commit."""
     store = object_store.get_store()
     with database.connect() as conn:
-        report = integrity.integrity_report(conn, keys)
-        committed = integrity.verify_committed(conn, store, keys)
-        problems = {k: v for k, v in report.problems().items() if v}
-        if committed.missing:
-            problems["backups_missing"] = len(committed.missing)
-        if committed.mismatched:
-            problems["backups_mismatched"] = len(committed.mismatched)
-        if problems:
-            pause_switch.set_pause(
-                conn, reason="tier integrity check failed: " + ", ".join(f"{k}={v}" for k, v in problems.items()),
-                actor=_ACTOR, batch_key=keys[-1], details={"check": "tiers_consistent"},
-            )  # fmt: skip
-    meta: dict[str, object] = {
-        **report.problems(),
-        "archived_by_these_nights": report.archived,
-        "backups_checked": committed.checked,
-        "backups_missing": len(committed.missing),
-        "backups_mismatched": len(committed.mismatched),
-    }
-    if committed.missing or committed.mismatched:
-        meta["bad_backups"] = markdown_table(["storage ref"], [[r] for r in (committed.missing + committed.mismatched)[:20]])
-    return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.ERROR, metadata=meta)
+        for night in run_nights(context):
+            key = nights.batch_key_for(night)
+            report = integrity.integrity_report(conn, [key])
+            committed = integrity.verify_committed(conn, store, [key])
+            problems = {k: v for k, v in report.problems().items() if v}
+            if committed.missing:
+                problems["backups_missing"] = len(committed.missing)
+            if committed.mismatched:
+                problems["backups_mismatched"] = len(committed.mismatched)
+            meta: dict[str, object] = {
+                **report.problems(),
+                "archived_by_this_night": report.archived,
+                "backups_checked": committed.checked,
+                "backups_missing": len(committed.missing),
+                "backups_mismatched": len(committed.mismatched),
+                "nothing_to_check": report.archived == 0 and not problems,
+            }
+            bad = committed.missing + committed.mismatched
+            if bad:
+                meta["bad_backups"] = markdown_table(["storage ref"], [[r] for r in bad[:20]])
+            if problems:
+                description = f"{key}: " + ", ".join(f"{k}={v}" for k, v in problems.items())
+            elif report.archived == 0:
+                description = f"{NOTHING}: {key} archived nothing"
+            else:
+                description = f"{report.archived} archive rows consistent"
+            yield _evaluation(context, archive_rows, night, passed=not problems, metadata=meta,
+                              description=description)  # fmt: skip
+    yield dg.Output(None)
