@@ -124,7 +124,7 @@ class _Parts:
         return SearchRequest(
             user_id=user_id, query=query, embedding=embedding, config=self.settings.retrieval, now=utc_now(now),
             text_query=text_query, filters=filters or SearchFilters(), tags=normalize_tags(tags),
-            include_past=include_past, phase2=phase2, hot_limit=limit, archived_limit=archived_limit,
+            include_past=include_past, phase2=phase2, limit=limit, archived_limit=archived_limit,
             embedding_model=self.embedder.model,
         )  # fmt: skip
 
