@@ -104,6 +104,11 @@ class RetrievalConfig(BaseModel):
         "in the top 10; below it the Dagster check fails and pauses archival.",
     )  # fmt: skip
     retrievability_sample_size: int = Field(50, ge=1, le=1000, description="Memories sampled per night.")
+    rerank: Literal["off", "anthropic", "openai", "cross-encoder"] = Field(
+        "off", description="Optional second-stage reranker (memory_lib.rerank); off by default."
+    )
+    rerank_model: str | None = Field(None, description="Reranker model (provider default when None).")
+    rerank_candidates: int = Field(20, ge=2, le=200, description="Hits to fetch and rerank.")
 
     @model_validator(mode="after")
     def _weights(self) -> RetrievalConfig:
