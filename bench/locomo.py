@@ -248,7 +248,8 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
 
     def ask(setting: str, q: Question, vec: np.ndarray) -> list[str]:
         request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=vec, config=config, now=conv.now,
-                                phase2="never" if setting == "hot_only" else "auto")  # fmt: skip
+                                phase2="never" if setting == "hot_only" else "auto",
+                                embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
         started = time.perf_counter()
         result = run_plan(conn, search_plan(request))
         latency[setting].append(time.perf_counter() - started)

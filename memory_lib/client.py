@@ -125,7 +125,7 @@ class _Parts:
             user_id=user_id, query=query, embedding=embedding, config=self.settings.retrieval, now=utc_now(now),
             text_query=text_query, filters=filters or SearchFilters(), tags=normalize_tags(tags),
             include_past=include_past, phase2=phase2, limit=limit, archived_limit=archived_limit,
-            embedding_model=self.embedder.model,
+            embedding_model=self.embedder.model, embedder_kind=getattr(self.embedder, "kind", None),
         )  # fmt: skip
 
     def context(

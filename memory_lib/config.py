@@ -89,8 +89,15 @@ class RetrievalConfig(BaseModel):
     delta_time: float = Field(
         0.1, ge=0.0, description="Bonus for a hit inside a time the query names ('last year', 'in May 2023')."
     )
-    vector_weight: float = Field(1.0, ge=0.0, description="RRF weight of the vector list.")
+    vector_weight: float | None = Field(
+        None, ge=0.0,
+        description="RRF weight of the vector list. None: 1 for semantic embedders, 0.5 for lexical ones "
+        "(the hashing embedder's vectors repeat what full text already matches).",
+    )  # fmt: skip
     text_weight: float = Field(1.0, ge=0.0, description="RRF weight of the full-text list.")
+    text_ranking: Literal["bm25", "ts_rank_cd"] = Field(
+        "bm25", description="Full-text score of natural questions: idf-weighted (BM25-like) or ts_rank_cd."
+    )
     recency_half_life_days: float = Field(30.0, gt=0.0)
     rrf_k: int = Field(60, ge=1)
     hot_horizon_days: int = Field(90, ge=0)
@@ -112,7 +119,7 @@ class RetrievalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _weights(self) -> RetrievalConfig:
-        if self.vector_weight + self.text_weight <= 0:
+        if (1.0 if self.vector_weight is None else self.vector_weight) + self.text_weight <= 0:
             raise ValueError("vector_weight + text_weight must be positive")
         return self
 

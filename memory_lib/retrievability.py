@@ -121,6 +121,7 @@ def probe_night(
         request = SearchRequest(
             user_id=row["user_id"], query=question, embedding=query_vector(vector, embedder.dim),
             config=search_config, now=when, phase2="auto", embedding_model=embedder.model,
+            embedder_kind=getattr(embedder, "kind", None),
         )  # fmt: skip
         result = run_plan(conn, search_plan(request))
         if not any(h.provenance.archive_id == row["archive_id"] for h in result.hits):

@@ -264,6 +264,7 @@ class SearchRequest:
     archived_limit: int | None = None  # cap on archived hits, likewise; 0 turns phase 2 off
     embedding_model: str | None = None  # checked against the store's when given
     limit: int | None = None  # hits in all (config.limit when None)
+    embedder_kind: str | None = None  # "semantic" or "lexical" (Embedder.kind): sets the default vector weight
 
     @property
     def limits(self) -> tuple[int, int, int]:
@@ -405,17 +406,41 @@ _TSQUERY = """(SELECT CASE WHEN %(websearch)s THEN websearch_to_tsquery('english
 
 def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live: str, filters: str,
               select: str) -> str:  # fmt: skip
+    """One tier's candidates: the `pool` nearest by cosine and the `pool` best full-text matches.
+
+    Full-text score of an OR query (bm25 mode): Σ idf(term) over the query terms a memory contains, with
+    BM25's length normalization (k1 1.2, b 0.75; tf taken as 1, memories are short) against the mean
+    length of the matching memories; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over the user's memories
+    of this tier (a GIN-index count per term). ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
+    """
     a = alias
+    user_live = f"{a}.user_id = %(user_id)s AND {live}"
     return f"""
-    WITH q AS (SELECT {_TSQUERY} AS tsq), vec AS (
+    WITH q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
+        SELECT DISTINCT quote_literal(l)::tsquery AS tq
+        FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
+        WHERE NOT %(websearch)s AND %(bm25)s
+    ), n AS (
+        SELECT count(*)::float8 AS n FROM {table} {a} WHERE {user_live} AND EXISTS (SELECT 1 FROM terms)
+    ), idf AS MATERIALIZED (
+        SELECT t.tq, ln(1 + (n.n - d.df + 0.5) / (d.df + 0.5)) AS w
+        FROM terms t CROSS JOIN n
+             CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM {table} {a}
+                                 WHERE {user_live} AND {a}.{tsv} @@ t.tq) AS d
+    ), vec AS (
         SELECT {a}.id FROM {table} {a}
-        WHERE {a}.user_id = %(user_id)s AND {live} {filters}
+        WHERE {user_live} {filters}
         ORDER BY {a}.{vector} <=> %(embedding)s::vector{cast} LIMIT %(pool)s
-    ), txt AS (
-        SELECT {a}.id, ts_rank_cd({a}.{tsv}, q.tsq) AS text_rank
+    ), matched AS (
+        SELECT {a}.id, length({a}.{tsv})::float8 AS dl, ts_rank_cd({a}.{tsv}, q.tsq) AS cd,
+               (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE {a}.{tsv} @@ i.tq) AS idf_sum
         FROM {table} {a}, q
-        WHERE q.tsq IS NOT NULL AND {a}.user_id = %(user_id)s AND {live} AND {a}.{tsv} @@ q.tsq {filters}
-        ORDER BY text_rank DESC, {a}.id LIMIT %(pool)s
+        WHERE q.tsq IS NOT NULL AND {user_live} AND {a}.{tsv} @@ q.tsq {filters}
+    ), txt AS (
+        SELECT id, idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / greatest(avg(dl) OVER (), 1))) + 1e-3 * cd
+                   AS text_rank
+        FROM matched
+        ORDER BY text_rank DESC, id LIMIT %(pool)s
     ), candidates AS (
         SELECT id FROM vec UNION SELECT id FROM txt
     )
@@ -490,6 +515,14 @@ def _positions(rows: Sequence[Mapping[str, Any]], key: str, include: str | None)
 Source = Literal["hot", "archived"]
 
 
+def resolved_vector_weight(config: RetrievalConfig, embedder_kind: str | None) -> float:
+    """config.vector_weight, or by embedder: a lexical (hashing) embedder's vector list mostly repeats
+    the full-text list, so it counts half (measured on LoCoMo: see the README's Performance section)."""
+    if config.vector_weight is not None:
+        return config.vector_weight
+    return 0.5 if embedder_kind == "lexical" else 1.0
+
+
 def rank_candidates(
     rows: Sequence[Mapping[str, Any]],
     *,
@@ -498,6 +531,7 @@ def rank_candidates(
     tags: Sequence[str],
     now: datetime,
     window: TimeWindow | None = None,
+    embedder_kind: str | None = None,
 ) -> list[SearchHit]:
     """Fuse and score the candidates of both tiers together (formula in the module docstring), best first.
 
@@ -506,7 +540,7 @@ def rank_candidates(
     archived by a concurrent archival) collapse to the better one.
     """
     k = config.rrf_k
-    wv, wt = config.vector_weight, config.text_weight
+    wv, wt = resolved_vector_weight(config, embedder_kind), config.text_weight
     vec_pos = _positions(rows, "similarity", "in_vector")
     txt_pos = _positions(rows, "text_rank", None)
     rrf_max = (wv + wt) / (k + 1)
@@ -630,6 +664,7 @@ def search_plan(request: SearchRequest) -> Plan[SearchResult]:
         "embedding": request.embedding,
         "text_query": request.text_query if explicit else request.query,
         "websearch": explicit,
+        "bm25": cfg.text_ranking == "bm25",
         **request.filters.params(),
     }
     yield Snapshot()
@@ -639,15 +674,17 @@ def search_plan(request: SearchRequest) -> Plan[SearchResult]:
     hot_rows: list[dict[str, Any]] = []
     if hot_cap > 0:
         hot_rows = yield Sql(HOT_SEARCH_SQL, params | {"pool": candidate_pool(hot_cap, cfg)})
+    kind = request.embedder_kind
     hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
-                               now=request.now, window=window)  # fmt: skip
+                               now=request.now, window=window, embedder_kind=kind)  # fmt: skip
     reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
     archived_rows: list[dict[str, Any]] = []
     if reason is not None:
         archived_rows = yield Sql(ARCHIVED_SEARCH_SQL, params | {"pool": candidate_pool(archived_cap, cfg)})
     rows = [*hot_rows, *archived_rows]
     sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
-    ranked = rank_candidates(rows, sources=sources, config=cfg, tags=request.tags, now=request.now, window=window)
+    ranked = rank_candidates(rows, sources=sources, config=cfg, tags=request.tags, now=request.now, window=window,
+                             embedder_kind=kind)  # fmt: skip
     return SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows))
 
 
