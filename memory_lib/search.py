@@ -11,8 +11,9 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
 
 * Phase 1, hot memories: the `pool` nearest by cosine (HNSW, `hnsw.ef_search` from config, iterative
   scan so filters cannot starve the result) and the `pool` best full-text matches. Full text is an OR
-  of the query's English lexemes (stop words dropped, stems) ranked by `ts_rank_cd`: a memory sharing
-  one rare word with the question is a candidate. `text_query` lets a caller send exact tokens (an
+  of the query's English lexemes (stop words dropped, stems), ranked BM25-like (idf of each term among
+  the user's memories of the tier, length-normalized; see _tier_sql): a memory sharing one rare word
+  with the question is a candidate, and rare words weigh more than common ones. `text_query` lets a caller send exact tokens (an
   order number) to full text with websearch syntax ("quoted phrases", `or`, `-term`: all terms
   required) and a natural question to the vector arm.
 * Phase 2, archived summaries (their own halfvec HNSW index and tsvector, the same two arms), unless
@@ -20,11 +21,12 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
   the hot horizon). Mode auto/always/never.
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
-  over the joint vector list (by cosine) and the joint full-text list (by ts_rank_cd)::
+  over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
 
       relevance = (wv/(k + vector_position) + wt/(k + text_position)) / ((wv + wt)/(k + 1))   in [0, 1]
       final = boost · (α·relevance + β·recency + γ·tag_match + δ·time_match)
 
+  wv is 1 for semantic embedders and ½ for lexical ones (RetrievalConfig.vector_weight None), wt 1.
   Defaults α 1, β 0, boost 1: recency and the tier only break ties, so archiving a memory does not
   bury it. recency = 0.5 ** (age_days / half_life); tag_match = share of the query's tags the memory
   carries; time_match = 1 when the memory was created inside a time the query names ("last year",
@@ -420,27 +422,35 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
         SELECT DISTINCT quote_literal(l)::tsquery AS tq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
         WHERE NOT %(websearch)s AND %(bm25)s
-    ), n AS (
+    ), n AS MATERIALIZED (
         SELECT count(*)::float8 AS n FROM {table} {a} WHERE {user_live} AND EXISTS (SELECT 1 FROM terms)
+    ), df AS MATERIALIZED (
+        SELECT t.tq, d.df FROM terms t
+        CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM (
+            SELECT 1 FROM {table} {a} WHERE {user_live} AND {a}.{tsv} @@ t.tq LIMIT %(df_cap)s) AS s) AS d
     ), idf AS MATERIALIZED (
-        SELECT t.tq, ln(1 + (n.n - d.df + 0.5) / (d.df + 0.5)) AS w
-        FROM terms t CROSS JOIN n
-             CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM {table} {a}
-                                 WHERE {user_live} AND {a}.{tsv} @@ t.tq) AS d
-    ), vec AS (
-        SELECT {a}.id FROM {table} {a}
-        WHERE {user_live} {filters}
-        ORDER BY {a}.{vector} <=> %(embedding)s::vector{cast} LIMIT %(pool)s
+        SELECT df.tq, ln(1 + (n.n - df.df + 0.5) / (df.df + 0.5)) AS w FROM df CROSS JOIN n
+    ), sel AS MATERIALIZED (
+        -- Match on the selective terms (df under the cap) when there are any: a term in most memories
+        -- would make every memory a candidate. The common terms still count in the score.
+        SELECT CASE WHEN %(websearch)s OR NOT %(bm25)s OR NOT EXISTS (SELECT 1 FROM df WHERE df < %(df_cap)s)
+                    THEN (SELECT tsq FROM q)
+                    ELSE (SELECT string_agg(df.tq::text, ' | ')::tsquery FROM df WHERE df < %(df_cap)s) END AS tsq
     ), matched AS (
-        SELECT {a}.id, length({a}.{tsv})::float8 AS dl, ts_rank_cd({a}.{tsv}, q.tsq) AS cd,
+        SELECT {a}.id, length({a}.{tsv})::float8 AS dl, ts_rank_cd({a}.{tsv}, sel.tsq) AS cd,
                (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE {a}.{tsv} @@ i.tq) AS idf_sum
-        FROM {table} {a}, q
-        WHERE q.tsq IS NOT NULL AND {user_live} AND {a}.{tsv} @@ q.tsq {filters}
+        FROM {table} {a}, sel
+        WHERE sel.tsq IS NOT NULL AND {user_live} AND {a}.{tsv} @@ sel.tsq {filters}
+        LIMIT %(match_cap)s
     ), txt AS (
         SELECT id, idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / greatest(avg(dl) OVER (), 1))) + 1e-3 * cd
                    AS text_rank
         FROM matched
         ORDER BY text_rank DESC, id LIMIT %(pool)s
+    ), vec AS (
+        SELECT {a}.id FROM {table} {a}
+        WHERE {user_live} {filters}
+        ORDER BY {a}.{vector} <=> %(embedding)s::vector{cast} LIMIT %(pool)s
     ), candidates AS (
         SELECT id FROM vec UNION SELECT id FROM txt
     )
@@ -450,6 +460,13 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
     FROM candidates c JOIN {table} {a} ON {a}.id = c.id
          LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
     WHERE {a}.user_id = %(user_id)s"""
+
+
+# A term in more than _DF_CAP of a user's memories is "common": counted up to the cap only, and not
+# used to find candidates when the query has rarer terms. At most _MATCH_CAP full-text matches are
+# scored per tier (search bench: 10k hot + 40k archived templated memories).
+_DF_CAP = 250
+_MATCH_CAP = 2000
 
 
 HOT_SEARCH_SQL = _tier_sql(
@@ -665,6 +682,8 @@ def search_plan(request: SearchRequest) -> Plan[SearchResult]:
         "text_query": request.text_query if explicit else request.query,
         "websearch": explicit,
         "bm25": cfg.text_ranking == "bm25",
+        "df_cap": _DF_CAP,
+        "match_cap": _MATCH_CAP,
         **request.filters.params(),
     }
     yield Snapshot()
