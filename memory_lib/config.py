@@ -91,7 +91,7 @@ class RetrievalConfig(BaseModel):
     )
     vector_weight: float | None = Field(
         None, ge=0.0,
-        description="RRF weight of the vector list. None: 1 for semantic embedders, 0.5 for lexical ones "
+        description="RRF weight of the vector list. None: 1 for semantic embedders, 0.25 for lexical ones "
         "(the hashing embedder's vectors repeat what full text already matches).",
     )  # fmt: skip
     text_weight: float = Field(1.0, ge=0.0, description="RRF weight of the full-text list.")

@@ -26,7 +26,7 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
       relevance = (wv/(k + vector_position) + wt/(k + text_position)) / ((wv + wt)/(k + 1))   in [0, 1]
       final = boost · (α·relevance + β·recency + γ·tag_match + δ·time_match)
 
-  wv is 1 for semantic embedders and ½ for lexical ones (RetrievalConfig.vector_weight None), wt 1.
+  wv is 1 for semantic embedders and ¼ for lexical ones (RetrievalConfig.vector_weight None), wt 1.
   Defaults α 1, β 0, boost 1: recency and the tier only break ties, so archiving a memory does not
   bury it. recency = 0.5 ** (age_days / half_life); tag_match = share of the query's tags the memory
   carries; time_match = 1 when the memory was created inside a time the query names ("last year",
@@ -534,10 +534,10 @@ Source = Literal["hot", "archived"]
 
 def resolved_vector_weight(config: RetrievalConfig, embedder_kind: str | None) -> float:
     """config.vector_weight, or by embedder: a lexical (hashing) embedder's vector list mostly repeats
-    the full-text list, so it counts half (measured on LoCoMo: see the README's Performance section)."""
+    X"""
     if config.vector_weight is not None:
         return config.vector_weight
-    return 0.5 if embedder_kind == "lexical" else 1.0
+    return 0.25 if embedder_kind == "lexical" else 1.0
 
 
 def rank_candidates(
