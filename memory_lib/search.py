@@ -12,7 +12,7 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
 * Phase 1, hot memories: the `pool` nearest by cosine (HNSW, `hnsw.ef_search` from config, iterative
   scan so filters cannot starve the result) and the `pool` best full-text matches. Full text is an OR
   of the query's English lexemes (stop words dropped, stems), ranked BM25-like (idf of each term among
-  the user's memories of the tier, length-normalized; see _tier_sql): a memory sharing one rare word
+  all the user's memories, both tiers, length-normalized; see _tier_sql): a memory sharing one rare word
   with the question is a candidate, and rare words weigh more than common ones. `text_query` lets a caller send exact tokens (an
   order number) to full text with websearch syntax ("quoted phrases", `or`, `-term`: all terms
   required) and a natural question to the vector arm.
@@ -412,8 +412,9 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
 
     Full-text score of an OR query (bm25 mode): Σ idf(term) over the query terms a memory contains, with
     BM25's length normalization (k1 1.2, b 0.75; tf taken as 1, memories are short) against the mean
-    length of the matching memories; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over the user's memories
-    of this tier (a GIN-index count per term). ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
+    length of the matching memories; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over ALL the user's
+    memories, hot and archived (GIN-index counts per term, capped), so scores of both tiers compare and
+    one ranking can merge them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
     """
     a = alias
     user_live = f"{a}.user_id = %(user_id)s AND {live}"
@@ -423,11 +424,18 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
         FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
         WHERE NOT %(websearch)s AND %(bm25)s
     ), n AS MATERIALIZED (
-        SELECT count(*)::float8 AS n FROM {table} {a} WHERE {user_live} AND EXISTS (SELECT 1 FROM terms)
+        SELECT ((SELECT count(*) FROM memories sm WHERE sm.user_id = %(user_id)s AND sm.superseded_by IS NULL)
+              + (SELECT count(*) FROM archived_memories sa
+                 WHERE sa.user_id = %(user_id)s AND sa.original_superseded_by IS NULL))::float8 AS n
+        WHERE EXISTS (SELECT 1 FROM terms)
     ), df AS MATERIALIZED (
-        SELECT t.tq, d.df FROM terms t
-        CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM (
-            SELECT 1 FROM {table} {a} WHERE {user_live} AND {a}.{tsv} @@ t.tq LIMIT %(df_cap)s) AS s) AS d
+        SELECT t.tq,
+               (SELECT count(*) FROM (SELECT 1 FROM memories sm WHERE sm.user_id = %(user_id)s
+                    AND sm.superseded_by IS NULL AND sm.content_tsv @@ t.tq LIMIT %(df_cap)s) AS s)::float8
+             + (SELECT count(*) FROM (SELECT 1 FROM archived_memories sa WHERE sa.user_id = %(user_id)s
+                    AND sa.original_superseded_by IS NULL AND sa.summary_tsv @@ t.tq LIMIT %(df_cap)s) AS s)
+               AS df
+        FROM terms t
     ), idf AS MATERIALIZED (
         SELECT df.tq, ln(1 + (n.n - df.df + 0.5) / (df.df + 0.5)) AS w FROM df CROSS JOIN n
     ), sel AS MATERIALIZED (
