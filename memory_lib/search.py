@@ -474,7 +474,7 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
 # used to find candidates when the query has rarer terms. At most _MATCH_CAP full-text matches are
 # scored per tier (search bench: 10k hot + 40k archived templated memories).
 _DF_CAP = 250
-_MATCH_CAP = 2000
+_MATCH_CAP = 500
 
 
 HOT_SEARCH_SQL = _tier_sql(
