@@ -66,7 +66,7 @@ def promotion_engine() -> str:
 
 
 def archival_engine() -> str:
-    return "memory_lib.slow_path.run_night"
+    return "memory_lib.nights.run_night"
 
 
 def archival_night(conn: psycopg.Connection, services: Any, criteria: Any, night: Any) -> int:

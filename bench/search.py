@@ -220,7 +220,7 @@ def _two_phase(conn: psycopg.Connection, url: str, report: Report, n: int, n_que
         def run_one(i: int) -> list[tuple[Any, float]]:
             hits = adapters.search(
                 c, user_id=USER, query=query_texts[i], embedding=queries[i], now=NOW, hot_limit=K,
-                archived_limit=config.archived_limit, phase2=phase2, config=config,  # type: ignore[arg-type]
+                archived_limit=K, phase2=phase2, config=config,  # type: ignore[arg-type]
             )  # fmt: skip
             return [(h.source, h.similarity) for h in hits]
 
@@ -245,8 +245,9 @@ def _two_phase(conn: psycopg.Connection, url: str, report: Report, n: int, n_que
             ["two-phase (hot, then archived summaries)", two["p50"], two["p95"], two["p99"],
              float(np.mean([len(r) for r in results["two-phase"]])), archived_hits, ratio(two["p50"], hot["p50"])],
         ],
-        f"Engine: {adapters.search_engine()}; hot limit {K}, archived limit {config.archived_limit}, phase 2 forced "
-        f"on every query (its worst case; in 'auto' mode it runs only when hot hits are too few or too weak), "
+        f"Engine: {adapters.search_engine()}; limit {config.limit} (hot and archived hits together), phase 2 forced "
+        f"on every query (its worst case; in 'auto' mode it is skipped only when {K} hot hits nearly restate the "
+        f"query), full text an OR of the query's lexemes ranked BM25-like, "
         f"ef_search {config.hnsw_ef_search}. Archived HNSW (halfvec) build: {build_s:.1f} s.",
     ))  # fmt: skip  # noqa: E501
     report.figures.setdefault("two_phase", {})[n] = {

@@ -138,7 +138,8 @@ class _Parts:
             user_id=params.user_id, query=params.query, embedding=embedding, config=self.settings.retrieval,
             now=utc_now(params.now), text_query=params.text_query, filters=filters or SearchFilters(),
             tags=normalize_tags(params.tags), include_past=params.include_past, phase2=params.phase2,  # type: ignore[arg-type]
-            hot_limit=params.limit, archived_limit=params.archived_limit, embedding_model=self.embedder.model,
+            limit=params.limit, archived_limit=params.archived_limit, embedding_model=self.embedder.model,
+            embedder_kind=getattr(self.embedder, "kind", None),
         )  # fmt: skip
 
     def context_inputs(

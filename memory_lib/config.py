@@ -149,18 +149,42 @@ class PromotionConfig(BaseModel):
 
 
 class RetrievalConfig(BaseModel):
-    """Two-phase search thresholds (seed: "Retrieval Strategy", seed 004 hybrid ranking)."""
+    """Two-phase hybrid search (seed: "Retrieval Strategy", seed 004), with defaults that work for every
+    shipped embedder: no absolute cosine cut-off (cosine scales differ by model: MiniLM paraphrases
+    ~0.9, OpenAI ~0.7, the hashing embedder lower), hot and archived hits ranked together by reciprocal
+    rank fusion, recency and the hot tier breaking ties only (see memory_lib.search)."""
 
     model_config = _STRICT
 
-    hot_similarity_threshold: float = Field(0.7, ge=-1.0, le=1.0)
-    archived_similarity_threshold: float = Field(0.65, ge=-1.0, le=1.0)
-    hot_limit: int = Field(5, ge=1)
-    archived_limit: int = Field(3, ge=0)
-    active_boost: float = Field(1.2, gt=0.0)
-    alpha_similarity: float = Field(0.7, ge=0.0)
-    beta_recency: float = Field(0.2, ge=0.0)
-    gamma_tags: float = Field(0.1, ge=0.0)
+    limit: int = Field(10, ge=1, le=1000, description="Hits per search, hot and archived together.")
+    hot_limit: int | None = Field(None, ge=0, description="At most this many hot hits (None: no cap).")
+    archived_limit: int | None = Field(None, ge=0, description="At most this many archived hits (None: no cap).")
+    hot_similarity_threshold: float | None = Field(
+        None, ge=-1.0, le=1.0, description="Optional cosine floor for hot hits that full text did not match."
+    )
+    archived_similarity_threshold: float | None = Field(
+        None, ge=-1.0, le=1.0, description="Optional cosine floor for archived hits that full text did not match."
+    )
+    strong_hot_similarity: float = Field(
+        0.8, ge=-1.0, le=1.0,
+        description="Auto mode skips phase 2 only when `limit` hot hits reach this cosine (near-restatements).",
+    )  # fmt: skip
+    active_boost: float = Field(1.0, gt=0.0, description="Multiplies hot hits' score (1: the tier breaks ties only).")
+    alpha_similarity: float = Field(1.0, ge=0.0, description="Weight of the fused (RRF) relevance, 0..1.")
+    beta_recency: float = Field(0.0, ge=0.0, description="Weight of recency (0: recency breaks ties only).")
+    gamma_tags: float = Field(0.1, ge=0.0, description="Weight of the share of the query's tags a hit carries.")
+    delta_time: float = Field(
+        0.1, ge=0.0, description="Bonus for a hit inside a time the query names ('last year', 'in May 2023')."
+    )
+    vector_weight: float | None = Field(
+        None, ge=0.0,
+        description="RRF weight of the vector list. None: 1 for semantic embedders, 0.25 for lexical ones "
+        "(the hashing embedder's vectors repeat what full text already matches).",
+    )  # fmt: skip
+    text_weight: float = Field(1.0, ge=0.0, description="RRF weight of the full-text list.")
+    text_ranking: Literal["bm25", "ts_rank_cd"] = Field(
+        "bm25", description="Full-text score of natural questions: idf-weighted (BM25-like) or ts_rank_cd."
+    )
     recency_half_life_days: float = Field(30.0, gt=0.0)
     rrf_k: int = Field(60, ge=1)
     hot_horizon_days: int = Field(90, ge=0)
@@ -168,6 +192,23 @@ class RetrievalConfig(BaseModel):
     near_duplicate_threshold: float = Field(0.92, ge=0.0, le=1.0)
     candidates_per_hit: int = Field(4, ge=1, description="Each search arm fetches limit x this before fusion.")
     min_candidates: int = Field(20, ge=1, description="...and at least this many.")
+    retrievability_floor: float = Field(
+        0.9, ge=0.0, le=1.0,
+        description="Share of a night's sampled archived memories that their own first sentence must find "
+        "in the top 10; below it the Dagster check fails and pauses archival.",
+    )  # fmt: skip
+    retrievability_sample_size: int = Field(50, ge=1, le=1000, description="Memories sampled per night.")
+    rerank: Literal["off", "anthropic", "openai", "cross-encoder"] = Field(
+        "off", description="Optional second-stage reranker (memory_lib.rerank); off by default."
+    )
+    rerank_model: str | None = Field(None, description="Reranker model (provider default when None).")
+    rerank_candidates: int = Field(20, ge=2, le=200, description="Hits to fetch and rerank.")
+
+    @model_validator(mode="after")
+    def _weights(self) -> RetrievalConfig:
+        if (1.0 if self.vector_weight is None else self.vector_weight) + self.text_weight <= 0:
+            raise ValueError("vector_weight + text_weight must be positive")
+        return self
 
 
 class ContextBudget(BaseModel):

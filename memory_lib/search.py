@@ -6,30 +6,33 @@ one transaction. The SQL text, the control flow and the ranking live once, here 
 plan modules (write_path, promotion), so both clients return the same results by construction
 (psycopg 3 drives its own protocol the same way).
 
-Search for one user:
+Search for one user, seeing one snapshot (the plan runs REPEATABLE READ when it opens the transaction,
+and hits are de-duplicated by original id, so a concurrent archival cannot show a memory twice):
 
-* Phase 1, hot memories: the `pool` nearest by cosine (HNSW, `hnsw.ef_search` from config,
-  iterative scan so filters cannot starve the result) and the `pool` best full-text matches
-  (`websearch_to_tsquery('english', ...)`: every term must occur, "quoted phrases", `or` and `-term`
-  work; ranked by `ts_rank_cd`), fused by reciprocal rank fusion. `text_query` lets a caller send
-  exact tokens (an order number) to full text and a natural question to the vector arm.
-* Phase 2, archived summaries (their own halfvec HNSW index and tsvector), when phase 1 returns fewer
-  than its limit, when no hot hit clears the similarity threshold, or when the caller asks for the
-  past (`include_past`, or a time window reaching before the hot horizon). Mode auto/always/never.
-* Each kept hit gets the documented score (seed 004)::
+* Phase 1, hot memories: the `pool` nearest by cosine (HNSW, `hnsw.ef_search` from config, iterative
+  scan so filters cannot starve the result) and the `pool` best full-text matches. Full text is an OR
+  of the query's English lexemes (stop words dropped, stems), ranked BM25-like (idf of each term among
+  all the user's memories, both tiers, length-normalized; see _tier_sql): a memory sharing one rare word
+  with the question is a candidate, and rare words weigh more than common ones. `text_query` lets a caller send exact tokens (an
+  order number) to full text with websearch syntax ("quoted phrases", `or`, `-term`: all terms
+  required) and a natural question to the vector arm.
+* Phase 2, archived summaries (their own halfvec HNSW index and tsvector, the same two arms), unless
+  phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
+  It also runs when the caller asks for the past (`include_past`, a time window or a named time before
+  the hot horizon). Mode auto/always/never.
+* Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
+  over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
 
-      final = boost · (α·similarity + β·recency + γ·tag_match)
+      relevance = (wv/(k + vector_position) + wt/(k + text_position)) / ((wv + wt)/(k + 1))   in [0, 1]
+      final = boost · (α·relevance + β·recency + γ·tag_match + δ·time_match)
 
-  similarity = max(cosine⁺, rrf / rrf_max), the hybrid similarity: cosine of query and memory (or
-  summary) embedding, clipped at 0, or the fused rank score when that is higher;
-  rrf = Σ 1/(rrf_k + rank) over the vector and full-text lists, rrf_max = 2/(rrf_k + 1). A hit only
-  in the vector list has rrf/rrf_max ≤ ½, so in practice this lifts full-text matches (an order
-  number the embedding misses) without changing how pure vector hits compare.
-  recency = 0.5 ** (age_days / recency_half_life_days), age since the memory was last updated.
-  tag_match = share of the query's tags the memory carries (0 when the query has none).
-  boost = active_boost (1.2) for hot hits, 1 for archived ones.
-* A candidate is kept when its cosine clears the tier's threshold (0.7 hot, 0.65 archived) or it
-  matched the full-text query; at most hot_limit (5) + archived_limit (3) hits, merged by `final`.
+  wv is 1 for semantic embedders and ¼ for lexical ones (RetrievalConfig.vector_weight None), wt 1.
+  Defaults α 1, β 0, boost 1: recency and the tier only break ties, so archiving a memory does not
+  bury it. recency = 0.5 ** (age_days / half_life); tag_match = share of the query's tags the memory
+  carries; time_match = 1 when the memory was created inside a time the query names ("last year",
+  "in May 2023", "yesterday"). No absolute cosine cut-off by default (scales differ per embedder);
+  optional per-tier floors drop vector-only candidates below them (full-text matches are always kept).
+* At most `limit` hits (hot_limit / archived_limit cap each tier), best first.
 """
 
 from __future__ import annotations
@@ -43,12 +46,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from .config import RetrievalConfig
 from .errors import EmbeddingMismatchError, InvalidInputError
 from .models import CATEGORIES
+from .timescope import TimeWindow, parse_time_window
 
 if TYPE_CHECKING:
     import psycopg
@@ -77,7 +82,15 @@ class GetVerified:
     sha256: str
 
 
-Op = Sql | GetVerified
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """First op of a read-only plan: one snapshot for all its statements (REPEATABLE READ).
+
+    Applied only when run_plan opens the transaction; inside a caller's transaction the caller's
+    isolation level stands (SET TRANSACTION must come before any query). Returns None."""
+
+
+Op = Sql | GetVerified | Snapshot
 Plan = Generator[Op, Any, T]
 
 
@@ -87,16 +100,25 @@ def _store(object_store: ObjectStore | None) -> ObjectStore:
     return object_store
 
 
+_IDLE = TransactionStatus.IDLE
+_SNAPSHOT_SQL = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
 def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None) -> T:
     """Execute `plan` on a sync connection in one transaction (a savepoint if one is open)."""
+    outermost = conn.info.transaction_status == _IDLE
     try:
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             try:  # StopIteration must not reach the transaction block: it would roll back
                 op = next(plan)
                 while True:
-                    if isinstance(op, Sql):
+                    if isinstance(op, Snapshot):
+                        if outermost:
+                            cur.execute(_SNAPSHOT_SQL)
+                        result: Any = None
+                    elif isinstance(op, Sql):
                         cur.execute(op.query, op.params)
-                        result: Any = (
+                        result = (
                             cur.fetchall()
                             if op.fetch == "all"
                             else cur.fetchone()
@@ -118,15 +140,21 @@ async def run_plan_async(
     conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None
 ) -> T:
     """Execute `plan` on an async connection in one transaction; object reads run in a thread."""
+    outermost = conn.info.transaction_status == _IDLE
     try:
         async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             try:
                 op = next(plan)
                 while True:
-                    if isinstance(op, Sql):
+                    result: Any
+                    if isinstance(op, Snapshot):
+                        if outermost:
+                            await cur.execute(_SNAPSHOT_SQL)
+                        result = None
+                    elif isinstance(op, Sql):
                         await cur.execute(op.query, op.params)
                         if op.fetch == "all":
-                            result: Any = await cur.fetchall()
+                            result = await cur.fetchall()
                         elif op.fetch == "one":
                             result = await cur.fetchone()
                         else:
@@ -234,16 +262,19 @@ class SearchRequest:
     tags: tuple[str, ...] = ()
     include_past: bool = False
     phase2: Phase2Mode = "auto"
-    hot_limit: int | None = None
-    archived_limit: int | None = None
+    hot_limit: int | None = None  # cap on hot hits (config.hot_limit when None; None there: no cap)
+    archived_limit: int | None = None  # cap on archived hits, likewise; 0 turns phase 2 off
     embedding_model: str | None = None  # checked against the store's when given
+    limit: int | None = None  # hits in all (config.limit when None)
+    embedder_kind: str | None = None  # "semantic" or "lexical" (Embedder.kind): sets the default vector weight
 
     @property
-    def limits(self) -> tuple[int, int]:
-        return (
-            self.config.hot_limit if self.hot_limit is None else self.hot_limit,
-            self.config.archived_limit if self.archived_limit is None else self.archived_limit,
-        )
+    def limits(self) -> tuple[int, int, int]:
+        """(hits in all, cap on hot hits, cap on archived hits)."""
+        total = self.config.limit if self.limit is None else self.limit
+        hot = self.hot_limit if self.hot_limit is not None else self.config.hot_limit
+        archived = self.archived_limit if self.archived_limit is not None else self.config.archived_limit
+        return total, min(total, total if hot is None else hot), min(total, total if archived is None else archived)
 
 
 def check_search_args(
@@ -275,11 +306,12 @@ class HitScores:
     vector_position: int | None  # 1-based rank in the vector candidate list
     text_position: int | None  # 1-based rank in the full-text candidate list
     rrf: float
-    hybrid_similarity: float  # the formula's similarity term
+    hybrid_similarity: float  # the fused relevance, rrf / its maximum, in [0, 1]
     recency: float
     tag_match: float
     boost: float
     final: float
+    time_match: float = 0.0  # 1 when created inside a time the query names
 
 
 @dataclass(frozen=True)
@@ -365,51 +397,102 @@ SEARCH_SETTINGS_SQL = """
     SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
            set_config('hnsw.iterative_scan', 'relaxed_order', true)"""
 
-HOT_SEARCH_SQL = f"""
-    WITH vec AS (
-        SELECT m.id FROM memories m
-        WHERE m.user_id = %(user_id)s AND m.superseded_by IS NULL {_HOT_FILTERS}
-        ORDER BY m.embedding <=> %(embedding)s::vector LIMIT %(pool)s
-    ), txt AS (
-        SELECT m.id, ts_rank_cd(m.content_tsv, q.tsq) AS text_rank
-        FROM memories m, websearch_to_tsquery('english', %(text_query)s) AS q(tsq)
-        WHERE m.user_id = %(user_id)s AND m.superseded_by IS NULL AND m.content_tsv @@ q.tsq {_HOT_FILTERS}
-        ORDER BY text_rank DESC, m.id LIMIT %(pool)s
-    ), candidates AS (
-        SELECT id FROM vec UNION SELECT id FROM txt
-    )
-    SELECT m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
-           m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
-           NULL::timestamptz AS archived_at,
-           1 - (m.embedding <=> %(embedding)s::vector) AS similarity,
-           vec.id IS NOT NULL AS in_vector, txt.text_rank
-    FROM candidates c JOIN memories m ON m.id = c.id
-         LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
-    WHERE m.user_id = %(user_id)s"""
+# The full-text query. A natural question becomes an OR of its English lexemes (stemmed, stop words
+# dropped): websearch_to_tsquery ANDs every term and matched ~15% of LoCoMo questions at all, the OR
+# query ranked by ts_rank_cd reaches BM25-level recall (shared notes). Lexemes are quoted, so any
+# text is safe. An explicit text_query keeps websearch syntax: the caller asked for those tokens.
+_TSQUERY = """(SELECT CASE WHEN %(websearch)s THEN websearch_to_tsquery('english', %(text_query)s)
+        ELSE (SELECT string_agg(quote_literal(l), ' | ')::tsquery
+              FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l) END)"""
 
-ARCHIVED_SEARCH_SQL = f"""
-    WITH vec AS (
-        SELECT a.id FROM archived_memories a
-        WHERE a.user_id = %(user_id)s AND a.original_superseded_by IS NULL {_ARCHIVED_FILTERS}
-        ORDER BY a.summary_embedding <=> %(embedding)s::vector::halfvec LIMIT %(pool)s
+
+def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live: str, filters: str,
+              select: str) -> str:  # fmt: skip
+    """One tier's candidates: the `pool` nearest by cosine and the `pool` best full-text matches.
+
+    Full-text score of an OR query (bm25 mode): Σ idf(term) over the query terms a memory contains, with
+    BM25's length normalization (k1 1.2, b 0.75; tf taken as 1, memories are short) against the mean
+    length of the matching memories; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over ALL the user's
+    memories, hot and archived (GIN-index counts per term, capped), so scores of both tiers compare and
+    one ranking can merge them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
+    """
+    a = alias
+    user_live = f"{a}.user_id = %(user_id)s AND {live}"
+    return f"""
+    WITH q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
+        SELECT DISTINCT quote_literal(l)::tsquery AS tq
+        FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
+        WHERE NOT %(websearch)s AND %(bm25)s
+    ), n AS MATERIALIZED (
+        SELECT ((SELECT count(*) FROM memories sm WHERE sm.user_id = %(user_id)s AND sm.superseded_by IS NULL)
+              + (SELECT count(*) FROM archived_memories sa
+                 WHERE sa.user_id = %(user_id)s AND sa.original_superseded_by IS NULL))::float8 AS n
+        WHERE EXISTS (SELECT 1 FROM terms)
+    ), df AS MATERIALIZED (
+        SELECT t.tq,
+               (SELECT count(*) FROM (SELECT 1 FROM memories sm WHERE sm.user_id = %(user_id)s
+                    AND sm.superseded_by IS NULL AND sm.content_tsv @@ t.tq LIMIT %(df_cap)s) AS s)::float8
+             + (SELECT count(*) FROM (SELECT 1 FROM archived_memories sa WHERE sa.user_id = %(user_id)s
+                    AND sa.original_superseded_by IS NULL AND sa.summary_tsv @@ t.tq LIMIT %(df_cap)s) AS s)
+               AS df
+        FROM terms t
+    ), idf AS MATERIALIZED (
+        SELECT df.tq, ln(1 + (n.n - df.df + 0.5) / (df.df + 0.5)) AS w FROM df CROSS JOIN n
+    ), sel AS MATERIALIZED (
+        -- Match on the selective terms (df under the cap) when there are any: a term in most memories
+        -- would make every memory a candidate. The common terms still count in the score.
+        SELECT CASE WHEN %(websearch)s OR NOT %(bm25)s OR NOT EXISTS (SELECT 1 FROM df WHERE df < %(df_cap)s)
+                    THEN (SELECT tsq FROM q)
+                    ELSE (SELECT string_agg(df.tq::text, ' | ')::tsquery FROM df WHERE df < %(df_cap)s) END AS tsq
+    ), matched AS (
+        SELECT {a}.id, length({a}.{tsv})::float8 AS dl, ts_rank_cd({a}.{tsv}, sel.tsq) AS cd,
+               (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE {a}.{tsv} @@ i.tq) AS idf_sum
+        FROM {table} {a}, sel
+        WHERE sel.tsq IS NOT NULL AND {user_live} AND {a}.{tsv} @@ sel.tsq {filters}
+        LIMIT %(match_cap)s
     ), txt AS (
-        SELECT a.id, ts_rank_cd(a.summary_tsv, q.tsq) AS text_rank
-        FROM archived_memories a, websearch_to_tsquery('english', %(text_query)s) AS q(tsq)
-        WHERE a.user_id = %(user_id)s AND a.original_superseded_by IS NULL AND a.summary_tsv @@ q.tsq
-              {_ARCHIVED_FILTERS}
-        ORDER BY text_rank DESC, a.id LIMIT %(pool)s
+        SELECT id, idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / greatest(avg(dl) OVER (), 1))) + 1e-3 * cd
+                   AS text_rank
+        FROM matched
+        ORDER BY text_rank DESC, id LIMIT %(pool)s
+    ), vec AS (
+        SELECT {a}.id FROM {table} {a}
+        WHERE {user_live} {filters}
+        ORDER BY {a}.{vector} <=> %(embedding)s::vector{cast} LIMIT %(pool)s
     ), candidates AS (
         SELECT id FROM vec UNION SELECT id FROM txt
     )
-    SELECT a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
+    SELECT {select},
+           1 - ({a}.{vector} <=> %(embedding)s::vector{cast}) AS similarity,
+           vec.id IS NOT NULL AS in_vector, txt.text_rank
+    FROM candidates c JOIN {table} {a} ON {a}.id = c.id
+         LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
+    WHERE {a}.user_id = %(user_id)s"""
+
+
+# A term in more than _DF_CAP of a user's memories is "common": counted up to the cap only, and not
+# used to find candidates when the query has rarer terms. At most _MATCH_CAP full-text matches are
+# scored per tier (search bench: 10k hot + 40k archived templated memories).
+_DF_CAP = 250
+_MATCH_CAP = 500
+
+
+HOT_SEARCH_SQL = _tier_sql(
+    table="memories", alias="m", vector="embedding", cast="", tsv="content_tsv",
+    live="m.superseded_by IS NULL", filters=_HOT_FILTERS,
+    select="""m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
+           m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
+           NULL::timestamptz AS archived_at""",
+)  # fmt: skip
+
+ARCHIVED_SEARCH_SQL = _tier_sql(
+    table="archived_memories", alias="a", vector="summary_embedding", cast="::halfvec", tsv="summary_tsv",
+    live="a.original_superseded_by IS NULL", filters=_ARCHIVED_FILTERS,
+    select="""a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
-           a.storage_ref, a.archived_at,
-           1 - (a.summary_embedding <=> %(embedding)s::vector::halfvec) AS similarity,
-           vec.id IS NOT NULL AS in_vector, txt.text_rank
-    FROM candidates c JOIN archived_memories a ON a.id = c.id
-         LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
-    WHERE a.user_id = %(user_id)s"""
+           a.storage_ref, a.archived_at""",
+)  # fmt: skip
 
 
 SHAPE_SQL = """
@@ -454,36 +537,59 @@ def _positions(rows: Sequence[Mapping[str, Any]], key: str, include: str | None)
     return {i: pos for pos, i in enumerate(chosen, start=1)}
 
 
+Source = Literal["hot", "archived"]
+
+
+def resolved_vector_weight(config: RetrievalConfig, embedder_kind: str | None) -> float:
+    """config.vector_weight, or by embedder: a lexical (hashing) embedder's vector list mostly repeats
+    X"""
+    if config.vector_weight is not None:
+        return config.vector_weight
+    return 0.25 if embedder_kind == "lexical" else 1.0
+
+
 def rank_candidates(
     rows: Sequence[Mapping[str, Any]],
     *,
-    source: Literal["hot", "archived"],
+    sources: Sequence[Source],
     config: RetrievalConfig,
-    threshold: float,
-    limit: int,
     tags: Sequence[str],
     now: datetime,
+    window: TimeWindow | None = None,
+    embedder_kind: str | None = None,
 ) -> list[SearchHit]:
-    """Fuse, score, filter and cut one tier's candidates (see the module docstring for the formula)."""
+    """Fuse and score the candidates of both tiers together (formula in the module docstring), best first.
+
+    rows[i] comes from tier sources[i]. A vector-only candidate below its tier's optional cosine floor
+    is dropped; a full-text match is always kept. Rows with the same original id (a memory seen hot and
+    archived by a concurrent archival) collapse to the better one.
+    """
     k = config.rrf_k
+    wv, wt = resolved_vector_weight(config, embedder_kind), config.text_weight
     vec_pos = _positions(rows, "similarity", "in_vector")
     txt_pos = _positions(rows, "text_rank", None)
-    rrf_max = 2.0 / (k + 1)
-    boost = config.active_boost if source == "hot" else 1.0
+    rrf_max = (wv + wt) / (k + 1)
     hits: list[SearchHit] = []
     for i, row in enumerate(rows):
+        source = sources[i]
         similarity = float(row["similarity"])
         matched_text = row["text_rank"] is not None
-        if not (similarity >= threshold or matched_text):
+        floor = config.hot_similarity_threshold if source == "hot" else config.archived_similarity_threshold
+        if floor is not None and similarity < floor and not matched_text:
             continue
         vp, tp = vec_pos.get(i), txt_pos.get(i)
-        rrf = (1.0 / (k + vp) if vp else 0.0) + (1.0 / (k + tp) if tp else 0.0)
-        hybrid = max(min(max(similarity, 0.0), 1.0), rrf / rrf_max)
+        rrf = (wv / (k + vp) if vp else 0.0) + (wt / (k + tp) if tp else 0.0)
+        relevance = rrf / rrf_max
         memory_tags = tuple(row["tags"]) if isinstance(row["tags"], list) else ()
         recency = recency_decay(row["updated_at"], now, config.recency_half_life_days)
         tags_score = tag_match(tags, memory_tags)
+        in_window = 1.0 if window is not None and window.contains(row["created_at"]) else 0.0
+        boost = config.active_boost if source == "hot" else 1.0
         base = (
-            config.alpha_similarity * hybrid + config.beta_recency * recency + config.gamma_tags * tags_score
+            config.alpha_similarity * relevance
+            + config.beta_recency * recency
+            + config.gamma_tags * tags_score
+            + config.delta_time * in_window
         )
         scores = HitScores(
             similarity=similarity,
@@ -491,11 +597,12 @@ def rank_candidates(
             vector_position=vp,
             text_position=tp,
             rrf=rrf,
-            hybrid_similarity=hybrid,
+            hybrid_similarity=relevance,
             recency=recency,
             tag_match=tags_score,
             boost=boost,
             final=boost * base,
+            time_match=in_window,
         )
         provenance = Provenance(
             user_id=row["user_id"],
@@ -510,16 +617,39 @@ def rank_candidates(
             archived_at=row["archived_at"],
         )
         hits.append(SearchHit(source, row["text"], scores, provenance))
-    return sort_hits(hits)[:limit]
+    seen: set[uuid.UUID] = set()
+    unique = []
+    for hit in sort_hits(hits):
+        if hit.provenance.memory_id not in seen:
+            seen.add(hit.provenance.memory_id)
+            unique.append(hit)
+    return unique
 
 
 def sort_hits(hits: Sequence[SearchHit]) -> list[SearchHit]:
-    """Best first; ties broken by id so results are deterministic."""
-    return sorted(hits, key=lambda h: (-h.scores.final, -h.scores.similarity, str(h.id)))
+    """Best first; ties go to hot hits, then to the more recent, then by id (deterministic)."""
+    return sorted(
+        hits, key=lambda h: (-h.scores.final, h.source != "hot", -h.scores.recency, str(h.id))
+    )
 
 
-def phase2_reason(request: SearchRequest, hot_hits: Sequence[SearchHit], hot_limit: int) -> str | None:
-    """Why archived memories must be searched too, or None (seed: "Retrieval Strategy")."""
+def cut(hits: Sequence[SearchHit], total: int, hot_cap: int, archived_cap: int) -> list[SearchHit]:
+    """The best `total` hits with at most hot_cap hot and archived_cap archived ones."""
+    out: list[SearchHit] = []
+    left = {"hot": hot_cap, "archived": archived_cap}
+    for hit in hits:
+        if len(out) >= total:
+            break
+        if left[hit.source] > 0:
+            left[hit.source] -= 1
+            out.append(hit)
+    return out
+
+
+def phase2_reason(
+    request: SearchRequest, hot_hits: Sequence[SearchHit], limit: int, window: TimeWindow | None = None
+) -> str | None:
+    """Why archived memories must be searched too, or None: in auto mode, unless phase 1 is strong."""
     if request.phase2 == "never":
         return None
     if request.phase2 == "always":
@@ -530,10 +660,16 @@ def phase2_reason(request: SearchRequest, hot_hits: Sequence[SearchHit], hot_lim
     f = request.filters
     if (f.since is not None and f.since < horizon) or (f.until is not None and f.until <= horizon):
         return "window_before_hot_horizon"
-    if len(hot_hits) < hot_limit:
+    if window is not None and window.since < horizon:
+        return "query_names_the_past"
+    if len(hot_hits) < limit:
         return "too_few_hot_hits"
-    if not any(h.scores.similarity >= request.config.hot_similarity_threshold for h in hot_hits):
+    floor = request.config.hot_similarity_threshold
+    if floor is not None and not any(h.scores.similarity >= floor for h in hot_hits):
         return "none_above_threshold"
+    strong = request.config.strong_hot_similarity
+    if sum(1 for h in hot_hits if h.scores.similarity >= strong) < limit:
+        return "weak_hot_hits"
     return None
 
 
@@ -543,36 +679,40 @@ def candidate_pool(limit: int, config: RetrievalConfig) -> int:
 
 
 def search_plan(request: SearchRequest) -> Plan[SearchResult]:
-    """Phase 1, phase 2 when needed, merge. Read-only."""
+    """Phase 1, phase 2 when needed, one ranking. Read-only, one snapshot."""
     cfg = request.config
-    hot_limit, archived_limit = request.limits
+    total, hot_cap, archived_cap = request.limits
+    window = parse_time_window(request.query, request.now)
+    explicit = request.text_query is not None and request.text_query.strip() != ""
     params = {
         "user_id": request.user_id,
         "embedding": request.embedding,
-        "text_query": request.text_query or request.query,
+        "text_query": request.text_query if explicit else request.query,
+        "websearch": explicit,
+        "bm25": cfg.text_ranking == "bm25",
+        "df_cap": _DF_CAP,
+        "match_cap": _MATCH_CAP,
         **request.filters.params(),
     }
+    yield Snapshot()
     if request.embedding_model is not None:  # a query vector from another model would rank noise
         yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
     yield Sql(SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search)}, "one")
     hot_rows: list[dict[str, Any]] = []
-    hot_hits: list[SearchHit] = []
-    if hot_limit > 0:
-        hot_rows = yield Sql(HOT_SEARCH_SQL, params | {"pool": candidate_pool(hot_limit, cfg)})
-        hot_hits = rank_candidates(
-            hot_rows, source="hot", config=cfg, threshold=cfg.hot_similarity_threshold,
-            limit=hot_limit, tags=request.tags, now=request.now,
-        )  # fmt: skip
-    reason = phase2_reason(request, hot_hits, hot_limit) if archived_limit > 0 else None
+    if hot_cap > 0:
+        hot_rows = yield Sql(HOT_SEARCH_SQL, params | {"pool": candidate_pool(hot_cap, cfg)})
+    kind = request.embedder_kind
+    hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
+                               now=request.now, window=window, embedder_kind=kind)  # fmt: skip
+    reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
     archived_rows: list[dict[str, Any]] = []
-    archived_hits: list[SearchHit] = []
     if reason is not None:
-        archived_rows = yield Sql(ARCHIVED_SEARCH_SQL, params | {"pool": candidate_pool(archived_limit, cfg)})
-        archived_hits = rank_candidates(
-            archived_rows, source="archived", config=cfg, threshold=cfg.archived_similarity_threshold,
-            limit=archived_limit, tags=request.tags, now=request.now,
-        )  # fmt: skip
-    return SearchResult(sort_hits(hot_hits + archived_hits), reason, len(hot_rows), len(archived_rows))
+        archived_rows = yield Sql(ARCHIVED_SEARCH_SQL, params | {"pool": candidate_pool(archived_cap, cfg)})
+    rows = [*hot_rows, *archived_rows]
+    sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
+    ranked = rank_candidates(rows, sources=sources, config=cfg, tags=request.tags, now=request.now, window=window,
+                             embedder_kind=kind)  # fmt: skip
+    return SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows))
 
 
 def utc_now(now: datetime | None) -> datetime:

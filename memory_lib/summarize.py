@@ -567,13 +567,74 @@ def _truncate_at_word(text: str, max_chars: int) -> str:
     return cut.rstrip(" ,;:-–—\t\n") + "…"
 
 
-class ExtractiveSummarizer:
-    """Offline and deterministic: keeps the 1-3 most informative sentences verbatim, in their order.
+# Words that carry no findable content: English stop words and conversational filler. A summary drops
+# filler words and filler sentences ("Thanks!", "Wow, that's great!"); everything else is content.
+_STOPWORDS = _wordset(
+    "a an the and or but nor so yet for of to in on at by with from into onto about as than then that this "
+    "these those there here it its it's i me my mine we us our ours you your yours he him his she her hers "
+    "they them their theirs what which who whom whose when where why how is am are was were be been being "
+    "have has had having do does did doing will would shall should can could may might must not no yes "
+    "if because while until up down out off over under again further once all any both each few more most "
+    "other some such only own same too very just also now i'm i've i'd i'll you're you've that's there's "
+    "let's can't don't didn't won't isn't wasn't aren't gonna wanna got get gets getting really"
+)
+_FILLER = _wordset(
+    "wow oh ooh hey hi hello haha hahaha lol yeah yep yup um uh hmm omg ah aw aww awww ok okay well "
+    "totally super thanks thank cool great nice awesome amazing glad sure congrats congratulations dear "
+    "bye cheers absolutely definitely said say says told tell named called thing things lot lots"
+)
+_INTERJECTIONS = (
+    "wow|oh|ooh|hey|hi|hello|haha|hahaha|lol|yeah|yep|yup|um|uh|hmm|omg|ah|aw|aww|awww|ok|okay|well|so"
+)
+# Interjections opening a sentence, after an optional "Speaker:" label: "Melanie: Wow, ..." -> "Melanie: ..."
+_OPENING_FILLER = re.compile(rf"^((?:[^\W\d_][\w .'-]{{0,40}}:\s+)?)(?:(?:{_INTERJECTIONS})\b[,!.…]*\s+)+",
+                             re.IGNORECASE)  # fmt: skip
 
-    Informative = named entities (capitalized words not starting a sentence), numbers, dates, money.
+
+def _content_words(text: str) -> list[str]:
+    """Words that make a memory findable: not stop words or filler; numbers and ids always count."""
+    out = []
+    for w in _WORD.findall(text):
+        word = w.strip(".-'’&")
+        key = word.casefold().replace("’", "'")
+        if not word or key in _STOPWORDS or key in _FILLER:
+            continue
+        if len(word) >= 3 or any(c.isdigit() for c in word):
+            out.append(word)
+    return out
+
+
+# Words a summary can drop without losing a findable term: articles and intensifiers.
+_DROPPABLE = re.compile(r"(?<![\w'’-])(?:a|an|the|so|very|really|just|totally|super|actually|literally)\s+(?=\w)",
+                        re.IGNORECASE)  # fmt: skip
+
+
+def _compress(sentence: str) -> str:
+    """Drop articles and intensifiers: 'I went to the beach, it was so fun' -> 'I went to beach, it was fun'."""
+    out = _DROPPABLE.sub("", sentence)
+    return out[:1].upper() + out[1:] if sentence[:1].isupper() else out
+
+
+def _drop_filler_words(sentence: str) -> str:
+    """'Melanie: Wow, I ran the Boston marathon!' -> 'Melanie: I ran the Boston marathon!' (same terms)."""
+    out = _OPENING_FILLER.sub(lambda m: m.group(1), sentence, count=1)
+    if out == sentence or not _content_words(out):
+        return sentence  # nothing left but filler: keep as written
+    label = len(_OPENING_FILLER.match(sentence).group(1))  # type: ignore[union-attr]
+    return out[:label] + out[label : label + 1].upper() + out[label + 1 :]
+
+
+class ExtractiveSummarizer:
+    """Offline and deterministic. Keeps what makes a memory findable, not its wording:
+
+    * the 1-3 most informative sentences (named entities, numbers, dates, money, content words), in their
+      order, without filler sentences ("Thanks!") or filler words ("wow", "haha", "really");
+    * every name, number, date and content word of the sentences it left out, appended as
+      "(also: …)", so full text and the summary embedding still see them;
+    * at most max_chars (a single very long sentence is cut at a word, ending in "…").
     """
 
-    model = "extractive-v1"
+    model = "extractive-v2"
     kind = "extractive-offline"
 
     def __init__(self, max_sentences: int = 3, max_chars: int = 400):
@@ -584,15 +645,24 @@ class ExtractiveSummarizer:
         self.max_sentences = max_sentences
         self.max_chars = max_chars
 
-    def select_sentences(self, content: str) -> list[str]:
-        """The summary's sentences: substrings of `content` (a cut one ends in '…'), 1 to 3 of them."""
+    def _ranked(self, content: str) -> tuple[list[str], list[int]]:
         sentences = [content[s:e] for s, e in split_sentences(content)]
         if not sentences:
             raise SummarizationError("memory content has no words to summarize")
-        # The first sentence usually names the topic: a small bonus breaks ties in its favour.
-        scores = [_information_score(s) + (0.5 if i == 0 else 0.0) for i, s in enumerate(sentences)]
-        ranked = sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
-        chosen = ranked[: self.max_sentences]
+        # Sentences without a content word ("Thanks!", "Wow, so cool!") go last; the first sentence usually
+        # names the topic: a small bonus breaks ties in its favour.
+        scores = [
+            (_information_score(s) + 0.25 * len(_content_words(s)) + (0.5 if i == 0 else 0.0))
+            if _content_words(s) else -1.0
+            for i, s in enumerate(sentences)
+        ]  # fmt: skip
+        return sentences, sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
+
+    def select_sentences(self, content: str) -> list[str]:
+        """The summary's sentences: substrings of `content` (a cut one ends in '…'), 1 to 3 of them."""
+        sentences, ranked = self._ranked(content)
+        informative = [i for i in ranked if _content_words(sentences[i])] or ranked[:1]
+        chosen = informative[: self.max_sentences]
         while len(chosen) > 1 and sum(len(sentences[i]) + 1 for i in chosen) - 1 > self.max_chars:
             chosen.pop()  # the least informative goes first
         chosen.sort()
@@ -601,9 +671,26 @@ class ExtractiveSummarizer:
             picked[0] = _truncate_at_word(picked[0], self.max_chars)
         return picked
 
+    def summary_text(self, content: str) -> str:
+        picked = self.select_sentences(content)
+        text = " ".join(_compress(_drop_filler_words(p)) for p in picked)
+        have = {w.casefold() for w in _content_words(text)}
+        missing: list[str] = []
+        for term in [*extract_key_entities(content, limit=50), *_content_words(content)]:
+            words = {w.casefold() for w in _content_words(term)}
+            if words and not words <= have:
+                have |= words
+                missing.append(term)
+        for term in missing:  # in order of importance: entities first, then content words
+            extra = f" (also: {', '.join([*_also(text), term])})"
+            if len(_strip_also(text)) + len(extra) > self.max_chars:
+                break
+            text = _strip_also(text) + extra
+        return text
+
     def summarize(self, item: SummaryInput) -> Summary:
         _check_content(item)
-        text = " ".join(self.select_sentences(item.content))
+        text = self.summary_text(item.content)
         return Summary(
             text=text,
             model=self.model,
@@ -612,6 +699,18 @@ class ExtractiveSummarizer:
             output_tokens=len(text.split()),
             cost_usd=0.0,
         )
+
+
+_ALSO = re.compile(r" \(also: (.*)\)$")
+
+
+def _also(text: str) -> list[str]:
+    m = _ALSO.search(text)
+    return m.group(1).split(", ") if m else []
+
+
+def _strip_also(text: str) -> str:
+    return _ALSO.sub("", text)
 
 
 def extract_key_entities(text: str, limit: int = 10) -> list[str]:

@@ -76,14 +76,14 @@ def test_gates_are_blocking_checks(defs):
     graph = defs.resolve_asset_graph()
     specs = {key.name: graph.get_check_spec(key) for key in graph.asset_check_keys}
     assert {name: spec.blocking for name, spec in specs.items()} == {
-        "backups_round_trip": True, "error_rate_gate": True, "tiers_consistent": True,
+        "backups_round_trip": True, "error_rate_gate": True, "tiers_consistent": True, "archive_retrievable": True,
     }  # fmt: skip
     assert (
         specs["backups_round_trip"].asset_key
         == specs["error_rate_gate"].asset_key
         == dg.AssetKey("archive_backups")
     )
-    assert specs["tiers_consistent"].asset_key == dg.AssetKey("archive_rows")
+    assert specs["tiers_consistent"].asset_key == specs["archive_retrievable"].asset_key == dg.AssetKey("archive_rows")
 
 
 @pytest.mark.parametrize(

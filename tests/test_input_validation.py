@@ -107,7 +107,7 @@ def test_seed_defaults():
     assert (c.min_age_days, c.max_importance_score, c.max_recent_access_count, c.force_archive_age_days,
             c.batch_size, c.max_error_rate) == (90, 0.3, 2, 365, 500, 0.05)  # fmt: skip
     s = Settings.from_env({})
-    assert s.embedding.dim == 1536 and s.retrieval.active_boost == 1.2 and s.context.total == 8000
+    assert s.embedding.dim == 1536 and s.retrieval.active_boost == 1.0 and s.context.total == 8000  # issue 9: ties only
 
 
 def test_settings_from_env_validates():

@@ -1,6 +1,7 @@
 """A local stand-in for the Anthropic and OpenAI HTTP APIs, for tests through the real SDKs.
 
-Routes: Anthropic `POST /v1/messages`; OpenAI `POST /v1/chat/completions` and `POST /v1/embeddings`
+Routes: Anthropic `POST /v1/messages` (a prompt with a <passages> block is a rerank request: the
+answer lists the passage numbers by words shared with its <question>); OpenAI `POST /v1/chat/completions` and `POST /v1/embeddings`
 (also without the `/v1` prefix, so one base URL serves both SDKs). Answers are deterministic functions
 of the request text. Faults are switched on by setting attributes at any time:
 
@@ -53,6 +54,19 @@ def fake_summary(content: str) -> str:
     """What the server answers for a memory: its first two sentences, whitespace collapsed."""
     sentences = [s.strip() for s in _SENTENCE.findall(" ".join(content.split()))]
     return " ".join(sentences[:2])
+
+
+_PASSAGE = re.compile(r"^\[(\d+)\] (.*)$", re.MULTILINE)
+
+
+def fake_rerank(prompt: str) -> str:
+    """A rerank prompt's answer: passage numbers by words shared with the <question>, most first."""
+    question = re.search(r"<question>(.*?)</question>", prompt, re.DOTALL)
+    block = re.search(r"<passages>(.*?)</passages>", prompt, re.DOTALL)
+    words = set(re.findall(r"\w+", (question.group(1) if question else "").lower()))
+    passages = [(int(n), set(re.findall(r"\w+", text.lower()))) for n, text in _PASSAGE.findall(block.group(1) if block else "")]
+    ranked = sorted(passages, key=lambda p: (-len(words & p[1]), p[0]))
+    return ", ".join(str(n) for n, _ in ranked)
 
 
 def fake_embedding(text: str, dim: int) -> np.ndarray:
@@ -241,6 +255,8 @@ class FakeLLMServer:
         return [memory_content(prompt)]
 
     def _summary_for(self, content: str) -> str:
+        if "<passages>" in content and self.summary_override is None:  # a rerank request (memory_lib.rerank)
+            return fake_rerank(content)
         if self.summary_override is not None:
             return self.summary_override
         if _unit_fraction(content) < self.empty_summary_fraction:

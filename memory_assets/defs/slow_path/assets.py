@@ -29,9 +29,10 @@ from memory_assets.resources import (
     SummarizerResource,
     store_kind,
 )
-from memory_lib import eligibility, integrity, nights, pipeline
+from memory_lib import eligibility, integrity, nights, pipeline, retrievability
 from memory_lib import pause as pause_switch
 from memory_lib.claims import attempt_counts
+from memory_lib.config import Settings
 from memory_lib.store import tier_stats
 
 from .partitions import SLOW_PATH, backfill_policy, run_nights
@@ -218,6 +219,7 @@ def archive_rows(
     database: DatabaseResource,
     object_store: ObjectStoreResource,
     archival: ArchivalCriteriaResource,
+    embedder: EmbedderResource,
 ):
     """Replace each backed-up original by its archive row (summary + summary embedding + backup
     reference), one transaction per chunk, with an 'archived' audit event. Runs only after the
@@ -226,10 +228,14 @@ def archive_rows(
     After each night's commit: the gate again (over every step including verify and commit) and the
     tier integrity (every memory in exactly one tier, every committed backup present). A failure
     pauses archival; a night that failed the gate after commit fails the asset (the nights before it
-    are recorded as materialized: they did archive). Freshness: a night not archived within 26 h."""
+    are recorded as materialized: they did archive). Then the retrievability probe: a sample of the
+    night's archive rows searched with their own first sentence (memory_lib.retrievability), kept on
+    the batch for the archive_retrievable check; below the floor it pauses archival.
+    Freshness: a night not archived within 26 h."""
     started = time.monotonic()
     criteria = archival.get_criteria()
     store = object_store.get_store()
+    retrieval = Settings.from_env().retrieval
     run = run_nights(context)
     by_night: dict[date, dict[str, object]] = {}
     failing: list[tuple[date, str]] = []
@@ -243,6 +249,7 @@ def archive_rows(
                 if not after.passed:
                     failing.append((night, after.describe()))
                 _audit_tiers(conn, o.batch_key, store)
+                meta |= _probe_retrievability(conn, o.batch_key, store, embedder, retrieval)
             by_night[night] = meta | _archived_by(conn, o.batch_key)
         stats = tier_stats(conn)
     by_night[run[-1]] |= {
@@ -266,6 +273,19 @@ def archive_rows(
         )  # fmt: skip
     record_nights(context, by_night)
     yield dg.MaterializeResult()
+
+
+def _probe_retrievability(conn, batch_key: str, store, embedder: EmbedderResource, config) -> dict[str, object]:
+    """The night's retrievability, recorded for the check; a night below the floor pauses archival."""
+    result = retrievability.probe_night(conn, embedder.get_embedder(), store, batch_key, config=config)
+    retrievability.record(conn, result)
+    if not result.passed:
+        pause_switch.set_pause(conn, reason=result.describe(), actor=nights.ACTOR, batch_key=batch_key,
+                               details={"check": "archive_retrievable"})  # fmt: skip
+    meta: dict[str, object] = {"retrievability_sampled": result.sampled}
+    if result.share_found is not None:
+        meta["retrievable_share"] = round(result.share_found, 4)
+    return meta
 
 
 def _audit_tiers(conn, batch_key: str, store) -> None:

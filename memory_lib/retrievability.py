@@ -1,0 +1,165 @@
+"""Can a night's archived memories still be found? The probe behind the Dagster retrievability gate.
+
+For one archival night (batch key `night-YYYY-MM-DD`, kept in archived_memories.metadata.batch_key):
+sample up to `sample_size` of the night's archived memories (a stable pseudo-random order, so a re-run
+probes the same ones), read each verified original from object storage, take its first sentence as
+the question, and run the product's two-phase search (default RetrievalConfig, phase 2 auto, as the
+memory's own user) with limit `k`. A memory is found when its archive row is among the hits.
+
+`share_found` below `floor` (RetrievalConfig.retrievability_floor, 0.9) means the summaries no longer
+carry what made the memories findable (an empty or generic summary, a summary embedded by another
+model): the gate fails and archival pauses. A night with nothing archived passes (nothing to lose).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from psycopg.types.json import Jsonb
+
+from .config import RetrievalConfig
+from .errors import InvalidInputError
+from .models import BackupObject
+from .search import SearchRequest, query_vector, run_plan, search_plan, utc_now
+from .summarize import split_sentences
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .embedding import Embedder
+    from .objectstore import ObjectStore
+
+__all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights"]
+
+_SAMPLE_SQL = """
+    SELECT a.id AS archive_id, a.original_id, a.user_id, a.storage_ref, a.backup_sha256
+    FROM archived_memories a
+    WHERE a.metadata ->> 'batch_key' = %(batch_key)s
+    ORDER BY md5(a.original_id::text), a.original_id
+    LIMIT %(n)s"""
+_COUNT_SQL = "SELECT count(*) AS n FROM archived_memories WHERE metadata ->> 'batch_key' = %(batch_key)s"
+
+
+@dataclass(frozen=True)
+class NightRetrievability:
+    """One night's result. share_found is None when nothing of the night is archived."""
+
+    batch_key: str
+    archived: int
+    sampled: int
+    found: int
+    floor: float
+    k: int
+    missed: list[uuid.UUID] = field(default_factory=list)  # original ids not in the top k
+    seconds: float = 0.0
+
+    @property
+    def share_found(self) -> float | None:
+        return self.found / self.sampled if self.sampled else None
+
+    @property
+    def passed(self) -> bool:
+        share = self.share_found
+        return share is None or share >= self.floor
+
+    def describe(self) -> str:
+        if self.share_found is None:
+            return f"{self.batch_key}: nothing archived"
+        return (
+            f"{self.batch_key}: {self.found}/{self.sampled} sampled archived memories found in the top {self.k} "
+            f"by their first sentence ({100 * self.share_found:.0f}%, floor {100 * self.floor:.0f}%)"
+        )
+
+
+def first_sentence(text: str, max_chars: int = 300) -> str:
+    """The first sentence of `text` (verbatim), cut at a word past max_chars."""
+    spans = split_sentences(text)
+    sentence = text[spans[0][0] : spans[0][1]] if spans else text.strip()
+    if len(sentence) > max_chars:
+        cut = sentence[:max_chars].rsplit(" ", 1)[0]
+        sentence = cut or sentence[:max_chars]
+    return sentence
+
+
+def probe_night(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    store: ObjectStore,
+    batch_key: str,
+    *,
+    config: RetrievalConfig | None = None,
+    sample_size: int | None = None,
+    k: int = 10,
+    now: datetime | None = None,
+) -> NightRetrievability:
+    """Search a sample of the night's archived memories with their own first sentence (read-only)."""
+    if not isinstance(batch_key, str) or not batch_key.strip():
+        raise InvalidInputError("batch_key", batch_key, "must be a non-empty string like 'night-2025-06-01'")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1000:
+        raise InvalidInputError("k", k, "must be an integer between 1 and 1000")
+    config = config or RetrievalConfig()
+    n = config.retrievability_sample_size if sample_size is None else sample_size
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InvalidInputError("sample_size", n, "must be a positive integer")
+    started = time.monotonic()
+    when = utc_now(now)
+    archived = conn.execute(_COUNT_SQL, {"batch_key": batch_key}).fetchone()["n"]
+    rows = conn.execute(_SAMPLE_SQL, {"batch_key": batch_key, "n": n}).fetchall()
+    if not rows:
+        return NightRetrievability(batch_key, archived, 0, 0, config.retrievability_floor, k)
+    questions = []
+    for row in rows:
+        raw = store.get_verified(store.key_from_ref(row["storage_ref"]), row["backup_sha256"])
+        questions.append(first_sentence(BackupObject.from_json_bytes(raw).content))
+    vectors = embedder.embed(questions)
+    search_config = config.model_copy(update={"limit": k})
+    missed: list[uuid.UUID] = []
+    for row, question, vector in zip(rows, questions, vectors, strict=True):
+        request = SearchRequest(
+            user_id=row["user_id"], query=question, embedding=query_vector(vector, embedder.dim),
+            config=search_config, now=when, phase2="auto", embedding_model=embedder.model,
+            embedder_kind=getattr(embedder, "kind", None),
+        )  # fmt: skip
+        result = run_plan(conn, search_plan(request))
+        if not any(h.provenance.archive_id == row["archive_id"] for h in result.hits):
+            missed.append(row["original_id"])
+    return NightRetrievability(
+        batch_key, archived, len(rows), len(rows) - len(missed), config.retrievability_floor, k, missed,
+        time.monotonic() - started,
+    )  # fmt: skip
+
+
+def probe_nights(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    store: ObjectStore,
+    batch_keys: Sequence[str],
+    **kwargs: object,
+) -> list[NightRetrievability]:
+    """probe_night for each key, in order."""
+    return [probe_night(conn, embedder, store, key, **kwargs) for key in batch_keys]  # type: ignore[arg-type]
+
+
+def record(conn: psycopg.Connection, result: NightRetrievability) -> None:
+    """Keep a night's result on its batch (archival_batches.retrievability), for the read-only check."""
+    conn.execute(
+        "UPDATE archival_batches SET retrievability = %s WHERE batch_key = %s",
+        (Jsonb({"archived": result.archived, "sampled": result.sampled, "found": result.found,
+                "floor": result.floor, "k": result.k, "missed": [str(m) for m in result.missed],
+                "seconds": round(result.seconds, 3)}), result.batch_key),
+    )  # fmt: skip
+
+
+def recorded(conn: psycopg.Connection, batch_key: str) -> NightRetrievability | None:
+    """The last result `record` kept for the night, or None when the night was never probed."""
+    row = conn.execute("SELECT retrievability AS r FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
+    if row is None or row["r"] is None:
+        return None
+    r = row["r"]
+    return NightRetrievability(batch_key, r["archived"], r["sampled"], r["found"], r["floor"], r["k"],
+                               [uuid.UUID(m) for m in r["missed"]], r["seconds"])  # fmt: skip

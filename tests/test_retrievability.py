@@ -1,0 +1,122 @@
+"""The retrievability gate: a night's archived memories must be findable by their own first sentence."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import dagster as dg
+import pytest
+
+from memory_assets.defs.slow_path import assets
+from memory_assets.defs.slow_path.retrievability import archive_retrievable
+from memory_assets.resources import (
+    ArchivalCriteriaResource,
+    DatabaseResource,
+    EmbedderResource,
+    ObjectStoreResource,
+    SummarizerResource,
+)
+from memory_lib import nights, pause
+from memory_lib.embedding import HashingEmbedder
+from memory_lib.errors import InvalidInputError
+from memory_lib.retrievability import first_sentence, probe_night
+from tests.conftest import TEST_DIM
+from tests.support.dagster_helpers import END, last_night, load_history
+
+NIGHT = last_night()
+DEFS = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows,
+        archive_retrievable]  # fmt: skip
+
+
+@pytest.fixture
+def store_resource(tmp_path):
+    return ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
+
+
+def _resources(db_url, store_resource):
+    return {
+        "database": DatabaseResource(database_url=db_url),
+        "object_store": store_resource,
+        "summarizer": SummarizerResource(provider="extractive"),
+        "embedder": EmbedderResource(provider="hashing", dim=TEST_DIM),
+        "archival": ArchivalCriteriaResource(batch_size=40),
+    }
+
+
+def _materialize(db_url, store_resource, night=NIGHT):
+    return dg.materialize(
+        DEFS, partition_key=night.isoformat(), resources=_resources(db_url, store_resource),
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+    )  # fmt: skip
+
+
+def _check(result) -> dg.AssetCheckEvaluation:
+    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == "archive_retrievable"]
+    return evaluation
+
+
+def _empty_the_summaries(conn) -> int:
+    """What a broken summarizer would leave: no summary text, one meaningless vector for all of them."""
+    conn.execute("ALTER TABLE archived_memories DROP CONSTRAINT archived_memories_summary_check")
+    [vec] = HashingEmbedder(TEST_DIM).embed(["(no summary)"])
+    return conn.execute(
+        "UPDATE archived_memories SET summary = '', summary_embedding = %s::vector::halfvec", (vec,)
+    ).rowcount
+
+
+def test_first_sentence_is_verbatim_and_bounded():
+    assert first_sentence("Paid 84 EUR for electricity. Then went home.") == "Paid 84 EUR for electricity."
+    assert first_sentence("no end mark here") == "no end mark here"
+    long = "word " * 200
+    assert len(first_sentence(long)) <= 300 and long.startswith(first_sentence(long))
+
+
+def test_probe_finds_a_nights_archived_memories_and_misses_them_without_summaries(
+    conn, db_url, store_resource
+):
+    load_history(conn, TEST_DIM)
+    assert _materialize(db_url, store_resource).success
+    key = nights.batch_key_for(NIGHT)
+    store, embedder = store_resource.get_store(), HashingEmbedder(TEST_DIM)
+    good = probe_night(conn, embedder, store, key, now=END)
+    assert good.archived > 0 and good.sampled == min(good.archived, 50)
+    assert good.share_found is not None and good.share_found >= 0.9 and good.passed, good.missed
+
+    assert _empty_the_summaries(conn) == good.archived
+    bad = probe_night(conn, embedder, store, key, now=END)
+    assert bad.sampled == good.sampled and bad.share_found < 0.9 and not bad.passed
+    assert len(bad.missed) == bad.sampled - bad.found
+    assert "floor 90%" in bad.describe()
+
+    nothing = probe_night(conn, embedder, store, "night-1999-01-01", now=END)
+    assert (nothing.sampled, nothing.share_found, nothing.passed) == (0, None, True)
+    with pytest.raises(InvalidInputError, match="batch_key"):
+        probe_night(conn, embedder, store, " ")
+
+
+def test_dagster_check_passes_then_fails_and_blocks_later_nights_when_summaries_are_empty(
+    conn, db_url, store_resource
+):
+    load_history(conn, TEST_DIM)
+    first = _materialize(db_url, store_resource)
+    assert first.success
+    check = _check(first)
+    assert check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert check.partition == NIGHT.isoformat() and check.metadata["sampled"].value > 0
+    assert check.metadata["share_found"].value >= 0.9
+
+    _empty_the_summaries(conn)
+    again = _materialize(db_url, store_resource)  # the same night: no new work, the check runs again
+    failed = _check(again)
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
+    assert failed.partition == NIGHT.isoformat() and nights.batch_key_for(NIGHT) in failed.description
+    assert failed.metadata["share_found"].value < 0.9
+    state = pause.pause_status(conn)
+    assert state.paused and nights.batch_key_for(NIGHT) in state.reason
+
+    archived_before = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+    later = _materialize(db_url, store_resource, night=NIGHT + timedelta(days=1))
+    assert later is not None
+    archived_after = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+    assert archived_after == archived_before  # paused: the next night archives nothing
+    assert pause.skipped_nights(conn, nights.batch_key_for(NIGHT + timedelta(days=1)))
