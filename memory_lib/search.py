@@ -50,6 +50,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from . import validation
 from .config import RetrievalConfig
 from .errors import EmbeddingMismatchError, InvalidInputError
 from .models import CATEGORIES
@@ -200,12 +201,6 @@ def normalize_tags(tags: Sequence[str] | None, *, field: str = "tags") -> tuple[
     return tuple(sorted(out))
 
 
-def _aware(name: str, ts: datetime | None) -> datetime | None:
-    if ts is not None and ts.tzinfo is None:
-        raise InvalidInputError(name, ts, "must be timezone-aware")
-    return ts
-
-
 @dataclass(frozen=True)
 class SearchFilters:
     """Hard filters: a hit must match every one given. Times bound created_at, [since, until)."""
@@ -230,8 +225,8 @@ class SearchFilters:
             object.__setattr__(
                 self, "required_tags", normalize_tags(self.required_tags, field="filters.required_tags")
             )
-        _aware("filters.since", self.since)
-        _aware("filters.until", self.until)
+        for name in ("since", "until"):  # aware datetimes or ISO 8601 strings with an offset
+            object.__setattr__(self, name, validation.optional_timestamp(f"filters.{name}", getattr(self, name)))
         if self.since and self.until and self.since >= self.until:
             raise InvalidInputError("filters.until", self.until, f"must be after filters.since={self.since}")
 
@@ -718,8 +713,7 @@ def search_plan(request: SearchRequest) -> Plan[SearchResult]:
 def utc_now(now: datetime | None) -> datetime:
     if now is None:
         return datetime.now(UTC)
-    _aware("now", now)
-    return now.astimezone(UTC)
+    return validation.optional_timestamp("now", now).astimezone(UTC)
 
 
 def query_vector(embedding: Any, dim: int) -> np.ndarray:

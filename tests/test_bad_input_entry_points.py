@@ -345,9 +345,6 @@ def test_the_good_archive_still_expands_and_a_caller_item_with_an_aware_time_pac
     assert any(b.text == "Earlier summary" for b in context.blocks)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="SearchFilters lives in search.py (being rewritten): its __post_init__ must use "
-                          "validation.optional_timestamp; until then a string `since` is an AttributeError")  # fmt: skip
 def test_a_date_string_in_search_filters_is_refused_naming_the_field():
     with pytest.raises(InvalidInputError) as info:
         SearchFilters(since="2024-01-01")
