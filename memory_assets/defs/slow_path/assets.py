@@ -230,7 +230,8 @@ def archive_rows(
     pauses archival; a night that failed the gate after commit fails the asset (the nights before it
     are recorded as materialized: they did archive). Then the retrievability probe: a sample of the
     night's archive rows searched with their own first sentence (memory_lib.retrievability), kept on
-    the batch for the archive_retrievable check; below the floor it pauses archival.
+    the batch for the archive_retrievable check; a night below the floor pauses archival once the
+    run's nights are done (later nights and runs archive nothing until an operator clears it).
     Freshness: a night not archived within 26 h."""
     started = time.monotonic()
     criteria = archival.get_criteria()
@@ -239,6 +240,7 @@ def archive_rows(
     run = run_nights(context)
     by_night: dict[date, dict[str, object]] = {}
     failing: list[tuple[date, str]] = []
+    unfindable: list[str] = []
     with database.connect() as conn:
         for night in run:
             o = nights.commit_night(conn, night, store, criteria)
@@ -249,8 +251,13 @@ def archive_rows(
                 if not after.passed:
                     failing.append((night, after.describe()))
                 _audit_tiers(conn, o.batch_key, store)
-                meta |= _probe_retrievability(conn, o.batch_key, store, embedder, retrieval)
+                meta |= _probe_retrievability(conn, o.batch_key, store, embedder, retrieval, unfindable)
             by_night[night] = meta | _archived_by(conn, o.batch_key)
+        if unfindable:  # after the run's nights: the pause blocks the nights after this run
+            pause_switch.set_pause(
+                conn, reason=unfindable[0] + (f" (+{len(unfindable) - 1} more nights)" if len(unfindable) > 1 else ""),
+                actor=nights.ACTOR, batch_key=nights.batch_key_for(run[-1]), details={"check": "archive_retrievable"},
+            )  # fmt: skip
         stats = tier_stats(conn)
     by_night[run[-1]] |= {
         "hot_memories": stats.hot,
@@ -275,13 +282,15 @@ def archive_rows(
     yield dg.MaterializeResult()
 
 
-def _probe_retrievability(conn, batch_key: str, store, embedder: EmbedderResource, config) -> dict[str, object]:
-    """The night's retrievability, recorded for the check; a night below the floor pauses archival."""
+def _probe_retrievability(
+    conn, batch_key: str, store, embedder: EmbedderResource, config, unfindable: list[str]
+) -> dict[str, object]:
+    """The night's retrievability, recorded for the check; a night below the floor is added to
+    `unfindable` (archive_rows pauses archival once the run's nights are done)."""
     result = retrievability.probe_night(conn, embedder.get_embedder(), store, batch_key, config=config)
     retrievability.record(conn, result)
     if not result.passed:
-        pause_switch.set_pause(conn, reason=result.describe(), actor=nights.ACTOR, batch_key=batch_key,
-                               details={"check": "archive_retrievable"})  # fmt: skip
+        unfindable.append(result.describe())
     meta: dict[str, object] = {"retrievability_sampled": result.sampled}
     if result.share_found is not None:
         meta["retrievable_share"] = round(result.share_found, 4)
