@@ -9,6 +9,7 @@ the environment, DATABASE_URL is bound as an EnvVar (the UI shows the variable's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
 from memory_lib.db import Database, check_schema, connect, open_database, prepare_database
 from memory_lib.embedding import Embedder, embedder_from_settings
-from memory_lib.errors import InvalidInputError, SchemaError
+from memory_lib.errors import InvalidInputError, ObjectStoreError, SchemaError
 from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
 from memory_lib.summarize import Summarizer, summarizer_from_settings
 
@@ -105,9 +106,42 @@ class DatabaseResource(dg.ConfigurableResource):
             conn.close()
 
 
+def check_bucket(client: Any, bucket: str, endpoint: str | None) -> str:
+    """HEAD the bucket and return its versioning status: 'Enabled', 'Suspended', 'Off' or 'unknown'
+    (credentials without s3:GetBucketVersioning). A missing or forbidden bucket raises ObjectStoreError
+    naming it. Run before any PUT: SeaweedFS (and some MinIO set-ups) create a missing bucket on the
+    first PUT, so a typo in the bucket name would otherwise archive into a new, unversioned bucket."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    where = f"bucket {bucket!r} at {endpoint or 'AWS S3'}"
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 404:
+            raise ObjectStoreError(
+                f"{where} does not exist: create it (versioning on) before archiving; "
+                "nothing was written (object_store.bucket, MEMORY_ARCHIVE_BUCKET)"
+            ) from None
+        if status == 403:
+            raise ObjectStoreError(f"{where}: access denied (HTTP 403) to these credentials") from None
+        raise ObjectStoreError(f"{where}: HEAD bucket failed: {exc}") from None
+    except BotoCoreError as exc:  # endpoint unreachable, timeouts after the retries
+        raise ObjectStoreError(f"{where}: {exc}") from None
+    try:
+        return client.get_bucket_versioning(Bucket=bucket).get("Status") or "Off"
+    except ClientError:
+        return "unknown"
+
+
 class ObjectStoreResource(dg.ConfigurableResource):
     """Where backups go: a local folder, or an S3-compatible bucket through dagster-aws's S3Resource
-    (its endpoint_url reaches R2, MinIO or SeaweedFS). Unset fields come from settings."""
+    (its endpoint_url reaches R2, MinIO or SeaweedFS). Unset fields come from settings.
+
+    At the start of a run (setup_for_execution), an S3 bucket is checked: it must exist (else the run
+    fails before any step, naming the bucket), and its versioning status is logged, with a warning
+    when it is off: versioning keeps the object a backup was verified against even if it is
+    overwritten before its original is deleted (the verify → commit race)."""
 
     kind: str | None = Field(default=None, description="'local' or 's3'; unset: settings.")
     local_root: str | None = None
@@ -117,24 +151,53 @@ class ObjectStoreResource(dg.ConfigurableResource):
         default=None, description="S3 client settings; unset: endpoint/region from settings."
     )
 
+    _versioning: str | None = PrivateAttr(default=None)
+
     def config(self) -> ObjectStoreConfig:
         return _merged(
             ObjectStoreConfig, Settings.from_env().object_store,
             _set_fields(self, ("kind", "local_root", "bucket", "prefix")), "object_store",
         )  # fmt: skip
 
+    def _s3(self, cfg: ObjectStoreConfig) -> tuple[Any, str | None]:
+        """memory_lib's client from the S3Resource's settings (one client factory for the library and
+        Dagster), not s3.get_client(): it has connect/read timeouts and bounded retries, so a frozen
+        endpoint fails the step's memories instead of hanging the run."""
+        s3 = self.s3 or S3Resource(endpoint_url=cfg.endpoint_url, region_name=cfg.region_name)
+        client = s3_client(
+            s3.endpoint_url, s3.region_name, s3.aws_access_key_id, s3.aws_secret_access_key,
+            connect_timeout=cfg.connect_timeout_seconds, read_timeout=cfg.read_timeout_seconds,
+            max_attempts=cfg.max_attempts,
+        )  # fmt: skip
+        return client, s3.endpoint_url
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        cfg = self.config()
+        if cfg.kind != "s3":
+            return
+        assert cfg.bucket is not None  # ObjectStoreConfig requires it for kind='s3'
+        client, endpoint = self._s3(cfg)
+        self._versioning = check_bucket(client, cfg.bucket, endpoint)
+        log = context.log or logging.getLogger(__name__)
+        if self._versioning == "Enabled":
+            log.info(f"bucket {cfg.bucket!r}: exists, versioning Enabled")
+        else:
+            log.warning(
+                f"bucket {cfg.bucket!r}: versioning {self._versioning}: turn it on, so an object overwritten "
+                "between its verification and the deletion of its original can still be recovered"
+            )
+
+    @property
+    def versioning(self) -> str | None:
+        """The bucket's versioning status found at setup ('Enabled', 'Suspended', 'Off', 'unknown');
+        None for the local store or outside a run."""
+        return self._versioning
+
     def get_store(self) -> ObjectStore:
         cfg = self.config()
         if cfg.kind == "s3":
-            s3 = self.s3 or S3Resource(endpoint_url=cfg.endpoint_url, region_name=cfg.region_name)
             assert cfg.bucket is not None  # ObjectStoreConfig requires it for kind='s3'
-            # memory_lib's client from the resource's settings, not s3.get_client(): it has connect/read
-            # timeouts, so a frozen endpoint fails the step's memories instead of hanging the run.
-            client = s3_client(
-                s3.endpoint_url, s3.region_name, s3.aws_access_key_id, s3.aws_secret_access_key,
-                connect_timeout=cfg.connect_timeout_seconds, read_timeout=cfg.read_timeout_seconds,
-                max_attempts=cfg.max_attempts,
-            )  # fmt: skip
+            client, _ = self._s3(cfg)
             return S3ObjectStore(client, cfg.bucket, cfg.prefix)
         root = cfg.local_root or Settings.from_env().local_object_root
         Path(root).mkdir(parents=True, exist_ok=True)

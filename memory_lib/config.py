@@ -308,6 +308,17 @@ class SlowPathConfig(BaseModel):
     backfill_nights_per_run: int = Field(
         30, ge=1, le=366, description="A backfill run takes this many nights, each gated by its own checks."
     )
+    # A secret (a Slack webhook's path is its token): read from the environment only, never shown.
+    alert_webhook_url: SecretStr | None = Field(
+        None, description="Webhook the Dagster alert sensors POST JSON to (Slack-compatible `text`)."
+    )
+
+    @field_validator("alert_webhook_url")
+    @classmethod
+    def _webhook_url(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            _http_url(v.get_secret_value())
+        return v
 
     @field_validator("timezone")
     @classmethod
@@ -374,7 +385,7 @@ ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "MEMORY_ARCHIVE_PARTITION_START": ("slow_path", "partition_start_date"),
     "MEMORY_ARCHIVE_TIMEZONE": ("slow_path", "timezone"),
 }
-_SECRET_PATHS = {("database_url",)}
+_SECRET_PATHS = {("database_url",), ("slow_path", "alert_webhook_url")}
 
 # The environment Settings.from_env is reading; unset, Settings(...) reads nothing.
 _ENV: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("memory_archive_env", default=None)

@@ -54,7 +54,10 @@ def test_jobs_schedule_and_resources_are_wired(defs):
     assert schedule.cron_schedule == f"0 {SLOW_PATH.schedule_hour} * * *"
     assert schedule.execution_timezone == SLOW_PATH.timezone
     assert schedule.job_name == "slow_path_job"
-    assert set(defs.resources) >= {"database", "object_store", "summarizer", "embedder", "archival"}
+    assert set(defs.resources) >= {"database", "object_store", "summarizer", "embedder", "archival", "alerts"}
+    for name in ("archival_pause_sensor", "archival_failure_alert"):  # on without a click: the pause is seen
+        assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING
+    assert dg.AssetKey("archival_pause") in defs.resolve_asset_graph().get_all_asset_keys()
     job = defs.resolve_job_def("slow_path_job")
     keys = {k.path[-1] for k in job.asset_layer.selected_asset_keys}
     assert keys == set(SLOW_PATH_ASSETS)

@@ -4,6 +4,7 @@ import os
 
 import dagster as dg
 
+from memory_assets.alerts import AlertResource
 from memory_assets.resources import (
     ArchivalCriteriaResource,
     DatabaseResource,
@@ -31,5 +32,7 @@ def defs() -> dg.Definitions:
             "summarizer": SummarizerResource(),
             "embedder": EmbedderResource(),
             "archival": ArchivalCriteriaResource(),
+            # Where the sensors' alerts go; bind a subclass here to deliver them another way.
+            "alerts": AlertResource(),
         }
     )
