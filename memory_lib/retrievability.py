@@ -92,10 +92,9 @@ def _words(text: str) -> set[str]:
 
 
 def _same_fact(summary: str, question: str, min_overlap: float = 0.9) -> bool:
-    """An archived hit whose summary states (nearly) the probed sentence answers "did I ever know this?"
-    as the probed memory would: agents store the same fact many times, and only one copy ranks first.
-    Nearly = the same numbers, and at least 90% of the words shared both ways. Only archived hits count:
-    the probe is about what the archive keeps findable, so a hot copy proves nothing about summaries."""
+    """A hit (hot, or an archived summary) that states nearly the probed sentence answers "did I ever know
+    this?" as the probed memory would: agents store the same fact many times, and only one copy ranks
+    first. Nearly = the same numbers, and at least 90% of the words shared both ways."""
     q, h = _words(question), _words(first_sentence(summary.strip()))
     if not q or not h or {w for w in q if w.isdigit()} != {w for w in h if w.isdigit()}:
         return False
@@ -143,11 +142,7 @@ def probe_night(
             embedder_kind=getattr(embedder, "kind", None),
         )  # fmt: skip
         result = run_plan(conn, search_plan(request))
-        if not any(
-            h.provenance.archive_id == row["archive_id"]
-            or (h.provenance.archive_id is not None and _same_fact(h.text, question))
-            for h in result.hits
-        ):
+        if not any(h.provenance.archive_id == row["archive_id"] or _same_fact(h.text, question) for h in result.hits):
             missed.append(row["original_id"])
     return NightRetrievability(
         batch_key, archived, len(rows), len(rows) - len(missed), config.retrievability_floor, k, missed,
