@@ -7,7 +7,7 @@ method and the object store differ:
 
 * naive baseline: one memory at a time: read, summarize, embed, put + verify, then one transaction
   (insert archive row, audit event, delete original);
-* memory_lib.archive.archive_batch in batches of 500 (its default workers).
+* memory_lib.pipeline.run_batch in batches of 500 (its default workers).
 
 Object stores: SeaweedFS S3 on loopback (started here, or --s3-endpoint) and a local directory.
 """
@@ -138,7 +138,7 @@ def services_for(store: ObjectStore, dim: int = DIM) -> ArchivalServices:
 
 def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_batches: int | None = None,
                 dim: int = DIM) -> dict[str, Any]:  # fmt: skip
-    """archive_batch in batches of 500 until nothing is eligible (or max_batches). Seconds per step."""
+    """run_batch in batches of 500 until nothing is eligible (or max_batches). Seconds per step."""
     criteria = ArchivalCriteria()
     services = services_for(store, dim)
     steps: dict[str, float] = defaultdict(float)
@@ -359,7 +359,7 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
         "Archival: share of time per step (%)",
         ["object store", "method", *step_names, "total s"],
         step_rows,
-        "archive_batch: StepResult.seconds per step summed over batches; 'claim + gate' is the rest of each batch "
+        "run_batch: StepResult.seconds per step summed over batches; 'claim + gate' is the rest of each batch "
         "(claim, status, error gate). backup = put + verify; commit (batched) also re-verifies each object.",
     ))  # fmt: skip
     s3 = next((results[f"{s}|batched"] for s in stores if "restore" in results[f"{s}|batched"]), None)

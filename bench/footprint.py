@@ -1,7 +1,7 @@
 """footprint: Postgres bytes per hot memory vs per archived memory (heap, TOAST, indexes), the saving, for
 1536-d and 384-d embeddings; object-store bytes per memory.
 
-The same memories are measured hot, then archived by memory_lib.archive.archive_batch (offline
+The same memories are measured hot, then archived by memory_lib.pipeline.run_batch (offline
 summarizer, hashing embedder, local object store). Both tables are rewritten with VACUUM FULL before
 measuring, so neither carries load-order bloat. Vectors use pgvector's 'external' storage (never
 compressed), so the figures do not depend on the vectors' values.
