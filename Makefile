@@ -13,15 +13,17 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: install install-local demo dev test lint bench clean
 
-$(STAMP): pyproject.toml
+# deploy/constraints.txt pins the dependencies to the versions the tests ran on (the image uses it too):
+# a fresh machine gets the same versions, not whatever the registry serves that day.
+$(STAMP): pyproject.toml deploy/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
-	$(PIP) -e '.[dev]'
+	$(PIP) -c deploy/constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # torch is pinned to the CPU build (2.13.0); an unpinned torch pulls several GB of CUDA wheels.
 $(LOCAL_STAMP): $(STAMP)
-	$(PIP) -e '.[dev,local]'
+	$(PIP) -c deploy/constraints.txt -e '.[dev,local]'
 	touch $(LOCAL_STAMP)
 
 install: $(STAMP)
