@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import psycopg
 
 from . import pipeline
-from .archive import ArchivalServices
+from .archive import ArchivalServices, StepResult
 from .config import ArchivalCriteria
 from .embedding import Embedder
 from .errors import InvalidInputError
@@ -94,21 +94,17 @@ def run_night(
 
 
 @dataclass
-class StepTotals:
-    """Step results of several nights added up, for reporting."""
+class StepTotals(StepResult):
+    """Step results of several nights added up, for reporting: StepResult's counters summed, plus
+    failures by step and the nights skipped (why)."""
 
-    processed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    released: int = 0
-    bytes_written: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    seconds: float = 0.0
+    step: str = "total"
     failed_by_step: Counter[str] = field(default_factory=Counter)
-    errors: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+
+
+# Every counter StepResult has is summed: a counter added there is totalled without a change here.
+_SUMMED = [f.name for f in fields(StepResult) if f.type in ("int", "float")]
 
 
 def totals(outcomes: Iterable[StageOutcome]) -> StepTotals:
@@ -117,15 +113,8 @@ def totals(outcomes: Iterable[StageOutcome]) -> StepTotals:
         if o.skipped:
             t.skipped[o.batch_key] = o.skipped
         for r in o.results:
-            t.processed += r.processed
-            t.succeeded += r.succeeded
-            t.failed += r.failed
-            t.released += r.released
-            t.bytes_written += r.bytes_written
-            t.input_tokens += r.input_tokens
-            t.output_tokens += r.output_tokens
-            t.cost_usd += r.cost_usd
-            t.seconds += r.seconds
+            for name in _SUMMED:
+                setattr(t, name, getattr(t, name) + getattr(r, name))
             if r.failed:
                 t.failed_by_step[r.step] += r.failed
             t.errors.extend(r.errors[: max(0, 20 - len(t.errors))])
