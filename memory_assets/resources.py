@@ -276,6 +276,8 @@ class ArchivalCriteriaResource(dg.ConfigurableResource):
     max_attempts: int | None = None
     lease_seconds: int | None = None
     step_deadline_seconds: float | None = None
+    policy: str | None = None
+    cold_migration_days: int | None = None
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.get_criteria()  # a bad value fails the run here, before any step does work

@@ -115,6 +115,12 @@ class ArchivalCriteria(BaseModel):
     step_deadline_seconds: float = Field(
         1800.0, gt=0.0, description="A step stops starting work after this; what is left fails, the gate decides."
     )
+    policy: Literal["adr004", "retention"] = Field(
+        "adr004", description="Eligibility: ADR-004's criteria above, or days at the retention floor (seed 001)."
+    )
+    cold_migration_days: int = Field(
+        7, ge=1, description="Policy 'retention': consecutive nights at the floor before a memory is archived."
+    )
 
     @field_validator("exempt_categories", mode="before")
     @classmethod
@@ -243,6 +249,30 @@ class SecretDetectionConfig(BaseModel):
     )
 
 
+class RetentionConfig(BaseModel):
+    """The retention score of hot memories (seed 001, "Decay Model"; memory_lib.retention):
+    R = max(floor_c, 0.5 ** (days since last access / (half_life_c * (1 + retrieval_boost * ln(1 + accesses))))).
+
+    Seed 001's project gives decay constants (e-folding times) of 45 days for episodic, 120 for
+    semantic and core, none for procedural, and floors of 0.60 for core and 0.02 for the others; the
+    half-lives here are those constants times ln 2. retrieval_boost is ours (the seed's stability term
+    grows with retrievals without a published rate)."""
+
+    model_config = _STRICT
+
+    episodic_half_life_days: float | None = Field(31.2, gt=0.0, description="None: no decay.")
+    semantic_half_life_days: float | None = Field(83.2, gt=0.0, description="None: no decay.")
+    procedural_half_life_days: float | None = Field(None, gt=0.0, description="None: no decay (seed 001).")
+    core_half_life_days: float | None = Field(83.2, gt=0.0, description="None: no decay.")
+    episodic_floor: float = Field(0.02, ge=0.0, lt=1.0)
+    semantic_floor: float = Field(0.02, ge=0.0, lt=1.0)
+    procedural_floor: float = Field(0.02, ge=0.0, lt=1.0)
+    core_floor: float = Field(0.60, ge=0.0, lt=1.0)
+    retrieval_boost: float = Field(0.5, ge=0.0, description="Each access lengthens the half-life (log-scaled).")
+    floor_tolerance: float = Field(0.001, ge=0.0, le=0.1, description="Within this of the floor is 'at floor'.")
+    users_per_statement: int = Field(500, ge=1, le=100_000, description="Users scored by one SQL statement.")
+
+
 class LLMConfig(BaseModel):
     """Summarizer choice and client-side limits."""
 
@@ -366,7 +396,8 @@ def _postgres_dsn(value: SecretStr | None) -> SecretStr | None:
 ENV_PREFIX = "MEMORY_ARCHIVE_"
 NESTED_DELIMITER = "__"
 
-# Short names, documented since the first release, next to the nested names every setting has.
+# Short names, documented since the first release (MEMORY_ARCHIVE_POLICY: issue 12's name), next to the
+# nested names every setting has.
 ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "DATABASE_URL": ("database_url",),
     "MEMORY_ARCHIVE_EMBEDDED_DB": ("embedded_database",),
@@ -384,6 +415,7 @@ ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "AWS_REGION": ("object_store", "region_name"),
     "MEMORY_ARCHIVE_PARTITION_START": ("slow_path", "partition_start_date"),
     "MEMORY_ARCHIVE_TIMEZONE": ("slow_path", "timezone"),
+    "MEMORY_ARCHIVE_POLICY": ("archival", "policy"),
 }
 _SECRET_PATHS = {("database_url",), ("slow_path", "alert_webhook_url")}
 
@@ -455,6 +487,7 @@ class Settings(BaseSettings):
     )
     archival: ArchivalCriteria = ArchivalCriteria()
     promotion: PromotionConfig = PromotionConfig()
+    retention: RetentionConfig = RetentionConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     context: ContextBudget = ContextBudget()
     secrets: SecretDetectionConfig = SecretDetectionConfig()

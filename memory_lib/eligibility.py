@@ -1,8 +1,15 @@
 """Which hot memories are cold enough to archive: the archival criteria as SQL, in one place.
 
-Seed 000 ("Archival Criteria"): old enough, not pinned or exempt, not in active use, and either
-unimportant or past the force age. Two liveness rules sit on top: a memory held by an open attempt
-is not claimed twice, and a memory released after `max_attempts` failures stays hot until it changes.
+Never pinned, never in an exempt category (`core` by default), and one of:
+* superseded on the write path (a changed fact) before the end of the night: reason `superseded`,
+  whatever its age or policy (issue 12; seed 001 moves superseded originals to cold at once);
+* policy `adr004` (default), seed 000 ("Archival Criteria"): old enough, not in active use, and
+  either unimportant (`stale_low_importance`) or past the force age (`force_age`);
+* policy `retention` (seed 001, "Migration to cold"): at its retention floor for `cold_migration_days`
+  consecutive nights with no access since the streak began (`retention_floor`); `core` never,
+  whatever `exempt_categories` says (memory_lib.retention keeps the score and the streak).
+Two liveness rules sit on top: a memory held by an open attempt is not claimed twice, and a memory
+released after `max_attempts` failures stays hot until it changes.
 """
 
 from __future__ import annotations
@@ -18,6 +25,10 @@ from .store import MEMORY_COLUMNS
 
 REASON_LOW_IMPORTANCE = "stale_low_importance"
 REASON_FORCE_AGE = "force_age"
+REASON_SUPERSEDED = "superseded"
+REASON_RETENTION = "retention_floor"
+# Seed 001: "Core memories skip this entirely — they stay in HOT indefinitely, protected by the 0.60 floor."
+RETENTION_EXEMPT = ("core",)
 
 
 def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, Any]:
@@ -26,6 +37,12 @@ def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, An
         "min_cutoff": as_of - timedelta(days=criteria.min_age_days),
         "force_cutoff": as_of - timedelta(days=criteria.force_archive_age_days),
         "recent_cutoff": as_of - timedelta(days=criteria.recent_access_window_days),
+        "as_of": as_of,
+        "policy": criteria.policy,
+        # days_at_floor >= N <=> the streak began N - 1 nights before as_of; half a day of slack so a
+        # 23 h night across a DST change still counts (as memory_retention.days_at_floor rounds).
+        "floor_cutoff": as_of - timedelta(days=criteria.cold_migration_days - 1) + timedelta(hours=12),
+        "retention_exempt": list(RETENTION_EXEMPT),
         "max_imp": criteria.max_importance_score,
         "max_access": criteria.max_recent_access_count,
         "exempt": list(criteria.exempt_categories),
@@ -35,23 +52,36 @@ def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, An
 
 
 # "In active use" = more accesses than allowed with the last one inside the recent window (the table
-# keeps a count and a last-access time, not a full access log).
+# keeps a count and a last-access time, not a full access log). The policy is a parameter, so callers
+# (claims, dry run) share one statement; a custom plan folds the branch that is off away.
+# Retention: a streak at the floor that began early enough, with no access since it began — decay is
+# monotone between accesses, so it is still at the floor at `as_of` even if tonight was not scored.
 ELIGIBLE_SQL = """
     FROM memories m
     WHERE NOT m.pinned
       AND m.category <> ALL(%(exempt)s)
-      AND m.created_at <= %(min_cutoff)s
-      AND (m.importance_score <= %(max_imp)s OR m.created_at <= %(force_cutoff)s)
-      AND NOT (m.access_count > %(max_access)s AND m.last_accessed_at >= %(recent_cutoff)s)
+      AND ((m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s)
+           OR (%(policy)s::text = 'adr004'
+               AND m.created_at <= %(min_cutoff)s
+               AND (m.importance_score <= %(max_imp)s OR m.created_at <= %(force_cutoff)s)
+               AND NOT (m.access_count > %(max_access)s AND m.last_accessed_at >= %(recent_cutoff)s))
+           OR (%(policy)s::text = 'retention'
+               AND m.category <> ALL(%(retention_exempt)s)
+               AND EXISTS (SELECT 1 FROM memory_retention r
+                           WHERE r.memory_id = m.id AND r.floor_since <= %(floor_cutoff)s
+                             AND coalesce(m.last_accessed_at, m.created_at) <= r.floor_since)))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
                       WHERE a.memory_id = m.id AND a.status = ANY(%(open_statuses)s))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
                       WHERE a.memory_id = m.id AND a.status = %(released)s
                         AND coalesce(a.released_at, a.updated_at) >= m.updated_at)
 """
-REASON_SQL = f"""CASE WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
+REASON_SQL = f"""CASE WHEN m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s THEN '{REASON_SUPERSEDED}'
+                      WHEN %(policy)s::text = 'retention' THEN '{REASON_RETENTION}'
+                      WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
                       ELSE '{REASON_FORCE_AGE}' END"""
-ORDER_SQL = "ORDER BY m.importance_score, m.created_at, m.id"
+# Superseded first: they go the next night even when the batch is full.
+ORDER_SQL = "ORDER BY (m.superseded_by IS NULL), m.importance_score, m.created_at, m.id"
 
 
 def eligible_counts(conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime) -> dict[str, int]:

@@ -12,9 +12,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 
-from . import pipeline
+from . import pipeline, retention
 from .archive import ArchivalServices, StepResult
-from .config import ArchivalCriteria
+from .config import ArchivalCriteria, RetentionConfig
 from .embedding import Embedder
 from .errors import InvalidInputError
 from .objectstore import ObjectStore
@@ -83,9 +83,11 @@ def commit_night(
 
 def run_night(
     conn: psycopg.Connection, services: ArchivalServices, criteria: ArchivalCriteria, night: date,
-    timezone: str, *, actor: str = ACTOR, workers: int = 4,
+    timezone: str, *, actor: str = ACTOR, workers: int = 4, retention_config: RetentionConfig | None = None,
 ) -> BatchReport:  # fmt: skip
-    """One partition night without Dagster: pipeline.run_batch on the night's batch."""
+    """One partition night without Dagster, as the Dagster job runs it: the night's retention scores
+    (memory_lib.retention, with `retention_config` or the defaults), then pipeline.run_batch."""
+    retention.score(conn, night_as_of(night, timezone), retention_config or RetentionConfig())
     report = pipeline.run_batch(conn, services, criteria, batch_key=batch_key_for(night),
                                 as_of=night_as_of(night, timezone), actor=actor, workers=workers)  # fmt: skip
     for o in report.outcomes:

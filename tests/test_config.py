@@ -142,6 +142,7 @@ def test_short_names_keep_working():
         "AWS_REGION": "eu-west-1",
         "MEMORY_ARCHIVE_PARTITION_START": "2026-02-01",
         "MEMORY_ARCHIVE_TIMEZONE": "Europe/Lisbon",
+        "MEMORY_ARCHIVE_POLICY": "retention",
     }
     s = Settings.from_env(env)
     assert s.database_url.get_secret_value() == env["DATABASE_URL"]
@@ -152,6 +153,7 @@ def test_short_names_keep_working():
     assert (store.kind, store.bucket, store.prefix, store.endpoint_url, store.local_root, store.region_name) == (
         "s3", "agent-memories", "prod/memory-archive", "http://127.0.0.1:8333", Path("/srv/objects"), "eu-west-1")  # fmt: skip
     assert (s.slow_path.partition_start_date, s.slow_path.timezone) == (date(2026, 2, 1), "Europe/Lisbon")
+    assert s.archival.policy == "retention"
     # Every short name but MEMORY_ARCHIVE_OBJECT_STORE (implied by the bucket here) is set above.
     assert set(ENV_ALIASES) - set(env) == {"MEMORY_ARCHIVE_OBJECT_STORE"}
     assert Settings.from_env({"MEMORY_ARCHIVE_OBJECT_STORE": "s3", "MEMORY_ARCHIVE_BUCKET": "b"}).object_store.kind == "s3"

@@ -1,4 +1,4 @@
-"""The Slow Path: archival_candidates → memory_summaries → archive_backups → archive_rows.
+"""The Slow Path: retention_scores → archival_candidates → memory_summaries → archive_backups → archive_rows.
 
 Thin: each asset loops over its run's nights in date order and calls one memory_lib stage per night,
 in the order of memory_lib.pipeline.run_batch. All state is in Postgres (archival_batches /
@@ -37,6 +37,7 @@ from memory_lib.store import tier_stats
 
 from .partitions import SLOW_PATH, backfill_policy, run_nights
 from .partitions import nights as night_partitions
+from .retention import retention_scores
 
 GROUP = "slow_path"
 OWNERS = ["team:memory-archive"]
@@ -70,7 +71,7 @@ def _log_run(context: dg.AssetExecutionContext, started: float, what: str) -> No
     context.log.info(f"{what}: {len(ns)} night(s) {ns[0]}..{ns[-1]} in {time.monotonic() - started:.2f}s")
 
 
-@dg.asset(**_COMMON, kinds={"postgres"}, code_version="1")
+@dg.asset(**_COMMON, deps=[retention_scores], kinds={"postgres"}, code_version="2")
 def archival_candidates(
     context: dg.AssetExecutionContext, database: DatabaseResource, archival: ArchivalCriteriaResource
 ) -> dg.MaterializeResult:

@@ -1,0 +1,76 @@
+"""retention_scores: each night's retention score of every hot memory, before the night's claim.
+
+Thin: memory_lib.retention computes the scores in SQL (one statement per batch of users) and the
+streaks at the floor that policy `retention` archives on (memory_lib.eligibility). Each night records
+its own numbers (metadata.record_nights): the score distribution (quantiles, 0.1-wide buckets, per
+category) and the tiers per user as of the end of that night, so the UI plots them night by night.
+"""
+
+import time
+from datetime import date
+
+import dagster as dg
+
+from memory_assets.metadata import markdown_table, record_nights
+from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
+from memory_lib import nights, retention
+from memory_lib.config import Settings
+
+from .partitions import SLOW_PATH, backfill_policy, run_nights
+from .partitions import nights as night_partitions
+
+
+def _distribution_metadata(d: retention.Distribution) -> dict[str, object]:
+    meta: dict[str, object] = {"scored": d.scored, "at_floor": d.at_floor, "ready_for_retention_archival": d.ready}
+    if d.mean is not None:
+        meta["retention_mean"] = round(d.mean, 4)
+    meta |= {f"retention_p{round(q * 100):02d}": round(v, 4) for q, v in d.quantiles.items()}
+    meta |= {f"retention_{i * 10:02d}_{(i + 1) * 10:02d}": n for i, n in enumerate(d.buckets)}
+    meta["by_category"] = markdown_table(
+        ["category", "memories", "at floor", "min", "median"],
+        [[c, v["n"], v["at_floor"], round(v["min"], 3), round(v["median"], 3)] for c, v in d.by_category.items()],
+    )
+    return meta
+
+
+def _tier_metadata(t: retention.TierCounts) -> dict[str, object]:
+    top = sorted(t.by_user.items(), key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))[:10]
+    return {
+        "hot_memories": t.hot,
+        "archived_memories": t.archived,
+        "users": len(t.by_user),
+        "max_hot_per_user": max((h for h, _ in t.by_user.values()), default=0),
+        "tiers_by_user": markdown_table(["user", "hot", "archived"], [[u, h, a] for u, (h, a) in top]),
+    }
+
+
+@dg.asset(
+    partitions_def=night_partitions, backfill_policy=backfill_policy, group_name="slow_path",
+    owners=["team:memory-archive"], tags={"domain": "archival", "tier": "slow_path"}, kinds={"postgres"},
+    code_version="1",
+)  # fmt: skip
+def retention_scores(
+    context: dg.AssetExecutionContext, database: DatabaseResource, archival: ArchivalCriteriaResource
+) -> dg.MaterializeResult:
+    """Score every hot memory as of the end of each night (exponential decay by category since the
+    last access, slower with each retrieval, never below the category's floor: core 0.60) and count
+    its nights at the floor (an access restarts the count). With MEMORY_ARCHIVE_POLICY=retention the
+    claim archives a non-core memory after cold_migration_days (7) nights at the floor."""
+    started = time.monotonic()
+    criteria = archival.get_criteria()
+    config = Settings.from_env().retention
+    by_night: dict[date, dict[str, object]] = {}
+    with database.connect() as conn:
+        for night in run_nights(context):
+            as_of = nights.night_as_of(night, SLOW_PATH.timezone)
+            run = retention.score(conn, as_of, config)
+            dist = retention.distribution(conn, as_of, cold_migration_days=criteria.cold_migration_days)
+            by_night[night] = {
+                "policy": criteria.policy, "users_scored": run.users, "statements": run.statements,
+                "duration_s": round(run.seconds, 2),
+                **_distribution_metadata(dist), **_tier_metadata(retention.tier_counts(conn, as_of)),
+            }  # fmt: skip
+    record_nights(context, by_night)
+    ns = sorted(by_night)
+    context.log.info(f"scored: {len(ns)} night(s) {ns[0]}..{ns[-1]} in {time.monotonic() - started:.2f}s")
+    return dg.MaterializeResult()
