@@ -1,8 +1,9 @@
 """Which hot memories are cold enough to archive: the archival criteria as SQL, in one place.
 
 Never pinned, never in an exempt category (`core` by default), and one of:
-* superseded on the write path (a changed fact) before the end of the night: reason `superseded`,
-  whatever its age or policy (issue 12; seed 001 moves superseded originals to cold at once);
+* superseded on the write path (a changed fact) before the end of the night and not used since:
+  reason `superseded`, whatever its age or policy (issue 12; seed 001 moves superseded originals to
+  cold at once);
 * policy `adr004` (default), seed 000 ("Archival Criteria"): old enough, not in active use, and
   either unimportant (`stale_low_importance`) or past the force age (`force_age`);
 * policy `retention` (seed 001, "Migration to cold"): at its retention floor for `cold_migration_days`
@@ -56,11 +57,15 @@ def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, An
 # (claims, dry run) share one statement; a custom plan folds the branch that is off away.
 # Retention: a streak at the floor that began early enough, with no access since it began — decay is
 # monotone between accesses, so it is still at the floor at `as_of` even if tonight was not scored.
-ELIGIBLE_SQL = """
+# Superseded before the end of the night and not used since: a superseded memory re-promoted by its
+# expansions (memory_lib.promotion, an access each) is not sent straight back.
+SUPERSEDED_SQL = """(m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s
+                      AND (m.last_accessed_at IS NULL OR m.last_accessed_at <= m.updated_at))"""
+ELIGIBLE_SQL = f"""
     FROM memories m
     WHERE NOT m.pinned
       AND m.category <> ALL(%(exempt)s)
-      AND ((m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s)
+      AND ({SUPERSEDED_SQL}
            OR (%(policy)s::text = 'adr004'
                AND m.created_at <= %(min_cutoff)s
                AND (m.importance_score <= %(max_imp)s OR m.created_at <= %(force_cutoff)s)
@@ -76,7 +81,7 @@ ELIGIBLE_SQL = """
                       WHERE a.memory_id = m.id AND a.status = %(released)s
                         AND coalesce(a.released_at, a.updated_at) >= m.updated_at)
 """
-REASON_SQL = f"""CASE WHEN m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s THEN '{REASON_SUPERSEDED}'
+REASON_SQL = f"""CASE WHEN {SUPERSEDED_SQL} THEN '{REASON_SUPERSEDED}'
                       WHEN %(policy)s::text = 'retention' THEN '{REASON_RETENTION}'
                       WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
                       ELSE '{REASON_FORCE_AGE}' END"""

@@ -277,3 +277,16 @@ def test_asset_materializes_each_night_with_its_own_numbers(conn, db_url):
     assert sum(m1[f"retention_{i * 10:02d}_{(i + 1) * 10:02d}"] for i in range(10)) == m1["scored"]
     assert m1["retention_p50"] == pytest.approx(0.31)
     assert "| u1 | 2 | 0 |" in m1["tiers_by_user"] and "| u1 | 3 | 0 |" in m2["tiers_by_user"]
+
+
+def test_a_superseded_memory_used_since_is_not_sent_back(conn):
+    """A superseded memory re-promoted by its expansions (each an access) stays hot the next night."""
+    settings = Settings(retrieval=RetrievalConfig(near_duplicate_threshold=0.35))
+    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
+    old = client.add("u1", "User prefers cortado in the morning", now=as_of(NIGHT0) - timedelta(hours=9))
+    client.add("u1", "User prefers flat white in the morning", now=as_of(NIGHT0) - timedelta(hours=8))
+    assert [r["reason"] for r in select_eligible(conn, ArchivalCriteria(), as_of(NIGHT0), limit=5)] == [
+        REASON_SUPERSEDED
+    ]
+    client.record_access("u1", [old.memory_id], now=as_of(NIGHT0) - timedelta(hours=2))
+    assert select_eligible(conn, ArchivalCriteria(), as_of(NIGHT0), limit=5) == []
