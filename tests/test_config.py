@@ -236,6 +236,10 @@ def test_other_prefixes_are_not_ours():
         ("MEMORY_ARCHIVE_TIMEZONE", "Mars/Olympus", "not a known IANA time zone"),
         ("MEMORY_ARCHIVE_PARTITION_START", "yesterday", "valid date"),
         ("MEMORY_ARCHIVE_CONTEXT__TOTAL", "1000", "more than total=1000"),
+        ("MEMORY_ARCHIVE_POLICY", "lru", "'adr004' or 'retention'"),
+        ("MEMORY_ARCHIVE_ARCHIVAL__COLD_MIGRATION_DAYS", "0", "greater than or equal to 1"),
+        ("MEMORY_ARCHIVE_RETENTION__CORE_FLOOR", "1", "less than 1"),
+        ("MEMORY_ARCHIVE_RETENTION__EPISODIC_HALF_LIFE_DAYS", "0", "greater than 0"),
     ],
 )
 def test_bad_values_name_the_variable_and_the_value(name, value, reason):

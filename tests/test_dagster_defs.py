@@ -71,6 +71,8 @@ def test_slow_path_assets_share_partitions_and_backfill_policy(defs):
     partitions = nodes[0].partitions_def
     assert isinstance(partitions, dg.DailyPartitionsDefinition) and partitions.timezone == SLOW_PATH.timezone
     assert partitions.start.date() == SLOW_PATH.partition_start_date
+    # The night's scores are in before its claim (policy `retention` claims on them).
+    assert dg.AssetKey("retention_scores") in graph.get(dg.AssetKey("archival_candidates")).parent_keys
     summaries = defs.resolve_assets_def("memory_summaries")
     assert summaries.op.pool == SLOW_PATH.llm_pool
 
