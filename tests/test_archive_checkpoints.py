@@ -187,3 +187,25 @@ def test_an_update_after_backup_is_caught_whether_or_not_it_changes_the_backup(c
     doc = BackupObject.from_json_bytes(local_store.get(local_store.key_for(edited)))
     assert doc.content.endswith(" (edited)")
     _assert_exactly_once(conn, 6)
+
+
+def test_bulk_restore_reads_ahead_but_restores_only_verified_backups(conn, local_store):
+    """restore_archives reads backups ahead in threads: a tampered one still fails its memory only
+    (nothing of it written), the others are restored exactly as they were."""
+    from memory_lib.restore import restore_archives
+
+    memories = _insert(conn, 12)
+    svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
+    assert run_batch(conn, svc, CRITERIA, batch_key="night", as_of=NOW, actor="test").status.archived == 12
+    tampered = memories[4]["id"]
+    path = local_store.root / local_store.key_for(tampered)
+    path.write_bytes(path.read_bytes().replace(b'"content":"', b'"content":"X', 1))
+    report = restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False,
+                              chunk_size=5, read_workers=4)  # fmt: skip
+    assert (report.restored, report.failed) == (11, 1)
+    hot = {r["id"]: r for r in conn.execute("SELECT id, content FROM memories").fetchall()}
+    assert tampered not in hot and len(hot) == 11
+    assert all(hot[m["id"]]["content"] == m["content"] for m in memories if m["id"] != tampered)
+    assert conn.execute(
+        "SELECT count(*) AS n FROM archived_memories WHERE original_id = %s", (tampered,)
+    ).fetchone()["n"] == 1
