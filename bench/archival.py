@@ -10,10 +10,17 @@ method and the object store differ:
 * memory_lib.pipeline.run_batch in batches of 500 (its default workers).
 
 Object stores: SeaweedFS S3 on loopback (started here, or --s3-endpoint) and a local directory.
+
+The JSON's `figures` always has the same summary keys, for the largest size of the run (per size under
+`by_size`): size, rate_per_s, naive_rate_per_s, ratio_vs_naive, restore_rate_per_s, peak_rss_mib
+(this process's RSS sampled during the batched run), machine and load (os.getloadavg at the start and
+end of each run, and the CPU count). `--size 100k` runs the same at 100k.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -23,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -64,6 +72,33 @@ SMOKE_SIZES = (120,)
 DIM = 1536
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 ACTOR = "bench"
+MIB = 1024 * 1024
+
+
+@contextmanager
+def rss_sampler(interval_s: float = 0.05) -> Iterator[dict[str, float]]:
+    """Sample this process's RSS in a thread while the block runs; out["peak_mib"] is the highest seen
+    (VmHWM would include the backlog load before the run)."""
+    proc, out, stop = psutil.Process(), {"peak_mib": 0.0}, threading.Event()
+
+    def sample() -> None:
+        while True:
+            out["peak_mib"] = max(out["peak_mib"], proc.memory_info().rss / MIB)
+            if stop.wait(interval_s):
+                return
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join()
+        out["peak_mib"] = max(out["peak_mib"], proc.memory_info().rss / MIB)
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -146,10 +181,7 @@ def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_b
     bytes_written = 0
     with stopwatch() as total:
         while max_batches is None or batches < max_batches:
-            t0 = time.perf_counter()
             rep = run_batch(conn, services, criteria, batch_key=f"{key}-{batches}", as_of=AS_OF, actor=ACTOR)
-            elapsed = time.perf_counter() - t0
-            steps["claim + gate"] += elapsed - sum(s.seconds for s in rep.steps)
             if rep.claim.claimed == 0:  # the last, empty claim: its time counts, its empty steps do not
                 break
             batches += 1
@@ -158,6 +190,7 @@ def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_b
                 bytes_written += s.bytes_written
             archived += rep.status.archived
             failed += rep.status.failed
+    steps["claim + gate"] = total[0] - sum(steps.values())  # the rest: claim, fidelity, gates, integrity
     return {"seconds": total[0], "archived": archived, "failed": failed, "batches": batches,
             "steps": dict(steps), "bytes_written": bytes_written}  # fmt: skip
 
@@ -232,6 +265,12 @@ def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM) -
             "steps": dict(steps), "bytes_written": bytes_written}  # fmt: skip
 
 
+def checkpoint_bytes(conn: psycopg.Connection) -> int:
+    """archival_attempts on disk (heap + TOAST + indexes), after VACUUM: the rows that stay per archived memory."""
+    conn.execute("VACUUM archival_attempts")
+    return conn.execute("SELECT pg_total_relation_size('archival_attempts') AS b").fetchone()["b"]
+
+
 def tier_counts(conn: psycopg.Connection) -> tuple[int, int]:
     row = conn.execute(
         "SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived"
@@ -242,7 +281,22 @@ def tier_counts(conn: psycopg.Connection) -> tuple[int, int]:
 # --------------------------------------------------------------------------- restore and re-promotion
 
 
+def measure_bulk_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
+    """restore_archives over `count` archived memories (one transaction each, backups read ahead)."""
+    from memory_lib.restore import restore_archives
+
+    ids = [r["original_id"] for r in conn.execute(
+        "SELECT original_id FROM archived_memories ORDER BY original_id DESC LIMIT %s", (count,)
+    ).fetchall()]  # fmt: skip
+    with stopwatch() as total:
+        rep = restore_archives(conn, store, actor=ACTOR, original_ids=ids, pause_archival=False)
+    if rep.restored != len(ids) or rep.failed:
+        raise AssertionError(f"bulk restore of {len(ids)}: {rep.restored} restored, {rep.failed} failed {rep.errors}")
+    return {"restored": rep.restored, "seconds": total[0], "per_s": ratio(rep.restored, total[0])}
+
+
 def measure_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
+    """restore_archive one memory per call: its latency."""
     from memory_lib.restore import restore_archive
 
     rows = conn.execute(
@@ -292,7 +346,7 @@ def measure_promotion(conn: psycopg.Connection, store: ObjectStore, count: int) 
 
 def run(opts: Options) -> Report:
     sizes = opts.sizes_or(DEFAULT_SIZES, SMOKE_SIZES)
-    restore_n = 20 if opts.smoke else 1000
+    restore_n = 20 if opts.smoke else 2000
     promote_n = 3 if opts.smoke else 20
     report = Report(NAME, {"sizes": sizes, "dim": DIM, "batch_size": ArchivalCriteria().batch_size,
                            "restores": restore_n, "re_promotions": promote_n})  # fmt: skip
@@ -312,19 +366,63 @@ def run(opts: Options) -> Report:
                     run_url = server.clone(tmpl, db)
                     store = make_store(f"{db}-{uuid.uuid4().hex[:6]}")
                     with bench_connect(run_url) as conn:
-                        fn = run_naive if method == "naive" else run_batched
-                        res = fn(conn, store) if method == "naive" else fn(conn, store, key=db)
+                        load_start = loadavg()
+                        with rss_sampler() as rss:
+                            res = run_naive(conn, store) if method == "naive" else run_batched(conn, store, key=db)
+                        res |= {"peak_rss_mib": rss["peak_mib"], "load_start": load_start, "load_end": loadavg()}
                         hot, archived = tier_counts(conn)
                         if archived != n or hot != 0 or res["archived"] != n:
                             raise AssertionError(f"{db}: expected {n} archived and 0 hot, got {archived} / {hot}")
+                        if method == "batched":
+                            res["checkpoint_bytes_per_archived"] = checkpoint_bytes(conn) / max(archived, 1)
                         if method == "batched" and store_name != "local dir":
-                            res["restore"] = measure_restore(conn, store, min(restore_n, n // 2))
+                            res["bulk_restore"] = measure_bulk_restore(conn, store, min(restore_n, n // 2))
+                            res["restore"] = measure_restore(conn, store, min(restore_n // 5, n // 4))
                             res["promotion"] = measure_promotion(conn, store, min(promote_n, n // 4))
                     results[f"{store_name}|{method}"] = res
                     server.drop(db)
             server.drop(tmpl)
             _tables(report, n, results, load_t[0])
+        _summary(report)
     return report
+
+
+def _summary(report: Report) -> None:
+    """The same keys every run, for the largest size (every size under `by_size`), and their table."""
+    by_size: dict[int, dict[str, Any]] = {}
+    for n, fig in sorted(report.figures["backlogs"].items()):
+        store_name = next(iter(fig["runs"]))  # S3 when it ran: stores are listed S3 first
+        naive, batched = fig["runs"][store_name]["naive"], fig["runs"][store_name]["batched"]
+        rate, naive_rate = ratio(batched["archived"], batched["seconds"]), ratio(naive["archived"], naive["seconds"])
+        by_size[n] = {
+            "size": n, "store": store_name, "rate_per_s": rate, "naive_rate_per_s": naive_rate,
+            "ratio_vs_naive": ratio(rate, naive_rate),
+            "restore_rate_per_s": fig["bulk_restore"]["per_s"] if "bulk_restore" in fig else None,
+            "peak_rss_mib": batched["peak_rss_mib"], "naive_peak_rss_mib": naive["peak_rss_mib"],
+            "checkpoint_bytes_per_archived": batched["checkpoint_bytes_per_archived"],
+            "load": {"batched": [batched["load_start"], batched["load_end"]],
+                     "naive": [naive["load_start"], naive["load_end"]]},
+        }  # fmt: skip
+    largest = by_size[max(by_size)]
+    report.figures.update(largest)
+    report.figures["machine"] = report.machine
+    report.figures["load"] = {
+        "cpu_count": os.cpu_count(), "loadavg_start": report.machine.get("loadavg_at_start"),
+        "loadavg_end": loadavg(), "runs": largest["load"],
+    }  # fmt: skip
+    report.figures["by_size"] = by_size
+    first = by_size[min(by_size)]
+    report.tables.insert(0, Table(
+        f"Archival summary ({largest['store']}, offline summarizer, {DIM}-d)",
+        ["backlog", "batched memories/s", "naive memories/s", "ratio vs naive", "restores/s",
+         "peak RSS MiB (batched)", "RSS vs smallest backlog", "load avg 1-min (start → end of batched run)"],
+        [[n, r["rate_per_s"], r["naive_rate_per_s"], r["ratio_vs_naive"], r["restore_rate_per_s"],
+          r["peak_rss_mib"], ratio(r["peak_rss_mib"], first["peak_rss_mib"]),
+          f"{r['load']['batched'][0][0]} → {r['load']['batched'][1][0]}"] for n, r in by_size.items()],
+        f"Machine: {os.cpu_count()} CPUs, load average {report.machine.get('loadavg_at_start')} at the start "
+        "(1, 5, 15 min): other jobs share it. Baseline: the naive one-memory loop on the same backlog, store "
+        "and run. Restores: restore_archives (bulk). Peak RSS: this process, sampled every 50 ms.",
+    ))  # fmt: skip
 
 
 def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: float) -> None:
@@ -359,16 +457,18 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
         "Archival: share of time per step (%)",
         ["object store", "method", *step_names, "total s"],
         step_rows,
-        "run_batch: StepResult.seconds per step summed over batches; 'claim + gate' is the rest of each batch "
-        "(claim, status, error gate). backup = put + verify; commit (batched) also re-verifies each object.",
+        "run_batch: StepResult.seconds per step summed over batches; 'claim + gate' is the rest of the run "
+        "(claim, fidelity read-back, gates, integrity checks). backup = put + verify; commit (batched) also re-verifies each object.",
     ))  # fmt: skip
     s3 = next((results[f"{s}|batched"] for s in stores if "restore" in results[f"{s}|batched"]), None)
     if s3 is not None:
-        r, p = s3["restore"], s3["promotion"]
+        r, p, b = s3["restore"], s3["promotion"], s3["bulk_restore"]
         report.tables.append(Table(
             "Restore and re-promotion (S3 store)",
             ["operation", "count", "p50 ms", "p95 ms", "p99 ms", "per second"],
             [
+                ["restore_archives (bulk: backups read ahead, one transaction each)", b["restored"], None, None,
+                 None, b["per_s"]],
                 ["restore_archive (one memory per call)", r["restored"], r["latency_ms"]["p50"],
                  r["latency_ms"]["p95"], r["latency_ms"]["p99"], r["per_s"]],
                 ["expand (no promotion)", p["expansions"], p["expand_ms"]["p50"], p["expand_ms"]["p95"],
@@ -380,6 +480,7 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
             f"insert (HNSW) and the audit event, in one transaction. Baseline for restore: archival throughput above.",
         ))  # fmt: skip
         figures["restore"] = r
+        figures["bulk_restore"] = b
         figures["promotion"] = p
     report.figures.setdefault("backlogs", {})[n] = figures
     report.figures.setdefault("speedup", {})[n] = {s: figures["runs"][s]["speedup"] for s in stores}

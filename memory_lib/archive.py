@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
+from pgvector import Vector
 
 from .claims import renew_lease
 from .config import ArchivalCriteria, Settings
@@ -35,7 +36,7 @@ from .errors import DeadlineExceeded, EmbeddingMismatchError, IntegrityError, No
 from .models import BackupObject, sha256_hex
 from .objectstore import ObjectStore, object_store_from_settings
 from .statuses import AttemptStatus, Step
-from .store import MEMORY_COLUMNS, fetch_memories, store_shape
+from .store import MEMORY_COLUMNS, ROW_XMIN, fetch_memories, store_shape
 from .summarize import (
     Summarizer,
     SummaryInput,
@@ -129,23 +130,65 @@ def record_failure(
     log.warning("archival %s failed for memory %s: %s", step, memory_id, message)
 
 
-def _checkpoint(
-    conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, step: str, outcome: Any,
-    save: Callable[[uuid.UUID, Any], None], criteria: ArchivalCriteria, result: StepResult,
-) -> bool:  # fmt: skip
-    """Record one memory's outcome: `save` its checkpoint, or its failure. A value the database
-    refuses (DataError: a NUL, a bad vector) fails that memory only, never its whole batch."""
-    result.processed += 1
-    if not isinstance(outcome, BaseException):
+CHECKPOINT_CHUNK = 500  # rows per checkpoint transaction
+
+
+class _Checkpoints:
+    """Record each memory's outcome of one step: successes written in sets (one pipelined
+    executemany per transaction of up to CHECKPOINT_CHUNK rows, not one commit per row), failures
+    recorded per memory. A value the database refuses (DataError: a NUL, a bad vector) fails that
+    memory only: its set is written again one row at a time, so its neighbours are still recorded.
+
+    `params(memory_id, outcome)` gives the UPDATE's parameters; raising there fails that memory only.
+    `saved(outcome)` runs once per memory whose checkpoint was written.
+    """
+
+    def __init__(
+        self, conn: psycopg.Connection, batch_key: str, step: str, sql: str,
+        params: Callable[[uuid.UUID, Any], Sequence[Any]], criteria: ArchivalCriteria, result: StepResult,
+        saved: Callable[[Any], None] | None = None,
+    ) -> None:  # fmt: skip
+        self.conn, self.batch_key, self.step, self.sql = conn, batch_key, step, sql
+        self.params, self.criteria, self.result, self.saved = params, criteria, result, saved
+        self._pending: list[tuple[uuid.UUID, Any, Sequence[Any]]] = []
+
+    def add(self, memory_id: uuid.UUID, outcome: Any) -> None:
+        self.result.processed += 1
+        if not isinstance(outcome, BaseException):
+            try:
+                self._pending.append((memory_id, outcome, self.params(memory_id, outcome)))
+            except Exception as exc:
+                outcome = exc
+            else:
+                if len(self._pending) >= CHECKPOINT_CHUNK:
+                    self.flush()
+                return
+        record_failure(self.conn, self.batch_key, memory_id, self.step, outcome, self.criteria, self.result)
+
+    def flush(self) -> None:
+        rows, self._pending = self._pending, []
+        if not rows:
+            return
         try:
-            save(memory_id, outcome)
-        except psycopg.DataError as exc:
-            outcome = exc
-        else:
-            result.succeeded += 1
-            return True
-    record_failure(conn, batch_key, memory_id, step, outcome, criteria, result)
-    return False
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                cur.executemany(self.sql, [p for _, _, p in rows])
+        except psycopg.DataError:
+            for memory_id, outcome, p in rows:
+                try:
+                    with self.conn.transaction():
+                        self.conn.execute(self.sql, p)
+                except psycopg.DataError as exc:
+                    record_failure(self.conn, self.batch_key, memory_id, self.step, exc, self.criteria, self.result)
+                else:
+                    self._ok(outcome)
+            return
+        for _, outcome, _ in rows:
+            self._ok(outcome)
+
+    def _ok(self, outcome: Any) -> None:
+        self.result.succeeded += 1
+        if self.saved is not None:
+            self.saved(outcome)
 
 
 def run_parallel(
@@ -213,23 +256,29 @@ def summarize_batch(
         check_summary_text(summary.text, row["content"], source=f"{summary.kind}:{summary.model}")
         return summary, extract_key_entities(row["content"])
 
-    def save(mid: uuid.UUID, outcome: Any) -> None:
+    def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
         summary, entities = outcome
-        conn.execute(
-            """UPDATE archival_attempts
-               SET status = 'summarized', summary = %s, summary_model = %s, summarizer_kind = %s,
-                   key_entities = %s, input_tokens = %s, output_tokens = %s, cost_usd = %s,
-                   error = NULL, failed_step = NULL, updated_at = now()
-               WHERE batch_key = %s AND memory_id = %s AND status = 'claimed'""",
-            (summary.text, summary.model, summary.kind, entities, summary.input_tokens,
-             summary.output_tokens, summary.cost_usd, batch_key, mid),
-        )  # fmt: skip
+        return (summary.text, summary.model, summary.kind, entities, summary.input_tokens,
+                summary.output_tokens, summary.cost_usd, batch_key, mid)  # fmt: skip
+
+    def saved(outcome: Any) -> None:
+        summary = outcome[0]
         result.input_tokens += summary.input_tokens
         result.output_tokens += summary.output_tokens
         result.cost_usd += summary.cost_usd
 
+    checkpoints = _Checkpoints(
+        conn, batch_key, Step.SUMMARIZE,
+        """UPDATE archival_attempts
+           SET status = 'summarized', summary = %s, summary_model = %s, summarizer_kind = %s,
+               key_entities = %s, input_tokens = %s, output_tokens = %s, cost_usd = %s,
+               error = NULL, failed_step = NULL, updated_at = now()
+           WHERE batch_key = %s AND memory_id = %s AND status = 'claimed'""",
+        params, criteria, result, saved,
+    )  # fmt: skip
     for attempt, outcome in run_parallel(run, todo, workers, deadline=deadline):
-        _checkpoint(conn, batch_key, attempt["memory_id"], Step.SUMMARIZE, outcome, save, criteria, result)
+        checkpoints.add(attempt["memory_id"], outcome)
+    checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result
 
@@ -269,21 +318,25 @@ def embed_batch(
                     vectors.append(exc)
             return vectors
 
-    def save(mid: uuid.UUID, vec: Any) -> None:
-        conn.execute(
-            """UPDATE archival_attempts
-               SET status = 'embedded', summary_embedding = %s::vector::halfvec,
-                   summary_embedding_model = %s, error = NULL, failed_step = NULL, updated_at = now()
-               WHERE batch_key = %s AND memory_id = %s AND status = 'summarized'""",
-            (vec, embedder.model, batch_key, mid),
-        )
+    def params(mid: uuid.UUID, vec: Any) -> tuple[Any, ...]:
+        # Binary: a float32 vector travels as 4 bytes per dimension, not as text to parse.
+        return (Vector(vec), embedder.model, batch_key, mid)
 
+    checkpoints = _Checkpoints(
+        conn, batch_key, Step.EMBED,
+        """UPDATE archival_attempts
+           SET status = 'embedded', summary_embedding = %b::vector::halfvec,
+               summary_embedding_model = %s, error = NULL, failed_step = NULL, updated_at = now()
+           WHERE batch_key = %s AND memory_id = %s AND status = 'summarized'""",
+        params, criteria, result,
+    )  # fmt: skip
     chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
     for chunk, vectors in run_parallel(embed_chunk, chunks, 1, deadline=deadline):
         if isinstance(vectors, BaseException):
             vectors = [vectors] * len(chunk)
         for attempt, vec in zip(chunk, vectors, strict=True):
-            _checkpoint(conn, batch_key, attempt["memory_id"], Step.EMBED, vec, save, criteria, result)
+            checkpoints.add(attempt["memory_id"], vec)
+    checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result
 
@@ -297,7 +350,7 @@ def backup_batch(
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
     todo = _pending(conn, batch_key, AttemptStatus.EMBEDDED)
-    originals = fetch_memories(conn, [r["memory_id"] for r in todo])
+    originals = fetch_memories(conn, [r["memory_id"] for r in todo], with_xmin=True)
     archived_at = (now or datetime.now(UTC)).astimezone(UTC)
 
     def run(attempt: dict[str, Any]):
@@ -307,22 +360,29 @@ def backup_batch(
         doc = BackupObject.from_row(row, archived_at=archived_at, archive_reason=attempt["archive_reason"])
         data = doc.to_json_bytes()
         key = object_store.key_for(row["id"])
-        return object_store.put(key, data, sha256_hex(data))
+        # Serialized once: the sha256 is recorded, and later steps compare row versions, not bytes.
+        return object_store.put(key, data, sha256_hex(data)), row["row_xmin"]
 
-    def save(mid: uuid.UUID, stored: Any) -> None:
-        conn.execute(
-            """UPDATE archival_attempts
-               SET status = 'backed_up', backup_key = %s, backup_ref = %s, backup_sha256 = %s,
-                   backup_size_bytes = %s, backup_version_id = %s, backup_archived_at = %s,
-                   error = NULL, failed_step = NULL, updated_at = now()
-               WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
-            (stored.key, stored.ref, stored.sha256, stored.size, stored.version_id, archived_at,
-             batch_key, mid),
-        )  # fmt: skip
-        result.bytes_written += stored.size
+    def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
+        stored, row_xmin = outcome
+        return (stored.key, stored.ref, stored.sha256, stored.size, stored.version_id, archived_at,
+                row_xmin, batch_key, mid)  # fmt: skip
 
+    def saved(outcome: Any) -> None:
+        result.bytes_written += outcome[0].size
+
+    checkpoints = _Checkpoints(
+        conn, batch_key, Step.BACKUP,
+        """UPDATE archival_attempts
+           SET status = 'backed_up', backup_key = %s, backup_ref = %s, backup_sha256 = %s,
+               backup_size_bytes = %s, backup_version_id = %s, backup_archived_at = %s,
+               backup_row_xmin = %s, error = NULL, failed_step = NULL, updated_at = now()
+           WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
+        params, criteria, result, saved,
+    )  # fmt: skip
     for attempt, outcome in run_parallel(run, todo, workers, deadline=deadline):
-        _checkpoint(conn, batch_key, attempt["memory_id"], Step.BACKUP, outcome, save, criteria, result)
+        checkpoints.add(attempt["memory_id"], outcome)
+    checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result
 
@@ -388,6 +448,19 @@ def commit_batch(
     return result
 
 
+def backup_still_matches(row: dict[str, Any], attempt: dict[str, Any]) -> bool:
+    """Whether the live row still serializes to the attempt's backup (its recorded sha256).
+
+    The row version it was serialized from unchanged: yes, without serializing again (the common
+    case). Otherwise (any UPDATE since, even one that leaves the backed-up fields alone): serialize
+    the live row and compare the sha256.
+    """
+    if attempt.get("backup_row_xmin") is not None and row.get("row_xmin") == attempt["backup_row_xmin"]:
+        return True
+    doc = BackupObject.from_row(row, archived_at=attempt["backup_archived_at"], archive_reason=attempt["archive_reason"])
+    return sha256_hex(doc.to_json_bytes()) == attempt["backup_sha256"]
+
+
 def return_to_status(conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, status: str) -> None:
     conn.execute(
         "UPDATE archival_attempts SET status = %s WHERE batch_key = %s AND memory_id = %s AND status <> 'released'",
@@ -401,14 +474,15 @@ def _commit_chunk(
     ids = [a["memory_id"] for a in chunk]
     with conn.transaction():
         rows = conn.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (ids,)
-        ).fetchall()
+            f"""SELECT {MEMORY_COLUMNS}, {ROW_XMIN} FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE""",
+            (ids,), binary=True,
+        ).fetchall()  # fmt: skip
         live = {r["id"]: r for r in rows}
         meta = {
             r["memory_id"]: r
             for r in conn.execute(
-                """SELECT memory_id, archive_reason, backup_archived_at, backup_sha256 FROM archival_attempts
-                   WHERE batch_key = %s AND memory_id = ANY(%s)""",
+                """SELECT memory_id, archive_reason, backup_archived_at, backup_sha256, backup_row_xmin
+                   FROM archival_attempts WHERE batch_key = %s AND memory_id = ANY(%s)""",
                 (batch_key, ids),
             ).fetchall()
         }
@@ -420,8 +494,7 @@ def _commit_chunk(
             if row is None:
                 gone.append(mid)
                 continue
-            doc = BackupObject.from_row(row, archived_at=att["backup_archived_at"], archive_reason=att["archive_reason"])
-            if sha256_hex(doc.to_json_bytes()) == att["backup_sha256"]:
+            if backup_still_matches(row, att):
                 ready.append(mid)
             else:
                 stale.append(mid)

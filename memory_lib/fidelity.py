@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from .archive import StepResult, record_failure, return_to_status, run_parallel
+from .archive import StepResult, backup_still_matches, record_failure, return_to_status, run_parallel
 from .config import ArchivalCriteria
 from .errors import IntegrityError
 from .models import BackupObject, sha256_hex, to_float32
@@ -74,7 +74,7 @@ def verify_backups(
     report = FidelityReport(batch_key)
     attempts = conn.execute(
         """SELECT memory_id, user_id, status, archive_reason, backup_key, backup_ref, backup_sha256,
-                  backup_size_bytes, backup_archived_at
+                  backup_size_bytes, backup_archived_at, backup_row_xmin
            FROM archival_attempts
            WHERE batch_key = %s AND status IN ('backed_up', 'archived') AND backup_key IS NOT NULL
            ORDER BY memory_id""",
@@ -83,7 +83,7 @@ def verify_backups(
     if not attempts:
         return report
     ids = [a["memory_id"] for a in attempts]
-    live = fetch_memories(conn, ids)
+    live = fetch_memories(conn, ids, with_xmin=True)
     archived = {
         r["original_id"]: r
         for r in conn.execute(
@@ -94,17 +94,22 @@ def verify_backups(
         ).fetchall()
     }
 
-    def read(attempt: dict[str, Any]) -> bytes:
-        return store.get(attempt["backup_key"])
+    def read_and_check(attempt: dict[str, Any]) -> tuple[int, tuple[str, str | None]]:
+        try:
+            data = store.get(attempt["backup_key"])
+        except Exception as exc:
+            return 0, ("failed", f"read failed: {type(exc).__name__}: {exc}"[:300])
+        mid = attempt["memory_id"]
+        return len(data), _check_one(attempt, data, live.get(mid), archived.get(mid), store)
 
-    for attempt, data in run_parallel(read, attempts, workers, deadline=deadline):
+    for attempt, outcome in run_parallel(read_and_check, attempts, workers, deadline=deadline):
         report.checked += 1
         mid = attempt["memory_id"]
-        if isinstance(data, BaseException):
-            report.failures[mid] = f"read failed: {type(data).__name__}: {data}"[:300]
+        if isinstance(outcome, BaseException):
+            report.failures[mid] = f"read failed: {type(outcome).__name__}: {outcome}"[:300]
             continue
-        report.bytes_read += len(data)
-        verdict, problem = _check_one(attempt, data, live.get(mid), archived.get(mid), store)
+        size, (verdict, problem) = outcome
+        report.bytes_read += size
         if verdict == "failed":
             report.failures[mid] = problem or "?"
         elif verdict == "stale":
@@ -131,11 +136,11 @@ def _check_one(
     except IntegrityError as exc:
         return "failed", f"not a backup document: {exc}"
     if row is not None:
+        if not backup_still_matches(row, att):
+            return "stale", None
         source = BackupObject.from_row(
             row, archived_at=att["backup_archived_at"], archive_reason=att["archive_reason"]
         )
-        if sha256_hex(source.to_json_bytes()) != att["backup_sha256"]:
-            return "stale", None
         expected = source.model_dump() | {"embedding": to_float32(row["embedding"])}
         bad = _differences(doc, expected)
         if sha256_hex(doc.content) != row["content_sha256"]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import psycopg
 
 from .errors import ObjectNotFoundError
 from .models import to_float32
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, StoredObject
 from .statuses import OPEN_STATUSES
 from .store import MEMORY_COLUMNS
 
@@ -109,8 +110,9 @@ class CommittedBackups:
 
 
 def verify_committed(
-    conn: psycopg.Connection, store: ObjectStore, batch_keys: Sequence[str], *, sample_max: int = 1000
-) -> CommittedBackups:
+    conn: psycopg.Connection, store: ObjectStore, batch_keys: Sequence[str], *, sample_max: int = 1000,
+    workers: int = 8,
+) -> CommittedBackups:  # fmt: skip
     """HEAD the backup of each archive row these batches committed (a random sample above
     `sample_max`): closes the race where an object is deleted between commit's verify and its
     transaction. Bucket versioning and object lock prevent that race; this check detects it."""
@@ -122,11 +124,16 @@ def verify_committed(
     sample = rows if len(rows) <= sample_max else random.sample(rows, sample_max)
     missing: list[str] = []
     mismatched: list[str] = []
-    for r in sample:
+
+    def head(r: dict[str, Any]) -> StoredObject | None:
         try:
-            obj = store.head(store.key_from_ref(r["storage_ref"]))
+            return store.head(store.key_from_ref(r["storage_ref"]))
         except ObjectNotFoundError:
-            obj = None
+            return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(sample)))) as pool:
+        heads = list(pool.map(head, sample))  # another error (the store down) raises, as before
+    for r, obj in zip(sample, heads, strict=True):
         if obj is None:
             missing.append(r["storage_ref"])
         elif obj.sha256 != r["backup_sha256"] or obj.size != r["backup_size_bytes"]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -185,7 +184,7 @@ class BackupObject(BaseModel):
             "original_id": str(self.original_id),
             "user_id": self.user_id,
             "content": self.content,
-            "embedding": [_float32_json(x) for x in self.embedding],
+            "embedding": _float32_json(self.embedding),
             "entity_links": [str(u) for u in self.entity_links],
             "metadata": self.metadata,
             "importance_score": self.importance_score,
@@ -242,9 +241,14 @@ class BackupObject(BaseModel):
         )
 
 
-def _float32_json(x: float) -> float:
+def _float32_json(values: list[float]) -> list[float]:
     # float32 -> float64 is exact, and json writes the shortest repr that parses back to the same
-    # float64, which rounds back to the same float32. Refuse non-finite values explicitly.
-    if not math.isfinite(x):
-        raise InvalidInputError("embedding", x, "contains NaN or infinity")
-    return float(np.float32(x))
+    # float64, which rounds back to the same float32. Vectorized: archival serializes one per memory.
+    # Refuse non-finite values (and values beyond float32's range) explicitly.
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = np.asarray(values, dtype=np.float64).astype(np.float32)
+    finite = np.isfinite(arr)
+    if not finite.all():
+        i = int(np.flatnonzero(~finite)[0])
+        raise InvalidInputError("embedding", values[i], "contains NaN or infinity")
+    return arr.astype(np.float64).tolist()

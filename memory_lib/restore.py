@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 
@@ -76,6 +78,38 @@ class RestoreReport:
     paused_archival: bool = False  # this restore paused archival before it started
 
 
+class _Prefetch:
+    """The backup objects of the next memories to restore, read in a bounded thread pool while the
+    earlier ones are restored (one transaction each, as before).
+
+    A read is served only for the key and sha256 the restore plan asks for, and each is the store's
+    own get_verified (the sha256 checked): nothing unverified is restored. A failed read raises in
+    its memory's restore, as a direct read would. Anything else goes to the store itself.
+    """
+
+    def __init__(self, store: ObjectStore, workers: int):
+        self.store = store
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="restore-read")
+        self._reads: dict[tuple[str, str], Future[bytes]] = {}
+
+    def load(self, rows: Iterable[dict[str, Any]]) -> None:
+        for r in rows:
+            key = (self.store.key_from_ref(r["storage_ref"]), r["backup_sha256"])
+            if key not in self._reads:
+                self._reads[key] = self._pool.submit(self.store.get_verified, *key)
+
+    def get_verified(self, key: str, sha256: str) -> bytes:
+        read = self._reads.pop((key, sha256), None)
+        return read.result() if read is not None else self.store.get_verified(key, sha256)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._reads.clear()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
 def restore_archives(
     conn: psycopg.Connection,
     store: ObjectStore,
@@ -87,6 +121,7 @@ def restore_archives(
     chunk_size: int = 500,
     progress: Callable[[RestoreReport], None] | None = None,
     pause_archival: bool | None = None,
+    read_workers: int = 8,
 ) -> RestoreReport:
     """Restore archived memories to `memories`: all, one user's, or the listed original ids.
 
@@ -95,8 +130,30 @@ def restore_archives(
 
     Each memory is restored in its own transaction after its backup is verified against the recorded
     sha256 (archive.restore_archive); a memory already hot is counted, not touched. Interrupted, a
-    re-run restores what is still archived: idempotent and resumable.
+    re-run restores what is still archived: idempotent and resumable. The backups of each chunk are
+    read ahead by `read_workers` threads (at most `chunk_size` objects held at once).
     """
+    prefetch = _Prefetch(store, read_workers)
+    try:
+        return _restore_archives(conn, prefetch, actor=actor, all_archives=all_archives, user_id=user_id,
+                                 original_ids=original_ids, chunk_size=chunk_size, progress=progress,
+                                 pause_archival=pause_archival)  # fmt: skip
+    finally:
+        prefetch.close()
+
+
+def _restore_archives(
+    conn: psycopg.Connection,
+    store: _Prefetch,
+    *,
+    actor: str,
+    all_archives: bool,
+    user_id: str | None,
+    original_ids: Sequence[uuid.UUID | str] | None,
+    chunk_size: int,
+    progress: Callable[[RestoreReport], None] | None,
+    pause_archival: bool | None,
+) -> RestoreReport:
     ids = _check_selection(all_archives, user_id, original_ids)
     report = RestoreReport()
     if all_archives if pause_archival is None else pause_archival:
@@ -122,14 +179,15 @@ def restore_archives(
                 report.already_hot += 1
 
     if ids is not None:
-        owners = {
-            r["original_id"]: r["user_id"]
+        archives = {
+            r["original_id"]: r
             for r in conn.execute(
-                """SELECT original_id, user_id FROM archived_memories
+                """SELECT original_id, user_id, storage_ref, backup_sha256 FROM archived_memories
                    WHERE original_id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR user_id = %(u)s)""",
                 {"ids": ids, "u": user_id},
             ).fetchall()
         }
+        owners = {oid: r["user_id"] for oid, r in archives.items()}
         hot = {
             r["id"]: r["user_id"]
             for r in conn.execute(
@@ -139,6 +197,8 @@ def restore_archives(
             ).fetchall()
         }
         for i, oid in enumerate(ids):
+            if i % chunk_size == 0:
+                store.load(archives[o] for o in ids[i : i + chunk_size] if o in archives)
             owner = owners.get(oid) or hot.get(oid)
             if owner is None:
                 report.requested += 1
@@ -155,7 +215,7 @@ def restore_archives(
         cursor: tuple[datetime, uuid.UUID] | None = None
         while True:
             page = conn.execute(
-                """SELECT user_id, original_id, archived_at FROM archived_memories
+                """SELECT user_id, original_id, archived_at, storage_ref, backup_sha256 FROM archived_memories
                    WHERE (%(u)s::text IS NULL OR user_id = %(u)s)
                      AND (%(c_at)s::timestamptz IS NULL OR (archived_at, original_id) > (%(c_at)s, %(c_id)s))
                    ORDER BY archived_at, original_id LIMIT %(n)s""",
@@ -164,6 +224,7 @@ def restore_archives(
             ).fetchall()  # fmt: skip
             if not page:
                 break
+            store.load(page)
             for r in page:
                 restore(r["user_id"], r["original_id"])
             cursor = (page[-1]["archived_at"], page[-1]["original_id"])

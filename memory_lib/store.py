@@ -127,8 +127,17 @@ def get_memory(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> 
     return row
 
 
-def fetch_memories(conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
-    rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s)", (list(ids),)).fetchall()
+# The row version: any UPDATE gives the row a new xmin (archive.backup_still_matches relies on it).
+ROW_XMIN = "xmin::text::bigint AS row_xmin"
+
+
+def fetch_memories(
+    conn: psycopg.Connection, ids: Sequence[uuid.UUID], *, with_xmin: bool = False
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """Hot rows by id, in binary (vectors as float32 bytes, not text to parse); `with_xmin` adds
+    `row_xmin`, the row version."""
+    cols = f"{MEMORY_COLUMNS}, {ROW_XMIN}" if with_xmin else MEMORY_COLUMNS
+    rows = conn.execute(f"SELECT {cols} FROM memories WHERE id = ANY(%s)", (list(ids),), binary=True).fetchall()
     return {r["id"]: r for r in rows}
 
 

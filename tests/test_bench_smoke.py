@@ -101,9 +101,21 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
         if r["method"] == "batched":
             assert sum(shares) == pytest.approx(100, abs=1.0)  # the steps plus their remainder
     restore = rows(data, "Restore and re-promotion")
-    assert [r["count"] for r in restore] == [20, 2 * 3, 3]  # 20 restores; 3 promotions after 2 expansions each
+    # 20 bulk restores, 4 one per call; 3 promotions after 2 expansions each
+    assert [r["count"] for r in restore] == [20, 4, 2 * 3, 3]
     for r in restore:
-        assert finite_positive(r["p50 ms"]) and finite_positive(r["per second"])
+        assert finite_positive(r["per second"])
+        assert r["p50 ms"] is None if r["operation"].startswith("restore_archives") else finite_positive(r["p50 ms"])
+    fig = data["figures"]  # the summary keys every run writes, for the largest size
+    assert fig["size"] == n and fig["by_size"][str(n)]["size"] == n
+    for key in ("rate_per_s", "naive_rate_per_s", "ratio_vs_naive", "restore_rate_per_s", "peak_rss_mib"):
+        assert finite_positive(fig[key]), key
+    assert fig["ratio_vs_naive"] == pytest.approx(fig["rate_per_s"] / fig["naive_rate_per_s"])
+    assert fig["load"]["cpu_count"] >= 1 and len(fig["load"]["loadavg_end"]) == 3
+    assert fig["machine"]["nproc"] >= 1
+    summary = rows(data, "Archival summary")
+    assert [r["backlog"] for r in summary] == [n]
+    assert summary[0]["batched memories/s"] == pytest.approx(fig["rate_per_s"])
 
 
 def test_footprint_smoke(tmp_path: Path) -> None:

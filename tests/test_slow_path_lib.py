@@ -221,7 +221,7 @@ def test_a_lossy_serializer_is_caught_field_by_field(conn, services, monkeypatch
     """Bytes that match their recorded sha256 can still lose data: the round trip compares every field."""
     import memory_lib.models as models
 
-    monkeypatch.setattr(models, "_float32_json", lambda x: round(float(x), 3))  # a lossy serializer bug
+    monkeypatch.setattr(models, "_float32_json", lambda xs: [round(float(x), 3) for x in xs])  # a lossy serializer bug
     key = _backed_up_night(conn, services)
     report = fidelity.verify_backups(conn, services.object_store, key)
     assert report.checked > 0 and report.stale == 0
