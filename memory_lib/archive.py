@@ -404,18 +404,20 @@ def _commit_chunk(
             f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (ids,)
         ).fetchall()
         live = {r["id"]: r for r in rows}
+        # Read under the row locks, and only what is still backed up in this batch: an attempt another
+        # run committed, or that a takeover moved, since `todo` was read is not ours to touch.
         meta = {
             r["memory_id"]: r
             for r in conn.execute(
                 """SELECT memory_id, archive_reason, backup_archived_at, backup_sha256 FROM archival_attempts
-                   WHERE batch_key = %s AND memory_id = ANY(%s)""",
+                   WHERE batch_key = %s AND memory_id = ANY(%s) AND status = 'backed_up'""",
                 (batch_key, ids),
             ).fetchall()
         }
         ready: list[uuid.UUID] = []
         stale: list[uuid.UUID] = []
         gone: list[uuid.UUID] = []
-        for mid in ids:
+        for mid in (m for m in ids if m in meta):
             row, att = live.get(mid), meta[mid]
             if row is None:
                 gone.append(mid)

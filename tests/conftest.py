@@ -26,6 +26,10 @@ hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, prin
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
+# The Dagster definitions load once per process, before any test database exists, and take their first
+# night from the database unless it is set: the tests' fixed histories (2026) need a fixed start.
+os.environ.setdefault("MEMORY_ARCHIVE_PARTITION_START", "2025-01-01")
+
 TEST_DIM = 64  # small vectors keep the suite fast; test_fidelity also runs the 1536-d default
 
 

@@ -28,7 +28,7 @@ from memory_lib import pause as pause_switch
 
 from .assets import archive_backups, archive_rows
 from .partitions import nights as night_partitions
-from .partitions import run_nights
+from .partitions import run_nights, run_shard
 
 NOTHING = "nothing to check"
 # partitions_def on an asset check is a preview in 1.13 (checked to work on 1.13.27, ranged runs too):
@@ -41,11 +41,13 @@ def _evaluation(
     metadata: dict[str, object], description: str | None = None,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
 ) -> dg.AssetCheckEvaluation:  # fmt: skip
-    """The check's result for one night, tied to that night's latest materialization."""
+    """The check's result for one night (of the run's shard), tied to the night's materialization by
+    this run, else the night's latest (concurrent shard runs each materialize the night)."""
     name = context.check_specs[0].name
-    latest = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset.key, asset_partitions=[str(night)]), limit=1
+    recent = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset.key, asset_partitions=[str(night)]), limit=20
     ).records
+    latest = [r for r in recent if r.event_log_entry.run_id == context.run.run_id] or recent[:1]
     target = (
         AssetCheckEvaluationTargetMaterializationData(
             run_id=latest[0].event_log_entry.run_id, storage_id=latest[0].storage_id, timestamp=latest[0].timestamp
@@ -53,6 +55,7 @@ def _evaluation(
         if latest
         else None
     )
+    metadata = {"shard": str(run_shard(context)), **metadata}
     return dg.AssetCheckEvaluation(
         asset_key=asset.key, check_name=name, passed=passed, metadata=metadata, description=description,
         severity=severity, blocking=True, partition=str(night), target_materialization_data=target,
@@ -79,7 +82,7 @@ def backups_round_trip(
     store = object_store.get_store()
     with database.connect() as conn:
         for night in run_nights(context):
-            key = nights.batch_key_for(night)
+            key = nights.batch_key_for(night, run_shard(context))
             report = fidelity.verify_backups(conn, store, key)
             sent_back = _open_after_failed_round_trip(conn, key)
             failures = [(str(m), p) for m, p in report.failures.items()]
@@ -115,7 +118,7 @@ def error_rate_gate(
     with database.connect() as conn:
         pause = pause_switch.pause_status(conn)
         for night in run_nights(context):
-            g = gate.error_gate(conn, nights.batch_key_for(night), criteria)
+            g = gate.error_gate(conn, nights.batch_key_for(night, run_shard(context)), criteria)
             s = g.status
             meta: dict[str, object] = {
                 "attempted": s.attempted,
@@ -155,7 +158,7 @@ def tiers_consistent(
     store = object_store.get_store()
     with database.connect() as conn:
         for night in run_nights(context):
-            key = nights.batch_key_for(night)
+            key = nights.batch_key_for(night, run_shard(context))
             report = integrity.integrity_report(conn, [key])
             committed = integrity.verify_committed(conn, store, [key])
             problems = {k: v for k, v in report.problems().items() if v}
