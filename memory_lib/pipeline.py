@@ -28,7 +28,7 @@ from .config import ArchivalCriteria
 from .embedding import Embedder
 from .fidelity import FidelityReport, reset_unfaithful_backups, verify_backups
 from .gate import GateResult, error_gate
-from .integrity import CommittedBackups, IntegrityReport, integrity_report, verify_committed
+from .integrity import CommittedBackups, IntegrityReport, audit_batch
 from .objectstore import ObjectStore
 from .pause import PauseState, pause_status, paused_skip, set_pause
 from .shards import ALL, Shard
@@ -227,8 +227,8 @@ def run_batch(
     if report.fidelity.passed and report.gate is not None and report.gate.passed:
         outcomes.append(commit_stage(conn, batch_key, store, criteria, actor=actor, workers=workers))
         report.gate = gate_stage(conn, batch_key, criteria, actor=actor, after_commit=True)
-        report.integrity = integrity_report(conn, [batch_key])
-        report.committed = verify_committed(conn, store, [batch_key])
+        audit = audit_batch(conn, store, batch_key)  # kept on the batch for the tiers_consistent check
+        report.integrity, report.committed = audit.integrity, audit.committed
         if not (report.integrity.passed and report.committed.passed):
             set_pause(conn, reason=report.problem or "tier integrity failed", actor=actor, batch_key=batch_key,
                       details={"check": "tiers_consistent"})  # fmt: skip

@@ -157,6 +157,25 @@ def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
 
 
 @pytest.fixture
+def llm_keys(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The fake server's API key as ANTHROPIC_API_KEY and OPENAI_API_KEY, for code that reads them from the
+    environment (the Dagster summarizer resource); pair it with `fake_llm`."""
+    from tests.support.fake_llm import FAKE_API_KEY
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_API_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_API_KEY)
+    return FAKE_API_KEY
+
+
+@pytest.fixture
+def history(conn: psycopg.Connection) -> list[uuid.UUID]:
+    """The Slow Path tests' small deterministic history (tests.support.dagster_helpers) in `conn`'s database."""
+    from tests.support.dagster_helpers import load_history
+
+    return load_history(conn, TEST_DIM)
+
+
+@pytest.fixture
 def cli_env(monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path) -> str:
     """The environment of a `memory-archive` command on this test's database: offline summarizer and
     embedder, a local object store under tmp_path/objects, no API keys. Returns the database URL."""

@@ -309,15 +309,13 @@ def _probe_retrievability(
 
 
 def _audit_tiers(conn, batch_key: str, store) -> None:
-    """Tier integrity of a committed night; a failure pauses archival (as run_batch does)."""
-    report = integrity.integrity_report(conn, [batch_key])
-    committed = integrity.verify_committed(conn, store, [batch_key])
-    if report.passed and committed.passed:
+    """Tier integrity of a committed night, kept on the batch for the tiers_consistent check (which
+    reports it, read-only); a failure pauses archival (as run_batch does)."""
+    audit = integrity.audit_batch(conn, store, batch_key)
+    if audit.passed:
         return
-    problems = {k: v for k, v in report.problems().items() if v}
-    problems |= {"backups_missing": len(committed.missing), "backups_mismatched": len(committed.mismatched)}
     pause_switch.set_pause(
-        conn, reason=f"{batch_key}: tier integrity failed: " + ", ".join(f"{k}={v}" for k, v in problems.items() if v),
+        conn, reason=f"{batch_key}: tier integrity failed: " + ", ".join(f"{k}={v}" for k, v in audit.problems().items()),
         actor=nights.ACTOR, batch_key=batch_key, details={"check": "tiers_consistent"},
     )  # fmt: skip
 

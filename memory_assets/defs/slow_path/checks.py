@@ -149,40 +149,42 @@ def error_rate_gate(
 
 @dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)
 def tiers_consistent(
-    context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
+    context: dg.AssetCheckExecutionContext, database: DatabaseResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
     """Every memory exactly once in hot or archive: no archived original left in memories, none in two
     open attempts, none of the night's archived memories lost, every archive row with its audit event,
     and every committed row's backup still in object storage (HEAD, sampled above 1,000 rows).
-    archive_rows pauses archival when this fails after its commit."""
-    store = object_store.get_store()
+
+    archive_rows audits each night right after its commit, keeps the audit on the batch and pauses
+    archival when it fails; this check reports that audit (with its time), as archive_retrievable
+    reports the probe: it repeats neither the queries nor the HEADs."""
     with database.connect() as conn:
         for night in run_nights(context):
             key = nights.batch_key_for(night, run_shard(context))
-            report = integrity.integrity_report(conn, [key])
-            committed = integrity.verify_committed(conn, store, [key])
-            problems = {k: v for k, v in report.problems().items() if v}
-            if committed.missing:
-                problems["backups_missing"] = len(committed.missing)
-            if committed.mismatched:
-                problems["backups_mismatched"] = len(committed.mismatched)
+            audit = integrity.recorded_audit(conn, key)
+            if audit is None:
+                yield _evaluation(context, archive_rows, night, passed=True, metadata={"nothing_to_check": True},
+                                  description=f"{NOTHING}: {key} has no commit audited yet")  # fmt: skip
+                continue
+            problems = audit.problems()
             meta: dict[str, object] = {
-                **report.problems(),
-                "archived_by_this_night": report.archived,
-                "backups_checked": committed.checked,
-                "backups_missing": len(committed.missing),
-                "backups_mismatched": len(committed.mismatched),
-                "nothing_to_check": report.archived == 0 and not problems,
+                **audit.integrity.problems(),
+                "archived_by_this_night": audit.integrity.archived,
+                "backups_checked": audit.committed.checked,
+                "backups_missing": len(audit.committed.missing),
+                "backups_mismatched": len(audit.committed.mismatched),
+                "audited_at": audit.audited_at.isoformat(),
+                "nothing_to_check": audit.integrity.archived == 0 and not problems,
             }
-            bad = committed.missing + committed.mismatched
+            bad = audit.committed.missing + audit.committed.mismatched
             if bad:
                 meta["bad_backups"] = markdown_table(["storage ref"], [[r] for r in bad[:20]])
             if problems:
                 description = f"{key}: " + ", ".join(f"{k}={v}" for k, v in problems.items())
-            elif report.archived == 0:
+            elif audit.integrity.archived == 0:
                 description = f"{NOTHING}: {key} archived nothing"
             else:
-                description = f"{report.archived} archive rows consistent"
+                description = f"{audit.integrity.archived} archive rows consistent"
             yield _evaluation(context, archive_rows, night, passed=not problems, metadata=meta,
                               description=description)  # fmt: skip
     yield dg.Output(None)
