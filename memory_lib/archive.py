@@ -478,18 +478,21 @@ def _commit_chunk(
             (ids,), binary=True,
         ).fetchall()  # fmt: skip
         live = {r["id"]: r for r in rows}
+        # Read under the row locks, and only what is still backed up in this batch: an attempt another
+        # run committed, or that a takeover moved, since `todo` was read is not ours to touch.
         meta = {
             r["memory_id"]: r
             for r in conn.execute(
                 """SELECT memory_id, archive_reason, backup_archived_at, backup_sha256, backup_row_xmin
-                   FROM archival_attempts WHERE batch_key = %s AND memory_id = ANY(%s)""",
+                   FROM archival_attempts
+                   WHERE batch_key = %s AND memory_id = ANY(%s) AND status = 'backed_up'""",
                 (batch_key, ids),
             ).fetchall()
         }
         ready: list[uuid.UUID] = []
         stale: list[uuid.UUID] = []
         gone: list[uuid.UUID] = []
-        for mid in ids:
+        for mid in (m for m in ids if m in meta):
             row, att = live.get(mid), meta[mid]
             if row is None:
                 gone.append(mid)

@@ -9,12 +9,17 @@ Invariants:
   expired (or whose holder process is dead on this host), keeping their checkpoints: a failure is
   retried by the next night, and a killed run strands nothing. An attempt that failed
   `max_attempts` times is released and its memory stays hot (visible in `attempt_counts`).
+* A batch of a user shard (shards.py) claims and takes over only memories of its shard's users, so
+  concurrent shard runs have disjoint work; their batch keys differ (nights.batch_key_for), so
+  none takes over a batch another shard is still running.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +30,7 @@ from psycopg.types.json import Jsonb
 from .config import ArchivalCriteria
 from .eligibility import ELIGIBLE_SQL, ORDER_SQL, REASON_SQL, criteria_params
 from .errors import InvalidInputError
+from .shards import ALL, Shard, shard_filter
 from .statuses import OPEN_STATUSES, AttemptStatus
 
 
@@ -80,8 +86,9 @@ def claim_batch(
     *,
     limit: int | None = None,
     holder: Holder | None = None,
+    shard: Shard = ALL,
 ) -> ClaimResult:
-    """Claim up to `limit` (default criteria.batch_size) memories for `batch_key`.
+    """Claim up to `limit` (default criteria.batch_size) memories of `shard`'s users for `batch_key`.
 
     First the open attempts of finished, expired or dead batches (checkpoints kept), then eligible
     memories. Idempotent: a batch is claimed once; claiming it again renews its lease and returns
@@ -93,6 +100,8 @@ def claim_batch(
     limit = criteria.batch_size if limit is None else limit
     if not isinstance(limit, int) or not 0 <= limit <= criteria.batch_size:
         raise InvalidInputError("limit", limit, f"must be between 0 and batch_size={criteria.batch_size}")
+    if not isinstance(shard, Shard):
+        raise InvalidInputError("shard", shard, "must be a Shard (shards.Shard.parse('i/n'))")
     holder = holder or Holder.this_process("memory-archive", track_pid=False)
     dead = _dead_holders(conn)
     with conn.transaction():
@@ -110,22 +119,22 @@ def claim_batch(
             by_reason = _reason_counts(conn, batch_key)
             return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
         taken = conn.execute(
-            """WITH t AS (
+            f"""WITH t AS (
                    SELECT a.batch_key, a.memory_id FROM archival_attempts a
                    JOIN archival_batches b ON b.batch_key = a.batch_key
-                   WHERE a.status = ANY(%(open)s) AND a.batch_key <> %(new)s
+                   WHERE a.status = ANY(%(open)s) AND a.batch_key <> %(new)s AND {shard_filter("a.user_id")}
                      AND (b.finished_at IS NOT NULL OR b.lease_expires_at IS NULL
                           OR b.lease_expires_at < now() OR b.batch_key = ANY(%(dead)s))
                    ORDER BY a.memory_id LIMIT %(limit)s FOR UPDATE OF a SKIP LOCKED)
                UPDATE archival_attempts x SET batch_key = %(new)s, taken_over_from = x.batch_key,
                                               updated_at = now()
                FROM t WHERE x.batch_key = t.batch_key AND x.memory_id = t.memory_id""",
-            {"open": list(OPEN_STATUSES), "new": batch_key, "dead": dead, "limit": limit},
+            {"open": list(OPEN_STATUSES), "new": batch_key, "dead": dead, "limit": limit} | shard.params(),
         ).rowcount
         rows = conn.execute(
             f"""SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL} {ORDER_SQL}
                 LIMIT %(limit)s FOR UPDATE OF m SKIP LOCKED""",
-            criteria_params(criteria, as_of) | {"limit": limit - taken},
+            criteria_params(criteria, as_of, shard) | {"limit": limit - taken},
         ).fetchall()
         if rows:
             with conn.cursor() as cur:
@@ -152,6 +161,19 @@ def _renew(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria,
         (criteria.lease_seconds, holder and holder.owner, holder and holder.host, holder is not None,
          holder and holder.pid, batch_key),
     )  # fmt: skip
+
+
+@contextmanager
+def working_on(conn: psycopg.Connection, batch_key: str) -> Iterator[None]:
+    """Hold the batch's work lock (a session advisory lock) while a stage works on it: two runs of the
+    same batch (the same night and shard launched twice) take turns, so no memory is summarized,
+    written or committed twice. The lock dies with the connection, so a killed run holds nothing."""
+    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ("batch:" + batch_key,))
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ("batch:" + batch_key,))
 
 
 def renew_lease(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria) -> None:

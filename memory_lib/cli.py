@@ -31,6 +31,7 @@ from .integrity import sweep_orphans
 from .pause import clear_pause, pause_history, pause_status, set_pause
 from .pipeline import run_batch
 from .restore import restore_archives
+from .shards import Shard
 from .store import tier_stats
 
 EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED = 1, 2, 3
@@ -112,21 +113,25 @@ def stats(ctx: click.Context) -> None:
 @cli.command()
 @click.option("--batch-key", help="Default: adhoc-<UTC timestamp>. A batch killed mid-run is taken over by the next.")
 @click.option("--limit", type=click.IntRange(min=0), help="At most this many (default: archival.batch_size).")
+@click.option("--shard", default="0/1", show_default=True,
+              help="i/n: only the users of shard i of n (stable hash of user_id); run n of them at once to scale out.")
 @click.pass_context
 @_guarded
-def archive(ctx: click.Context, batch_key: str | None, limit: int | None) -> None:
+def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard: str) -> None:
     """Archive one batch of eligible memories through the whole pipeline (pause, fidelity and gate included)."""
+    part = Shard.parse(shard)  # before connecting: bad input writes nothing
     now = datetime.now(UTC)
-    key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}"
+    key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}{part.batch_suffix()}"
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
         report = run_batch(
             conn, services, settings.archival, batch_key=key, as_of=now, actor="cli", limit=limit,
             workers=settings.llm.max_concurrency, holder=Holder.this_process(f"cli:{key}", track_pid=True),
+            shard=part,
         )  # fmt: skip
         claim = report.claim
         _emit({
-            "batch_key": key, "claimed": claim.claimed if claim else 0,
+            "batch_key": key, "shard": str(part), "claimed": claim.claimed if claim else 0,
             "taken_over": claim.taken_over if claim else 0, "archived": report.status.archived,
             "failed": report.status.failed, "failed_by_step": report.status.failed_by_step,
             "gate_passed": report.gate_passed, "ok": report.ok, "problem": report.problem,

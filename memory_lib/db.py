@@ -177,6 +177,22 @@ def open_database(settings: Settings, *, create: bool = True) -> Database:
     return db
 
 
+def reachable_url(settings: Settings) -> str | None:
+    """A URL to read the configured database without starting or creating anything: DATABASE_URL, or
+    the embedded server's socket when it is already running (its postmaster.pid), else None."""
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    try:
+        # postmaster.pid lines: pid, data dir, start time, port, socket dir, ...
+        lines = (settings.embedded_pg_dir / "postmaster.pid").read_text().splitlines()
+        port, socket_dir = int(lines[3]), lines[4].strip()
+    except (OSError, IndexError, ValueError):
+        return None
+    if not socket_dir:
+        return None
+    return make_conninfo(host=socket_dir, port=port, user="postgres", dbname=settings.embedded_database or "postgres")
+
+
 _DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

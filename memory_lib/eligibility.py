@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from .config import ArchivalCriteria
+from .shards import ALL, Shard, shard_filter
 from .statuses import OPEN_STATUSES, AttemptStatus
 from .store import MEMORY_COLUMNS
 
@@ -32,9 +33,9 @@ REASON_RETENTION = "retention_floor"
 RETENTION_EXEMPT = ("core",)
 
 
-def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, Any]:
+def criteria_params(criteria: ArchivalCriteria, as_of: datetime, shard: Shard = ALL) -> dict[str, Any]:
     as_of = as_of.astimezone(UTC)
-    return {
+    return shard.params() | {
         "min_cutoff": as_of - timedelta(days=criteria.min_age_days),
         "force_cutoff": as_of - timedelta(days=criteria.force_archive_age_days),
         "recent_cutoff": as_of - timedelta(days=criteria.recent_access_window_days),
@@ -54,7 +55,8 @@ def criteria_params(criteria: ArchivalCriteria, as_of: datetime) -> dict[str, An
 
 # "In active use" = more accesses than allowed with the last one inside the recent window (the table
 # keeps a count and a last-access time, not a full access log). The policy is a parameter, so callers
-# (claims, dry run) share one statement; a custom plan folds the branch that is off away.
+# (claims, dry run) share one statement; the shard condition is true for every user with the default
+# shard 0/1; a custom plan folds the branch that is off away.
 # Retention: a streak at the floor that began early enough, with no access since it began — decay is
 # monotone between accesses, so it is still at the floor at `as_of` even if tonight was not scored.
 # Superseded before the end of the night and not used since: a superseded memory re-promoted by its
@@ -64,6 +66,7 @@ SUPERSEDED_SQL = """(m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s
 ELIGIBLE_SQL = f"""
     FROM memories m
     WHERE NOT m.pinned
+      AND {shard_filter("m.user_id")}
       AND m.category <> ALL(%(exempt)s)
       AND ({SUPERSEDED_SQL}
            OR (%(policy)s::text = 'adr004'
@@ -89,22 +92,24 @@ REASON_SQL = f"""CASE WHEN {SUPERSEDED_SQL} THEN '{REASON_SUPERSEDED}'
 ORDER_SQL = "ORDER BY (m.superseded_by IS NULL), m.importance_score, m.created_at, m.id"
 
 
-def eligible_counts(conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime) -> dict[str, int]:
-    """How many hot memories are eligible now, by archive reason (read-only)."""
+def eligible_counts(
+    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, shard: Shard = ALL
+) -> dict[str, int]:
+    """How many hot memories (of the shard's users) are eligible now, by archive reason (read-only)."""
     rows = conn.execute(
         f"SELECT {REASON_SQL} AS reason, count(*) AS n {ELIGIBLE_SQL} GROUP BY 1",
-        criteria_params(criteria, as_of),
+        criteria_params(criteria, as_of, shard),
     ).fetchall()
     return {r["reason"]: r["n"] for r in rows}
 
 
 def select_eligible(
-    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, limit: int
+    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, limit: int, shard: Shard = ALL
 ) -> list[dict[str, Any]]:
-    """Eligible memories, lowest importance then oldest first (read-only, no locks)."""
+    """Eligible memories (of the shard's users), lowest importance then oldest first (read-only, no locks)."""
     return conn.execute(
         f"SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL} {ORDER_SQL} LIMIT %(limit)s",
-        criteria_params(criteria, as_of) | {"limit": limit},
+        criteria_params(criteria, as_of, shard) | {"limit": limit},
     ).fetchall()
 
 

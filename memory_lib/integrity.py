@@ -7,10 +7,12 @@ import random
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from .errors import ObjectNotFoundError
 from .models import to_float32
@@ -107,6 +109,51 @@ class CommittedBackups:
     @property
     def passed(self) -> bool:
         return not (self.missing or self.mismatched)
+
+
+@dataclass(frozen=True)
+class TierAudit:
+    """A committed batch's audit as recorded (`record_audit`): what the read-only check reports."""
+
+    batch_key: str
+    integrity: IntegrityReport
+    committed: CommittedBackups
+    audited_at: datetime
+
+    @property
+    def passed(self) -> bool:
+        return self.integrity.passed and self.committed.passed
+
+    def problems(self) -> dict[str, int]:
+        """Only the non-zero problems, the missing and differing backups included."""
+        found = {k: v for k, v in self.integrity.problems().items() if v}
+        if self.committed.missing:
+            found["backups_missing"] = len(self.committed.missing)
+        if self.committed.mismatched:
+            found["backups_mismatched"] = len(self.committed.mismatched)
+        return found
+
+
+def audit_batch(conn: psycopg.Connection, store: ObjectStore, batch_key: str) -> TierAudit:
+    """integrity_report and verify_committed of one committed batch, kept on the batch (record_audit)."""
+    report = integrity_report(conn, [batch_key])
+    committed = verify_committed(conn, store, [batch_key])
+    at = datetime.now(UTC)
+    conn.execute(
+        "UPDATE archival_batches SET tier_audit = %s WHERE batch_key = %s",
+        (Jsonb({"integrity": asdict(report), "committed": asdict(committed), "at": at.isoformat()}), batch_key),
+    )
+    return TierAudit(batch_key, report, committed, at)
+
+
+def recorded_audit(conn: psycopg.Connection, batch_key: str) -> TierAudit | None:
+    """The last audit `audit_batch` kept for the batch, or None when it was never audited (not committed)."""
+    row = conn.execute("SELECT tier_audit AS a FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
+    if row is None or row["a"] is None:
+        return None
+    a = row["a"]
+    return TierAudit(batch_key, IntegrityReport(**a["integrity"]), CommittedBackups(**a["committed"]),
+                     datetime.fromisoformat(a["at"]))  # fmt: skip
 
 
 def verify_committed(

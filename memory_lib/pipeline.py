@@ -8,7 +8,9 @@ order in one process. The gate is decided by gate.error_gate alone. Invariants:
 * no original is deleted unless the batch's backups round-tripped and its error rate passed the gate;
 * a failed fidelity check or gate (before or after commit) pauses archival;
 * a batch whose commit left it above the error rate, or that archived nothing of what it claimed,
-  is a failed run (BatchReport.ok is False, with `problem` saying why).
+  is a failed run (BatchReport.ok is False, with `problem` saying why);
+* two runs of one batch take turns stage by stage (claims.working_on), so a night (or a night's
+  shard) launched twice still archives each memory once.
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ import psycopg
 
 from . import archive
 from .archive import ArchivalServices, BatchStatus, StepResult
-from .claims import ClaimResult, Holder, claim_batch, finish_batch
+from .claims import ClaimResult, Holder, claim_batch, finish_batch, working_on
 from .config import ArchivalCriteria
 from .embedding import Embedder
 from .fidelity import FidelityReport, reset_unfaithful_backups, verify_backups
 from .gate import GateResult, error_gate
-from .integrity import CommittedBackups, IntegrityReport, integrity_report, verify_committed
+from .integrity import CommittedBackups, IntegrityReport, audit_batch
 from .objectstore import ObjectStore
 from .pause import PauseState, pause_status, paused_skip, set_pause
+from .shards import ALL, Shard
 from .statuses import AttemptStatus, Step
 from .summarize import Summarizer
 
@@ -54,11 +57,11 @@ def _skip(conn: psycopg.Connection, batch_key: str, step: str) -> StageOutcome |
 
 def claim_stage(
     conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, as_of: datetime,
-    *, limit: int | None = None, holder: Holder | None = None,
+    *, limit: int | None = None, holder: Holder | None = None, shard: Shard = ALL,
 ) -> StageOutcome:  # fmt: skip
     if (skip := _skip(conn, batch_key, "claim")) is not None:
         return skip
-    claim = claim_batch(conn, batch_key, criteria, as_of, limit=limit, holder=holder)
+    claim = claim_batch(conn, batch_key, criteria, as_of, limit=limit, holder=holder, shard=shard)
     return StageOutcome(batch_key, "claim", claim=claim)
 
 
@@ -69,11 +72,12 @@ def summarize_stage(
     """Summarize the batch's claimed memories, then embed the summaries."""
     if (skip := _skip(conn, batch_key, "summarize")) is not None:
         return skip
-    results = [archive.summarize_batch(conn, batch_key, summarizer, criteria, workers=workers)]
-    if _has_status(conn, batch_key, AttemptStatus.SUMMARIZED):
-        results.append(archive.embed_batch(conn, batch_key, embedder, criteria))
-    else:
-        results.append(StepResult(Step.EMBED))
+    with working_on(conn, batch_key):
+        results = [archive.summarize_batch(conn, batch_key, summarizer, criteria, workers=workers)]
+        if _has_status(conn, batch_key, AttemptStatus.SUMMARIZED):
+            results.append(archive.embed_batch(conn, batch_key, embedder, criteria))
+        else:
+            results.append(StepResult(Step.EMBED))
     return StageOutcome(batch_key, "summarize", results=results)
 
 
@@ -82,9 +86,9 @@ def backup_stage(
 ) -> StageOutcome:
     if (skip := _skip(conn, batch_key, "backup")) is not None:
         return skip
-    return StageOutcome(
-        batch_key, "backup", results=[archive.backup_batch(conn, batch_key, store, criteria, workers=workers)]
-    )
+    with working_on(conn, batch_key):
+        result = archive.backup_batch(conn, batch_key, store, criteria, workers=workers)
+    return StageOutcome(batch_key, "backup", results=[result])
 
 
 def fidelity_stage(
@@ -93,13 +97,14 @@ def fidelity_stage(
 ) -> FidelityReport:  # fmt: skip
     """Read every backup of the batch back; on a failure, send those memories back to be backed up
     again and pause archival."""
-    report = verify_backups(conn, store, batch_key, workers=workers, deadline=archive.step_deadline(criteria))
-    if not report.passed:
-        reset_unfaithful_backups(conn, report, criteria)
-        set_pause(
-            conn, reason=f"backup fidelity failed for {len(report.failures)} memories", actor=actor,
-            batch_key=batch_key, details={"check": "backups_round_trip"},
-        )  # fmt: skip
+    with working_on(conn, batch_key):
+        report = verify_backups(conn, store, batch_key, workers=workers, deadline=archive.step_deadline(criteria))
+        if not report.passed:
+            reset_unfaithful_backups(conn, report, criteria)
+            set_pause(
+                conn, reason=f"backup fidelity failed for {len(report.failures)} memories", actor=actor,
+                batch_key=batch_key, details={"check": "backups_round_trip"},
+            )  # fmt: skip
     return report
 
 
@@ -130,8 +135,9 @@ def commit_stage(
     gate = error_gate(conn, batch_key, criteria)
     if not gate.passed:
         return StageOutcome(batch_key, "commit", skipped=gate.describe())
-    result = archive.commit_batch(conn, batch_key, store, criteria, actor=actor, workers=workers)
-    finish_batch(conn, batch_key)
+    with working_on(conn, batch_key):
+        result = archive.commit_batch(conn, batch_key, store, criteria, actor=actor, workers=workers)
+        finish_batch(conn, batch_key)
     return StageOutcome(batch_key, "commit", results=[result])
 
 
@@ -203,10 +209,11 @@ def run_batch(
     limit: int | None = None,
     workers: int = 4,
     holder: Holder | None = None,
+    shard: Shard = ALL,
 ) -> BatchReport:
-    """Run one batch through every stage in this process (see the module docstring)."""
+    """Run one batch (of `shard`'s users) through every stage in this process (see the module docstring)."""
     store = services.object_store
-    outcomes = [claim_stage(conn, batch_key, criteria, as_of, limit=limit, holder=holder)]
+    outcomes = [claim_stage(conn, batch_key, criteria, as_of, limit=limit, holder=holder, shard=shard)]
     report = BatchReport(batch_key, outcomes, archive.batch_status(conn, batch_key))
     if outcomes[0].skipped:
         report.paused = pause_status(conn)
@@ -220,8 +227,8 @@ def run_batch(
     if report.fidelity.passed and report.gate is not None and report.gate.passed:
         outcomes.append(commit_stage(conn, batch_key, store, criteria, actor=actor, workers=workers))
         report.gate = gate_stage(conn, batch_key, criteria, actor=actor, after_commit=True)
-        report.integrity = integrity_report(conn, [batch_key])
-        report.committed = verify_committed(conn, store, [batch_key])
+        audit = audit_batch(conn, store, batch_key)  # kept on the batch for the tiers_consistent check
+        report.integrity, report.committed = audit.integrity, audit.committed
         if not (report.integrity.passed and report.committed.passed):
             set_pause(conn, reason=report.problem or "tier integrity failed", actor=actor, batch_key=batch_key,
                       details={"check": "tiers_consistent"})  # fmt: skip

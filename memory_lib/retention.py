@@ -31,6 +31,7 @@ import psycopg
 
 from .config import RetentionConfig
 from .eligibility import RETENTION_EXEMPT
+from .shards import ALL, Shard, shard_filter
 
 CATEGORIES = ("episodic", "semantic", "procedural", "core")
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -83,17 +84,20 @@ class ScoreRun:
     seconds: float = 0.0
 
 
-def score(conn: psycopg.Connection, as_of: datetime, config: RetentionConfig) -> ScoreRun:
-    """Score every hot memory created by `as_of` (the end of a night), one statement per user batch."""
+def score(conn: psycopg.Connection, as_of: datetime, config: RetentionConfig, *, shard: Shard = ALL) -> ScoreRun:
+    """Score every hot memory of `shard`'s users created by `as_of` (the end of a night), one statement
+    per user batch. Concurrent shard runs score disjoint users, so they never upsert the same rows."""
     as_of = as_of.astimezone(UTC)
     started = time.monotonic()
     run = ScoreRun(as_of)
-    params = category_params(config) | {"as_of": as_of, "boost": config.retrieval_boost, "tol": config.floor_tolerance}
+    params = category_params(config) | shard.params() | {
+        "as_of": as_of, "boost": config.retrieval_boost, "tol": config.floor_tolerance}  # fmt: skip
     after = ""
     while True:
         users = [r["user_id"] for r in conn.execute(
-            "SELECT DISTINCT user_id FROM memories WHERE user_id > %s ORDER BY user_id LIMIT %s",
-            (after, config.users_per_statement),
+            f"""SELECT DISTINCT user_id FROM memories WHERE user_id > %(after)s AND {shard_filter("user_id")}
+                ORDER BY user_id LIMIT %(n)s""",
+            shard.params() | {"after": after, "n": config.users_per_statement},
         ).fetchall()]  # fmt: skip
         if not users:
             break

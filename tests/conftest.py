@@ -26,6 +26,10 @@ hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, prin
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
+# The Dagster definitions load once per process, before any test database exists, and take their first
+# night from the database unless it is set: the tests' fixed histories (2026) need a fixed start.
+os.environ.setdefault("MEMORY_ARCHIVE_PARTITION_START", "2025-01-01")
+
 TEST_DIM = 64  # small vectors keep the suite fast; test_fidelity also runs the 1536-d default
 
 
@@ -150,6 +154,25 @@ def fake_llm_server() -> Iterator[FakeLLMServer]:
 def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
     fake_llm_server.reset()
     return fake_llm_server
+
+
+@pytest.fixture
+def llm_keys(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The fake server's API key as ANTHROPIC_API_KEY and OPENAI_API_KEY, for code that reads them from the
+    environment (the Dagster summarizer resource); pair it with `fake_llm`."""
+    from tests.support.fake_llm import FAKE_API_KEY
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_API_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_API_KEY)
+    return FAKE_API_KEY
+
+
+@pytest.fixture
+def history(conn: psycopg.Connection) -> list[uuid.UUID]:
+    """The Slow Path tests' small deterministic history (tests.support.dagster_helpers) in `conn`'s database."""
+    from tests.support.dagster_helpers import load_history
+
+    return load_history(conn, TEST_DIM)
 
 
 @pytest.fixture

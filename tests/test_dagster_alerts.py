@@ -17,9 +17,6 @@ from memory_lib import nights
 from memory_lib import pause as pause_switch
 from tests.test_slow_path_dagster import (  # noqa: F401
     NIGHT,
-    fake_llm,
-    fake_llm_server,
-    history,
     local_store_resource,
     materialize,
     resources,
@@ -138,7 +135,7 @@ def test_a_bad_webhook_url_is_refused_naming_the_variable(monkeypatch):
 
 
 def test_a_night_failing_its_gate_is_alerted_with_its_night_and_then_its_pause(
-    conn, db_url, history, local_store_resource, fake_llm, webhook  # noqa: F811
+    conn, db_url, history, local_store_resource, fake_llm, llm_keys, webhook  # noqa: F811
 ):
     fake_llm.fail_fraction, fake_llm.fail_status = 0.1, 400
     llm = SummarizerResource(

@@ -20,31 +20,12 @@ from memory_lib import nights
 from memory_lib import pause as pause_switch
 from memory_lib.db import check_schema
 from tests.conftest import TEST_DIM
-from tests.support.dagster_helpers import last_night, load_history, table_fingerprint
-from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
+from tests.support.dagster_helpers import last_night, table_fingerprint
 from tests.test_slow_path_dagster import SLOW_PATH_DEFS, resources
 
 ROOT = Path(__file__).resolve().parent.parent
 NIGHT = last_night()
 GATE_CHECKS = [checks.backups_round_trip, checks.error_rate_gate]
-
-
-@pytest.fixture(scope="module")
-def fake_llm_server():
-    with FakeLLMServer() as server:
-        yield server
-
-
-@pytest.fixture
-def fake_llm(fake_llm_server, monkeypatch):
-    fake_llm_server.reset()
-    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_API_KEY)
-    return fake_llm_server
-
-
-@pytest.fixture
-def history(conn):
-    return load_history(conn, TEST_DIM)
 
 
 @pytest.fixture
@@ -182,7 +163,7 @@ def run_checks_only(res):
 
 
 def test_a_failed_gate_is_written_by_the_asset_and_its_checks_only_read(
-    conn, db_url, history, store, fake_llm
+    conn, db_url, history, store, fake_llm, llm_keys
 ):
     fake_llm.fail_fraction, fake_llm.fail_status = 0.1, 400
     llm = SummarizerResource(provider="anthropic", base_url=fake_llm.base_url, requests_per_second=1000.0,

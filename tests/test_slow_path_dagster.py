@@ -32,8 +32,7 @@ from memory_lib import archive, integrity, nights, restore
 from memory_lib import pause as pause_switch
 from memory_lib.models import BackupObject
 from tests.conftest import TEST_DIM
-from tests.support.dagster_helpers import last_night, load_history, table_fingerprint
-from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
+from tests.support.dagster_helpers import last_night, table_fingerprint
 
 SLOW_PATH_DEFS = [
     assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows,
@@ -41,25 +40,6 @@ SLOW_PATH_DEFS = [
 ]  # fmt: skip
 NIGHT = last_night()
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def fake_llm_server():
-    with FakeLLMServer() as server:
-        yield server
-
-
-@pytest.fixture
-def fake_llm(fake_llm_server, monkeypatch):
-    fake_llm_server.reset()
-    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_API_KEY)
-    monkeypatch.setenv("OPENAI_API_KEY", FAKE_API_KEY)
-    return fake_llm_server
-
-
-@pytest.fixture
-def history(conn):
-    return load_history(conn, TEST_DIM)
 
 
 @pytest.fixture
@@ -198,7 +178,7 @@ def test_a_backfill_run_goes_through_its_nights_in_date_order_within_the_cap(
 
 
 def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
-    conn, db_url, history, local_store_resource, fake_llm
+    conn, db_url, history, local_store_resource, fake_llm, llm_keys
 ):
     fake_llm.fail_fraction, fake_llm.fail_status = 0.1, 400
     llm = SummarizerResource(
@@ -255,7 +235,7 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == status.attempted
 
 
-def test_an_empty_summary_fails_its_memory_not_the_run(conn, db_url, history, local_store_resource, fake_llm):
+def test_an_empty_summary_fails_its_memory_not_the_run(conn, db_url, history, local_store_resource, fake_llm, llm_keys):
     fake_llm.empty_summary_fraction = 0.05
     llm = SummarizerResource(provider="openai", base_url=fake_llm.openai_base_url, requests_per_second=1000.0)
     res = resources(db_url, local_store_resource, summarizer=llm, max_error_rate=0.2)  # a per-run override
@@ -489,13 +469,29 @@ def test_archive_rows_fails_its_night_when_the_store_dies_before_commit(conn, db
 def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url, history, tmp_path):
     store = ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
     res = resources(db_url, store)
-    assert materialize(res).success
-    ref = conn.execute("SELECT storage_ref FROM archived_memories LIMIT 1").fetchone()["storage_ref"]
+    first = materialize(res)
+    assert first.success
+    recorded = next(e for e in first.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
+    # The last by the retrievability probe's order (md5 of the id; it reads the first 10): the probe
+    # would fail the step on a missing backup before the check could run.
+    ref = conn.execute(
+        "SELECT storage_ref FROM archived_memories ORDER BY md5(original_id::text) DESC LIMIT 1"
+    ).fetchone()["storage_ref"]
     lib_store = store.get_store()
     lib_store.delete(lib_store.key_from_ref(ref))
+    # The check alone only reads what archive_rows recorded: the same audit, no HEAD of its own.
+    job = dg.define_asset_job("tier_check", selection=dg.AssetSelection.checks(checks.tiers_consistent))
+    alone = dg.Definitions(assets=[assets.archive_rows], asset_checks=[checks.tiers_consistent], jobs=[job],
+                           resources=res).resolve_job_def("tier_check").execute_in_process(
+        tags={"dagster/partition": NIGHT.isoformat()}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+    )  # fmt: skip
+    again = next(e for e in alone.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
+    assert again.passed and again.metadata["audited_at"] == recorded.metadata["audited_at"]
+    assert again.metadata["backups_checked"].value == recorded.metadata["backups_checked"].value > 0
     result = materialize(res, defs=[assets.archive_rows, checks.tiers_consistent])
     assert checks_of(result)["tiers_consistent"] == (False, "ERROR")
     evaluation = next(e for e in result.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
     assert evaluation.metadata["backups_missing"].value == 1
+    assert evaluation.metadata["audited_at"] != recorded.metadata["audited_at"]
     pause = pause_switch.pause_status(conn)  # archive_rows audited the night after its commit and paused
     assert pause.paused and "tier integrity failed" in pause.reason and pause.details == {"check": "tiers_consistent"}

@@ -9,6 +9,11 @@ Per-night truth: every asset records one materialization per night with that nig
 (metadata.record_nights), also when a run covers a range of nights; state after the run (tier sizes,
 backlog, attempts) goes on the run's last night only.
 
+Scale-out: a run tagged `memory-archive/shard: i/n` (partitions.SHARD_TAG) works on the users of shard
+i of n only, in its own batch per night, so n runs of one night archive concurrently. Its per-night
+numbers are its shard's (metadata `shard`); `night_all_shards_*` are the night's totals over every
+shard, read from the database right after the shard's own work on that night.
+
 Writes of the gates: archive_backups decides each night's gate before deletion (fidelity round trip,
 error rate) and, when it fails, sends unfaithful backups back and pauses archival (who/why/when in
 archival_pause); archive_rows decides the gate after commit and the tier integrity and pauses on a
@@ -35,7 +40,7 @@ from memory_lib.claims import attempt_counts
 from memory_lib.config import Settings
 from memory_lib.store import tier_stats
 
-from .partitions import SLOW_PATH, backfill_policy, run_nights
+from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
 from .partitions import nights as night_partitions
 from .retention import retention_scores
 
@@ -80,11 +85,12 @@ def archival_candidates(
     started = time.monotonic()
     criteria = archival.get_criteria()
     run = run_nights(context)
+    shard = run_shard(context)  # a bad tag fails here, before anything is claimed
     by_night: dict[date, dict[str, object]] = {}
     with database.connect() as conn:
         for night in run:
-            o = nights.claim_night(conn, night, criteria, SLOW_PATH.timezone)
-            meta: dict[str, object] = {"batch_size": criteria.batch_size}
+            o = nights.claim_night(conn, night, criteria, SLOW_PATH.timezone, shard=shard)
+            meta: dict[str, object] = {"batch_size": criteria.batch_size, **_shard_meta(conn, night, shard)}
             if o.claim is not None:
                 meta |= {
                     "claimed": o.claim.claimed,
@@ -122,10 +128,11 @@ def memory_summaries(
     llm = summarizer.get_summarizer()
     emb = embedder.get_embedder()
     workers = summarizer.llm_config().max_concurrency
+    shard = run_shard(context)
     by_night: dict[date, dict[str, object]] = {}
     with database.connect() as conn:
         for night in run_nights(context):
-            o = nights.summarize_night(conn, night, llm, emb, criteria, workers=workers)
+            o = nights.summarize_night(conn, night, llm, emb, criteria, workers=workers, shard=shard)
             t = nights.totals([o])
             preview = conn.execute(
                 """SELECT a.memory_id, m.content, a.summary FROM archival_attempts a
@@ -134,6 +141,7 @@ def memory_summaries(
                 (o.batch_key,),
             ).fetchall()
             by_night[night] = {
+                "shard": str(shard),
                 **_step_metadata(t),
                 "summarized": sum(r.succeeded for r in o.results if r.step == "summarize"),
                 "embedded": sum(r.succeeded for r in o.results if r.step == "embed"),
@@ -169,12 +177,14 @@ def archive_backups(
     started = time.monotonic()
     criteria = archival.get_criteria()
     store = object_store.get_store()
+    shard = run_shard(context)
     by_night: dict[date, dict[str, object]] = {}
     with database.connect() as conn:
         for night in run_nights(context):
-            o = nights.backup_night(conn, night, store, criteria)
+            o = nights.backup_night(conn, night, store, criteria, shard=shard)
             t = nights.totals([o])
             meta: dict[str, object] = {
+                "shard": str(shard),
                 **_step_metadata(t),
                 "objects_written": t.succeeded,
                 "bytes_written": t.bytes_written,
@@ -239,12 +249,13 @@ def archive_rows(
     store = object_store.get_store()
     retrieval = Settings.from_env().retrieval
     run = run_nights(context)
+    shard = run_shard(context)
     by_night: dict[date, dict[str, object]] = {}
     failing: list[tuple[date, str]] = []
     unfindable: list[str] = []
     with database.connect() as conn:
         for night in run:
-            o = nights.commit_night(conn, night, store, criteria)
+            o = nights.commit_night(conn, night, store, criteria, shard=shard)
             t = nights.totals([o])
             meta: dict[str, object] = {**_step_metadata(t), "archived": t.succeeded}
             if not o.skipped:
@@ -253,11 +264,11 @@ def archive_rows(
                     failing.append((night, after.describe()))
                 _audit_tiers(conn, o.batch_key, store)
                 meta |= _probe_retrievability(conn, o.batch_key, store, embedder, retrieval, unfindable)
-            by_night[night] = meta | _archived_by(conn, o.batch_key)
+            by_night[night] = _shard_meta(conn, night, shard) | meta | _archived_by(conn, o.batch_key)
         if unfindable:  # after the run's nights: the pause blocks the nights after this run
             pause_switch.set_pause(
                 conn, reason=unfindable[0] + (f" (+{len(unfindable) - 1} more nights)" if len(unfindable) > 1 else ""),
-                actor=nights.ACTOR, batch_key=nights.batch_key_for(run[-1]), details={"check": "archive_retrievable"},
+                actor=nights.ACTOR, batch_key=nights.batch_key_for(run[-1], shard), details={"check": "archive_retrievable"},
             )  # fmt: skip
         stats = tier_stats(conn)
     by_night[run[-1]] |= {
@@ -299,17 +310,23 @@ def _probe_retrievability(
 
 
 def _audit_tiers(conn, batch_key: str, store) -> None:
-    """Tier integrity of a committed night; a failure pauses archival (as run_batch does)."""
-    report = integrity.integrity_report(conn, [batch_key])
-    committed = integrity.verify_committed(conn, store, [batch_key])
-    if report.passed and committed.passed:
+    """Tier integrity of a committed night, kept on the batch for the tiers_consistent check (which
+    reports it, read-only); a failure pauses archival (as run_batch does)."""
+    audit = integrity.audit_batch(conn, store, batch_key)
+    if audit.passed:
         return
-    problems = {k: v for k, v in report.problems().items() if v}
-    problems |= {"backups_missing": len(committed.missing), "backups_mismatched": len(committed.mismatched)}
     pause_switch.set_pause(
-        conn, reason=f"{batch_key}: tier integrity failed: " + ", ".join(f"{k}={v}" for k, v in problems.items() if v),
+        conn, reason=f"{batch_key}: tier integrity failed: " + ", ".join(f"{k}={v}" for k, v in audit.problems().items()),
         actor=nights.ACTOR, batch_key=batch_key, details={"check": "tiers_consistent"},
     )  # fmt: skip
+
+
+def _shard_meta(conn, night: date, shard) -> dict[str, object]:
+    """Which shard these numbers are of and, for a shard run, the night's totals over every shard
+    (read from the database: a shard's own counts are never shown as the night's)."""
+    if shard.is_all:
+        return {"shard": str(shard)}
+    return {"shard": str(shard), **{f"night_all_shards_{k}": v for k, v in nights.night_totals(conn, night).items()}}
 
 
 def _archived_by(conn, batch_key: str) -> dict[str, object]:

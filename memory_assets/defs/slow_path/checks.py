@@ -28,7 +28,7 @@ from memory_lib import pause as pause_switch
 
 from .assets import archive_backups, archive_rows
 from .partitions import nights as night_partitions
-from .partitions import run_nights
+from .partitions import run_nights, run_shard
 
 NOTHING = "nothing to check"
 # partitions_def on an asset check is a preview in 1.13 (checked to work on 1.13.27, ranged runs too):
@@ -41,11 +41,13 @@ def _evaluation(
     metadata: dict[str, object], description: str | None = None,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
 ) -> dg.AssetCheckEvaluation:  # fmt: skip
-    """The check's result for one night, tied to that night's latest materialization."""
+    """The check's result for one night (of the run's shard), tied to the night's materialization by
+    this run, else the night's latest (concurrent shard runs each materialize the night)."""
     name = context.check_specs[0].name
-    latest = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset.key, asset_partitions=[str(night)]), limit=1
+    recent = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset.key, asset_partitions=[str(night)]), limit=20
     ).records
+    latest = [r for r in recent if r.event_log_entry.run_id == context.run.run_id] or recent[:1]
     target = (
         AssetCheckEvaluationTargetMaterializationData(
             run_id=latest[0].event_log_entry.run_id, storage_id=latest[0].storage_id, timestamp=latest[0].timestamp
@@ -53,6 +55,7 @@ def _evaluation(
         if latest
         else None
     )
+    metadata = {"shard": str(run_shard(context)), **metadata}
     return dg.AssetCheckEvaluation(
         asset_key=asset.key, check_name=name, passed=passed, metadata=metadata, description=description,
         severity=severity, blocking=True, partition=str(night), target_materialization_data=target,
@@ -79,7 +82,7 @@ def backups_round_trip(
     store = object_store.get_store()
     with database.connect() as conn:
         for night in run_nights(context):
-            key = nights.batch_key_for(night)
+            key = nights.batch_key_for(night, run_shard(context))
             report = fidelity.verify_backups(conn, store, key)
             sent_back = _open_after_failed_round_trip(conn, key)
             failures = [(str(m), p) for m, p in report.failures.items()]
@@ -115,7 +118,7 @@ def error_rate_gate(
     with database.connect() as conn:
         pause = pause_switch.pause_status(conn)
         for night in run_nights(context):
-            g = gate.error_gate(conn, nights.batch_key_for(night), criteria)
+            g = gate.error_gate(conn, nights.batch_key_for(night, run_shard(context)), criteria)
             s = g.status
             meta: dict[str, object] = {
                 "attempted": s.attempted,
@@ -146,40 +149,42 @@ def error_rate_gate(
 
 @dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)
 def tiers_consistent(
-    context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
+    context: dg.AssetCheckExecutionContext, database: DatabaseResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
     """Every memory exactly once in hot or archive: no archived original left in memories, none in two
     open attempts, none of the night's archived memories lost, every archive row with its audit event,
     and every committed row's backup still in object storage (HEAD, sampled above 1,000 rows).
-    archive_rows pauses archival when this fails after its commit."""
-    store = object_store.get_store()
+
+    archive_rows audits each night right after its commit, keeps the audit on the batch and pauses
+    archival when it fails; this check reports that audit (with its time), as archive_retrievable
+    reports the probe: it repeats neither the queries nor the HEADs."""
     with database.connect() as conn:
         for night in run_nights(context):
-            key = nights.batch_key_for(night)
-            report = integrity.integrity_report(conn, [key])
-            committed = integrity.verify_committed(conn, store, [key])
-            problems = {k: v for k, v in report.problems().items() if v}
-            if committed.missing:
-                problems["backups_missing"] = len(committed.missing)
-            if committed.mismatched:
-                problems["backups_mismatched"] = len(committed.mismatched)
+            key = nights.batch_key_for(night, run_shard(context))
+            audit = integrity.recorded_audit(conn, key)
+            if audit is None:
+                yield _evaluation(context, archive_rows, night, passed=True, metadata={"nothing_to_check": True},
+                                  description=f"{NOTHING}: {key} has no commit audited yet")  # fmt: skip
+                continue
+            problems = audit.problems()
             meta: dict[str, object] = {
-                **report.problems(),
-                "archived_by_this_night": report.archived,
-                "backups_checked": committed.checked,
-                "backups_missing": len(committed.missing),
-                "backups_mismatched": len(committed.mismatched),
-                "nothing_to_check": report.archived == 0 and not problems,
+                **audit.integrity.problems(),
+                "archived_by_this_night": audit.integrity.archived,
+                "backups_checked": audit.committed.checked,
+                "backups_missing": len(audit.committed.missing),
+                "backups_mismatched": len(audit.committed.mismatched),
+                "audited_at": audit.audited_at.isoformat(),
+                "nothing_to_check": audit.integrity.archived == 0 and not problems,
             }
-            bad = committed.missing + committed.mismatched
+            bad = audit.committed.missing + audit.committed.mismatched
             if bad:
                 meta["bad_backups"] = markdown_table(["storage ref"], [[r] for r in bad[:20]])
             if problems:
                 description = f"{key}: " + ", ".join(f"{k}={v}" for k, v in problems.items())
-            elif report.archived == 0:
+            elif audit.integrity.archived == 0:
                 description = f"{NOTHING}: {key} archived nothing"
             else:
-                description = f"{report.archived} archive rows consistent"
+                description = f"{audit.integrity.archived} archive rows consistent"
             yield _evaluation(context, archive_rows, night, passed=not problems, metadata=meta,
                               description=description)  # fmt: skip
     yield dg.Output(None)

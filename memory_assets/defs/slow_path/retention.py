@@ -16,7 +16,7 @@ from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
 from memory_lib import nights, retention
 from memory_lib.config import Settings
 
-from .partitions import SLOW_PATH, backfill_policy, run_nights
+from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
 from .partitions import nights as night_partitions
 
 
@@ -59,14 +59,15 @@ def retention_scores(
     started = time.monotonic()
     criteria = archival.get_criteria()
     config = Settings.from_env().retention
+    shard = run_shard(context)  # a shard run scores its own users; the distribution is every user's
     by_night: dict[date, dict[str, object]] = {}
     with database.connect() as conn:
         for night in run_nights(context):
             as_of = nights.night_as_of(night, SLOW_PATH.timezone)
-            run = retention.score(conn, as_of, config)
+            run = retention.score(conn, as_of, config, shard=shard)
             dist = retention.distribution(conn, as_of, cold_migration_days=criteria.cold_migration_days)
             by_night[night] = {
-                "policy": criteria.policy, "users_scored": run.users, "statements": run.statements,
+                "policy": criteria.policy, "shard": str(shard), "users_scored": run.users, "statements": run.statements,
                 "duration_s": round(run.seconds, 2),
                 **_distribution_metadata(dist), **_tier_metadata(retention.tier_counts(conn, as_of)),
             }  # fmt: skip

@@ -17,7 +17,7 @@ from memory_lib import nights, retrievability
 from .assets import archive_rows
 from .checks import NOTHING, _evaluation
 from .partitions import nights as night_partitions
-from .partitions import run_nights
+from .partitions import run_nights, run_shard
 
 
 @dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)
@@ -28,7 +28,7 @@ def archive_retrievable(
     is at least the floor (0.9)."""
     with database.connect() as conn:
         for night in run_nights(context):
-            key = nights.batch_key_for(night)
+            key = nights.batch_key_for(night, run_shard(context))
             result = retrievability.recorded(conn, key)
             if result is None or result.share_found is None:
                 yield _evaluation(context, archive_rows, night, passed=True, metadata={"nothing_to_check": True},
