@@ -16,7 +16,8 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   with the question is a candidate, and rare words weigh more than common ones. `text_query` lets a caller send exact tokens (an
   order number) to full text with websearch syntax ("quoted phrases", `or`, `-term`: all terms
   required) and a natural question to the vector arm.
-* Phase 2, archived summaries (their own halfvec HNSW index and tsvector, the same two arms), unless
+* Phase 2, archived summaries (their binary-quantized vectors' HNSW index by Hamming distance, with the
+  cosine estimated from it; and their tsvector: the same two arms), unless
   phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
   the hot horizon). Mode auto/always/never.
@@ -40,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -401,7 +402,40 @@ _TSQUERY = """(SELECT CASE WHEN %(websearch)s THEN websearch_to_tsquery('english
               FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l) END)"""
 
 
-def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live: str, filters: str,
+@dataclass(frozen=True)
+class VectorArm:
+    """How a tier's vector arm finds rows and scores them, as SQL over alias a/m and %(embedding)s.
+
+    `distance` orders the candidates (ascending, served by the tier's HNSW index); `similarity` is the
+    cosine to the query, or an estimate on the same scale: hot and archived candidates share one vector
+    ranking. With `rerank`, the arm fetches `oversample` × pool candidates, `rerank(rerank_column value,
+    query)` gives each its similarity, and the best pool of them stay vector candidates.
+    """
+
+    name: str
+    distance: str
+    similarity: str
+    oversample: int = 1
+    rerank_column: str = "NULL"
+    rerank: Callable[[Any, np.ndarray], float] | None = None
+
+
+HOT_VECTORS = VectorArm("vector", "m.embedding <=> %(embedding)s::vector",
+                        "1 - (m.embedding <=> %(embedding)s::vector)")  # fmt: skip
+
+# 007: one bit per dimension (the sign). For sign bits of a random direction, P(bit differs) = angle/π,
+# so cos(π · hamming / dim) estimates the cosine (SimHash); HNSW orders by hamming itself.
+ARCHIVED_VECTORS = VectorArm(
+    "bit",
+    "a.summary_bits <~> binary_quantize(%(embedding)s::vector)",
+    "cos(pi() * (a.summary_bits <~> binary_quantize(%(embedding)s::vector)) / bit_length(a.summary_bits))",
+)
+
+# The archived summary's tsvector: an expression (007 indexes it with GIN), not a stored column.
+_ARCHIVED_TSV = "to_tsvector('english'::regconfig, {a}.summary)"
+
+
+def _tier_sql(*, table: str, alias: str, arm: VectorArm, tsv: str, live: str, filters: str,
               select: str) -> str:  # fmt: skip
     """One tier's candidates: the `pool` nearest by cosine and the `pool` best full-text matches.
 
@@ -428,7 +462,8 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
                (SELECT count(*) FROM (SELECT 1 FROM memories sm WHERE sm.user_id = %(user_id)s
                     AND sm.superseded_by IS NULL AND sm.content_tsv @@ t.tq LIMIT %(df_cap)s) AS s)::float8
              + (SELECT count(*) FROM (SELECT 1 FROM archived_memories sa WHERE sa.user_id = %(user_id)s
-                    AND sa.original_superseded_by IS NULL AND sa.summary_tsv @@ t.tq LIMIT %(df_cap)s) AS s)
+                    AND sa.original_superseded_by IS NULL AND {_ARCHIVED_TSV.format(a="sa")} @@ t.tq
+                    LIMIT %(df_cap)s) AS s)
                AS df
         FROM terms t
     ), idf AS MATERIALIZED (
@@ -440,10 +475,10 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
                     THEN (SELECT tsq FROM q)
                     ELSE (SELECT string_agg(df.tq::text, ' | ')::tsquery FROM df WHERE df < %(df_cap)s) END AS tsq
     ), matched AS (
-        SELECT {a}.id, length({a}.{tsv})::float8 AS dl, ts_rank_cd({a}.{tsv}, sel.tsq) AS cd,
-               (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE {a}.{tsv} @@ i.tq) AS idf_sum
+        SELECT {a}.id, length({tsv})::float8 AS dl, ts_rank_cd({tsv}, sel.tsq) AS cd,
+               (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE {tsv} @@ i.tq) AS idf_sum
         FROM {table} {a}, sel
-        WHERE sel.tsq IS NOT NULL AND {user_live} AND {a}.{tsv} @@ sel.tsq {filters}
+        WHERE sel.tsq IS NOT NULL AND {user_live} AND {tsv} @@ sel.tsq {filters}
         LIMIT %(match_cap)s
     ), txt AS (
         SELECT id, idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / greatest(avg(dl) OVER (), 1))) + 1e-3 * cd
@@ -453,12 +488,12 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
     ), vec AS (
         SELECT {a}.id FROM {table} {a}
         WHERE {user_live} {filters}
-        ORDER BY {a}.{vector} <=> %(embedding)s::vector{cast} LIMIT %(pool)s
+        ORDER BY {arm.distance} LIMIT %(pool)s * {arm.oversample}
     ), candidates AS (
         SELECT id FROM vec UNION SELECT id FROM txt
     )
     SELECT {select},
-           1 - ({a}.{vector} <=> %(embedding)s::vector{cast}) AS similarity,
+           {arm.similarity} AS similarity, {arm.rerank_column} AS rerank,
            vec.id IS NOT NULL AS in_vector, txt.text_rank
     FROM candidates c JOIN {table} {a} ON {a}.id = c.id
          LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
@@ -473,21 +508,24 @@ _MATCH_CAP = 500
 
 
 HOT_SEARCH_SQL = _tier_sql(
-    table="memories", alias="m", vector="embedding", cast="", tsv="content_tsv",
+    table="memories", alias="m", arm=HOT_VECTORS, tsv="m.content_tsv",
     live="m.superseded_by IS NULL", filters=_HOT_FILTERS,
     select="""m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
            m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
            NULL::timestamptz AS archived_at""",
 )  # fmt: skip
 
-ARCHIVED_SEARCH_SQL = _tier_sql(
-    table="archived_memories", alias="a", vector="summary_embedding", cast="::halfvec", tsv="summary_tsv",
-    live="a.original_superseded_by IS NULL", filters=_ARCHIVED_FILTERS,
-    select="""a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
+def archived_search_sql(arm: VectorArm) -> str:
+    """Phase 2's statement for one way of storing summary vectors (ARCHIVED_VECTORS is the schema's)."""
+    return _tier_sql(table="archived_memories", alias="a", arm=arm, tsv=_ARCHIVED_TSV.format(a="a"),
+                     live="a.original_superseded_by IS NULL", filters=_ARCHIVED_FILTERS, select=_ARCHIVED_SELECT)
+
+
+_ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
-           a.storage_ref, a.archived_at""",
-)  # fmt: skip
+           a.storage_ref, a.archived_at"""
+ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 
 
 SHAPE_SQL = """
@@ -673,8 +711,23 @@ def candidate_pool(limit: int, config: RetrievalConfig) -> int:
     return max(limit * config.candidates_per_hit, config.min_candidates)
 
 
-def search_plan(request: SearchRequest) -> Plan[SearchResult]:
-    """Phase 1, phase 2 when needed, one ranking. Read-only, one snapshot."""
+def rerank_rows(rows: Sequence[dict[str, Any]], arm: VectorArm, query: np.ndarray, pool: int) -> list[dict[str, Any]]:
+    """With arm.rerank: every row's similarity from its compact vector; the best `pool` of the vector
+    candidates stay vector candidates, the others only as full-text matches (or not at all)."""
+    if arm.rerank is None:
+        return list(rows)
+    out = [r | {"similarity": arm.rerank(r["rerank"], query)} for r in rows]
+    vec = sorted((r for r in out if r["in_vector"]), key=lambda r: (-r["similarity"], str(r["memory_id"])))
+    for r in vec[pool:]:
+        r["in_vector"] = False
+    return [r for r in out if r["in_vector"] or r["text_rank"] is not None]
+
+
+def search_plan(request: SearchRequest, *, archived_vectors: VectorArm = ARCHIVED_VECTORS) -> Plan[SearchResult]:
+    """Phase 1, phase 2 when needed, one ranking. Read-only, one snapshot.
+
+    archived_vectors: how archive rows store summary vectors; the default is the schema's (007). Other
+    arms need their own columns (bench footprint adds them to compare representations)."""
     cfg = request.config
     total, hot_cap, archived_cap = request.limits
     window = parse_time_window(request.query, request.now)
@@ -702,7 +755,10 @@ def search_plan(request: SearchRequest) -> Plan[SearchResult]:
     reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
     archived_rows: list[dict[str, Any]] = []
     if reason is not None:
-        archived_rows = yield Sql(ARCHIVED_SEARCH_SQL, params | {"pool": candidate_pool(archived_cap, cfg)})
+        pool = candidate_pool(archived_cap, cfg)
+        sql = ARCHIVED_SEARCH_SQL if archived_vectors is ARCHIVED_VECTORS else archived_search_sql(archived_vectors)
+        archived_rows = yield Sql(sql, params | {"pool": pool})
+        archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
     rows = [*hot_rows, *archived_rows]
     sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
     ranked = rank_candidates(rows, sources=sources, config=cfg, tags=request.tags, now=request.now, window=window,

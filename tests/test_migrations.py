@@ -142,7 +142,7 @@ def test_a_partial_schema_names_the_missing_migrations(empty_db, tmp_path):
     first = sorted(MIGRATIONS_DIR.iterdir(), key=lambda p: p.name)[0]
     (only_first / first.name).write_text(first.read_text())
     migrate(empty_db, embedding_dim=32, directory=only_first)
-    with pytest.raises(SchemaError, match=r"lacks migrations 002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability: run `memory-archive migrate`"):
+    with pytest.raises(SchemaError, match=r"lacks migrations 002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability, 007_binary_summary_vectors: run `memory-archive migrate`"):
         MemoryClient.from_settings(_settings(empty_db, tmp_path))
     migrate(empty_db, embedding_dim=32)
     assert check_schema(empty_db, embedding_dim=32) == 32
