@@ -125,3 +125,41 @@ def test_upgrade_from_005_keeps_archived_rows_searchable(databases, tmp_path, lo
             _assert_found_first(conn, local_store, ids)
     finally:
         databases.drop(url)
+
+
+def _plan_statements(conn, plan) -> tuple[object, list[str]]:
+    """Run a search plan, recording the search statements it sent."""
+    from memory_lib.search import ARCHIVED_SEARCH_SQL, BOTH_TIERS_SQL, HOT_SEARCH_SQL, Sql, run_plan
+
+    names = {HOT_SEARCH_SQL: "hot", ARCHIVED_SEARCH_SQL: "archived", BOTH_TIERS_SQL: "both"}
+    sent: list[str] = []
+
+    def spy():
+        op = next(plan)
+        try:
+            while True:
+                if isinstance(op, Sql) and op.query in names:
+                    sent.append(names[op.query])
+                op = plan.send((yield op))
+        except StopIteration as stop:
+            return stop.value
+
+    return run_plan(conn, spy()), sent
+
+
+@pytest.mark.parametrize("query", [OLD_FACTS[0], "electricity bill", "who borrowed my bike?", "Mondays standup"])
+def test_one_statement_for_both_tiers_returns_the_same_hits(conn, local_store, query):
+    from memory_lib.search import SearchRequest, search_plan
+
+    _fill_and_archive(conn, local_store)
+    vec = HashingEmbedder(TEST_DIM).embed([query])[0]
+    request = SearchRequest(user_id="u1", query=query, embedding=vec, config=Settings().retrieval, now=NOW,
+                            phase2="always", embedder_kind="lexical")  # fmt: skip
+    one, sent_one = _plan_statements(conn, search_plan(request, one_statement=True))
+    two, sent_two = _plan_statements(conn, search_plan(request, one_statement=False))
+    assert sent_one == ["both"] and sent_two == ["hot", "archived"]
+    assert [(h.source, h.provenance.memory_id, h.scores) for h in one.hits] == [
+        (h.source, h.provenance.memory_id, h.scores) for h in two.hits]  # fmt: skip
+    assert (one.phase2_reason, one.hot_candidates, one.archived_candidates) == (
+        two.phase2_reason, two.hot_candidates, two.archived_candidates)  # fmt: skip
+    assert any(h.source == "archived" for h in one.hits)
