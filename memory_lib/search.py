@@ -20,7 +20,8 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   cosine estimated from it; and their tsvector: the same two arms), unless
   phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
-  the hot horizon). Mode auto/always/never.
+  the hot horizon). Mode auto/always/never. When phase 2 is needed whatever phase 1 finds (always, the
+  past asked for), one statement searches both tiers: BM25 statistics counted once, one round trip.
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
   over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
 
