@@ -1,28 +1,46 @@
 """footprint: Postgres bytes per hot memory vs per archived memory (heap, TOAST, indexes), the saving, for
-1536-d and 384-d embeddings; object-store bytes per memory.
+1536-d and 384-d embeddings; object-store bytes per memory; and the ways to store a summary's vector
+side by side: bytes per archived memory vs LoCoMo tiered recall@10.
 
 The same memories are measured hot, then archived by memory_lib.pipeline.run_batch (offline
 summarizer, hashing embedder, local object store). Both tables are rewritten with VACUUM FULL before
 measuring, so neither carries load-order bloat. Vectors use pgvector's 'external' storage (never
 compressed), so the figures do not depend on the vectors' values.
+
+Representations (bench.representations): each variant's columns and index are added to the archived
+table, filled, measured after VACUUM FULL and removed again; "no vector" is measured last by dropping
+the bit column. Recall: LoCoMo (bench locomo's data and archival, all-MiniLM-L6-v2, 384-d, default
+RetrievalConfig, phase 2 auto), every variant answering the same questions on the same tiered
+database; the summary vectors are the embedder's vectors of the stored summaries.
 """
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
+
+from memory_lib.embedding import HashingEmbedder
 
 from .archival import load_backlog, run_batched
 from .common import (
+    LOCOMO_DEFAULT,
     Options,
     Report,
     Table,
     bench_connect,
     bench_server,
+    local_embedder,
+    local_embedder_available,
+    percentiles_ms,
     ratio,
     scratch_dir,
 )
+from .representations import Representation, int8_codes, variants
 
 NAME = "footprint"
 DEFAULT_SIZES = (2000,)
@@ -90,6 +108,7 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
             ).fetchone()
             files = [p for p in (root / f"objects-{dim}").rglob("*.json")]
             on_disk = sum(p.stat().st_size for p in files)
+            reps = representation_bytes(conn, dim, n)  # last: it rewrites archived_memories
     finally:
         server.drop(name)
     return {
@@ -102,6 +121,7 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
                          "files_bytes_per_memory": on_disk / max(len(files), 1)},
         "saving_pct": 100 * (1 - arch["total"] / hot["total"]),
         "saving_pct_with_attempts": 100 * (1 - (arch["total"] + attempts["total"]) / hot["total"]),
+        "representations": reps,
     }  # fmt: skip
 
 
@@ -125,7 +145,7 @@ def run(opts: Options) -> Report:
                 ["dim", "row", "heap", "TOAST", "indexes", "total", "saving vs hot %"],
                 rows,
                 "Baseline: the same memories while hot (memories: row, vector in TOAST, HNSW + btree + GIN indexes). "
-                "Archived = archived_memories (summary, halfvec summary embedding, its HNSW). Saving = 1 - archived / "
+                "Archived = archived_memories (summary, bit summary vector, its HNSW). Saving = 1 - archived / "
                 "hot. The third row adds the archival_attempts checkpoint row each archived memory leaves behind "
                 "(its summary and embedding are cleared once the archive row holds them).",
             ))  # fmt: skip
@@ -153,4 +173,165 @@ def run(opts: Options) -> Report:
                 "decimals, metadata); memory_events grows by one 'archived' event per memory.",
             ))  # fmt: skip
             report.figures[str(n)] = results
+        recall = locomo_recall(server, root, opts)
+    report.figures["locomo"] = recall
+    last = report.figures[str(sizes[-1])]
+    _representation_table(report, last, recall)
+    default = variants(DIMS[0])[1].key
+    # Stable keys: the default representation's archived bytes / hot bytes per dim, with and without
+    # the archival_attempts checkpoint row each archived memory leaves.
+    report.figures["archived_vs_hot"] = {str(r["dim"]): r["representations"][default] / r["hot"]["total"]
+                                         for r in last}  # fmt: skip
+    report.figures["archived_vs_hot_with_checkpoint"] = {
+        str(r["dim"]): (r["representations"][default] + r["archival_attempts"]["total"]) / r["hot"]["total"]
+        for r in last
+    }
+    report.figures["default_representation"] = default
     return report
+
+
+def _representation_table(report: Report, results: list[dict[str, Any]], recall: dict[str, Any]) -> None:
+    by_dim = {r["dim"]: r for r in results}
+    base_recall = recall.get("recall_at_10", {}).get("halfvec")
+    rows = []
+    for rep in variants(384):
+        name = rep.key
+        row: list[Any] = [rep.name.replace("first 192 dims", "first half of the dims")]
+        for dim in DIMS:
+            r = by_dim[dim]
+            b, hot, ck = r["representations"][name], r["hot"]["total"], r["archival_attempts"]["total"]
+            row += [b, 100 * b / hot, 100 * (b + ck) / hot]
+        rec = recall.get("recall_at_10", {}).get(name)
+        ms = recall.get("search_ms", {}).get(name, {})
+        row += [rec, ratio(rec, base_recall) if rec is not None and base_recall else None, ms.get("p50")]
+        rows.append(row)
+    n = results[0]["n"]
+    report.tables.insert(0, Table(
+        f"Summary vectors: Postgres bytes per archived memory vs LoCoMo tiered recall@10 ({n:,} memories per dim)",
+        ["representation", "bytes 1536-d", "% of hot 1536-d", "% with checkpoint row", "bytes 384-d",
+         "% of hot 384-d", "% with checkpoint row", "tiered recall@10", "recall vs halfvec", "search p50 ms"],
+        rows,
+        "Baseline (same run): the halfvec representation used before migration 007, and the same memories hot "
+        f"({by_dim[1536]['hot']['total']:,.0f} B at 1536-d, {by_dim[384]['hot']['total']:,.0f} B at 384-d). Bytes = "
+        "archived_memories heap + TOAST + every index per archived memory; the checkpoint column adds the "
+        f"archival_attempts row each archived memory keeps ({by_dim[384]['archival_attempts']['total']:,.0f} B). "
+        f"Targets: <= 10% of hot at 1536-d, <= 25% at 384-d, recall >= 0.95x halfvec. Recall: "
+        f"{recall.get('embedder', '?')} ({recall.get('dim', '?')}-d), {recall.get('questions', 0)} LoCoMo questions, "
+        "default RetrievalConfig, limit 20, phase 2 auto; truncation is a Matryoshka technique (OpenAI "
+        "`dimensions=`), MiniLM is not trained for it.",
+    ))  # fmt: skip
+
+
+# --------------------------------------------------------------------------- representations
+
+
+def _split(ddl: list[str]) -> tuple[list[str], list[str]]:
+    """(ALTERs, CREATE INDEXes): indexes are built after the columns are filled, as after a bulk load."""
+    return [s for s in ddl if not s.startswith("CREATE INDEX")], [s for s in ddl if s.startswith("CREATE INDEX")]
+
+
+def fill_variant(conn: psycopg.Connection, rep: Representation, dim: int, ids: list[Any], vecs: np.ndarray) -> None:
+    """Add the variant's columns, write them from `vecs` (one per archive id), build its index."""
+    alters, indexes = _split(rep.ddl(dim))
+    for stmt in alters:
+        conn.execute(stmt)
+    if rep.fill is not None:
+        values: list[Any]
+        if rep.fill == "halfvec":
+            column, cast, values = "bench_half", "::vector::halfvec", list(vecs)
+        elif rep.fill == "truncated":
+            column, cast, values = "bench_trunc", "::vector::halfvec", list(vecs[:, : dim // 2])
+        else:
+            column, cast, values = "bench_i8", "::bytea", int8_codes(vecs)
+        with conn.cursor() as cur:
+            cur.executemany(f"UPDATE archived_memories SET {column} = %s{cast} WHERE id = %s",
+                            list(zip(values, ids, strict=True)))  # fmt: skip
+    for stmt in indexes:
+        conn.execute(stmt)
+
+
+def drop_variant(conn: psycopg.Connection) -> None:
+    for col in ("bench_half", "bench_trunc", "bench_i8"):
+        conn.execute(f"ALTER TABLE archived_memories DROP COLUMN IF EXISTS {col}")
+
+
+def representation_bytes(conn: psycopg.Connection, dim: int, n: int) -> dict[str, float]:
+    """Total Postgres bytes per archived memory (table + TOAST + indexes) under each representation."""
+    def total() -> float:
+        conn.execute("VACUUM FULL ANALYZE archived_memories")
+        return relation_bytes(conn, "archived_memories")["total"] / n
+
+    rows = conn.execute("SELECT id, summary FROM archived_memories ORDER BY id").fetchall()
+    ids = [r["id"] for r in rows]
+    vecs = np.asarray(HashingEmbedder(dim).embed([r["summary"] for r in rows]), dtype=np.float32)
+    with_bits = total()
+    extra: dict[str, float] = {}
+    for rep in variants(dim):
+        fill_variant(conn, rep, dim, ids, vecs)
+        extra[rep.key] = total() - with_bits
+        drop_variant(conn)
+    conn.execute("DROP INDEX archived_summary_bits_hnsw")
+    conn.execute("ALTER TABLE archived_memories DROP COLUMN summary_bits")
+    no_vector = total()
+    bits = with_bits - no_vector
+    return {rep.key: no_vector + extra[rep.key] + (bits if rep.keeps_bits else 0.0) for rep in variants(dim)}
+
+
+def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
+    """Tiered recall@10 and phase-2 latency of every representation on LoCoMo, same questions, one run."""
+    from memory_lib.models import NewMemory
+    from memory_lib.objectstore import LocalObjectStore
+    from memory_lib.search import SearchRequest, run_plan, search_plan
+    from memory_lib.store import insert_memories
+
+    from .locomo import DEFAULT, TOP, _archive_old, _recalls, load_conversations
+
+    path = opts.data or LOCOMO_DEFAULT
+    if not path.exists():
+        return {"skipped": f"LoCoMo data not found at {path}"}
+    convs = load_conversations(path)
+    max_questions = opts.queries or (25 if opts.smoke else None)
+    if opts.smoke:
+        convs = convs[:1]
+    wanted = (opts.embedders or (None,))[0] or ("hashing" if opts.smoke or not local_embedder_available() else "local")
+    embedder: Any = local_embedder() if wanted == "local" else HashingEmbedder(384)
+    config = DEFAULT.model_copy(update={"limit": TOP})
+    recalls: dict[str, list[float]] = defaultdict(list)
+    latency: dict[str, list[float]] = defaultdict(list)
+    reps: list[Representation] = []
+    for i, conv in enumerate(convs):
+        db = f"fp_locomo_{i}"
+        with bench_connect(server.create(db, embedder.dim)) as conn:
+            vectors = np.asarray(embedder.embed([t.content for t in conv.turns]), dtype=np.float32)
+            insert_memories(conn, [
+                NewMemory(id=t.memory_id, user_id=conv.sample_id, content=t.content, embedding=v,
+                          embedding_model=embedder.model, created_at=t.created_at, metadata={"dia_id": t.dia_id})
+                for t, v in zip(conv.turns, vectors, strict=True)
+            ], actor="bench", now=conv.now)  # fmt: skip
+            _archive_old(conn, conv, embedder, LocalObjectStore(root / f"locomo-{i}", "bench"))
+            rows = conn.execute("SELECT id, summary FROM archived_memories ORDER BY id").fetchall()
+            svecs = np.asarray(embedder.embed([r["summary"] for r in rows]), dtype=np.float32)
+            reps = variants(embedder.dim)
+            for rep in reps:
+                fill_variant(conn, rep, embedder.dim, [r["id"] for r in rows], svecs)
+            conn.execute("ANALYZE archived_memories")
+            by_id = {t.memory_id: t.dia_id for t in conv.turns}
+            questions = conv.questions[:max_questions] if max_questions else conv.questions
+            qvecs = np.asarray(embedder.embed([q.text for q in questions]), dtype=np.float32)
+            for qi, (q, v) in enumerate(zip(questions, qvecs, strict=True)):
+                for j in range(len(reps)):  # rotate the order so load hits every variant alike
+                    rep = reps[(j + qi) % len(reps)]
+                    request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=v, config=config,
+                                            now=conv.now, embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
+                    started = time.perf_counter()
+                    result = run_plan(conn, search_plan(request, archived_vectors=rep.arm))
+                    latency[rep.key].append(time.perf_counter() - started)
+                    ranked = [by_id[h.provenance.memory_id] for h in result.hits][:TOP]
+                    recalls[rep.key].append(_recalls(ranked, q.evidence)["recall@10"])
+        server.drop(db)
+    return {
+        "embedder": embedder.model, "dim": embedder.dim, "conversations": len(convs),
+        "questions": len(recalls[reps[0].key]) if reps else 0,
+        "recall_at_10": {k: float(np.mean(v)) for k, v in recalls.items()},
+        "search_ms": {k: percentiles_ms(v) for k, v in latency.items()},
+    }  # fmt: skip

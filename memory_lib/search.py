@@ -16,10 +16,12 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   with the question is a candidate, and rare words weigh more than common ones. `text_query` lets a caller send exact tokens (an
   order number) to full text with websearch syntax ("quoted phrases", `or`, `-term`: all terms
   required) and a natural question to the vector arm.
-* Phase 2, archived summaries (their own halfvec HNSW index and tsvector, the same two arms), unless
+* Phase 2, archived summaries (their binary-quantized vectors' HNSW index by Hamming distance, with the
+  cosine estimated from it; and their tsvector: the same two arms), unless
   phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
-  the hot horizon). Mode auto/always/never.
+  the hot horizon). Mode auto/always/never. When phase 2 is needed whatever phase 1 finds (always, the
+  past asked for), one statement searches both tiers: BM25 statistics counted once, one round trip.
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
   over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
 
@@ -40,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -401,20 +403,54 @@ _TSQUERY = """(SELECT CASE WHEN %(websearch)s THEN websearch_to_tsquery('english
               FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l) END)"""
 
 
-def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live: str, filters: str,
-              select: str) -> str:  # fmt: skip
-    """One tier's candidates: the `pool` nearest by cosine and the `pool` best full-text matches.
+@dataclass(frozen=True)
+class VectorArm:
+    """How a tier's vector arm finds rows and scores them, as SQL over alias a/m and %(embedding)s.
 
-    Full-text score of an OR query (bm25 mode): Σ idf(term) over the query terms a memory contains, with
-    BM25's length normalization (k1 1.2, b 0.75; tf taken as 1, memories are short) against the mean
-    length of the matching memories; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over ALL the user's
-    memories, hot and archived (GIN-index counts per term, capped), so scores of both tiers compare and
-    one ranking can merge them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
+    `distance` orders the candidates (ascending, served by the tier's HNSW index); `similarity` is the
+    cosine to the query, or an estimate on the same scale: hot and archived candidates share one vector
+    ranking. With `rerank`, the arm fetches `oversample` × pool candidates, `rerank(rerank_column value,
+    query)` gives each its similarity, and the best pool of them stay vector candidates.
     """
-    a = alias
-    user_live = f"{a}.user_id = %(user_id)s AND {live}"
-    return f"""
-    WITH q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
+
+    name: str
+    distance: str
+    similarity: str
+    oversample: int = 1
+    rerank_column: str = "NULL"
+    rerank: Callable[[Any, np.ndarray], float] | None = None
+
+
+HOT_VECTORS = VectorArm("vector", "m.embedding <=> %(embedding)s::vector",
+                        "1 - (m.embedding <=> %(embedding)s::vector)")  # fmt: skip
+
+# 007: one bit per dimension (the sign). For sign bits of a random direction, P(bit differs) = angle/π,
+# so cos(π · hamming / dim) estimates the cosine (SimHash); HNSW orders by hamming itself.
+ARCHIVED_VECTORS = VectorArm(
+    "bit",
+    "a.summary_bits <~> binary_quantize(%(embedding)s::vector)",
+    "cos(pi() * (a.summary_bits <~> binary_quantize(%(embedding)s::vector)) / bit_length(a.summary_bits))",
+)
+
+# The archived summary's tsvector: an expression (007 indexes it with GIN), not a stored column.
+_ARCHIVED_TSV = "to_tsvector('english'::regconfig, {a}.summary)"
+
+
+@dataclass(frozen=True)
+class _Tier:
+    table: str
+    alias: str
+    arm: VectorArm
+    tsv: str
+    live: str
+    filters: str
+    select: str
+    pool: str  # the parameter holding this tier's candidate pool size
+
+
+# BM25 statistics of the query's terms over ALL the user's memories (both tiers): computed once per
+# statement, shared by the tiers when one statement searches both.
+_BM25_PRELUDE = f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
         SELECT DISTINCT quote_literal(l)::tsquery AS tq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
         WHERE NOT %(websearch)s AND %(bm25)s
@@ -428,7 +464,8 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
                (SELECT count(*) FROM (SELECT 1 FROM memories sm WHERE sm.user_id = %(user_id)s
                     AND sm.superseded_by IS NULL AND sm.content_tsv @@ t.tq LIMIT %(df_cap)s) AS s)::float8
              + (SELECT count(*) FROM (SELECT 1 FROM archived_memories sa WHERE sa.user_id = %(user_id)s
-                    AND sa.original_superseded_by IS NULL AND sa.summary_tsv @@ t.tq LIMIT %(df_cap)s) AS s)
+                    AND sa.original_superseded_by IS NULL AND {_ARCHIVED_TSV.format(a="sa")} @@ t.tq
+                    LIMIT %(df_cap)s) AS s)
                AS df
         FROM terms t
     ), idf AS MATERIALIZED (
@@ -439,30 +476,64 @@ def _tier_sql(*, table: str, alias: str, vector: str, cast: str, tsv: str, live:
         SELECT CASE WHEN %(websearch)s OR NOT %(bm25)s OR NOT EXISTS (SELECT 1 FROM df WHERE df < %(df_cap)s)
                     THEN (SELECT tsq FROM q)
                     ELSE (SELECT string_agg(df.tq::text, ' | ')::tsquery FROM df WHERE df < %(df_cap)s) END AS tsq
-    ), matched AS (
-        SELECT {a}.id, length({a}.{tsv})::float8 AS dl, ts_rank_cd({a}.{tsv}, sel.tsq) AS cd,
-               (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE {a}.{tsv} @@ i.tq) AS idf_sum
-        FROM {table} {a}, sel
-        WHERE sel.tsq IS NOT NULL AND {user_live} AND {a}.{tsv} @@ sel.tsq {filters}
+    )"""
+
+
+def _tier_ctes(t: _Tier) -> str:
+    """One tier's candidates: the `pool` nearest by cosine and the `pool` best full-text matches.
+
+    Full-text score of an OR query (bm25 mode): Σ idf(term) over the query terms a memory contains, with
+    BM25's length normalization (k1 1.2, b 0.75; tf taken as 1, memories are short) against the mean
+    length of the matching memories; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over ALL the user's
+    memories, hot and archived (GIN-index counts per term, capped), so scores of both tiers compare and
+    one ranking can merge them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
+    """
+    a, arm = t.alias, t.arm
+    user_live = f"{a}.user_id = %(user_id)s AND {t.live}"
+    return f"""{a}_hits AS MATERIALIZED (
+        -- The tsvector once per match (for archive rows it is computed from the summary), then scored.
+        SELECT {a}.id, {t.tsv} AS tsv, sel.tsq
+        FROM {t.table} {a}, sel
+        WHERE sel.tsq IS NOT NULL AND {user_live} AND {t.tsv} @@ sel.tsq {t.filters}
         LIMIT %(match_cap)s
-    ), txt AS (
+    ), {a}_matched AS (
+        SELECT h.id, length(h.tsv)::float8 AS dl, ts_rank_cd(h.tsv, h.tsq) AS cd,
+               (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE h.tsv @@ i.tq) AS idf_sum
+        FROM {a}_hits h
+    ), {a}_txt AS (
         SELECT id, idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / greatest(avg(dl) OVER (), 1))) + 1e-3 * cd
                    AS text_rank
-        FROM matched
-        ORDER BY text_rank DESC, id LIMIT %(pool)s
-    ), vec AS (
-        SELECT {a}.id FROM {table} {a}
-        WHERE {user_live} {filters}
-        ORDER BY {a}.{vector} <=> %(embedding)s::vector{cast} LIMIT %(pool)s
-    ), candidates AS (
-        SELECT id FROM vec UNION SELECT id FROM txt
-    )
-    SELECT {select},
-           1 - ({a}.{vector} <=> %(embedding)s::vector{cast}) AS similarity,
-           vec.id IS NOT NULL AS in_vector, txt.text_rank
-    FROM candidates c JOIN {table} {a} ON {a}.id = c.id
-         LEFT JOIN vec ON vec.id = c.id LEFT JOIN txt ON txt.id = c.id
+        FROM {a}_matched
+        ORDER BY text_rank DESC, id LIMIT %({t.pool})s
+    ), {a}_vec AS (
+        SELECT {a}.id FROM {t.table} {a}
+        WHERE {user_live} {t.filters}
+        ORDER BY {arm.distance} LIMIT %({t.pool})s * {arm.oversample}
+    ), {a}_candidates AS (
+        SELECT id FROM {a}_vec UNION SELECT id FROM {a}_txt
+    )"""
+
+
+def _tier_select(t: _Tier) -> str:
+    a = t.alias
+    return f"""SELECT {t.select},
+           {t.arm.similarity} AS similarity, {t.arm.rerank_column} AS rerank,
+           v.id IS NOT NULL AS in_vector, x.text_rank
+    FROM {a}_candidates c JOIN {t.table} {a} ON {a}.id = c.id
+         LEFT JOIN {a}_vec v ON v.id = c.id LEFT JOIN {a}_txt x ON x.id = c.id
     WHERE {a}.user_id = %(user_id)s"""
+
+
+def _tier_sql(t: _Tier) -> str:
+    return f"WITH {_BM25_PRELUDE}, {_tier_ctes(t)}\n    {_tier_select(t)}"
+
+
+def _both_tiers_sql(hot: _Tier, archived: _Tier) -> str:
+    """Both tiers in one statement: the BM25 statistics once, one round trip, one plan. Rows carry `tier`."""
+    return f"""WITH {_BM25_PRELUDE}, {_tier_ctes(hot)}, {_tier_ctes(archived)}
+    SELECT 'hot' AS tier, h.* FROM ({_tier_select(hot)}) h
+    UNION ALL
+    SELECT 'archived' AS tier, x.* FROM ({_tier_select(archived)}) x"""
 
 
 # A term in more than _DF_CAP of a user's memories is "common": counted up to the cap only, and not
@@ -472,22 +543,35 @@ _DF_CAP = 250
 _MATCH_CAP = 500
 
 
-HOT_SEARCH_SQL = _tier_sql(
-    table="memories", alias="m", vector="embedding", cast="", tsv="content_tsv",
+_HOT_TIER = _Tier(
+    table="memories", alias="m", arm=HOT_VECTORS, tsv="m.content_tsv",
     live="m.superseded_by IS NULL", filters=_HOT_FILTERS,
     select="""m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
            m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
            NULL::timestamptz AS archived_at""",
+    pool="pool",
 )  # fmt: skip
+HOT_SEARCH_SQL = _tier_sql(_HOT_TIER)
 
-ARCHIVED_SEARCH_SQL = _tier_sql(
-    table="archived_memories", alias="a", vector="summary_embedding", cast="::halfvec", tsv="summary_tsv",
-    live="a.original_superseded_by IS NULL", filters=_ARCHIVED_FILTERS,
-    select="""a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
+def _archived_tier(arm: VectorArm, pool: str) -> _Tier:
+    return _Tier(table="archived_memories", alias="a", arm=arm, tsv=_ARCHIVED_TSV.format(a="a"),
+                 live="a.original_superseded_by IS NULL", filters=_ARCHIVED_FILTERS, select=_ARCHIVED_SELECT,
+                 pool=pool)  # fmt: skip
+
+
+def archived_search_sql(arm: VectorArm) -> str:
+    """Phase 2's statement for one way of storing summary vectors (ARCHIVED_VECTORS is the schema's)."""
+    return _tier_sql(_archived_tier(arm, "pool"))
+
+
+_ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
-           a.storage_ref, a.archived_at""",
-)  # fmt: skip
+           a.storage_ref, a.archived_at"""
+ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
+# When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
+# tiers go in one statement: same candidates and ranking, BM25 statistics counted once.
+BOTH_TIERS_SQL = _both_tiers_sql(_HOT_TIER, _archived_tier(ARCHIVED_VECTORS, "archived_pool"))
 
 
 SHAPE_SQL = """
@@ -641,10 +725,8 @@ def cut(hits: Sequence[SearchHit], total: int, hot_cap: int, archived_cap: int) 
     return out
 
 
-def phase2_reason(
-    request: SearchRequest, hot_hits: Sequence[SearchHit], limit: int, window: TimeWindow | None = None
-) -> str | None:
-    """Why archived memories must be searched too, or None: in auto mode, unless phase 1 is strong."""
+def phase2_reason_upfront(request: SearchRequest, window: TimeWindow | None = None) -> str | None:
+    """Why archived memories must be searched whatever phase 1 finds, or None (then phase1 decides)."""
     if request.phase2 == "never":
         return None
     if request.phase2 == "always":
@@ -657,6 +739,18 @@ def phase2_reason(
         return "window_before_hot_horizon"
     if window is not None and window.since < horizon:
         return "query_names_the_past"
+    return None
+
+
+def phase2_reason(
+    request: SearchRequest, hot_hits: Sequence[SearchHit], limit: int, window: TimeWindow | None = None
+) -> str | None:
+    """Why archived memories must be searched too, or None: in auto mode, unless phase 1 is strong."""
+    if request.phase2 == "never":
+        return None
+    upfront = phase2_reason_upfront(request, window)
+    if upfront is not None:
+        return upfront
     if len(hot_hits) < limit:
         return "too_few_hot_hits"
     floor = request.config.hot_similarity_threshold
@@ -673,8 +767,27 @@ def candidate_pool(limit: int, config: RetrievalConfig) -> int:
     return max(limit * config.candidates_per_hit, config.min_candidates)
 
 
-def search_plan(request: SearchRequest) -> Plan[SearchResult]:
-    """Phase 1, phase 2 when needed, one ranking. Read-only, one snapshot."""
+def rerank_rows(rows: Sequence[dict[str, Any]], arm: VectorArm, query: np.ndarray, pool: int) -> list[dict[str, Any]]:
+    """With arm.rerank: every row's similarity from its compact vector; the best `pool` of the vector
+    candidates stay vector candidates, the others only as full-text matches (or not at all)."""
+    if arm.rerank is None:
+        return list(rows)
+    out = [r | {"similarity": arm.rerank(r["rerank"], query)} for r in rows]
+    vec = sorted((r for r in out if r["in_vector"]), key=lambda r: (-r["similarity"], str(r["memory_id"])))
+    for r in vec[pool:]:
+        r["in_vector"] = False
+    return [r for r in out if r["in_vector"] or r["text_rank"] is not None]
+
+
+def search_plan(
+    request: SearchRequest, *, archived_vectors: VectorArm = ARCHIVED_VECTORS, one_statement: bool = True
+) -> Plan[SearchResult]:
+    """Phase 1, phase 2 when needed, one ranking. Read-only, one snapshot.
+
+    When phase 2 is needed whatever phase 1 finds (phase2_reason_upfront), both tiers are searched by
+    one statement (one_statement=False: two, as in auto mode); the hits are the same either way.
+    archived_vectors: how archive rows store summary vectors; the default is the schema's (007). Other
+    arms need their own columns (bench footprint adds them to compare representations)."""
     cfg = request.config
     total, hot_cap, archived_cap = request.limits
     window = parse_time_window(request.query, request.now)
@@ -693,20 +806,38 @@ def search_plan(request: SearchRequest) -> Plan[SearchResult]:
     if request.embedding_model is not None:  # a query vector from another model would rank noise
         yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
     yield Sql(SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search)}, "one")
+    kind = request.embedder_kind
+    upfront = phase2_reason_upfront(request, window) if archived_cap > 0 else None
+    if one_statement and upfront is not None and hot_cap > 0 and archived_vectors is ARCHIVED_VECTORS:
+        # Phase 2 runs whatever phase 1 finds: one statement for both tiers, the same rows.
+        pools = {"pool": candidate_pool(hot_cap, cfg), "archived_pool": candidate_pool(archived_cap, cfg)}
+        both = yield Sql(BOTH_TIERS_SQL, params | pools)
+        tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
+        for row in both:
+            tiers[row.pop("tier")].append(row)
+        return _result(tiers["hot"], tiers["archived"], request, window, upfront)
     hot_rows: list[dict[str, Any]] = []
     if hot_cap > 0:
         hot_rows = yield Sql(HOT_SEARCH_SQL, params | {"pool": candidate_pool(hot_cap, cfg)})
-    kind = request.embedder_kind
     hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
                                now=request.now, window=window, embedder_kind=kind)  # fmt: skip
     reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
     archived_rows: list[dict[str, Any]] = []
     if reason is not None:
-        archived_rows = yield Sql(ARCHIVED_SEARCH_SQL, params | {"pool": candidate_pool(archived_cap, cfg)})
+        pool = candidate_pool(archived_cap, cfg)
+        sql = ARCHIVED_SEARCH_SQL if archived_vectors is ARCHIVED_VECTORS else archived_search_sql(archived_vectors)
+        archived_rows = yield Sql(sql, params | {"pool": pool})
+        archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
+    return _result(hot_rows, archived_rows, request, window, reason)
+
+
+def _result(hot_rows: list[dict[str, Any]], archived_rows: list[dict[str, Any]], request: SearchRequest,
+            window: TimeWindow | None, reason: str | None) -> SearchResult:  # fmt: skip
+    total, hot_cap, archived_cap = request.limits
     rows = [*hot_rows, *archived_rows]
     sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
-    ranked = rank_candidates(rows, sources=sources, config=cfg, tags=request.tags, now=request.now, window=window,
-                             embedder_kind=kind)  # fmt: skip
+    ranked = rank_candidates(rows, sources=sources, config=request.config, tags=request.tags, now=request.now,
+                             window=window, embedder_kind=request.embedder_kind)  # fmt: skip
     return SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows))
 
 

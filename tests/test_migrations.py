@@ -143,7 +143,10 @@ def test_a_partial_schema_names_the_missing_migrations(empty_db, tmp_path):
     (only_first / first.name).write_text(first.read_text())
     migrate(empty_db, embedding_dim=32, directory=only_first)
     lacking = ", ".join(p.name.removesuffix(".sql") for p in rest)
-    assert lacking.startswith("002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability, 006_backup_row_version")
+    assert lacking.startswith(
+        "002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability, 006_backup_row_version, "
+        "007_binary_summary_vectors, 008_retention, 009_tier_audit"
+    )
     with pytest.raises(SchemaError, match=rf"lacks migrations {lacking}: run `memory-archive migrate`"):
         MemoryClient.from_settings(_settings(empty_db, tmp_path))
     migrate(empty_db, embedding_dim=32)

@@ -125,7 +125,8 @@ def test_one_search_sees_one_snapshot_while_archival_runs(db_url, local_store):
     archived_meanwhile = threading.Event()
 
     def interleaved():
-        plan = search_plan(request)
+        # Two statements (as in auto mode, where phase 1 decides); phase2="always" alone would use one.
+        plan = search_plan(request, one_statement=False)
         result = None
         op = next(plan)
         try:

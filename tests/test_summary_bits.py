@@ -1,0 +1,165 @@
+"""Archived summaries keep binary-quantized vectors (migration 007): still found, still exact on the way back.
+
+Real Postgres + pgvector, real archival (offline summarizer, hashing embedder), a local object store.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import psycopg
+import pytest
+
+from memory_lib.archive import ArchivalServices
+from memory_lib.client import MemoryClient
+from memory_lib.config import ArchivalCriteria, Settings
+from memory_lib.db import MIGRATIONS_DIR, connect, migrate
+from memory_lib.embedding import HashingEmbedder
+from memory_lib.pipeline import run_batch
+from memory_lib.summarize import ExtractiveSummarizer
+from tests.conftest import TEST_DIM
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+OLD = NOW - timedelta(days=400)
+OLD_FACTS = [
+    "Paid 142.80 EUR to Vattenfall for the electricity bill of February.",
+    "Booked the dentist, Dr. Okafor, for a cleaning on April 2.",
+    "Lent my bike to Tomasz for his triathlon training.",
+    "The plumber replaced the kitchen tap for 95 EUR.",
+    "Passport renewal appointment at the consulate on Friday morning.",
+    "Planted tulip bulbs along the garden fence in October.",
+    "Grandma's lasagna recipe uses nutmeg in the bechamel.",
+    "Car insurance with Allianz renews every March for 610 EUR.",
+]
+RECENT = ["Bought oat milk at the corner shop.", "Team standup moved to 9:30 on Mondays.",
+          "Ran 8 km along the river before work."]  # fmt: skip
+
+
+def _client(conn, store) -> MemoryClient:
+    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(), actor="t")
+
+
+def _fill_and_archive(conn, store) -> dict[str, uuid.UUID]:
+    client = _client(conn, store)
+    ids = {t: client.add("u1", t, importance=0.1, now=OLD + timedelta(days=i)).memory_id for i, t in enumerate(OLD_FACTS)}
+    for i, t in enumerate(RECENT):
+        client.add("u1", t, now=NOW - timedelta(days=i))
+    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    report = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
+    assert report.gate_passed and report.status.archived == len(OLD_FACTS)
+    return ids
+
+
+def _assert_found_first(conn, store, ids: dict[str, uuid.UUID]) -> None:
+    client = _client(conn, store)
+    for text, memory_id in ids.items():
+        result = client.search("u1", text, phase2="always", now=NOW)
+        top = result.hits[0]
+        assert top.provenance.memory_id == memory_id and top.source == "archived", (text, [h.text for h in result])
+        # The vector arm on its own puts it first too: its estimated cosine is the best of the archived.
+        archived = [h for h in result.hits if h.source == "archived"]
+        assert top.scores.similarity == max(h.scores.similarity for h in archived) > 0.5
+
+
+def test_an_archived_memory_is_found_first_by_its_own_sentence(conn, local_store):
+    ids = _fill_and_archive(conn, local_store)
+    _assert_found_first(conn, local_store, ids)
+
+
+def test_rows_keep_only_the_bits_of_the_summary_embedding(conn, local_store):
+    _fill_and_archive(conn, local_store)
+    rows = conn.execute("SELECT summary, summary_embedding, summary_bits::text AS bits FROM archived_memories").fetchall()
+    assert len(rows) == len(OLD_FACTS)
+    vecs = HashingEmbedder(TEST_DIM).embed([r["summary"] for r in rows])
+    for row, vec in zip(rows, vecs, strict=True):
+        assert row["summary_embedding"] is None  # the halfvec is not kept at rest
+        assert row["bits"] == "".join("1" if x > 0 else "0" for x in vec)  # binary_quantize: the signs
+    # No HNSW over halfvec is left; the bit index is used by phase 2's vector arm.
+    indexes = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'archived_memories'")}
+    assert "archived_summary_bits_hnsw" in indexes and "archived_summary_hnsw" not in indexes
+    with pytest.raises(psycopg.errors.CheckViolation):  # nothing can park a halfvec in a row
+        conn.execute("ALTER TABLE archived_memories DISABLE TRIGGER archived_memories_quantize")
+        conn.execute(f"UPDATE archived_memories SET summary_embedding = array_fill(0.5, ARRAY[{TEST_DIM}])::halfvec")
+
+
+def test_expand_and_restore_are_byte_exact(conn, local_store):
+    ids = _fill_and_archive(conn, local_store)
+    client = _client(conn, local_store)
+    text = OLD_FACTS[3]
+    arch = conn.execute("SELECT id FROM archived_memories WHERE original_id = %s", (ids[text],)).fetchone()
+    exp = client.expand("u1", arch["id"], now=NOW)
+    expected = HashingEmbedder(TEST_DIM).embed([text])[0]
+    assert exp.content == text and np.array_equal(exp.original.embedding_array(), expected)
+    assert client.restore("u1", archive_id=arch["id"], now=NOW).restored
+    row = conn.execute("SELECT content, embedding FROM memories WHERE id = %s", (ids[text],)).fetchone()
+    assert row["content"] == text and np.array_equal(np.asarray(row["embedding"].to_numpy()), expected)
+
+
+def test_upgrade_from_005_keeps_archived_rows_searchable(databases, tmp_path, local_store):
+    name = "up_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(databases.server_url, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    url = databases.url(name)
+    try:
+        old = tmp_path / "sql"
+        old.mkdir()
+        for path in sorted(MIGRATIONS_DIR.iterdir()):
+            if path.name.endswith(".sql") and int(path.name[:3]) <= 5:
+                shutil.copy(path, old / path.name)
+        migrate(url, embedding_dim=TEST_DIM, directory=old)
+        with connect(url) as conn:
+            ids = _fill_and_archive(conn, local_store)  # archived under 005: halfvec rows
+            before = conn.execute(
+                "SELECT original_id, binary_quantize(summary_embedding)::text AS bits FROM archived_memories"
+            ).fetchall()
+            assert all(r["bits"] and len(r["bits"]) == TEST_DIM for r in before)
+        assert migrate(url, embedding_dim=TEST_DIM)[-1] == "007_binary_summary_vectors"
+        with connect(url) as conn:
+            after = {r["original_id"]: r for r in conn.execute(
+                "SELECT original_id, summary_bits::text AS bits, summary_embedding FROM archived_memories")}  # fmt: skip
+            assert {r["original_id"]: r["bits"] for r in before} == {k: r["bits"] for k, r in after.items()}
+            assert all(r["summary_embedding"] is None for r in after.values())
+            _assert_found_first(conn, local_store, ids)
+    finally:
+        databases.drop(url)
+
+
+def _plan_statements(conn, plan) -> tuple[object, list[str]]:
+    """Run a search plan, recording the search statements it sent."""
+    from memory_lib.search import ARCHIVED_SEARCH_SQL, BOTH_TIERS_SQL, HOT_SEARCH_SQL, Sql, run_plan
+
+    names = {HOT_SEARCH_SQL: "hot", ARCHIVED_SEARCH_SQL: "archived", BOTH_TIERS_SQL: "both"}
+    sent: list[str] = []
+
+    def spy():
+        op = next(plan)
+        try:
+            while True:
+                if isinstance(op, Sql) and op.query in names:
+                    sent.append(names[op.query])
+                op = plan.send((yield op))
+        except StopIteration as stop:
+            return stop.value
+
+    return run_plan(conn, spy()), sent
+
+
+@pytest.mark.parametrize("query", [OLD_FACTS[0], "electricity bill", "who borrowed my bike?", "Mondays standup"])
+def test_one_statement_for_both_tiers_returns_the_same_hits(conn, local_store, query):
+    from memory_lib.search import SearchRequest, search_plan
+
+    _fill_and_archive(conn, local_store)
+    vec = HashingEmbedder(TEST_DIM).embed([query])[0]
+    request = SearchRequest(user_id="u1", query=query, embedding=vec, config=Settings().retrieval, now=NOW,
+                            phase2="always", embedder_kind="lexical")  # fmt: skip
+    one, sent_one = _plan_statements(conn, search_plan(request, one_statement=True))
+    two, sent_two = _plan_statements(conn, search_plan(request, one_statement=False))
+    assert sent_one == ["both"] and sent_two == ["hot", "archived"]
+    assert [(h.source, h.provenance.memory_id, h.scores) for h in one.hits] == [
+        (h.source, h.provenance.memory_id, h.scores) for h in two.hits]  # fmt: skip
+    assert (one.phase2_reason, one.hot_candidates, one.archived_candidates) == (
+        two.phase2_reason, two.hot_candidates, two.archived_candidates)  # fmt: skip
+    assert any(h.source == "archived" for h in one.hits)
