@@ -13,6 +13,7 @@ model): the gate fails and archival pauses. A night with nothing archived passes
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 from psycopg.types.json import Jsonb
 
 from .config import RetrievalConfig
-from .errors import InvalidInputError
+from .errors import IntegrityError, InvalidInputError, ObjectNotFoundError
 from .models import BackupObject
 from .search import SearchRequest, query_vector, run_plan, search_plan, utc_now
 from .summarize import split_sentences
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
     from .embedding import Embedder
     from .objectstore import ObjectStore
+
+log = logging.getLogger(__name__)
 
 __all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights"]
 
@@ -128,14 +131,22 @@ def probe_night(
     rows = conn.execute(_SAMPLE_SQL, {"batch_key": batch_key, "n": n}).fetchall()
     if not rows:
         return NightRetrievability(batch_key, archived, 0, 0, config.retrievability_floor, k)
-    questions = []
-    for row in rows:
-        raw = store.get_verified(store.key_from_ref(row["storage_ref"]), row["backup_sha256"])
-        questions.append(first_sentence(BackupObject.from_json_bytes(raw).content))
-    vectors = embedder.embed(questions)
-    search_config = config.model_copy(update={"limit": k})
+    readable, questions = [], []
     missed: list[uuid.UUID] = []
-    for row, question, vector in zip(rows, questions, vectors, strict=True):
+    for row in rows:
+        try:
+            raw = store.get_verified(store.key_from_ref(row["storage_ref"]), row["backup_sha256"])
+        except (ObjectNotFoundError, IntegrityError) as exc:
+            # A backup that cannot be read back is not retrievable: a miss, reported, not a crashed probe
+            # (the tier audit and the round-trip check name the object itself).
+            log.warning("retrievability %s: backup of %s unreadable: %s", batch_key, row["original_id"], exc)
+            missed.append(row["original_id"])
+            continue
+        readable.append(row)
+        questions.append(first_sentence(BackupObject.from_json_bytes(raw).content))
+    vectors = embedder.embed(questions) if questions else []
+    search_config = config.model_copy(update={"limit": k})
+    for row, question, vector in zip(readable, questions, vectors, strict=True):
         request = SearchRequest(
             user_id=row["user_id"], query=question, embedding=query_vector(vector, embedder.dim),
             config=search_config, now=when, phase2="auto", embedding_model=embedder.model,

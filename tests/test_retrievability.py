@@ -94,6 +94,23 @@ def test_probe_finds_a_nights_archived_memories_and_misses_them_without_summarie
         probe_night(conn, embedder, store, " ")
 
 
+def test_an_unreadable_backup_is_a_miss_not_a_crashed_probe(conn, db_url, store_resource):
+    load_history(conn, TEST_DIM)
+    assert _materialize(db_url, store_resource).success
+    key = nights.batch_key_for(NIGHT)
+    store, embedder = store_resource.get_store(), HashingEmbedder(TEST_DIM)
+    before = probe_night(conn, embedder, store, key, now=END, sample_size=5)
+    assert before.sampled == 5 and not before.missed
+    # The probe samples in a fixed order: delete the first sampled memory's backup.
+    gone = conn.execute(
+        "SELECT original_id, storage_ref FROM archived_memories WHERE metadata ->> 'batch_key' = %s "
+        "ORDER BY md5(original_id::text), original_id LIMIT 1", (key,),
+    ).fetchone()  # fmt: skip
+    store.delete(store.key_from_ref(gone["storage_ref"]))
+    after = probe_night(conn, embedder, store, key, now=END, sample_size=5)
+    assert after.sampled == 5 and after.missed == [gone["original_id"]] and after.found == 4
+
+
 def test_dagster_check_passes_then_fails_and_blocks_later_nights_when_summaries_are_empty(
     conn, db_url, store_resource
 ):
