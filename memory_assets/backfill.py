@@ -128,7 +128,9 @@ def submit_job_backfill(
         raise ValueError(f"partitions={list(partitions)!r}: a backfill needs at least one partition")
     with (
         _environ(env),
-        WorkspaceProcessContext(instance, WorkspaceFileTarget(paths=[str(WORKSPACE)])) as process,
+        WorkspaceProcessContext(
+            instance, WorkspaceFileTarget(paths=[str(WORKSPACE)]), code_server_log_level="WARNING"
+        ) as process,
     ):
         workspace = process.create_request_context()
         errors = {
