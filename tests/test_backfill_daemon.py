@@ -47,7 +47,7 @@ def daemon_env(tmp_path: Path, db_url: str, dagster_pg_url: str | None = None) -
     return env
 
 
-def run_backlog(conn, env: dict[str, str], tmp_path: Path) -> None:
+def run_backlog(conn, env: dict[str, str], tmp_path: Path) -> dg.DagsterInstance:
     load_history(conn, TEST_DIM)
     instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
     log = tmp_path / "daemon.log"
@@ -87,12 +87,17 @@ def run_backlog(conn, env: dict[str, str], tmp_path: Path) -> None:
     assert in_db > 0 and sum(archived.values()) == in_db
     checks = {(c.check_name, c.partition): c.passed for r in finished for c in r.checks}
     assert checks == {(name, night): True for name in CHECKS for night in NIGHTS}
+    return instance
 
 
 def test_a_backlog_runs_as_a_daemon_backfill_on_a_sqlite_instance(conn, db_url, tmp_path):
     env = daemon_env(tmp_path, db_url)
-    run_backlog(conn, env, tmp_path)
+    instance = run_backlog(conn, env, tmp_path)
     assert list((tmp_path / "dagster").glob("**/*.db"))  # the instance lives in SQLite files here
+    # A night outside the partitions is named, and no backfill is stored.
+    with pytest.raises(ValueError, match=r"partitions=\['2001-01-01'\]: not partitions of slow_path_job"):
+        submit_job_backfill(instance, "slow_path_job", [NIGHTS[0], "2001-01-01"], env=env)
+    assert len(instance.get_backfills()) == 1
 
 
 @pytest.fixture
