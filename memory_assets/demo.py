@@ -18,6 +18,7 @@ import argparse
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import warnings
@@ -67,6 +68,8 @@ def _section(title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     started = time.monotonic()
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so the daemon and the Postgres server are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from memory_lib.config import default_state_dir
 
     state = Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or default_state_dir()).resolve()
