@@ -11,7 +11,7 @@ export DAGSTER_HOME ?= $(MEMORY_ARCHIVE_STATE_DIR)/dagster
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-local demo dev test lint bench clean
+.PHONY: install install-local demo dev screenshots test lint bench clean
 
 # deploy/constraints.txt pins the dependencies to the versions the tests ran on (the image uses it too):
 # a fresh machine gets the same versions, not whatever the registry serves that day.
@@ -34,6 +34,10 @@ demo: $(STAMP)
 
 dev: $(STAMP)
 	$(PY) -m memory_assets.dev --demo
+
+# PNGs of the demo's Dagster UI under .state/screenshots; needs playwright and a Chromium (see README).
+screenshots: $(STAMP)
+	$(PY) scripts/ui_screenshots.py
 
 test: $(LOCAL_STAMP)
 	$(PY) -m pytest

@@ -2,11 +2,14 @@
 
 1. Starts the embedded Postgres under $MEMORY_ARCHIVE_STATE_DIR (default: the checkout's .state) and recreates the
    dedicated database `memory_demo` (never DATABASE_URL's database), loads a deterministic history.
-2. Backfills every night from the history's first eligible night to yesterday by materializing the
-   Slow Path assets and checks, 30 nights per run in date order, as the backfill daemon would.
+2. Backfills every night from the history's first eligible night to yesterday as a Dagster backfill of
+   slow_path_job: starts `dagster-daemon` on $DAGSTER_HOME (default <state>/dagster), submits the
+   backfill (the daemon splits it by the backfill policy, 30 nights a run, and the run queue runs them
+   one after another in date order), prints each run's per-night results from the event log, stops the
+   daemon. The UI (`make dev`) then shows the backfill, slow_path_job's runs and the timeline.
 3. Prints the checks, the tiers and table sizes before/after, the objects written, a few archive
    rows, and one memory restored through the `rollback` job and compared byte for byte.
-Offline: extractive summaries and hashing embeddings, no network call. Stops the server it started.
+Offline: extractive summaries and hashing embeddings, no network call. Stops the processes it started.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import warnings
@@ -28,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_DB = "memory_demo"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # the demo prints its own summary
 OBJECTS = "demo-objects"
+DAEMON_LOG = "dagster-daemon.log"
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +68,8 @@ def _section(title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     started = time.monotonic()
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so the daemon and the Postgres server are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from memory_lib.config import default_state_dir
 
     state = Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or default_state_dir()).resolve()
@@ -107,17 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
+    from memory_assets import backfill
     from memory_assets.defs.rollback.jobs import rollback
-    from memory_assets.defs.slow_path import assets, checks
     from memory_assets.defs.slow_path.partitions import BACKFILL_NIGHTS_PER_RUN
-    from memory_assets.dev import DEMO_ENV, prepare_dagster_home
-    from memory_assets.resources import (
-        ArchivalCriteriaResource,
-        DatabaseResource,
-        EmbedderResource,
-        ObjectStoreResource,
-        SummarizerResource,
-    )
+    from memory_assets.dev import DEMO_ENV, demo_env, prepare_dagster_home
+    from memory_assets.resources import DatabaseResource, ObjectStoreResource
     from memory_lib import eligibility, integrity
     from memory_lib.client import MemoryClient
     from memory_lib.db import EmbeddedPostgres, connect, migrate
@@ -191,70 +192,71 @@ def main(argv: list[str] | None = None) -> int:
         ]
         snapshot = integrity.exact_rows(conn, watch)
 
-        _section(f"Backfill {first_night} .. {last_night} through Dagster")
+        _section(f"Backfill {first_night} .. {last_night}: a Dagster backfill run by the daemon")
         print("retrievability probe: 10 archived memories a night, floor 0.5 (defaults 50 and 0.9): the generated "
-              "history's near-identical templated sentences make a first-sentence probe find twins")
-        if os.getenv("DAGSTER_HOME"):
-            home = prepare_dagster_home(os.environ)  # type: ignore[arg-type]
-            instance = dg.DagsterInstance.get()
-            instance.wipe_assets([dg.AssetKey(k) for k in ("archival_candidates", "memory_summaries",
-                                                          "archive_backups", "archive_rows")])  # fmt: skip
-            print(f"Dagster instance: {home} (runs stay visible in the UI: make dev)")
-        else:
-            instance = dg.DagsterInstance.ephemeral()
-            print("Dagster instance: ephemeral (set DAGSTER_HOME to keep the runs for the UI)")
-        store_resource = ObjectStoreResource(
-            kind="local", local_root=str(state / OBJECTS), prefix="memory-archive"
-        )
-        resources: dict[str, Any] = {
-            "database": DatabaseResource(database_url=url),
-            "object_store": store_resource,
-            "summarizer": SummarizerResource(provider="extractive"),
-            "embedder": EmbedderResource(provider="hashing", dim=args.dim),
-            "archival": ArchivalCriteriaResource(),
-        }
-        defs = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows,
-                checks.backups_round_trip, checks.error_rate_gate, checks.tiers_consistent]  # fmt: skip
+              "history's near-identical templated sentences make a first-sentence probe find twins")  # fmt: skip
+        # The daemon, its code server and the runs get the demo's settings (demo.env), not DATABASE_URL.
+        env = demo_env(dict(os.environ))
+        home = prepare_dagster_home(env)
+        os.environ.update({k: env[k] for k in ("DAGSTER_HOME", "DAGSTER_PG_URL") if k in env})
+        instance = dg.DagsterInstance.get()
+        # A new database: the materializations of an earlier demo's nights no longer describe it.
+        instance.wipe_assets([dg.AssetKey(k) for k in ("archival_candidates", "memory_summaries",
+                                                      "archive_backups", "archive_rows")])  # fmt: skip
+        print(f"Dagster instance: {home} ({'postgres' if env.get('DAGSTER_PG_URL') else 'sqlite'} storage); "
+              f"daemon log: {state / DAEMON_LOG}")  # fmt: skip
         nights = [first_night + timedelta(days=i) for i in range((last_night - first_night).days + 1)]
-        chunks = [
-            nights[i : i + BACKFILL_NIGHTS_PER_RUN] for i in range(0, len(nights), BACKFILL_NIGHTS_PER_RUN)
-        ]
-        print(f"{len(nights)} nights in {len(chunks)} runs of up to {BACKFILL_NIGHTS_PER_RUN} nights, "
-              f"at most {criteria.batch_size} memories a night")  # fmt: skip
         check_results: dict[str, list[tuple[bool, str, dict[str, Any]]]] = {}
         totals: Counter[str] = Counter()
-        t = time.monotonic()
-        ok = True
-        for i, chunk in enumerate(chunks, 1):
-            t_run = time.monotonic()
-            result = dg.materialize(
-                defs, resources=resources, instance=instance, raise_on_error=False, run_config=QUIET,
-                tags={"dagster/asset_partition_range_start": chunk[0].isoformat(),
-                      "dagster/asset_partition_range_end": chunk[-1].isoformat(), "memory-archive/demo": "backfill"},
-            )  # fmt: skip
+        done: list[backfill.RunResult] = []
+        expected = 0
+
+        def report(run: backfill.RunResult) -> None:
             # One materialization per night and asset, each with that night's own numbers: add them up.
+            done.append(run)
             night_totals: Counter[str] = Counter()
-            for e in result.get_asset_materialization_events():
-                values = {k: v.value for k, v in e.materialization.metadata.items()}
+            for m in run.materializations:
+                values = {k: v.value for k, v in m.metadata.items()}
                 for field in {"archival_candidates": ("claimed",), "archive_rows": ("archived",),
-                              "archive_backups": ("bytes_written",)}.get(e.asset_key.path[-1], ()):  # fmt: skip
+                              "archive_backups": ("bytes_written",)}.get(m.asset_key.path[-1], ()):  # fmt: skip
                     night_totals[field] += values.get(field, 0)
-            claimed, archived = night_totals["claimed"], night_totals["archived"]
             totals.update(night_totals)
-            totals["bytes"] += night_totals["bytes_written"]
             outcomes: Counter[str] = Counter()
-            for ev in result.get_asset_check_evaluations():  # one per check and night
+            for ev in run.checks:  # one per check and night, from the run's event log
                 values = {k: v.value for k, v in ev.metadata.items()} | {"night": ev.partition}
                 check_results.setdefault(ev.check_name, []).append((ev.passed, ev.severity.value, values))
                 outcomes[f"{ev.check_name} {'ok' if ev.passed else 'FAILED'}"] += 1
-            marks = [f"{k} x{v}" for k, v in outcomes.items()]
-            print(f"run {i:>2}/{len(chunks)} {chunk[0]}..{chunk[-1]}: claimed {claimed:>5}, archived {archived:>5}; "
-                  f"{', '.join(marks)} ({time.monotonic() - t_run:.1f} s)", flush=True)  # fmt: skip
-            if not result.success:
-                ok = False
-                print("run failed: stopping the backfill (a failed gate pauses archival)")
-                break
+            marks = ", ".join(f"{k} x{v}" for k, v in outcomes.items())
+            print(f"run {len(done):>2}/{expected} {run.nights[0]}..{run.nights[1]} {run.status}: "
+                  f"claimed {night_totals['claimed']:>5}, archived {night_totals['archived']:>5}; {marks} "
+                  f"({run.seconds:.0f} s)", flush=True)  # fmt: skip
+
+        t = time.monotonic()
+        submitted = None
+        try:
+            with backfill.running_daemon(env, state / DAEMON_LOG) as daemon:
+                submitted = backfill.submit_job_backfill(
+                    instance, "slow_path_job", [n.isoformat() for n in nights], env=env,
+                    title=f"memory-archive demo backlog {first_night}..{last_night}",
+                    tags={"memory-archive/demo": "backfill"},
+                )  # fmt: skip
+                expected = submitted.runs_expected
+                print(f"backfill {submitted.backfill_id}: {len(nights)} nights of slow_path_job in {expected} runs "
+                      f"of up to {BACKFILL_NIGHTS_PER_RUN} nights (backfill policy), one run at a time (run queue), "
+                      f"at most {criteria.batch_size} memories a night; the daemon starts them", flush=True)  # fmt: skip
+                result = backfill.wait_for_backfill(
+                    instance, submitted.backfill_id, timeout_s=6 * 3600, on_run=report, daemon=daemon
+                )
+        except BaseException:
+            if submitted is not None:  # the daemon is stopped: say so in the instance, not "in progress"
+                backfill.cancel_backfill(instance, submitted.backfill_id, "the demo stopped before the end")
+            print(f"backfill stopped; the daemon's log: {state / DAEMON_LOG}")
+            raise
+        ok = result.status.value == "COMPLETED_SUCCESS"
+        print(f"backfill {result.status.value}: {len(done)} runs in {time.monotonic() - t:.0f} s "
+              "(a failed gate fails its run and pauses archival: the later runs archive nothing)")  # fmt: skip
         backfill_s = time.monotonic() - t
+        store_resource = ObjectStoreResource(kind="local", local_root=str(state / OBJECTS), prefix="memory-archive")
 
         _section("Check results")
         for name, runs in check_results.items():
@@ -362,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             print("none of the watched memories was archived: nothing to restore")
         else:
             run = rollback.execute_in_process(
-                resources={"database": resources["database"], "object_store": store_resource}, instance=instance,
+                resources={"database": DatabaseResource(database_url=url), "object_store": store_resource}, instance=instance,
                 run_config={"loggers": QUIET["loggers"]} | {"ops": {"restore_archives": {"config": {
                     "original_ids": [str(pick)], "operator": "demo"}}}},
             )  # fmt: skip
