@@ -37,6 +37,7 @@ dev: $(STAMP)
 
 # PNGs of the demo's Dagster UI under .state/screenshots; needs playwright and a Chromium (see README).
 screenshots: $(STAMP)
+	$(PIP) -c deploy/constraints.txt -e '.[screenshots]'
 	$(PY) scripts/ui_screenshots.py
 
 test: $(LOCAL_STAMP)
