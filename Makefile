@@ -44,7 +44,7 @@ test: $(LOCAL_STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check memory_lib memory_assets tests bench
+	$(VENV)/bin/ruff check memory_lib memory_assets tests bench scripts
 
 bench: $(LOCAL_STAMP)
 	$(PY) -m bench all
