@@ -276,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"(max {100 * worst['max_error_rate']:.0f}%)"
                     + (f"; failing nights: {', '.join(failing[:10])}" if failing else "")
                 )
+            elif name == "archive_retrievable":
+                probed = [m for _, _, m in runs if not m.get("nothing_to_check")]
+                detail = (
+                    f"{sum(m['found'] for m in probed)}/{sum(m['sampled'] for m in probed)} sampled archived memories "
+                    f"found in the top 10 by their first sentence over {len(probed)} nights; "
+                    f"{len(runs) - len(probed)} nights with nothing archived to probe"
+                )
             elif name == "tiers_consistent":
                 problems = Counter()
                 for _, _, m in runs:
