@@ -71,6 +71,13 @@ class DatabaseFactory:
         self.created.append(name)
         return self.url(name)
 
+    def new_empty(self, prefix: str = "empty") -> str:
+        """An empty database (no migration applied): for migration, packaging and Dagster storage tests."""
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        self._admin(f"CREATE DATABASE {name}")
+        self.created.append(name)
+        return self.url(name)
+
     def drop(self, url: str) -> None:
         name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
         self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -84,6 +91,13 @@ def databases(pg_server: str) -> DatabaseFactory:
 @pytest.fixture
 def db_url(databases: DatabaseFactory) -> Iterator[str]:
     url = databases.new()
+    yield url
+    databases.drop(url)
+
+
+@pytest.fixture
+def empty_database(databases: DatabaseFactory) -> Iterator[str]:
+    url = databases.new_empty()
     yield url
     databases.drop(url)
 

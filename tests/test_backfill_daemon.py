@@ -5,7 +5,6 @@ Postgres, with the instance stored in SQLite under tmp and in Postgres (dagster-
 from __future__ import annotations
 
 import os
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from dagster._core.execution.backfill import BulkActionStatus
 from memory_assets.backfill import backfill_runs, running_daemon, submit_job_backfill, wait_for_backfill
 from memory_assets.dev import prepare_dagster_home
 from tests.conftest import TEST_DIM
-from tests.support.dagster_helpers import last_night, load_history
+from tests.support.dagster_helpers import last_night, load_history, sqlalchemy_url
 
 NIGHTS = [(last_night() - timedelta(days=2 - i)).isoformat() for i in range(3)]  # 2 nights a run: 2 runs
 SLOW_PATH_ASSETS = ("archival_candidates", "memory_summaries", "archive_backups", "archive_rows")
@@ -100,29 +99,14 @@ def test_a_backlog_runs_as_a_daemon_backfill_on_a_sqlite_instance(conn, db_url, 
     assert len(instance.get_backfills()) == 1
 
 
-@pytest.fixture
-def dagster_database(databases):
-    """A database of the test's embedded server for the Dagster instance: (libpq URL, SQLAlchemy URL)."""
-    name = f"dagster_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(databases.server_url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    url = databases.url(name)
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    yield (
-        url,
-        f"postgresql+psycopg2://{info['user']}@/{name}?host={info['host']}&port={info.get('port', 5432)}",
-    )
-    databases.drop(url)
-
-
 def test_a_backlog_runs_as_a_daemon_backfill_on_a_postgres_instance(
-    conn, db_url, tmp_path, monkeypatch, dagster_database
+    conn, db_url, tmp_path, monkeypatch, empty_database
 ):
-    libpq_url, sqlalchemy_url = dagster_database
-    monkeypatch.setenv("DAGSTER_PG_URL", sqlalchemy_url)  # read by this process's instance too
-    env = daemon_env(tmp_path, db_url, sqlalchemy_url)
+    dagster_url = sqlalchemy_url(empty_database)  # the Dagster instance's storage
+    monkeypatch.setenv("DAGSTER_PG_URL", dagster_url)  # read by this process's instance too
+    env = daemon_env(tmp_path, db_url, dagster_url)
     run_backlog(conn, env, tmp_path)
     assert not list((tmp_path / "dagster").glob("**/*.db"))  # nothing in SQLite
-    with psycopg.connect(libpq_url) as c:  # the backfill and its runs are in Postgres
+    with psycopg.connect(empty_database) as c:  # the backfill and its runs are in Postgres
         assert c.execute("SELECT count(*) FROM bulk_actions").fetchone()[0] == 1
         assert c.execute("SELECT count(*) FROM runs").fetchone()[0] == 2

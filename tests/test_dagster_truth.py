@@ -5,7 +5,6 @@ Real runs against the embedded Postgres, a local object store and the fake LLM s
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -239,10 +238,7 @@ def test_memory_lib_warnings_reach_the_runs_event_log(conn, db_url, history, sto
 
 
 def test_database_setup_migrates_only_a_database_that_needs_it(databases):
-    name = "t_setup_" + uuid.uuid4().hex[:8]
-    databases._admin(f"DROP DATABASE IF EXISTS {name}")
-    databases._admin(f"CREATE DATABASE {name}")
-    url = databases.url(name)
+    url = databases.new_empty("t_setup")
     try:
         with dg.build_resources({"database": DatabaseResource(database_url=url, embedding_dim=TEST_DIM)}) as r:
             assert check_schema(r.database.url) == TEST_DIM  # an empty database was migrated

@@ -8,16 +8,15 @@ from __future__ import annotations
 import re
 import subprocess
 import tomllib
-import uuid
 from pathlib import Path
 
 import dagster as dg
 import psycopg
-import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.support.dagster_helpers import sqlalchemy_url
 from tests.test_packaging import _clean_env, venv, wheel  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,26 +40,10 @@ def test_deploy_dagster_yaml_is_a_valid_instance_config(tmp_path, monkeypatch):
     assert "#   class: DockerRunLauncher" in text and "#   class: K8sRunLauncher" in text
 
 
-@pytest.fixture
-def dagster_database(databases):
-    name = f"dagster_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(databases.server_url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    url = databases.url(name)
-    yield url
-    databases.drop(url)
-
-
-def _sqlalchemy_url(libpq_url: str) -> str:
-    """postgresql://postgres:@/db?host=/sock → postgresql+psycopg2://postgres@/db?host=/sock"""
-    info = psycopg.conninfo.conninfo_to_dict(libpq_url)
-    return f"postgresql+psycopg2://{info['user']}@/{info['dbname']}?host={info['host']}"
-
-
-def test_the_deploy_instance_runs_on_postgres_with_the_queue_and_the_llm_pool(tmp_path, monkeypatch, dagster_database):
+def test_the_deploy_instance_runs_on_postgres_with_the_queue_and_the_llm_pool(tmp_path, monkeypatch, empty_database):
     (tmp_path / "dagster.yaml").write_text((DEPLOY / "dagster.yaml").read_text())
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    monkeypatch.setenv("DAGSTER_PG_URL", _sqlalchemy_url(dagster_database))
+    monkeypatch.setenv("DAGSTER_PG_URL", sqlalchemy_url(empty_database))
 
     @dg.asset(pool="llm_api")
     def summarized() -> int:
@@ -72,7 +55,7 @@ def test_the_deploy_instance_runs_on_postgres_with_the_queue_and_the_llm_pool(tm
         assert result.success
         assert instance.event_log_storage.get_concurrency_info("llm_api").slot_count == 1
         run_id = result.run_id
-    with psycopg.connect(dagster_database) as c:  # the run is in Postgres, not in a local SQLite file
+    with psycopg.connect(empty_database) as c:  # the run is in Postgres, not in a local SQLite file
         assert c.execute("SELECT count(*) FROM runs WHERE run_id = %s", (run_id,)).fetchone()[0] == 1
     assert not list(tmp_path.glob("**/*.db"))
 

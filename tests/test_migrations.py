@@ -16,61 +16,51 @@ def _tables(url: str) -> set[str]:
         return {r[0] for r in c.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
 
 
-@pytest.fixture
-def empty_db(databases):
-    name = "mig_" + __import__("uuid").uuid4().hex[:8]
-    with psycopg.connect(databases.server_url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    url = databases.url(name)
-    yield url
-    databases.drop(url)
-
-
-def test_rerun_is_a_noop(empty_db):
-    applied = migrate(empty_db, embedding_dim=32)
+def test_rerun_is_a_noop(empty_database):
+    applied = migrate(empty_database, embedding_dim=32)
     assert applied[0] == "001_memory_tiers"
     assert {"memories", "archived_memories", "memory_events", "archival_attempts", "schema_migrations"} <= _tables(
-        empty_db
+        empty_database
     )
-    assert migrate(empty_db, embedding_dim=32) == []
+    assert migrate(empty_database, embedding_dim=32) == []
 
 
-def test_failing_migration_rolls_back_whole(empty_db, tmp_path):
+def test_failing_migration_rolls_back_whole(empty_database, tmp_path):
     migrations = tmp_path / "sql"
     shutil.copytree(MIGRATIONS_DIR, migrations)
     (migrations / "900_broken.sql").write_text(
         "CREATE TABLE half_done (id int);\nALTER TABLE memories ADD COLUMN oops int;\nSELECT 1/0;\n"
     )
     with pytest.raises(psycopg.errors.DivisionByZero):
-        migrate(empty_db, embedding_dim=32, directory=migrations)
-    assert "half_done" not in _tables(empty_db)
-    with psycopg.connect(empty_db) as c:
+        migrate(empty_database, embedding_dim=32, directory=migrations)
+    assert "half_done" not in _tables(empty_database)
+    with psycopg.connect(empty_database) as c:
         cols = {r[0] for r in c.execute("SELECT column_name FROM information_schema.columns WHERE table_name='memories'")}
         versions = [r[0] for r in c.execute("SELECT version FROM schema_migrations ORDER BY 1")]
     assert "oops" not in cols
     assert 900 not in versions and 1 in versions  # earlier migrations stay applied
 
 
-def test_other_dimension_is_refused(empty_db):
-    migrate(empty_db, embedding_dim=32)
+def test_other_dimension_is_refused(empty_database):
+    migrate(empty_database, embedding_dim=32)
     with pytest.raises(SchemaError, match="embedding_dim=1536 does not match.*embedding_dim=32"):
-        migrate(empty_db, embedding_dim=1536)
+        migrate(empty_database, embedding_dim=1536)
 
 
-def test_edited_migration_is_detected(empty_db, tmp_path):
+def test_edited_migration_is_detected(empty_database, tmp_path):
     migrations = tmp_path / "sql"
     shutil.copytree(MIGRATIONS_DIR, migrations)
-    migrate(empty_db, embedding_dim=32, directory=migrations)
+    migrate(empty_database, embedding_dim=32, directory=migrations)
     first = sorted(migrations.glob("*.sql"))[-1]
     first.write_text(first.read_text() + "\n-- edited\n")
     with pytest.raises(SchemaError, match="changed after it was applied"):
-        migrate(empty_db, embedding_dim=32, directory=migrations)
+        migrate(empty_database, embedding_dim=32, directory=migrations)
 
 
-def test_bad_migration_file_name(empty_db, tmp_path):
+def test_bad_migration_file_name(empty_database, tmp_path):
     (tmp_path / "1_x.sql").write_text("SELECT 1")
     with pytest.raises(SchemaError, match="1_x.sql"):
-        migrate(empty_db, embedding_dim=32, directory=tmp_path)
+        migrate(empty_database, embedding_dim=32, directory=tmp_path)
 
 
 def test_audit_log_is_append_only(conn):
@@ -97,12 +87,12 @@ def test_shipped_migrations_are_the_sql_folder():
     assert [m.version for m in load_migrations(embedding_dim=8)] == sorted(int(n[:3]) for n in shipped)
 
 
-def test_a_missing_migrations_folder_is_an_error(tmp_path, empty_db):
+def test_a_missing_migrations_folder_is_an_error(tmp_path, empty_database):
     with pytest.raises(SchemaError, match="missing"):
-        migrate(empty_db, embedding_dim=32, directory=tmp_path / "nowhere")
+        migrate(empty_database, embedding_dim=32, directory=tmp_path / "nowhere")
     with pytest.raises(SchemaError, match="no migrations"):
-        migrate(empty_db, embedding_dim=32, directory=tmp_path)
-    assert _tables(empty_db) == set()
+        migrate(empty_database, embedding_dim=32, directory=tmp_path)
+    assert _tables(empty_database) == set()
 
 
 def _settings(url: str, tmp_path, dim: int = 32):
@@ -111,7 +101,7 @@ def _settings(url: str, tmp_path, dim: int = 32):
     return Settings(database_url=url, state_dir=tmp_path, embedding=EmbeddingConfig(provider="hashing", dim=dim))
 
 
-def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_db, tmp_path):
+def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_database, tmp_path):
     import asyncio
     import time
 
@@ -120,20 +110,20 @@ def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_db, tmp_path
 
     started = time.monotonic()
     with pytest.raises(SchemaError, match=r"has no memory-archive schema: run `memory-archive migrate`"):
-        MemoryClient.from_settings(_settings(empty_db, tmp_path))
+        MemoryClient.from_settings(_settings(empty_database, tmp_path))
     with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
-        asyncio.run(AsyncMemoryClient.from_settings(_settings(empty_db, tmp_path)))
+        asyncio.run(AsyncMemoryClient.from_settings(_settings(empty_database, tmp_path)))
     with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
-        connection_pool(empty_db)
+        connection_pool(empty_database)
     with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
-        asyncio.run(AsyncMemoryClient.connect(empty_db, embedder=HashingEmbedder(32)))
+        asyncio.run(AsyncMemoryClient.connect(empty_database, embedder=HashingEmbedder(32)))
     assert time.monotonic() - started < 10  # not a pool timeout
-    assert _tables(empty_db) == set()  # the client created nothing
-    with psycopg.connect(empty_db) as c:
+    assert _tables(empty_database) == set()  # the client created nothing
+    with psycopg.connect(empty_database) as c:
         assert c.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == 0
 
 
-def test_a_partial_schema_names_the_missing_migrations(empty_db, tmp_path):
+def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path):
     from memory_lib.client import MemoryClient
     from memory_lib.db import check_schema
 
@@ -141,22 +131,22 @@ def test_a_partial_schema_names_the_missing_migrations(empty_db, tmp_path):
     only_first.mkdir()
     first, *rest = sorted((p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
     (only_first / first.name).write_text(first.read_text())
-    migrate(empty_db, embedding_dim=32, directory=only_first)
+    migrate(empty_database, embedding_dim=32, directory=only_first)
     lacking = ", ".join(p.name.removesuffix(".sql") for p in rest)
     assert lacking.startswith(
         "002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability, 006_backup_row_version, "
         "007_binary_summary_vectors, 008_retention, 009_tier_audit"
     )
     with pytest.raises(SchemaError, match=rf"lacks migrations {lacking}: run `memory-archive migrate`"):
-        MemoryClient.from_settings(_settings(empty_db, tmp_path))
-    migrate(empty_db, embedding_dim=32)
-    assert check_schema(empty_db, embedding_dim=32) == 32
+        MemoryClient.from_settings(_settings(empty_database, tmp_path))
+    migrate(empty_database, embedding_dim=32)
+    assert check_schema(empty_database, embedding_dim=32) == 32
     with pytest.raises(SchemaError, match=r"created with embedding_dim=32, settings have embedding.dim=64"):
-        MemoryClient.from_settings(_settings(empty_db, tmp_path, dim=64))
-    with psycopg.connect(empty_db, autocommit=True) as c:
+        MemoryClient.from_settings(_settings(empty_database, tmp_path, dim=64))
+    with psycopg.connect(empty_database, autocommit=True) as c:
         c.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (999, '999_future', 'x')")
     with pytest.raises(SchemaError, match="does not know .*999_future.*upgrade memory-archive"):
-        check_schema(empty_db, embedding_dim=32)
+        check_schema(empty_database, embedding_dim=32)
 
 
 def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, tmp_path):

@@ -9,11 +9,9 @@ import shutil
 import site
 import subprocess
 import sys
-import uuid
 import zipfile
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from memory_lib.db import check_schema
@@ -71,16 +69,6 @@ def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MEMORY_ARCHIVE_") and k not in ("PYTHONPATH", "DATABASE_URL", "VIRTUAL_ENV")}  # fmt: skip
     return env | extra
-
-
-@pytest.fixture
-def empty_database(databases):
-    name = f"wheel_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(databases.server_url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    url = databases.url(name)
-    yield url
-    databases.drop(url)
 
 
 def test_installed_wheel_migrates_an_empty_database_from_another_folder(venv: Path, empty_database: str, tmp_path):

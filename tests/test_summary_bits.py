@@ -99,10 +99,7 @@ def test_expand_and_restore_are_byte_exact(conn, local_store):
 
 
 def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, local_store):
-    name = "up_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(databases.server_url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    url = databases.url(name)
+    url = databases.new_empty("up")
     try:
         old = tmp_path / "sql"
         old.mkdir()

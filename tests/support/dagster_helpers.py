@@ -13,6 +13,14 @@ from memory_lib.embedding import HashingEmbedder
 from memory_lib.models import NewMemory
 from memory_lib.store import insert_memories
 
+
+def sqlalchemy_url(libpq_url: str) -> str:
+    """A test database's libpq conninfo as the SQLAlchemy URL dagster-postgres takes (psycopg2, unix socket)."""
+    info = psycopg.conninfo.conninfo_to_dict(libpq_url)
+    return (f"postgresql+psycopg2://{info['user']}@/{info['dbname']}"
+            f"?host={info['host']}&port={info.get('port', 5432)}")  # fmt: skip
+
+
 # History ends here; its nights before END are all past partitions whatever today's date.
 END = datetime(2026, 6, 1, tzinfo=UTC)
 HISTORY_DAYS = 120  # the first 30 days are older than min_age_days=90 on the last night
