@@ -279,12 +279,10 @@ def representation_bytes(conn: psycopg.Connection, dim: int, n: int) -> dict[str
 
 def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
     """Tiered recall@10 and phase-2 latency of every representation on LoCoMo, same questions, one run."""
-    from memory_lib.models import NewMemory
     from memory_lib.objectstore import LocalObjectStore
     from memory_lib.search import SearchRequest, run_plan, search_plan
-    from memory_lib.store import insert_memories
 
-    from .locomo import DEFAULT, TOP, _archive_old, _recalls, load_conversations
+    from .locomo import DEFAULT, TOP, _archive_old, _recalls, load_conversations, load_turns
 
     path = opts.data or LOCOMO_DEFAULT
     if not path.exists():
@@ -302,12 +300,7 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
     for i, conv in enumerate(convs):
         db = f"fp_locomo_{i}"
         with bench_connect(server.create(db, embedder.dim)) as conn:
-            vectors = np.asarray(embedder.embed([t.content for t in conv.turns]), dtype=np.float32)
-            insert_memories(conn, [
-                NewMemory(id=t.memory_id, user_id=conv.sample_id, content=t.content, embedding=v,
-                          embedding_model=embedder.model, created_at=t.created_at, metadata={"dia_id": t.dia_id})
-                for t, v in zip(conv.turns, vectors, strict=True)
-            ], actor="bench", now=conv.now)  # fmt: skip
+            load_turns(conn, conv, embedder)
             _archive_old(conn, conv, embedder, LocalObjectStore(root / f"locomo-{i}", "bench"))
             rows = conn.execute("SELECT id, summary FROM archived_memories ORDER BY id").fetchall()
             svecs = np.asarray(embedder.embed([r["summary"] for r in rows]), dtype=np.float32)

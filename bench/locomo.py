@@ -166,6 +166,18 @@ def _recalls(ranked: list[str], evidence: frozenset[str]) -> dict[str, float]:
     return out
 
 
+def load_turns(conn: psycopg.Connection, conv: Conversation, embedder: Any) -> np.ndarray:
+    """Every turn of the conversation as a hot memory of its own (user = the conversation); returns the
+    turns' vectors (float32, in turn order) for the baselines."""
+    vectors = np.asarray(embedder.embed([t.content for t in conv.turns]), dtype=np.float32)
+    insert_memories(conn, [
+        NewMemory(id=t.memory_id, user_id=conv.sample_id, content=t.content, embedding=v,
+                  embedding_model=embedder.model, created_at=t.created_at, metadata={"dia_id": t.dia_id})
+        for t, v in zip(conv.turns, vectors, strict=True)
+    ], actor="bench", now=conv.now)  # fmt: skip
+    return vectors
+
+
 def _archive_old(conn: psycopg.Connection, conv: Conversation, embedder: Any, store: LocalObjectStore) -> int:
     """Archive every memory older than CUTOFF_DAYS before `now`, whatever its importance."""
     criteria = ArchivalCriteria(min_age_days=CUTOFF_DAYS, force_archive_age_days=CUTOFF_DAYS,
@@ -235,12 +247,7 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
              max_questions: int | None) -> dict[str, Any]:  # fmt: skip
     by_id = {t.memory_id: t.dia_id for t in conv.turns}
     ids = [t.dia_id for t in conv.turns]
-    vectors = np.asarray(embedder.embed([t.content for t in conv.turns]), dtype=np.float32)
-    insert_memories(conn, [
-        NewMemory(id=t.memory_id, user_id=conv.sample_id, content=t.content, embedding=v,
-                  embedding_model=embedder.model, created_at=t.created_at, metadata={"dia_id": t.dia_id})
-        for t, v in zip(conv.turns, vectors, strict=True)
-    ], actor="bench", now=conv.now)  # fmt: skip
+    vectors = load_turns(conn, conv, embedder)
     questions = conv.questions[:max_questions] if max_questions else conv.questions
     qvecs = np.asarray(embedder.embed([q.text for q in questions]), dtype=np.float32)
     config = DEFAULT.model_copy(update={"limit": TOP})
