@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import validation
 from .config import ContextBudget, Settings
+from .consolidated_search import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
 from .context import (
     AssembledContext,
     ContextItem,
@@ -45,6 +46,7 @@ from .context import (
 from .db import check_schema
 from .embedding import Embedder, embedder_from_settings
 from .errors import InvalidInputError
+from .escalation import Evaluator, Phase3Mode, drive, drive_async, escalated_search, evaluator_from_settings
 from .objectstore import ObjectStore, object_store_from_settings
 from .promotion import (
     Expansion,
@@ -64,7 +66,6 @@ from .search import (
     query_vector,
     run_plan,
     run_plan_async,
-    search_plan,
     utc_now,
 )
 from .validation import SearchParams
@@ -118,6 +119,7 @@ class _Parts:
     settings: Settings
     actor: str
     token_counter: TokenCounter
+    evaluator: Evaluator  # phase 3's escalation decision (memory_lib.escalation)
 
     def embed_one(self, text: str) -> np.ndarray:
         return query_vector(self.embedder.embed([text])[0], self.embedder.dim)
@@ -163,9 +165,15 @@ class _Parts:
         budget: ContextBudget | None,
         counter: TokenCounter | None,
         max_tokens: int | None,
+        active_digests: Sequence[ConsolidatedHit] = (),
     ) -> AssembledContext:
+        """Summaries: the caller's, the active digests and phase 3's digest hits (levels 2+), archived hits
+        (level 1); snippets: phase 3's facts, then hot hits (memory_lib.context orders and trims by level)."""
+        digests = {d.id: d for d in [*active_digests, *(h for h in result.consolidated if h.kind == "digest")]}
+        facts = [ContextItem.from_consolidated(h) for h in result.consolidated if h.kind == "fact"]
         return assemble_context(
-            summaries=[*summaries, *result.archived], recent_turns=recent_turns, snippets=result.hot,
+            summaries=[*summaries, *map(ContextItem.from_consolidated, digests.values()), *result.archived],
+            recent_turns=recent_turns, snippets=[*facts, *result.hot],
             budget=budget or self.settings.context, counter=counter or self.token_counter, max_tokens=max_tokens,
         )  # fmt: skip
 
@@ -176,11 +184,14 @@ def _parts(
     settings: Settings | None,
     actor: str,
     token_counter: TokenCounter | None,
+    evaluator: Evaluator | None = None,
 ) -> _Parts:
     if not actor or not isinstance(actor, str):
         raise InvalidInputError("actor", actor, "must be a non-empty string")
     validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
-    return _Parts(embedder, object_store, settings or Settings(), actor, token_counter or approx_token_count)
+    settings = settings or Settings()
+    evaluator = evaluator or evaluator_from_settings(settings.retrieval.phase3_evaluator, settings.llm)
+    return _Parts(embedder, object_store, settings, actor, token_counter or approx_token_count, evaluator)
 
 
 class MemoryClient:
@@ -195,9 +206,10 @@ class MemoryClient:
         settings: Settings | None = None,
         actor: str = DEFAULT_ACTOR,
         token_counter: TokenCounter | None = None,
+        evaluator: Evaluator | None = None,
     ):
         self._conn = conn
-        self._parts = _parts(embedder, object_store, settings, actor, token_counter)
+        self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator)
         self._owned: list[Any] = []
 
     @classmethod
@@ -289,6 +301,7 @@ class MemoryClient:
         tags: Sequence[str] | None = None,
         include_past: bool = False,
         phase2: Phase2Mode = "auto",
+        phase3: Phase3Mode = "auto",
         text_query: str | None = None,
         record_access: bool = False,
         now: datetime | None = None,
@@ -302,10 +315,12 @@ class MemoryClient:
         whose values are re-checked (domains and tags must be storable text)."""
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
-            include_past=include_past, phase2=phase2, text_query=text_query, record_access=record_access, now=now,
+            include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
+            now=now,
         )  # fmt: skip
         request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
-        result = self._run(search_plan(request))
+        result = drive(escalated_search(request, params.phase3), self._run, self._parts.embed_one,  # type: ignore[arg-type]
+                       self._parts.evaluator)  # fmt: skip
         if params.record_access and result.hits:
             self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result
@@ -315,6 +330,11 @@ class MemoryClient:
         p = self._parts
         return self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
                                      actor=p.actor, now=_now(now)))  # fmt: skip
+
+    def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
+        """The memories (hot, or archived: summary + archive id for expand) a digest or fact hit of
+        `user_id` was built from; NotFoundError when it is not this user's."""
+        return self._run(expand_sources_plan(*_consolidated_ref(user_id, digest)))
 
     def record_access(
         self, user_id: str, ids: Sequence[uuid.UUID | SearchHit], *, now: datetime | None = None
@@ -337,7 +357,8 @@ class MemoryClient:
         """Search, then pack summaries, recent turns and snippets within the token budget."""
         turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
         result = self.search(user_id, query, **search_kwargs)
-        return self._parts.context(result, turns, items, budget, counter, max_tokens)
+        active = self._run(active_digests_plan(result_user(user_id)))
+        return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
 
     def restore(
         self,
@@ -368,9 +389,10 @@ class AsyncMemoryClient:
         settings: Settings | None = None,
         actor: str = DEFAULT_ACTOR,
         token_counter: TokenCounter | None = None,
+        evaluator: Evaluator | None = None,
     ):
         self._conn = conn
-        self._parts = _parts(embedder, object_store, settings, actor, token_counter)
+        self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator)
         self._owned_pool: AsyncConnectionPool | None = None
         self._owned_db: Any = None
 
@@ -471,16 +493,19 @@ class AsyncMemoryClient:
         tags: Sequence[str] | None = None,
         include_past: bool = False,
         phase2: Phase2Mode = "auto",
+        phase3: Phase3Mode = "auto",
         text_query: str | None = None,
         record_access: bool = False,
         now: datetime | None = None,
     ) -> SearchResult:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
-            include_past=include_past, phase2=phase2, text_query=text_query, record_access=record_access, now=now,
+            include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
+            now=now,
         )  # fmt: skip
         request = self._parts.search_request(params, filters, await self._embed_one(params.query))
-        result = await self._run(search_plan(request))
+        result = await drive_async(escalated_search(request, params.phase3), self._run, self._embed_one,  # type: ignore[arg-type]
+                                   self._parts.evaluator)  # fmt: skip
         if params.record_access and result.hits:
             await self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result
@@ -489,6 +514,9 @@ class AsyncMemoryClient:
         p = self._parts
         return await self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
                                            actor=p.actor, now=_now(now)))  # fmt: skip
+
+    async def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
+        return await self._run(expand_sources_plan(*_consolidated_ref(user_id, digest)))
 
     async def record_access(
         self, user_id: str, ids: Sequence[uuid.UUID | SearchHit], *, now: datetime | None = None
@@ -509,7 +537,8 @@ class AsyncMemoryClient:
     ) -> AssembledContext:
         turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
         result = await self.search(user_id, query, **search_kwargs)
-        return self._parts.context(result, turns, items, budget, counter, max_tokens)
+        active = await self._run(active_digests_plan(result_user(user_id)))
+        return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
 
     async def restore(
         self,
@@ -535,6 +564,17 @@ def _ids(ids: Sequence[uuid.UUID | SearchHit]) -> list[uuid.UUID]:
 def _now(now: datetime | str | None) -> datetime:
     """`now` as aware UTC (an ISO 8601 string with an offset is accepted, see memory_lib.validation)."""
     return utc_now(validation.optional_timestamp("now", now))
+
+
+def result_user(user_id: object) -> str:
+    return validation.user(user_id)
+
+
+def _consolidated_ref(user_id: object, digest: object) -> tuple[str, str, uuid.UUID]:
+    """(user, kind, id): a ConsolidatedHit says its kind; a bare id is a digest's."""
+    if isinstance(digest, ConsolidatedHit):
+        return validation.user(user_id), digest.kind, digest.id
+    return validation.user(user_id), "digest", validation.uuid_value("digest", digest)
 
 
 def _archive_ref(user_id: object, archive_id: object) -> tuple[str, uuid.UUID]:

@@ -209,6 +209,11 @@ class RetrievalConfig(BaseModel):
     )
     rerank_model: str | None = Field(None, description="Reranker model (provider default when None).")
     rerank_candidates: int = Field(20, ge=2, le=200, description="Hits to fetch and rerank.")
+    phase3_evaluator: Literal["heuristic", "llm"] = Field(
+        "heuristic",
+        description="Who decides escalation to digests and facts (memory_lib.escalation): the offline "
+        "heuristic, or the LLM of `llm` (needs its API key; falls back to the heuristic, recorded).",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _weights(self) -> RetrievalConfig:

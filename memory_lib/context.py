@@ -3,15 +3,18 @@
 Three parts, each within its own budget (defaults: 2000 summaries, 3000 recent turns, 1500 retrieved
 snippets), and all of them within total - reserve (8000 - 1500), or a smaller `max_tokens`:
 
-* summaries: archived hits' summaries ("[archived]" label) and summaries the caller passes; packed
-  newest first, so the oldest are the ones left out.
+* summaries, by level (seed 002's hierarchy): digests of level 2+ ("[digest]": the user's active digests
+  and phase 3's digest hits), then level 1, archived hits' summaries ("[archived]") and summaries the
+  caller passes (level 1 unless the ContextItem says otherwise). Packed highest level first, newest
+  first within a level, so lower and older ones are left out; in the prompt highest level first,
+  oldest first within a level.
 * recent turns: the conversation, newest first and contiguous (an older turn never comes back once a
   newer one did not fit); a newest turn larger than the whole part keeps its end, marked "…".
 * snippets: hot hits, best first.
 
 Near-duplicates are dropped first (recent turns win over snippets, snippets over summaries). When
 the parts together exceed the total, trimming goes in the seed's order: snippets (worst first), then
-recent turns (oldest first), then summaries (oldest first). Every block keeps its provenance and its
+recent turns (oldest first), then summaries (lowest level first, oldest first within a level). Every block keeps its provenance and its
 token count. Token counting is pluggable; the default is an offline approximation (no tokenizer
 download) that errs on the high side.
 """
@@ -27,6 +30,7 @@ from typing import Literal
 
 from . import validation
 from .config import ContextBudget
+from .consolidated_search import ConsolidatedHit
 from .errors import InvalidInputError
 from .search import Provenance, SearchHit
 from .write_path import content_words
@@ -62,6 +66,7 @@ class ContextItem:
     score: float | None = None
     provenance: Provenance | None = None
     label: str = ""  # shown before the text ("[archived]"), ignored when comparing texts
+    level: int = 1  # summaries: 1 = one memory's summary, 2+ = digests (a month, a year, ...)
 
     def __post_init__(self) -> None:
         # Items are sorted by created_at next to hits (aware UTC): a naive time cannot be compared.
@@ -76,12 +81,21 @@ class ContextItem:
             validation.number("ContextItem.score", self.score, low=-math.inf, high=math.inf)
         created = validation.optional_timestamp("ContextItem.created_at", self.created_at)
         object.__setattr__(self, "created_at", created)
+        if isinstance(self.level, bool) or not isinstance(self.level, int) or not 1 <= self.level <= 100:
+            raise InvalidInputError("ContextItem.level", self.level, "must be an integer from 1 to 100")
 
     @classmethod
     def from_hit(cls, hit: SearchHit) -> ContextItem:
         return cls(
             hit.text, hit.source, hit.provenance.created_at, None, hit.scores.final, hit.provenance, hit.label
         )
+
+    @classmethod
+    def from_consolidated(cls, hit: ConsolidatedHit) -> ContextItem:
+        """A digest (its level) or a fact, labelled with its period or validity and its source count."""
+        text = f"{hit.text} ({hit.interval}; from {len(hit.source_memory_ids)} memories)"
+        label = f"[digest L{hit.level}]" if hit.kind == "digest" else "[fact]"
+        return cls(text, hit.kind, hit.created_at, None, hit.score, None, label, hit.level or 1)
 
     @property
     def prompt_text(self) -> str:
@@ -99,11 +113,13 @@ class ContextBlock:
     score: float | None = None
     provenance: Provenance | None = None
     truncated: bool = False
+    level: int | None = None  # summaries only
 
 
 @dataclass(frozen=True)
 class AssembledContext:
-    """Blocks in prompt order: summaries (oldest first), snippets (best first), recent turns (in order)."""
+    """Blocks in prompt order: summaries (highest level first, oldest first within a level), snippets (best
+    first), recent turns (in order)."""
 
     blocks: list[ContextBlock]
     budget: ContextBudget
@@ -290,10 +306,10 @@ def assemble_context(
         over += dropped
         break
     turn_blocks.reverse()
-    # Summaries: newest first, each one that fits.
+    # Summaries: highest level first, newest first within a level, each one that fits.
     newest_first = sorted(
         kept_sums,
-        key=lambda p: (p[1].created_at is None, p[1].created_at or datetime.min, p[0]),
+        key=lambda p: (p[1].level, p[1].created_at is None, p[1].created_at or datetime.min, p[0]),
         reverse=True,
     )
     summary_blocks: list[ContextBlock] = []
@@ -305,11 +321,14 @@ def assemble_context(
             used += n
         else:
             over += 1
-    summary_blocks.reverse()  # oldest first in the prompt
+    # Trimming order: lowest level first, oldest first within a level (the packing order reversed).
+    keep_order = summary_blocks[::-1]
+    # In the prompt: highest level first, oldest first within a level.
+    summary_blocks = sorted(keep_order, key=lambda b: -(b.level or 1))  # stable: oldest first within a level
 
-    # The total: trim snippets (worst first), then recent turns (oldest first), then summaries (oldest first).
+    # The total: trim snippets (worst first), then recent turns (oldest first), then summaries (lowest level first, oldest first within a level).
     def total() -> int:
-        return sum(b.tokens for b in (*summary_blocks, *snippet_blocks, *turn_blocks))
+        return sum(b.tokens for b in (*keep_order, *snippet_blocks, *turn_blocks))
 
     while total() > available:
         if snippet_blocks:
@@ -317,7 +336,7 @@ def assemble_context(
         elif turn_blocks:
             turn_blocks.pop(0)
         else:
-            summary_blocks.pop(0)
+            summary_blocks.remove(keep_order.pop(0))
         over += 1
     return AssembledContext(
         [*summary_blocks, *snippet_blocks, *turn_blocks], budget, available, duplicates, over
@@ -325,9 +344,8 @@ def assemble_context(
 
 
 def _block(part: Part, item: ContextItem, text: str, tokens: int, *, truncated: bool = False) -> ContextBlock:
-    return ContextBlock(
-        part, text, tokens, item.source, item.role, item.created_at, item.score, item.provenance, truncated
-    )
+    return ContextBlock(part, text, tokens, item.source, item.role, item.created_at, item.score, item.provenance,
+                        truncated, item.level if part == "summaries" else None)  # fmt: skip
 
 
 __all__ = [

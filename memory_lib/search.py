@@ -61,6 +61,8 @@ from .timescope import TimeWindow, parse_time_window
 if TYPE_CHECKING:
     import psycopg
 
+    from .consolidated_search import ConsolidatedHit
+    from .escalation import Escalation
     from .objectstore import ObjectStore
 
 T = TypeVar("T")
@@ -352,6 +354,9 @@ class SearchResult:
     phase2_reason: str | None  # why archived memories were searched, None when they were not
     hot_candidates: int
     archived_candidates: int
+    # Phase 3 (memory_lib.escalation): digest and fact hits, and the decision recorded on every client search.
+    consolidated: list[ConsolidatedHit] = field(default_factory=list)
+    escalation: Escalation | None = None
 
     def __iter__(self) -> Iterator[SearchHit]:
         return iter(self.hits)

@@ -284,5 +284,6 @@ class SearchParams(BaseModel):
     tags: Annotated[list[str] | None, rule(tag_list)] = None
     include_past: Annotated[bool, rule(boolean)] = False
     phase2: Annotated[str, rule(choice, options=("auto", "always", "never"))] = "auto"
+    phase3: Annotated[str, rule(choice, options=("auto", "always", "never"))] = "auto"
     record_access: Annotated[bool, rule(boolean)] = False
     now: Annotated[datetime | None, rule(optional_timestamp)] = None

@@ -12,6 +12,9 @@ of the request text. Faults are switched on by setting attributes at any time:
 - `empty_summary_fraction`: selected contents get an empty summary text.
 - `summary_override`, `omit_text_block`, `embedding_dim_override`: malformed answers.
 - `delay_seconds`: sleep before answering (client timeouts).
+- `evaluator_decision`: what a search-escalation evaluator prompt (memory_lib.escalation, "You are
+  evaluating memory search results") gets back: a dict is sent as its JSON, a string verbatim (malformed
+  answers). None: {"sufficient": false, "action": "search_facts"} for a "who is" query, else "return".
 
 No key is checked: tests pass an obviously fake one such as "test-key-not-a-secret".
 """
@@ -32,6 +35,7 @@ from typing import Any
 import numpy as np
 
 FAKE_API_KEY = "test-key-not-a-secret"
+EVALUATOR_MARKER = "You are evaluating memory search results."
 DEFAULT_EMBEDDING_DIM = 1536
 _SENTENCE = re.compile(r"\S.*?(?:[.!?](?=\s|$)|$)", re.DOTALL)
 
@@ -100,6 +104,7 @@ class FakeLLMServer:
         self.omit_text_block = False
         self.embedding_dim_override: int | None = None
         self.delay_seconds = 0.0
+        self.evaluator_decision: dict[str, Any] | str | None = None
         self.html_responses = 0  # the next N answers are a proxy's HTML error page with status 200
         self.requests: list[RecordedRequest] = []
         self._generation = 0  # bumped by reset(): late answers to an earlier test are not recorded
@@ -156,6 +161,7 @@ class FakeLLMServer:
             self.omit_text_block = False
             self.embedding_dim_override = None
             self.delay_seconds = 0.0
+            self.evaluator_decision = None
             self.html_responses = 0
             self.requests.clear()
             self._generation += 1
@@ -254,7 +260,24 @@ class FakeLLMServer:
             prompt += str(content)
         return [memory_content(prompt)]
 
+    def _evaluation(self, prompt: str) -> str:
+        if isinstance(self.evaluator_decision, str):
+            return self.evaluator_decision
+        if self.evaluator_decision is not None:
+            return json.dumps(self.evaluator_decision)
+        query = re.search(r'^Query: "(.*)"$', prompt, re.MULTILINE)
+        who = bool(query and re.search(r"\bwho\b", query.group(1), re.IGNORECASE))
+        return json.dumps({"sufficient": not who, "reason": "fake evaluator",
+                           "action": "search_facts" if who else "return", "refinedQuery": None})
+
+    def evaluation_requests(self) -> int:
+        """Requests that were escalation-evaluator prompts."""
+        with self._lock:
+            return sum(1 for r in self.requests if EVALUATOR_MARKER in json.dumps(r.body))
+
     def _summary_for(self, content: str) -> str:
+        if EVALUATOR_MARKER in content:
+            return self._evaluation(content)
         if "<passages>" in content and self.summary_override is None:  # a rerank request (memory_lib.rerank)
             return fake_rerank(content)
         if self.summary_override is not None:
