@@ -13,6 +13,11 @@ same questions (read at run time from --data, default ../shared/data/locomo/loco
   (b) tiered: everything older than CUTOFF_DAYS archived by memory_lib.archive (default offline
       summarizer + summary embedding), archived hits mapped back to their turn by original_id;
   (c) hot only: the same tiered database, phase 2 off (what deleting would lose);
+  (d) phase 3 auto / (e) phase 3 always: the tiered database plus monthly/yearly digests and facts built
+      by bench.consolidate's offline rules (the digests branch's builders were not available), searched
+      through memory_lib.escalation with the default offline heuristic deciding (d), or forced (e). The
+      ranking is RRF(phase 1-2 hits, phase-3 facts' source turns); digests add no turns (a month of turns
+      counted as found would inflate recall). With no escalation (d) ranks exactly as (b);
 * baselines over all turns, no library code in the ranking: BM25 (k1 1.2, b 0.75, Lucene idf) over the
   turns' Postgres English lexemes, exact dense cosine, and their reciprocal rank fusion (k 60);
 * recall@5/10/20 overall and per category, the share of questions with zero hits, p50/p95 latency of
@@ -29,7 +34,7 @@ import json
 import re
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +46,7 @@ import psycopg
 from memory_lib.archive import ArchivalServices
 from memory_lib.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.embedding import HashingEmbedder
+from memory_lib.escalation import HeuristicEvaluator, drive, escalated_search
 from memory_lib.models import NewMemory
 from memory_lib.objectstore import LocalObjectStore
 from memory_lib.pipeline import run_batch
@@ -48,7 +54,7 @@ from memory_lib.search import SearchRequest, run_plan, search_plan
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
 
-from . import adapters
+from . import adapters, consolidate
 from .common import (
     LOCOMO_DEFAULT,
     Options,
@@ -69,7 +75,7 @@ KS = (5, 10, 20)
 TOP = max(KS)
 CUTOFF_DAYS = 30
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-SETTINGS = ("all_hot", "tiered", "hot_only")
+SETTINGS = ("all_hot", "tiered", "hot_only", "phase3_auto", "phase3_always")
 BASELINES = ("bm25", "dense", "rrf")
 DEFAULT = RetrievalConfig()  # the library's defaults; the caller asks for TOP hits
 BM25_K1, BM25_B, RRF_K = 1.2, 0.75, 60
@@ -253,16 +259,30 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
     config = DEFAULT.model_copy(update={"limit": TOP})
     latency: dict[str, list[float]] = {s: [] for s in SETTINGS}
     phase2_runs: dict[str, int] = {s: 0 for s in SETTINGS}
+    phase3_runs: dict[str, int] = {s: 0 for s in SETTINGS}
+    evaluator = HeuristicEvaluator()
+
+    def embed(text: str) -> np.ndarray:
+        return np.asarray(embedder.embed([text])[0], dtype=np.float32)
 
     def ask(setting: str, q: Question, vec: np.ndarray) -> list[str]:
         request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=vec, config=config, now=conv.now,
                                 phase2="never" if setting == "hot_only" else "auto",
                                 embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
         started = time.perf_counter()
-        result = run_plan(conn, search_plan(request))
+        if setting.startswith("phase3"):
+            mode = "always" if setting == "phase3_always" else "auto"
+            result = drive(escalated_search(request, mode), lambda plan: run_plan(conn, plan), embed, evaluator)
+        else:
+            result = run_plan(conn, search_plan(request))
         latency[setting].append(time.perf_counter() - started)
         phase2_runs[setting] += result.phase2_reason is not None
-        return [by_id[h.provenance.memory_id] for h in result.hits][:TOP]
+        hits = [by_id[h.provenance.memory_id] for h in result.hits][:TOP]
+        if not setting.startswith("phase3"):
+            return hits
+        phase3_runs[setting] += bool(result.escalation and result.escalation.action != "return")
+        facts = [by_id[i] for i in consolidate.provenance_list(result.consolidated) if i in by_id]
+        return rrf_rank(hits, facts)[:TOP] if facts else hits
 
     ranked: dict[str, list[list[str]]] = {s: [] for s in (*SETTINGS, *BASELINES)}
     docs = _lexemes(conn, [t.content for t in conv.turns])
@@ -286,8 +306,13 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
     for q, v in zip(questions, qvecs, strict=True):
         ranked["tiered"].append(ask("tiered", q, v))
         ranked["hot_only"].append(ask("hot_only", q, v))
+    built = consolidate.build(conn, conv.sample_id, conv.turns, embedder)
+    for q, v in zip(questions, qvecs, strict=True):
+        ranked["phase3_auto"].append(ask("phase3_auto", q, v))
+        ranked["phase3_always"].append(ask("phase3_always", q, v))
     return {"questions": questions, "ranked": ranked, "archived": archived, "memories": len(conv.turns),
-            "archive_s": t[0], "summary_copies": copies, "latency": latency, "phase2_runs": phase2_runs}  # fmt: skip
+            "archive_s": t[0], "summary_copies": copies, "latency": latency, "phase2_runs": phase2_runs,
+            "phase3_runs": phase3_runs, "consolidation": built}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the run
@@ -334,6 +359,8 @@ def run(opts: Options) -> Report:
             }
             latency: dict[str, list[float]] = {s: [] for s in SETTINGS}
             phase2_runs = {s: 0 for s in SETTINGS}
+            phase3_runs = {s: 0 for s in SETTINGS}
+            built: Counter[str] = Counter()
             memories = archived = copies = 0
             for i, conv in enumerate(convs):
                 db = f"locomo_{emb_name}_{i}"
@@ -343,23 +370,30 @@ def run(opts: Options) -> Report:
                 memories += res["memories"]
                 archived += res["archived"]
                 copies += res["summary_copies"]
+                built.update(res["consolidation"])
                 for s in SETTINGS:
                     latency[s] += res["latency"][s]
                     phase2_runs[s] += res["phase2_runs"][s]
+                    phase3_runs[s] += res["phase3_runs"][s]
                 for key, lists in res["ranked"].items():
                     for q, ranked in zip(res["questions"], lists, strict=True):
                         per_cat[key][q.category].append(_recalls(ranked, q.evidence))
             _tables(report, emb_name, embedder, per_cat, latency, phase2_runs, memories, archived, convs,
-                    summary_rows)  # fmt: skip
+                    summary_rows, phase3_runs)  # fmt: skip
             report.figures[emb_name]["summaries_equal_to_original"] = copies / max(archived, 1)
+            report.figures[emb_name]["consolidation"] = dict(built) | {"builder": consolidate.BUILDER}
+
     report.tables.insert(0, Table(
         "LoCoMo evidence recall, overall: the library's defaults vs baselines over all turns",
         ["embedder", "setting", "questions", "recall@5", "recall@10", "recall@20", "zero-hit share",
-         "recall@10 vs all hot", "recall@10 vs BM25", "search p50 ms", "search p95 ms", "phase 2 ran"],
+         "recall@10 vs all hot", "recall@10 vs BM25", "search p50 ms", "search p95 ms", "phase 2 ran",
+         "phase 3 ran"],
         summary_rows,
         f"Baselines: BM25 and exact dense cosine over every turn, same questions, same run. (a) all hot = default "
         f"RetrievalConfig before archival; (b) tiered = after archiving every memory older than {CUTOFF_DAYS} days "
-        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off. Search: memory_lib.search, "
+        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off; (d)/(e) = (b) plus digests and facts "
+        "from bench.consolidate's offline rules, phase 3 decided by the offline heuristic (d) or forced (e), "
+        "ranked RRF(hits, facts' source turns). Search: memory_lib.search, "
         "defaults, limit 20. Ratios: recall@10 / all-hot recall@10 and / BM25 recall@10.",
     ))  # fmt: skip
     skipped = sum(c.skipped_questions for c in convs)
@@ -374,7 +408,7 @@ def _mean(values: list[dict[str, float]], key: str) -> float:
 
 def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dict[int, list[dict[str, float]]]],
             latency: dict[str, list[float]], phase2_runs: dict[str, int], memories: int, archived: int,
-            convs: list[Conversation], summary_rows: list[list[Any]]) -> None:  # fmt: skip
+            convs: list[Conversation], summary_rows: list[list[Any]], phase3_runs: dict[str, int]) -> None:  # fmt: skip
     cats = sorted(per_cat["all_hot"])
     keys = [f"recall@{k}" for k in KS]
 
@@ -390,19 +424,21 @@ def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dic
         if s in latency:
             out["latency_ms"] = percentiles_ms(latency[s])
             out["phase2_share"] = phase2_runs[s] / max(len(vals), 1)
+            out["phase3_share"] = phase3_runs[s] / max(len(vals), 1)
         return out
 
     default = {s: figure(s) for s in SETTINGS}
     baselines = {b: figure(b) for b in BASELINES}
     base10, bm25_10 = default["all_hot"]["recall@10"], baselines["bm25"]["recall@10"]
     labels = {"all_hot": "a) default, all hot", "tiered": "b) default, tiered", "hot_only": "c) default, hot only",
+              "phase3_auto": "d) tiered + phase 3 auto", "phase3_always": "e) tiered + phase 3 always",
               "bm25": "BM25, all turns", "dense": "dense cosine, all turns", "rrf": "RRF(BM25, dense), all turns"}
     for s in (*SETTINGS, *BASELINES):
         f = default.get(s) or baselines[s]
         lat = f.get("latency_ms", {})
         summary_rows.append([emb_name, labels[s], f["questions"], *(f[k] for k in keys), f["zero_hit_share"],
                              ratio(f["recall@10"], base10), ratio(f["recall@10"], bm25_10), lat.get("p50"),
-                             lat.get("p95"), f.get("phase2_share")])  # fmt: skip
+                             lat.get("p95"), f.get("phase2_share"), f.get("phase3_share")])  # fmt: skip
     rows = []
     for c in [*cats, None]:
         label = "overall" if c is None else f"{c} ({CATEGORY_NAMES.get(c, '?')})"

@@ -159,7 +159,7 @@ def test_memory_smoke(tmp_path: Path, s3_args: list[str]) -> None:
 def test_locomo_smoke(tmp_path: Path) -> None:
     data = run_bench(tmp_path, "locomo")
     summary = rows(data, "LoCoMo evidence recall, overall")
-    assert [r["setting"][:2] for r in summary] == ["a)", "b)", "c)", "BM", "de", "RR"]
+    assert [r["setting"][:2] for r in summary] == ["a)", "b)", "c)", "d)", "e)", "BM", "de", "RR"]
     for r in summary:
         assert r["questions"] == data["params"]["questions_per_conversation"]
         for k in ("recall@5", "recall@10", "recall@20"):
@@ -178,6 +178,11 @@ def test_locomo_smoke(tmp_path: Path) -> None:
     assert data["default"]["hot_only"]["recall@10"] < data["default"]["tiered"]["recall@10"]
     fig = data["figures"]["hashing"]
     assert 0 < fig["archived"] < fig["memories"]
+    # Phase 3 on the bench's offline digests and facts: forced, it runs for every question; with the
+    # heuristic deciding, it runs only for some, and the questions it skipped rank exactly as (b).
+    assert fig["consolidation"]["digests_l2"] > 0 and fig["consolidation"]["facts"] > 0
+    assert data["default"]["phase3_always"]["phase3_share"] == 1.0
+    assert 0.0 <= data["default"]["phase3_auto"]["phase3_share"] < 1.0
     by_cat = rows(data, "LoCoMo evidence recall@10 by category")
     assert by_cat[-1]["category"] == "overall"
     assert by_cat[-1]["questions"] == sum(r["questions"] for r in by_cat[:-1])
