@@ -94,7 +94,9 @@ class Escalation:
     """What was decided after phases 1-2, by whom, why, and which tiers were searched in the end."""
 
     mode: Phase3Mode
-    evaluator: str  # "heuristic-offline", "anthropic:<model>", "openai:<model>", or "none" (mode never/always)
+    # "heuristic-offline", "anthropic:<model>", "openai:<model>"; "caller" (phase3 never/always), or
+    # "quick-check" (phase 1 strong: no evaluator asked)
+    evaluator: str
     action: Action
     reason: str
     refined_query: str | None
@@ -314,13 +316,13 @@ def escalated_search(request: SearchRequest, mode: Phase3Mode) -> Generator[Step
     window = parse_time_window(request.query, request.now)
     fallback: str | None = None
     if mode == "never":
-        decision, who = _decide("return", "phase3='never'"), "none"
+        decision, who = _decide("return", "phase3='never'"), "caller"
     elif mode == "always":
-        decision, who = _decide("search_cold", "phase3='always'"), "none"
+        decision, who = _decide("search_cold", "phase3='always'"), "caller"
     elif result.phase2_reason is None and result.hits:
         decision = EscalationDecision(sufficient=True, action="return",
                                       reason="phase 1 strong: enough hot hits nearly restate the query")  # fmt: skip
-        who = "none"
+        who = "quick-check"
     else:
         decision, who, fallback = yield Evaluate(EvaluationInput(request.query, result.hits, window, request))
     action, refined = decision.effective_action, decision.refined_query

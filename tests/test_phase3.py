@@ -105,12 +105,16 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
     assert (esc.evaluator, esc.action, result.consolidated) == (HEURISTIC, "return", [])
     assert "digests" not in esc.tiers_searched and "facts" not in esc.tiers_searched
     never = client.search("alice", "Who is Sarah?", phase3="never", now=NOW)
-    assert never.consolidated == [] and never.escalation.action == "return" and never.escalation.evaluator == "none"
+    assert never.consolidated == [] and never.escalation.action == "return" and never.escalation.evaluator == "caller"
     always = client.search("alice", "garden tomatoes compost", phase3="always", now=NOW)
     assert always.escalation.tiers_searched[-2:] == ("digests", "facts")
     assert any(h.kind == "digest" for h in always.consolidated)
     with pytest.raises(InvalidInputError, match="phase3"):
         client.search("alice", "x", phase3="sometimes", now=NOW)
+    # Phase 1 strong (enough hot hits nearly restate the query): no evaluator is asked.
+    strong = _client(conn, local_store, settings=Settings(retrieval=RetrievalConfig(limit=1)))
+    quick = strong.search("alice", "Booked the dentist for Tuesday morning.", now=NOW)
+    assert quick.phase2_reason is None and quick.escalation.evaluator == "quick-check"
 
 
 def test_a_digest_expands_to_its_memories_never_another_users(conn, db_url, local_store):
