@@ -80,14 +80,15 @@ _PROVENANCE_SQL = """
 WITH refs AS (
     SELECT 'memory_digests' AS tbl, d.id::text AS row_id, d.user_id, s.mid
     FROM memory_digests d, unnest(d.source_memory_ids) AS s(mid)
-    WHERE %(user)s::text IS NULL OR d.user_id = %(user)s
+    WHERE (%(user)s::text IS NULL OR d.user_id = %(user)s) AND d.period_start >= %(start)s AND d.period_end <= %(end)s
     UNION ALL
     SELECT 'memory_facts', f.id::text, f.user_id, s.mid
     FROM memory_facts f, unnest(f.source_memory_ids) AS s(mid)
-    WHERE %(user)s::text IS NULL OR f.user_id = %(user)s
+    WHERE (%(user)s::text IS NULL OR f.user_id = %(user)s) AND f.source_month >= %(start)s AND f.source_month < %(end)s
     UNION ALL
     SELECT 'key_moments', k.id::text, k.user_id, k.memory_id
-    FROM key_moments k WHERE %(user)s::text IS NULL OR k.user_id = %(user)s
+    FROM key_moments k
+    WHERE (%(user)s::text IS NULL OR k.user_id = %(user)s) AND k.month >= %(start)s AND k.month < %(end)s
 ), owners AS (
     SELECT r.*, coalesce(m.user_id, a.user_id) AS owner
     FROM refs r
@@ -102,15 +103,21 @@ SELECT 'memory_digests', d.id::text, d.user_id, s.did::text,
        CASE WHEN c.id IS NULL THEN 'missing lower digest' ELSE 'other user''s digest' END
 FROM memory_digests d CROSS JOIN unnest(d.source_digest_ids) AS s(did)
 LEFT JOIN memory_digests c ON c.id = s.did
-WHERE (%(user)s::text IS NULL OR d.user_id = %(user)s) AND c.user_id IS DISTINCT FROM d.user_id
+WHERE (%(user)s::text IS NULL OR d.user_id = %(user)s) AND d.period_start >= %(start)s AND d.period_end <= %(end)s
+  AND c.user_id IS DISTINCT FROM d.user_id
 ORDER BY 1, 2, 4
 LIMIT %(limit)s
 """
 
 
-def check_provenance(conn: psycopg.Connection, *, user_id: str | None = None, limit: int = 1000) -> list[ProvenanceProblem]:
-    """References to memories (or lower digests) that do not exist or belong to another user; [] is a pass."""
-    rows = conn.execute(_PROVENANCE_SQL, {"user": user_id, "limit": limit}).fetchall()
+def check_provenance(
+    conn: psycopg.Connection, *, user_id: str | None = None, start: date | None = None, end: date | None = None,
+    limit: int = 1000,
+) -> list[ProvenanceProblem]:  # fmt: skip
+    """References to memories (or lower digests) that do not exist or belong to another user; [] is a pass.
+    `start`/`end` limit it to digests inside [start, end) and facts / key moments of months in it."""
+    params = {"user": user_id, "limit": limit, "start": start or date.min, "end": end or date.max}
+    rows = conn.execute(_PROVENANCE_SQL, params).fetchall()
     return [ProvenanceProblem(r["tbl"], r["row_id"], r["user_id"], r["memory_id"], r["problem"]) for r in rows]
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "EntityKind",
     "SourceMemory",
     "entity_kinds",
+    "period_entity_kinds",
     "fingerprint",
     "level_months",
     "load_period_memories",
@@ -143,49 +144,78 @@ _PLACE_BEFORE = re.compile(r"\b(?:in|to|from|at|near|visit|visited|visiting|arou
 _PERSON_BEFORE = re.compile(
     r"(?:\bwith|\bby|\basked|\btold|\bmanager is|\bdoctor,|\bmet|\bcalled|\bemailed|\bthanked|\bfor|\bdear)\s+$", re.I
 )
-_PERSON_AFTER = re.compile(r"^(?:'s|’s|\s+(?:said|asked|approved|noted|mentioned|wants|thinks|is|was|will)\b)")
+_PERSON_AFTER = re.compile(
+    r"^(?:'s|’s|\s+(?:said|asked|approved|noted|mentioned|wants|thinks|is|was|will|lives|works|prefers|plans|"
+    r"booked|ran|finished|found|paid|moves|moved|met|called|emailed|wrote|went|flew|has|had)\b)"
+)
 _TOPIC_BEFORE = re.compile(r"\b(?:reading|read|book|watched|movie|film|album|rated)\s+$", re.I)
 _PROJECT = re.compile(r"^(?:Project|Operation|Team)\s|\s(?:Project|Program|Initiative)$")
+_UNIT_AFTER = re.compile(r"^\s?\d")  # "EUR 40", "Level 3": a unit or a label, not a name
+_CURRENCY = re.compile(r"[A-Z]{3}")
 _WEEKDAY = re.compile(r"^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)$")
+
+
+def _cue_kind(text: str, entity: str) -> EntityKind | None:
+    """The kind the words around `entity` in `text` say, or None when no occurrence has a cue."""
+    for m in re.finditer(re.escape(entity), text):
+        before, after = text[max(0, m.start() - 24) : m.start()], text[m.end() : m.end() + 16]
+        if _UNIT_AFTER.match(after):
+            return None
+        if _TOPIC_BEFORE.search(before):
+            return "topic"
+        if _PLACE_BEFORE.search(before):
+            return "place"
+        if _PERSON_BEFORE.search(before) or _PERSON_AFTER.match(after):
+            return "person"
+    return None
+
+
+def _form_kind(entity: str) -> EntityKind:
+    words = entity.split()
+    return "person" if len(words) >= 2 and all(w.isalpha() for w in words) and words[0] != "The" else "topic"
+
+
+def _entity_cues(text: str, entities: list[str] | tuple[str, ...] | None) -> dict[str, EntityKind | None]:
+    """Each name of `text` with its fixed kind (date, project), its cue kind, or None (no cue)."""
+    out: dict[str, EntityKind | None] = {}
+    for entity in entities if entities is not None else extract_key_entities(text, limit=30):
+        if _DATE.fullmatch(entity) and not _WEEKDAY.match(entity):
+            out[entity] = "date"
+        elif any(c.isdigit() for c in entity) or _WEEKDAY.match(entity) or not entity[:1].isupper() or _CURRENCY.fullmatch(entity):
+            continue
+        elif _PROJECT.search(entity):
+            out[entity] = "project"
+        else:
+            out[entity] = _cue_kind(text, entity)
+    return out
 
 
 def entity_kinds(text: str, entities: list[str] | tuple[str, ...] | None = None) -> dict[str, EntityKind]:
     """The names and dates of `text` (extract_key_entities unless given) with their kind; identifiers
-    with digits ("ORD-4417") and weekdays are left out."""
-    out: dict[str, EntityKind] = {}
-    for entity in entities if entities is not None else extract_key_entities(text, limit=30):
-        if _DATE.fullmatch(entity) and not _WEEKDAY.match(entity):
-            out[entity] = "date"
-            continue
-        if any(c.isdigit() for c in entity) or _WEEKDAY.match(entity) or not entity[:1].isupper():
-            continue
-        if _PROJECT.search(entity):
-            out[entity] = "project"
-            continue
-        kind: EntityKind | None = None
-        for m in re.finditer(re.escape(entity), text):
-            before, after = text[max(0, m.start() - 24) : m.start()], text[m.end() : m.end() + 12]
-            if _TOPIC_BEFORE.search(before):
-                kind = "topic"
-            elif _PLACE_BEFORE.search(before):
-                kind = "place"
-            elif _PERSON_BEFORE.search(before) or _PERSON_AFTER.match(after):
-                kind = "person"
-            if kind:
-                break
-        if kind is None:
-            words = entity.split()
-            kind = "person" if len(words) >= 2 and all(w.isalpha() for w in words) and words[0] != "The" else "topic"
-        out[entity] = kind
-    return out
+    with digits ("ORD-4417"), currency codes and weekdays are left out. Without a cue, a name's form decides
+    (two capitalized words: a person; one: a topic)."""
+    return {e: kind or _form_kind(e) for e, kind in _entity_cues(text, entities).items()}
+
+
+def period_entity_kinds(memories: list[SourceMemory]) -> list[dict[str, EntityKind]]:
+    """entity_kinds of each memory, with a name's kind voted over the period: a name that a cue calls a
+    person in one memory ("Ada's manager") is a person in the memories without a cue too."""
+    cues = [_entity_cues(m.text, m.entities) for m in memories]
+    votes: dict[str, Counter[str]] = {}
+    for per in cues:
+        for entity, kind in per.items():
+            if kind is not None:
+                votes.setdefault(entity, Counter())[kind] += 1
+    voted = {e: c.most_common(1)[0][0] for e, c in votes.items()}
+    return [{e: kind or voted.get(e) or _form_kind(e) for e, kind in per.items()} for per in cues]  # type: ignore[misc]
 
 
 def people_and_topics(memories: list[SourceMemory]) -> tuple[Counter[str], Counter[str]]:
     """Mentions per person and per topic (projects, places, other names, the memories' domains)."""
     people: Counter[str] = Counter()
     topics: Counter[str] = Counter()
-    for m in memories:
-        for entity, kind in entity_kinds(m.text, m.entities).items():
+    for m, kinds in zip(memories, period_entity_kinds(memories), strict=True):
+        for entity, kind in kinds.items():
             if kind == "person":
                 people[entity] += 1
             elif kind in ("project", "place", "topic"):

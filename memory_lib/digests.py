@@ -30,13 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memory_lib.consolidation_sources import (
     SourceMemory,
-    entity_kinds,
     fingerprint,
     first_sentence,
     level_months,
     load_period_memories,
     people_and_topics,
     period_bounds,
+    period_entity_kinds,
 )
 from memory_lib.embedding import Embedder
 from memory_lib.errors import InvalidInputError, SummarizationError
@@ -118,8 +118,8 @@ def _aggregate(inp: DigestInput) -> _Aggregate:
         places: Counter[str] = Counter()
         projects: Counter[str] = Counter()
         dates: list[str] = []
-        for m in inp.memories:
-            for entity, kind in entity_kinds(m.text, m.entities).items():
+        for kinds in period_entity_kinds(inp.memories):
+            for entity, kind in kinds.items():
                 if kind == "place":
                     places[entity] += 1
                 elif kind == "project":
@@ -191,7 +191,7 @@ class ExtractiveDigestBuilder:
         if people:
             parts.append("Key people: " + ", ".join(f"{p} ({agg.people[p]})" for p in people) + ".")
         if agg.highlights:
-            parts.append("Highlights: " + "; ".join(f"{h['date']}: {h['text']}" for h in agg.highlights))
+            parts.append("Highlights: " + "; ".join(f"{h['date']}: {h['text'].rstrip('.')}" for h in agg.highlights) + ".")
         summary = " ".join(parts)
         return DigestDraft(summary, _body(inp, agg, summary, topics, people, agg.highlights), self.kind, self.model)
 

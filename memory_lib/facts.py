@@ -30,16 +30,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memory_lib.consolidation_sources import (
     SourceMemory,
-    entity_kinds,
     fingerprint,
     first_sentence,
     load_period_memories,
     period_bounds,
+    period_entity_kinds,
 )
 from memory_lib.embedding import Embedder
 from memory_lib.errors import InvalidInputError, SummarizationError
 from memory_lib.llm_json import JsonLLM
-from memory_lib.summarize import _DATE
 
 __all__ = [
     "Fact",
@@ -127,7 +126,7 @@ class RuleFactExtractor:
 
     def extract(self, memories: list[SourceMemory]) -> list[Fact]:
         raw: list[tuple[FactKind, str, str, str, bool, SourceMemory, float | None]] = []
-        for m in memories:
+        for m, kinds in zip(memories, period_entity_kinds(memories), strict=True):
             text = re.sub(r" \(also: .*\)$", "", m.text)
             for pattern, kind, predicate, single in _RULES:
                 for match in pattern.finditer(text):
@@ -142,14 +141,11 @@ class RuleFactExtractor:
             for match in _TRAVEL.finditer(text):
                 if _ok_name(match.group(1)):
                     raw.append(("place", match.group(1), "travelled to", match.group(2), False, m, None))
-            kinds = entity_kinds(text, m.entities)
             people = [e for e, k in kinds.items() if k == "person"]
             for person in people:
                 for entity, kind in kinds.items():
                     if kind == "project":
                         raw.append(("project", person, "works with", entity, False, m, None))
-                    elif kind == "date" and _DATE.fullmatch(entity) and f"{person}'s birthday" in text:
-                        pass  # the birthday rule has it
         return _merge(raw)
 
 
