@@ -49,6 +49,7 @@ __all__ = [
     "build_key_moments",
     "close_superseded",
     "facts_about",
+    "who_is",
 ]
 
 FactKind = Literal["person", "project", "place", "preference", "date", "other"]
@@ -355,3 +356,27 @@ def facts_about(conn: psycopg.Connection, user_id: str, name: str, *, current_on
            ORDER BY (lower(subject) = lower(%(n)s)) DESC, cardinality(source_memory_ids) DESC, valid_from DESC""",
         {"u": user_id, "n": name.strip(), "current": current_only},
     ).fetchall()
+
+
+# Co-mentions say least about who someone is: they come after every stated relation.
+_WEAK_PREDICATES = ("works with", "travelled to")
+
+
+def who_is(conn: psycopg.Connection, user_id: str, name: str, *, limit: int = 8) -> list[dict[str, Any]]:
+    """"Who is `name`?" from the user's facts: one line per (subject, predicate, object), months merged,
+    with every source memory, the first valid_from and the last valid_to (None while one is still valid).
+    Stated relations ("has manager", "is doctor of") come first, then co-mentions; more sources first."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for f in facts_about(conn, user_id, name):
+        key = (f["subject"].casefold(), f["predicate"], f["object"].casefold())
+        g = groups.setdefault(key, {"subject": f["subject"], "predicate": f["predicate"], "object": f["object"],
+                                    "kind": f["kind"], "valid_from": f["valid_from"], "valid_to": f["valid_to"],
+                                    "source_memory_ids": [], "extractors": set()})  # fmt: skip
+        g["valid_from"] = min(g["valid_from"], f["valid_from"])
+        if g["valid_to"] is not None and (f["valid_to"] is None or f["valid_to"] > g["valid_to"]):
+            g["valid_to"] = f["valid_to"]
+        g["source_memory_ids"] += [i for i in f["source_memory_ids"] if i not in g["source_memory_ids"]]
+        g["extractors"].add(f["extractor"])
+    ranked = sorted(groups.values(), key=lambda g: (g["predicate"] in _WEAK_PREDICATES, -len(g["source_memory_ids"]),
+                                                    g["valid_from"]))  # fmt: skip
+    return ranked[:limit]

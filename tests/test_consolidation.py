@@ -6,7 +6,7 @@ Real Postgres, real archival (run_batch with the extractive summarizer and a loc
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +25,7 @@ from memory_lib.consolidation_sources import period_bounds, user_months
 from memory_lib.digests import ExtractiveDigestBuilder, build_level
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import InvalidInputError
-from memory_lib.facts import RuleFactExtractor, build_facts, facts_about
+from memory_lib.facts import RuleFactExtractor, build_facts, facts_about, who_is
 from memory_lib.models import NewMemory
 from memory_lib.pipeline import run_batch
 from memory_lib.restore import restore_archive
@@ -177,7 +177,10 @@ def test_a_change_to_a_covered_memory_rebuilds_and_nothing_else_writes(conn, his
     archived = conn.execute("SELECT original_id FROM archived_memories WHERE user_id = %s AND "
                             "date_trunc('month', original_created_at)::date = %s LIMIT 1", (user, month)).fetchone()  # fmt: skip
     restore_archive(conn, local_store, user_id=user, original_id=archived["original_id"], actor="test")
+    stale = missing_digests(conn, builder=BUILDER, months=[month])
+    assert [(m["user_id"], m["problem"]) for m in stale] == [(user, "stale digest")]  # the freshness check sees it
     assert again().status == "built"
+    assert missing_digests(conn, builder=BUILDER, months=[month]) == []
     second = _digest(conn, user, 2, month)
     assert second["source_fingerprint"] != first["source_fingerprint"]
     assert set(second["source_memory_ids"]) == set(first["source_memory_ids"])
@@ -256,3 +259,22 @@ def test_yearly_level_is_the_same_function_and_follows_months(conn):
     decade = build_level(conn, 4, "u1", date(2024, 7, 1), builder=BUILDER, embedder=EMB)
     assert decade.status == "built" and decade.period_start == date(2020, 1, 1)
     assert "Maya Patel" in _digest(conn, "u1", 4, date(2020, 1, 1))["body"]["keyPeople"]
+
+
+def test_who_is_answered_from_facts_when_the_memories_are_archived(conn, local_store):
+    old = END - timedelta(days=200)
+    ids = [_add(conn, "u1", "Ada's manager is Sarah Chen; their 1:1 is every Monday.", old, 0.1),
+           _add(conn, "u1", "Had a standup with Sarah Chen about Project Atlas and the Q3 budget.", old, 0.1),
+           _add(conn, "u2", "Bruno's manager is Sarah Chen.", old, 0.1)]  # fmt: skip
+    _archive(conn, local_store)
+    assert not conn.execute("SELECT 1 FROM memories WHERE id = ANY(%s)", (ids,)).fetchone()  # all archived
+    for user in ("u1", "u2"):
+        build_facts(conn, user, old.date(), extractor=RULES, embedder=EMB)
+    answer = who_is(conn, "u1", "sarah chen")
+    assert [(a["subject"], a["predicate"], a["object"]) for a in answer] == [
+        ("Ada", "has manager", "Sarah Chen"), ("Sarah Chen", "works with", "Project Atlas")]  # fmt: skip
+    assert [a["source_memory_ids"] for a in answer] == [[ids[0]], [ids[1]]]  # provenance: u1's archived memories only
+    assert answer[0]["valid_to"] is None and answer[0]["extractors"] == {"rules-offline-v1"}
+    assert who_is(conn, "u3", "Sarah Chen") == []
+    with pytest.raises(InvalidInputError, match="name"):
+        who_is(conn, "u1", "  ")
