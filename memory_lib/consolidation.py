@@ -28,7 +28,14 @@ from memory_lib.consolidation_sources import (
 from memory_lib.digests import DigestBuilder, DigestOutcome, build_level, build_period, period_users
 from memory_lib.embedding import Embedder
 from memory_lib.errors import InvalidInputError
-from memory_lib.facts import BuildOutcome, FactExtractor, build_facts, build_key_moments, close_superseded
+from memory_lib.facts import (
+    BuildOutcome,
+    FactExtractor,
+    build_facts,
+    build_key_moments,
+    close_superseded,
+    lock_user,
+)
 
 __all__ = [
     "MonthReport",
@@ -165,6 +172,8 @@ def drop_memory_from_consolidation(conn: psycopg.Connection, user_id: str, memor
         raise InvalidInputError("user_id", user_id, "must be a non-empty string")
     if not isinstance(memory_id, uuid.UUID):
         raise InvalidInputError("memory_id", memory_id, "must be a UUID")
+    lock_user(conn, "memory_facts", user_id)
+    lock_user(conn, "key_moments", user_id)
     digests = conn.execute(
         "DELETE FROM memory_digests WHERE user_id = %s AND %s = ANY(source_memory_ids) RETURNING period_start",
         (user_id, memory_id),

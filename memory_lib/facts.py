@@ -235,6 +235,11 @@ def _unchanged(conn: psycopg.Connection, user_id: str, family: str, month: date,
     return row is not None and row["source_fingerprint"] == fp
 
 
+def lock_user(conn: psycopg.Connection, family: str, user_id: str) -> None:
+    """Transaction-scoped lock of one user's `family` (memory_facts, key_moments): one writer at a time."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{family}:{user_id}",))
+
+
 def _record_build(conn: psycopg.Connection, user_id: str, family: str, month: date, fp: str, builder: str) -> None:
     conn.execute(
         """INSERT INTO consolidation_builds (user_id, family, period_start, source_fingerprint, builder)
@@ -280,17 +285,20 @@ def build_facts(
     facts = extractor.extract(memories) if memories else []
     wanted = {_fact_key(f.kind, f.subject, f.predicate, f.object, f.valid_from, f.source_memory_ids,
                         f.single_valued, extractor.name): f for f in facts}  # fmt: skip
-    existing = conn.execute(
-        """SELECT id, kind, subject, predicate, object, valid_from, source_memory_ids, single_valued, extractor
-           FROM memory_facts WHERE user_id = %s AND source_month = %s""",
-        (user_id, start),
-    ).fetchall()
-    have = {_fact_key(r["kind"], r["subject"], r["predicate"], r["object"], r["valid_from"], r["source_memory_ids"],
-                      r["single_valued"], r["extractor"]): r["id"] for r in existing}  # fmt: skip
-    stale = [fid for key, fid in have.items() if key not in wanted]
-    new = [f for key, f in wanted.items() if key not in have]
-    vectors = embedder.embed([f"{f.subject} {f.predicate} {f.object}" for f in new]) if new else []
     with conn.transaction():
+        # One writer of a user's facts at a time: concurrent runs of two months would otherwise race on the
+        # validity chains, and two runs of one month would insert the same facts twice.
+        lock_user(conn, "memory_facts", user_id)
+        existing = conn.execute(
+            """SELECT id, kind, subject, predicate, object, valid_from, source_memory_ids, single_valued, extractor
+               FROM memory_facts WHERE user_id = %s AND source_month = %s""",
+            (user_id, start),
+        ).fetchall()
+        have = {_fact_key(r["kind"], r["subject"], r["predicate"], r["object"], r["valid_from"], r["source_memory_ids"],
+                          r["single_valued"], r["extractor"]): r["id"] for r in existing}  # fmt: skip
+        stale = [fid for key, fid in have.items() if key not in wanted]
+        new = [f for key, f in wanted.items() if key not in have]
+        vectors = embedder.embed([f"{f.subject} {f.predicate} {f.object}" for f in new]) if new else []
         if stale:
             conn.execute("DELETE FROM memory_facts WHERE user_id = %s AND id = ANY(%s)", (user_id, stale))
         if new:
@@ -323,12 +331,13 @@ def build_key_moments(conn: psycopg.Connection, user_id: str, month: date, *, tz
     chosen = sorted((m for m in memories if m.importance >= min_importance),
                     key=lambda m: (-m.importance, m.created_at))[:limit]  # fmt: skip
     wanted = {m.id: (first_sentence(m.text, 200), round(m.importance, 6), m.created_at) for m in chosen}
-    existing = conn.execute("SELECT memory_id, title, importance, occurred_at FROM key_moments WHERE user_id = %s AND month = %s",
-                            (user_id, start)).fetchall()  # fmt: skip
-    have = {r["memory_id"]: (r["title"], round(r["importance"], 6), r["occurred_at"]) for r in existing}
-    stale = [mid for mid in have if have[mid] != wanted.get(mid)]
-    new = [mid for mid in wanted if have.get(mid) != wanted[mid]]
     with conn.transaction():
+        lock_user(conn, "key_moments", user_id)
+        existing = conn.execute("SELECT memory_id, title, importance, occurred_at FROM key_moments "
+                                "WHERE user_id = %s AND month = %s", (user_id, start)).fetchall()  # fmt: skip
+        have = {r["memory_id"]: (r["title"], round(r["importance"], 6), r["occurred_at"]) for r in existing}
+        stale = [mid for mid in have if have[mid] != wanted.get(mid)]
+        new = [mid for mid in wanted if have.get(mid) != wanted[mid]]
         if stale:
             conn.execute("DELETE FROM key_moments WHERE user_id = %s AND month = %s AND memory_id = ANY(%s)",
                          (user_id, start, stale))  # fmt: skip
