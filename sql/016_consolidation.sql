@@ -55,6 +55,16 @@ CREATE TABLE memory_facts (
     single_valued      boolean NOT NULL DEFAULT false
 );
 CREATE INDEX memory_facts_user_month ON memory_facts (user_id, source_month);
+-- A writer that does not know source_month (a hand-made fact, a test) gets the month of valid_from (UTC).
+CREATE FUNCTION memory_facts_default_month() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.source_month IS NULL THEN
+        NEW.source_month := date_trunc('month', NEW.valid_from AT TIME ZONE 'UTC')::date;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER memory_facts_source_month BEFORE INSERT ON memory_facts
+    FOR EACH ROW EXECUTE FUNCTION memory_facts_default_month();
 CREATE INDEX memory_facts_subject ON memory_facts (user_id, lower(subject), predicate, valid_from DESC);
 CREATE INDEX memory_facts_tsv ON memory_facts
     USING gin (to_tsvector('english', subject || ' ' || predicate || ' ' || object));

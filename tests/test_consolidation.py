@@ -278,3 +278,16 @@ def test_who_is_answered_from_facts_when_the_memories_are_archived(conn, local_s
     assert who_is(conn, "u3", "Sarah Chen") == []
     with pytest.raises(InvalidInputError, match="name"):
         who_is(conn, "u1", "  ")
+
+
+def test_a_fact_written_without_source_month_gets_its_valid_from_month(conn):
+    """Writers that predate the builders' columns (search tests, hand-made facts) still insert."""
+    conn.execute(
+        """INSERT INTO memory_facts (user_id, kind, subject, predicate, object, valid_from, source_memory_ids,
+               extractor, embedding, embedding_model)
+           VALUES ('u1', 'person', 'Ada', 'knows', 'Maya', '2025-03-31 23:30+00', %s, 'hand', %s, 'm')""",
+        ([uuid.uuid4()], EMB.embed(["Ada knows Maya"])[0]),
+    )
+    row = conn.execute("SELECT source_month, single_valued FROM memory_facts").fetchone()
+    assert (row["source_month"], row["single_valued"]) == (date(2025, 3, 1), False)
+    assert [p.problem for p in check_provenance(conn)] == ["missing"]
