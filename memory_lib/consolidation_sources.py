@@ -210,11 +210,15 @@ def period_entity_kinds(memories: list[SourceMemory]) -> list[dict[str, EntityKi
     return [{e: kind or voted.get(e) or _form_kind(e) for e, kind in per.items()} for per in cues]  # type: ignore[misc]
 
 
-def people_and_topics(memories: list[SourceMemory]) -> tuple[Counter[str], Counter[str]]:
+def people_and_topics(
+    memories: list[SourceMemory], kinds_per_memory: list[dict[str, EntityKind]] | None = None
+) -> tuple[Counter[str], Counter[str]]:
     """Mentions per person and per topic (projects, places, other names, the memories' domains)."""
     people: Counter[str] = Counter()
     topics: Counter[str] = Counter()
-    for m, kinds in zip(memories, period_entity_kinds(memories), strict=True):
+    if kinds_per_memory is None:
+        kinds_per_memory = period_entity_kinds(memories)
+    for m, kinds in zip(memories, kinds_per_memory, strict=True):
         for entity, kind in kinds.items():
             if kind == "person":
                 people[entity] += 1

@@ -114,11 +114,12 @@ class _Aggregate:
 def _aggregate(inp: DigestInput) -> _Aggregate:
     """Mentions, highlights and counts of a digest's sources; level >= 3 sums its lower digests' bodies."""
     if inp.level == 2:
-        people, topics = people_and_topics(inp.memories)
+        kinds_per_memory = period_entity_kinds(inp.memories)
+        people, topics = people_and_topics(inp.memories, kinds_per_memory)
         places: Counter[str] = Counter()
         projects: Counter[str] = Counter()
         dates: list[str] = []
-        for kinds in period_entity_kinds(inp.memories):
+        for kinds in kinds_per_memory:
             for entity, kind in kinds.items():
                 if kind == "place":
                     places[entity] += 1
