@@ -362,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{expansion.content!r}; expansions in window {expansion.expansions_in_window}, "
                       f"promoted: {expansion.promoted}")  # fmt: skip
 
+        consolidated_ok = _consolidation(conn, embedder, timezone)
+
         _section("Restore through the rollback job, compared byte for byte")
         archived_now = {r["original_id"] for r in conn.execute(
             "SELECT original_id FROM archived_memories WHERE original_id = ANY(%s)", (watch,)).fetchall()}  # fmt: skip
@@ -386,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             final = tier_stats(conn)
             print(f"tiers now: hot {final.hot}, archived {final.archived}")
         conn.close()
-        all_green = ok and all(p for runs in check_results.values() for p, _, _ in runs)
+        all_green = ok and consolidated_ok and all(p for runs in check_results.values() for p, _, _ in runs)
         _section("Done")
         print(f"demo finished in {time.monotonic() - started:.0f} s: "
               f"{'all checks green' if all_green else 'SOME CHECKS FAILED'}; restore byte-exact: {restored_ok}")  # fmt: skip
@@ -394,6 +396,53 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if all_green and restored_ok else 1
     finally:
         server.stop()
+
+
+def _consolidation(conn, embedder, timezone: str) -> bool:
+    """Level-2 and level-3 digests, facts and key moments of the whole history (offline builders, through
+    memory_lib, one call per month and year), the checks, and one "who is X?" answered from facts."""
+    from memory_lib.consolidation import check_provenance, consolidate_month, missing_digests
+    from memory_lib.consolidation_sources import user_months
+    from memory_lib.digests import ExtractiveDigestBuilder, build_period
+    from memory_lib.facts import RuleFactExtractor, who_is
+
+    _section("Consolidation: monthly and yearly digests, facts and key moments (offline builders)")
+    t = time.monotonic()
+    builder, extractor = ExtractiveDigestBuilder(), RuleFactExtractor()
+    months = sorted({m for _, m in user_months(conn, tz=timezone)})
+    for month in months:
+        consolidate_month(conn, month, builder=builder, extractor=extractor, embedder=embedder, tz=timezone)
+    for year in sorted({m.year for m in months}):
+        build_period(conn, 3, months[0].replace(year=year), builder=builder, embedder=embedder, tz=timezone)
+    n = {r["t"]: r["n"] for r in conn.execute(
+        """SELECT 'l2' AS t, count(*) AS n FROM memory_digests WHERE level = 2 UNION ALL
+           SELECT 'l3', count(*) FROM memory_digests WHERE level = 3 UNION ALL
+           SELECT 'facts', count(*) FROM memory_facts UNION ALL SELECT 'closed', count(*) FROM memory_facts
+           WHERE valid_to IS NOT NULL UNION ALL SELECT 'moments', count(*) FROM key_moments""").fetchall()}  # fmt: skip
+    problems, missing = check_provenance(conn), missing_digests(conn, builder=builder, tz=timezone)
+    print(f"{len(months)} months: {n['l2']} monthly and {n['l3']} yearly digests, {n['facts']} facts "
+          f"({n['closed']} closed by a newer value), {n['moments']} key moments in {time.monotonic() - t:.1f} s")  # fmt: skip
+    print(f"checks: provenance {'OK' if not problems else f'{len(problems)} problems'} (every source is an "
+          f"existing memory of the same user); freshness {'OK' if not missing else f'{len(missing)} months missing'}")  # fmt: skip
+    d = conn.execute("SELECT user_id, summary FROM memory_digests WHERE level = 3 ORDER BY period_start, user_id "
+                     "LIMIT 1").fetchone()  # fmt: skip
+    if d:
+        print(f"a yearly digest ({d['user_id']}): {d['summary'][:400]}")
+    who = conn.execute("SELECT user_id, object FROM memory_facts WHERE predicate = 'has manager' "
+                       "ORDER BY user_id, valid_from DESC LIMIT 1").fetchone()  # fmt: skip
+    if who:
+        print(f"who is {who['object']}? ({who['user_id']}, answered from facts, with their sources)")
+        for f in who_is(conn, who["user_id"], who["object"], limit=6):
+            tiers = conn.execute(
+                """SELECT count(*) FILTER (WHERE a.original_id IS NOT NULL) AS archived, count(*) AS n
+                   FROM unnest(%s::uuid[]) AS s(id) LEFT JOIN archived_memories a ON a.original_id = s.id""",
+                (f["source_memory_ids"],),
+            ).fetchone()
+            until = f"until {f['valid_to']:%Y-%m-%d}" if f["valid_to"] else "still valid"
+            print(f"  - {f['subject']} {f['predicate']} {f['object']} (from {f['valid_from']:%Y-%m-%d}, {until}; "
+                  f"{tiers['n']} sources, e.g. {', '.join(str(i)[:8] for i in f['source_memory_ids'][:2])}; "
+                  f"{tiers['archived']}/{tiers['n']} archived; {', '.join(sorted(f['extractors']))})")  # fmt: skip
+    return not problems and not missing
 
 
 if __name__ == "__main__":

@@ -47,8 +47,24 @@ CREATE TABLE memory_facts (
     confidence         double precision CHECK (confidence IS NULL OR (confidence >= 0 AND confidence <= 1)),
     embedding          vector({{EMBEDDING_DIM}}) NOT NULL,
     embedding_model    text NOT NULL,
-    created_at         timestamptz NOT NULL DEFAULT now()
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    -- Added by the builders (memory_lib.facts): the month (period_start of the memories' month) the fact
+    -- was extracted from, so one month's facts are rebuilt alone; and whether the predicate holds one
+    -- value at a time (lives in, manager): only those form validity chains.
+    source_month       date NOT NULL CHECK (extract(day FROM source_month) = 1),
+    single_valued      boolean NOT NULL DEFAULT false
 );
+CREATE INDEX memory_facts_user_month ON memory_facts (user_id, source_month);
+-- A writer that does not know source_month (a hand-made fact, a test) gets the month of valid_from (UTC).
+CREATE FUNCTION memory_facts_default_month() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.source_month IS NULL THEN
+        NEW.source_month := date_trunc('month', NEW.valid_from AT TIME ZONE 'UTC')::date;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER memory_facts_source_month BEFORE INSERT ON memory_facts
+    FOR EACH ROW EXECUTE FUNCTION memory_facts_default_month();
 CREATE INDEX memory_facts_subject ON memory_facts (user_id, lower(subject), predicate, valid_from DESC);
 CREATE INDEX memory_facts_tsv ON memory_facts
     USING gin (to_tsvector('english', subject || ' ' || predicate || ' ' || object));
@@ -66,3 +82,16 @@ CREATE TABLE key_moments (
     UNIQUE (user_id, memory_id)
 );
 CREATE INDEX key_moments_user_month ON key_moments (user_id, month);
+
+-- What each (user, family, period) was last built from: a build whose sources' fingerprint is unchanged
+-- writes nothing (and calls no LLM). Facts and key moments use it; digests keep their own
+-- source_fingerprint. Derived bookkeeping: deleting a row only makes the next run rebuild that period.
+CREATE TABLE consolidation_builds (
+    user_id            text NOT NULL CHECK (user_id <> ''),
+    family             text NOT NULL CHECK (family IN ('facts', 'key_moments')),
+    period_start       date NOT NULL,
+    source_fingerprint text NOT NULL,
+    builder            text NOT NULL,
+    built_at           timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (user_id, family, period_start)
+);

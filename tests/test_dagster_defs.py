@@ -82,6 +82,9 @@ def test_gates_are_blocking_checks(defs):
     specs = {key.name: graph.get_check_spec(key) for key in graph.asset_check_keys}
     assert {name: spec.blocking for name, spec in specs.items()} == {
         "backups_round_trip": True, "error_rate_gate": True, "tiers_consistent": True, "archive_retrievable": True,
+        # consolidation: a month that cites a missing or foreign memory stops its facts, key moments and year
+        "monthly_digests_provenance": True, "monthly_digests_fresh": True, "yearly_digests_provenance": True,
+        "memory_facts_provenance": True, "key_moments_provenance": True,
     }  # fmt: skip
     assert (
         specs["backups_round_trip"].asset_key

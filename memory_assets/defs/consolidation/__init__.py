@@ -1,0 +1,1 @@
+"""consolidation definitions (autoloaded): monthly and yearly digests, facts, key moments, their checks."""

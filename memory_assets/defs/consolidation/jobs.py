@@ -1,0 +1,16 @@
+"""consolidation_job: a month's digests, facts and key moments (with their checks); yearly_job: a year's digests.
+
+No schedule yet: a month is consolidated after its nights are archived, by a backfill of the job over
+the months wanted (the UI's Materialize, or `dagster job backfill`); the demo runs it in process.
+"""
+
+import dagster as dg
+
+from .assets import key_moments, memory_facts, monthly_digests, yearly_digests
+
+consolidation_job = dg.define_asset_job(
+    "consolidation_job", selection=[monthly_digests, memory_facts, key_moments],
+    description="Level-2 digests, facts and key moments of one month, for every user.",
+)  # fmt: skip
+yearly_job = dg.define_asset_job("yearly_digests_job", selection=[yearly_digests],
+                                 description="Level-3 digests of one year, from its monthly digests.")  # fmt: skip
