@@ -28,7 +28,7 @@ from pgvector.psycopg import register_vector, register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from . import validation
+from . import chunking, validation
 from .config import ContextBudget, Settings
 from .consolidated_search import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
 from .context import (
@@ -69,7 +69,7 @@ from .search import (
     utc_now,
 )
 from .validation import SearchParams
-from .write_path import AddResult, add_plan, prepare_memory
+from .write_path import AddResult, PreparedMemory, add_chunks_plan, add_plan, prepare_memory
 
 __all__ = [
     "AddResult",
@@ -123,6 +123,18 @@ class _Parts:
 
     def embed_one(self, text: str) -> np.ndarray:
         return query_vector(self.embedder.embed([text])[0], self.embedder.dim)
+
+    def write_plan(self, memory: PreparedMemory, now: datetime) -> Plan[AddResult]:
+        """Chunk (memory_lib.chunking) and embed a prepared memory; the plan that stores it."""
+        cfg, e = self.settings.chunking, self.embedder
+        size, overlap = chunking.chunk_limits(cfg.max_tokens, cfg.overlap_tokens, getattr(e, "max_tokens", None))
+        chunks = chunking.split(memory.content, max_tokens=size, overlap=overlap)
+        common = {"embedding_model": e.model, "actor": self.actor, "now": now}
+        if len(chunks) == 1:
+            return add_plan(memory, self.embed_one(memory.content), config=self.settings.retrieval,
+                            embedder_kind=getattr(e, "kind", None), **common)  # fmt: skip
+        vectors = e.embed([c.text for c in chunks])
+        return add_chunks_plan(memory, chunks, [query_vector(v, e.dim) for v in vectors], **common)
 
     def search_params(self, filters: SearchFilters | None, **kwargs: Any) -> SearchParams:
         """Every search argument validated before the query is embedded (memory_lib.validation)."""
@@ -273,20 +285,19 @@ class MemoryClient:
         pinned: bool = False,
         entity_links: list[uuid.UUID] | None = None,
         allow_secrets: bool = False,
+        ttl_days: int | None = None,
         now: datetime | None = None,
     ) -> AddResult:
         """Remember `content` for `user_id`: a new memory, the same one again, or an update that
-        supersedes a near-duplicate (see memory_lib.write_path)."""
+        supersedes a near-duplicate; a long text as chunks sharing a parent id. ttl_days: None (no
+        TTL), 0 (pinned canonical fact) or N days, after which the nightly run archives it
+        (reason ttl_expired). See memory_lib.write_path."""
         memory = prepare_memory(
             user_id, content, category=category, domain=domain, importance=importance, tags=tags,
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
-            secret_policy=self._parts.settings.secrets,
+            ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
-        now = _now(now)
-        embedding = self._parts.embed_one(memory.content)
-        p = self._parts
-        return self._run(add_plan(memory, embedding, embedding_model=p.embedder.model,
-                                  config=p.settings.retrieval, actor=p.actor, now=now))  # fmt: skip
+        return self._run(self._parts.write_plan(memory, _now(now)))
 
     # -- read
 
@@ -469,18 +480,16 @@ class AsyncMemoryClient:
         pinned: bool = False,
         entity_links: list[uuid.UUID] | None = None,
         allow_secrets: bool = False,
+        ttl_days: int | None = None,
         now: datetime | None = None,
     ) -> AddResult:
         memory = prepare_memory(
             user_id, content, category=category, domain=domain, importance=importance, tags=tags,
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
-            secret_policy=self._parts.settings.secrets,
+            ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
-        now = _now(now)
-        embedding = await self._embed_one(memory.content)
-        p = self._parts
-        return await self._run(add_plan(memory, embedding, embedding_model=p.embedder.model,
-                                        config=p.settings.retrieval, actor=p.actor, now=now))  # fmt: skip
+        plan = await asyncio.to_thread(self._parts.write_plan, memory, _now(now))
+        return await self._run(plan)
 
     async def search(
         self,

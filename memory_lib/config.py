@@ -195,7 +195,16 @@ class RetrievalConfig(BaseModel):
     rrf_k: int = Field(60, ge=1)
     hot_horizon_days: int = Field(90, ge=0)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
-    near_duplicate_threshold: float = Field(0.92, ge=0.0, le=1.0)
+    near_duplicate_threshold: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="Cosine at which a new text is the same fact as a live memory (vector test). None: the "
+        "embedder's calibrated value (memory_lib.near_duplicates: hashing 0.65, MiniLM 0.80, OpenAI 0.85).",
+    )  # fmt: skip
+    near_duplicate_floor: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="Cosine from which the lexical test (one changed slot) decides. None: calibrated "
+        "(hashing 0.40, MiniLM 0.55, OpenAI 0.55).",
+    )  # fmt: skip
     candidates_per_hit: int = Field(4, ge=1, description="Each search arm fetches limit x this before fusion.")
     min_candidates: int = Field(20, ge=1, description="...and at least this many.")
     retrievability_floor: float = Field(
@@ -252,6 +261,24 @@ class SecretDetectionConfig(BaseModel):
     min_class_switch_ratio: float = Field(
         0.4, ge=0.0, le=1.0, description="Share of adjacent characters switching lower/upper/digit."
     )
+
+
+class ChunkingConfig(BaseModel):
+    """Long texts on the write path (seed 004 "Normalize & chunk", memory_lib.chunking)."""
+
+    model_config = _STRICT
+
+    max_tokens: int = Field(
+        512, ge=32, le=8192,
+        description="Tokens per chunk at most (the embedder's own limit when smaller: MiniLM reads 254).",
+    )  # fmt: skip
+    overlap_tokens: int = Field(25, ge=0, le=256, description="Tokens consecutive chunks share (seed: 20-30).")
+
+    @model_validator(mode="after")
+    def _overlap_below_half(self) -> ChunkingConfig:
+        if self.overlap_tokens * 2 + 10 >= self.max_tokens:
+            raise ValueError(f"overlap_tokens={self.overlap_tokens} must be well below half of max_tokens={self.max_tokens}")
+        return self
 
 
 class RetentionConfig(BaseModel):
@@ -498,6 +525,7 @@ class Settings(BaseSettings):
     retrieval: RetrievalConfig = RetrievalConfig()
     context: ContextBudget = ContextBudget()
     secrets: SecretDetectionConfig = SecretDetectionConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
     llm: LLMConfig = LLMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     object_store: ObjectStoreConfig = ObjectStoreConfig()

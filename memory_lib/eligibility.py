@@ -1,6 +1,10 @@
 """Which hot memories are cold enough to archive: the archival criteria as SQL, in one place.
 
-Never pinned, never in an exempt category (`core` by default), and one of:
+Never pinned, and:
+* expired: a TTL (`ttl_days` > 0 on the write path) whose `expires_at` is before the end of the night,
+  used or not: reason `ttl_expired`, whatever its age, policy or category (the TTL
+  is the caller's word on this memory; exempt categories shield from the heuristics below);
+or, never in an exempt category (`core` by default), one of:
 * superseded on the write path (a changed fact) before the end of the night and not used since:
   reason `superseded`, whatever its age or policy (issue 12; seed 001 moves superseded originals to
   cold at once);
@@ -22,13 +26,15 @@ import psycopg
 
 from .config import ArchivalCriteria
 from .shards import ALL, Shard, shard_filter
-from .statuses import OPEN_STATUSES, AttemptStatus
+from .statuses import OPEN_STATUSES, ArchiveReason, AttemptStatus
 from .store import MEMORY_COLUMNS
 
-REASON_LOW_IMPORTANCE = "stale_low_importance"
-REASON_FORCE_AGE = "force_age"
-REASON_SUPERSEDED = "superseded"
-REASON_RETENTION = "retention_floor"
+REASON_LOW_IMPORTANCE = ArchiveReason.STALE_LOW_IMPORTANCE.value
+REASON_FORCE_AGE = ArchiveReason.FORCE_AGE.value
+REASON_SUPERSEDED = ArchiveReason.SUPERSEDED.value
+REASON_RETENTION = ArchiveReason.RETENTION_FLOOR.value
+REASON_TTL_EXPIRED = ArchiveReason.TTL_EXPIRED.value
+REASONS: tuple[str, ...] = tuple(r.value for r in ArchiveReason)
 # Seed 001: "Core memories skip this entirely — they stay in HOT indefinitely, protected by the 0.60 floor."
 RETENTION_EXEMPT = ("core",)
 
@@ -61,14 +67,17 @@ def criteria_params(criteria: ArchivalCriteria, as_of: datetime, shard: Shard = 
 # monotone between accesses, so it is still at the floor at `as_of` even if tonight was not scored.
 # Superseded before the end of the night and not used since: a superseded memory re-promoted by its
 # expansions (memory_lib.promotion, an access each) is not sent straight back.
+# Expired before the end of the night, used or not (a TTL is not extended by reads). A restored or
+# re-promoted memory comes back without its TTL (restores write MEMORY_COLUMNS), so it is not sent back.
+TTL_EXPIRED_SQL = "(m.expires_at <= %(as_of)s)"
 SUPERSEDED_SQL = """(m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s
                       AND (m.last_accessed_at IS NULL OR m.last_accessed_at <= m.updated_at))"""
 ELIGIBLE_SQL = f"""
     FROM memories m
     WHERE NOT m.pinned
       AND {shard_filter("m.user_id")}
-      AND m.category <> ALL(%(exempt)s)
-      AND ({SUPERSEDED_SQL}
+      AND ({TTL_EXPIRED_SQL} OR m.category <> ALL(%(exempt)s) AND (
+           {SUPERSEDED_SQL}
            OR (%(policy)s::text = 'adr004'
                AND m.created_at <= %(min_cutoff)s
                AND (m.importance_score <= %(max_imp)s OR m.created_at <= %(force_cutoff)s)
@@ -77,19 +86,20 @@ ELIGIBLE_SQL = f"""
                AND m.category <> ALL(%(retention_exempt)s)
                AND EXISTS (SELECT 1 FROM memory_retention r
                            WHERE r.memory_id = m.id AND r.floor_since <= %(floor_cutoff)s
-                             AND coalesce(m.last_accessed_at, m.created_at) <= r.floor_since)))
+                             AND coalesce(m.last_accessed_at, m.created_at) <= r.floor_since))))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
                       WHERE a.memory_id = m.id AND a.status = ANY(%(open_statuses)s))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
                       WHERE a.memory_id = m.id AND a.status = %(released)s
                         AND coalesce(a.released_at, a.updated_at) >= m.updated_at)
 """
-REASON_SQL = f"""CASE WHEN {SUPERSEDED_SQL} THEN '{REASON_SUPERSEDED}'
+REASON_SQL = f"""CASE WHEN {SUPERSEDED_SQL} AND m.category <> ALL(%(exempt)s) THEN '{REASON_SUPERSEDED}'
+                      WHEN {TTL_EXPIRED_SQL} THEN '{REASON_TTL_EXPIRED}'
                       WHEN %(policy)s::text = 'retention' THEN '{REASON_RETENTION}'
                       WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
                       ELSE '{REASON_FORCE_AGE}' END"""
-# Superseded first: they go the next night even when the batch is full.
-ORDER_SQL = "ORDER BY (m.superseded_by IS NULL), m.importance_score, m.created_at, m.id"
+# Superseded and expired first: they go the next night even when the batch is full.
+ORDER_SQL = "ORDER BY (m.superseded_by IS NULL AND m.expires_at IS NULL), m.importance_score, m.created_at, m.id"
 
 
 def eligible_counts(

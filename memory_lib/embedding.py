@@ -42,6 +42,9 @@ class Embedder(Protocol):
     model: str
     dim: int
     kind: Literal["semantic", "lexical"]
+    # Tokens the model reads of one text (None: no limit). The write path chunks below it
+    # (memory_lib.chunking); an embedder without the attribute counts as unlimited.
+    max_tokens: int | None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 array of shape (len(texts), dim) with L2-normalized rows."""
@@ -106,6 +109,7 @@ class HashingEmbedder:
     """
 
     kind: Literal["semantic", "lexical"] = "lexical"
+    max_tokens: int | None = None
 
     def __init__(self, dim: int = 1536):
         if not 1 <= dim <= 16000:
@@ -154,6 +158,7 @@ def _normalized(vectors: np.ndarray) -> np.ndarray:
 
 class OpenAIEmbedder:
     kind: Literal["semantic", "lexical"] = "semantic"
+    max_tokens: int | None = 8191  # the text-embedding-3 and -ada-002 input limit
 
     def __init__(
         self,
@@ -261,6 +266,8 @@ class LocalEmbedder:
         self.model = model_name
         self.dim = dim
         self.batch_size = batch_size
+        # sentence-transformers truncates past max_seq_length (256 for this model), [CLS] and [SEP] included.
+        self.max_tokens: int | None = int(self._model.max_seq_length) - 2
 
     def __repr__(self) -> str:
         return f"LocalEmbedder(model={self.model!r})"

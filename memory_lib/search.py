@@ -207,13 +207,18 @@ def normalize_tags(tags: Sequence[str] | None, *, field: str = "tags") -> tuple[
 
 @dataclass(frozen=True)
 class SearchFilters:
-    """Hard filters: a hit must match every one given. Times bound created_at, [since, until)."""
+    """Hard filters: a hit must match every one given. Times bound created_at, [since, until); the
+    seen window bounds ts_seen = coalesce(last_accessed_at, created_at), [seen_since, seen_until)
+    (seed 004's `ts_seen window`). `categories` is seed 004's `type in (...)`, `required_tags` its tags
+    filter (GIN). Indexes: memories_user_type_seen, memories_tags (tests/test_write_path_filters.py)."""
 
     categories: tuple[str, ...] | None = None
     domains: tuple[str, ...] | None = None
     required_tags: tuple[str, ...] | None = None
     since: datetime | None = None
     until: datetime | None = None
+    seen_since: datetime | None = None
+    seen_until: datetime | None = None
 
     def __post_init__(self) -> None:
         for name in ("categories", "domains", "required_tags"):
@@ -229,10 +234,13 @@ class SearchFilters:
             object.__setattr__(
                 self, "required_tags", normalize_tags(self.required_tags, field="filters.required_tags")
             )
-        for name in ("since", "until"):  # aware datetimes or ISO 8601 strings with an offset
+        for name in ("since", "until", "seen_since", "seen_until"):  # aware, or ISO 8601 with an offset
             object.__setattr__(self, name, validation.optional_timestamp(f"filters.{name}", getattr(self, name)))
         if self.since and self.until and self.since >= self.until:
             raise InvalidInputError("filters.until", self.until, f"must be after filters.since={self.since}")
+        if self.seen_since and self.seen_until and self.seen_since >= self.seen_until:
+            raise InvalidInputError("filters.seen_until", self.seen_until,
+                                    f"must be after filters.seen_since={self.seen_since}")  # fmt: skip
 
     def params(self) -> dict[str, Any]:
         return {
@@ -241,6 +249,8 @@ class SearchFilters:
             "required_tags": Jsonb(list(self.required_tags)) if self.required_tags else None,
             "since": self.since,
             "until": self.until,
+            "seen_since": self.seen_since,
+            "seen_until": self.seen_until,
         }
 
 
@@ -325,6 +335,11 @@ class Provenance:
     tags: tuple[str, ...]
     storage_ref: str | None = None  # where the verified original lives (archived hits)
     archived_at: datetime | None = None
+    # A chunk of a long text (memory_lib.chunking): its parent, shared by its siblings; a search
+    # returns one hit per parent, its best chunk.
+    parent_id: uuid.UUID | None = None
+    chunk_index: int | None = None
+    chunk_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -381,16 +396,20 @@ _FILTERS = """
       AND (%(domains)s::text[] IS NULL OR {domain} = ANY(%(domains)s::text[]))
       AND (%(required_tags)s::jsonb IS NULL OR {metadata} -> 'tags' @> %(required_tags)s::jsonb)
       AND (%(since)s::timestamptz IS NULL OR {created} >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR {created} < %(until)s::timestamptz)"""
+      AND (%(until)s::timestamptz IS NULL OR {created} < %(until)s::timestamptz)
+      AND (%(seen_since)s::timestamptz IS NULL OR coalesce({seen}, {created}) >= %(seen_since)s::timestamptz)
+      AND (%(seen_until)s::timestamptz IS NULL OR coalesce({seen}, {created}) < %(seen_until)s::timestamptz)"""
 
 _HOT_FILTERS = _FILTERS.format(
-    category="m.category", domain="m.domain", metadata="m.metadata", created="m.created_at"
-)
+    category="m.category", domain="m.domain", metadata="m.metadata", created="m.created_at",
+    seen="m.last_accessed_at",
+)  # fmt: skip
 _ARCHIVED_FILTERS = _FILTERS.format(
     category="a.original_category",
     domain="a.original_domain",
     metadata="a.metadata",
     created="a.original_created_at",
+    seen="a.last_accessed_at",
 )
 
 # pgvector 0.8: iterative index scans keep walking the HNSW graph until enough rows pass the WHERE
@@ -553,7 +572,7 @@ _HOT_TIER = _Tier(
     live="m.superseded_by IS NULL", filters=_HOT_FILTERS,
     select="""m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
            m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
-           NULL::timestamptz AS archived_at""",
+           NULL::timestamptz AS archived_at, m.metadata -> 'chunk' AS chunk""",
     pool="pool",
 )  # fmt: skip
 HOT_SEARCH_SQL = _tier_sql(_HOT_TIER)
@@ -572,7 +591,7 @@ def archived_search_sql(arm: VectorArm) -> str:
 _ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
-           a.storage_ref, a.archived_at"""
+           a.storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk"""
 ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
 # tiers go in one statement: same candidates and ranking, BM25 statistics counted once.
@@ -646,7 +665,7 @@ def rank_candidates(
 
     rows[i] comes from tier sources[i]. A vector-only candidate below its tier's optional cosine floor
     is dropped; a full-text match is always kept. Rows with the same original id (a memory seen hot and
-    archived by a concurrent archival) collapse to the better one.
+    archived by a concurrent archival), and chunks of one parent, collapse to the better one.
     """
     k = config.rrf_k
     wv, wt = resolved_vector_weight(config, embedder_kind), config.text_weight
@@ -688,6 +707,7 @@ def rank_candidates(
             final=boost * base,
             time_match=in_window,
         )
+        chunk = row.get("chunk") if isinstance(row.get("chunk"), dict) else None
         provenance = Provenance(
             user_id=row["user_id"],
             memory_id=row["memory_id"],
@@ -699,13 +719,17 @@ def rank_candidates(
             tags=memory_tags,
             storage_ref=row["storage_ref"],
             archived_at=row["archived_at"],
+            parent_id=uuid.UUID(chunk["parent_id"]) if chunk else None,
+            chunk_index=chunk["index"] if chunk else None,
+            chunk_count=chunk["count"] if chunk else None,
         )
         hits.append(SearchHit(source, row["text"], scores, provenance))
     seen: set[uuid.UUID] = set()
     unique = []
-    for hit in sort_hits(hits):
-        if hit.provenance.memory_id not in seen:
-            seen.add(hit.provenance.memory_id)
+    for hit in sort_hits(hits):  # the best hit of each memory, and of each long text's chunks
+        key = hit.provenance.parent_id or hit.provenance.memory_id
+        if key not in seen:
+            seen.add(key)
             unique.append(hit)
     return unique
 

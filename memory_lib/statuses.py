@@ -43,3 +43,13 @@ class Step(StrEnum):
     VERIFY = "verify"
     FIDELITY = "fidelity"
     COMMIT = "commit"
+
+
+class ArchiveReason(StrEnum):
+    """archival_attempts.archive_reason and archived_memories.archive_reason (memory_lib.eligibility)."""
+
+    STALE_LOW_IMPORTANCE = "stale_low_importance"
+    FORCE_AGE = "force_age"
+    SUPERSEDED = "superseded"
+    RETENTION_FLOOR = "retention_floor"
+    TTL_EXPIRED = "ttl_expired"

@@ -44,6 +44,7 @@ MAX_USER_ID_CHARS = 200
 MAX_CONTENT_CHARS = 100_000
 MAX_LABEL_CHARS = 200  # domain, embedding_model, actor, category names
 MAX_TAG_CHARS = 100
+MAX_TTL_DAYS = 36_500  # a century: beyond it a TTL means "never" (use None)
 
 # Characters that show nothing on their own: whitespace, controls, zero-width and other format marks.
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
@@ -183,6 +184,17 @@ def non_negative_int(field: str, value: object) -> int:
     return int(value)
 
 
+def ttl_days(field: str, value: object) -> int | None:
+    """None (no TTL), 0 (pinned canonical fact) or a whole number of days up to MAX_TTL_DAYS."""
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
+        raise InvalidInputError(field, value, f"must be None or an integer between 0 and {MAX_TTL_DAYS} (days)")
+    if not 0 <= int(value) <= MAX_TTL_DAYS:
+        raise InvalidInputError(field, value, f"must be between 0 (pinned) and {MAX_TTL_DAYS} days")
+    return int(value)
+
+
 def boolean(field: str, value: object) -> bool:
     """True or False only: a string like 'no' is truthy, so nothing is read by truthiness."""
     if isinstance(value, (bool, np.bool_)):
@@ -231,10 +243,11 @@ def check_filters(filters: Any, *, field: str = "filters") -> Any:
     text_sequence(f"{field}.categories", getattr(filters, "categories", None))
     text_sequence(f"{field}.domains", getattr(filters, "domains", None))
     tag_list(f"{field}.required_tags", getattr(filters, "required_tags", None))
-    since = optional_timestamp(f"{field}.since", getattr(filters, "since", None))
-    until = optional_timestamp(f"{field}.until", getattr(filters, "until", None))
-    if since is not None and until is not None and since >= until:
-        raise InvalidInputError(f"{field}.until", until, f"must be after {field}.since={since}")
+    for a, b in (("since", "until"), ("seen_since", "seen_until")):
+        low = optional_timestamp(f"{field}.{a}", getattr(filters, a, None))
+        high = optional_timestamp(f"{field}.{b}", getattr(filters, b, None))
+        if low is not None and high is not None and low >= high:
+            raise InvalidInputError(f"{field}.{b}", high, f"must be after {field}.{a}={low}")
     return filters
 
 

@@ -1,16 +1,25 @@
-"""The write path (seed 004 "Write Path"): normalize, refuse secrets, upsert, supersede.
+"""The write path (seed 004 "Write Path"): normalize, refuse secrets, chunk, upsert, supersede, TTL.
 
 `add` for one user, in one transaction under a per-user advisory lock:
 
 1. The same normalized text again (dedupe key = sha256 of user_id and the NFKC, whitespace-collapsed,
-   casefolded text) is the same memory: its access count and updated_at are bumped, nothing else.
-2. Otherwise the nearest live hot memory of that user by cosine; at or above
-   `near_duplicate_threshold` (0.92) it is a near-duplicate. The lexical guard compares the content
-   words of both texts in order: when they are equal (only case, punctuation or function words
-   differ) the new text is merged into the old memory; when a value differs (a number, a name,
-   "cortado" -> "flat white") the new text is an update: it is inserted and supersedes the old
-   memory (superseded_by + a 'superseded' event). Either way one live memory remains.
+   casefolded text) is the same memory: its access count and updated_at are bumped (and its expiry
+   renewed when a ttl_days is given), nothing else.
+2. Otherwise the nearest live hot memory of that user (chunks of long texts excluded) and the
+   embedder's calibrated near-duplicate rule (memory_lib.near_duplicates: a vector test backed by a
+   lexical one): the same words -> merged into the old memory; the same fact with a changed value (a
+   number, a name, "cortado" -> "flat white") -> inserted, superseding the old memory (superseded_by +
+   a 'superseded' event). Either way one live memory remains.
 3. Otherwise a new memory.
+
+A text longer than the chunk size (memory_lib.chunking: 512 tokens, or the embedder's limit) is
+stored as chunks sharing a parent id (metadata.chunk), in one transaction: all or none. The same long
+text again is a duplicate of its parent; chunks never merge with or supersede other memories.
+
+TTL (seed 004 "Retention & Lifecycle"): ttl_days=None keeps a memory until the archival criteria take
+it; ttl_days=0 pins it (a canonical fact); ttl_days=N > 0 sets expires_at = the write + N days, after
+which the nightly Slow Path archives it with reason 'ttl_expired' (memory_lib.eligibility): archived,
+never dropped. A pinned memory never expires.
 
 Text that looks like a credential is refused (InvalidInputError on field "content", the secret
 itself never echoed) unless the caller passes allow_secrets=True: it is checked before the text is
@@ -19,7 +28,6 @@ sent to an embedding API.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import unicodedata
@@ -27,18 +35,22 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import numpy as np
 from psycopg.types.json import Jsonb
 
 from . import validation
+from .chunking import Chunk
 from .config import RetrievalConfig, SecretDetectionConfig
 from .errors import InvalidInputError
 from .models import NewMemory, sha256_hex, validate_memory
+from .near_duplicates import LexicalChange, Thresholds, content_words, decide, lexical_change
 from .search import Plan, Sql, checked_shape_plan, normalize_tags
 from .store import MEMORY_COLUMNS
+
+__all__ = ["LexicalChange", "content_words", "lexical_change"]  # re-exported: the lexical guard lives there
 
 # --------------------------------------------------------------------------- normalization
 
@@ -126,48 +138,6 @@ def check_no_secret(field: str, text: str, policy: SecretDetectionConfig = _DEFA
         )
 
 
-# --------------------------------------------------------------------------- lexical guard
-
-_WORD = re.compile(r"[^\W_]+(?:[.,:/'’-][^\W_]+)*")
-# Function words: differences in these alone do not change a fact. Negations are NOT here:
-# "likes" -> "does not like" is a changed value.
-_FUNCTION_WORDS = frozenset(
-    str.split(
-        "a an the and or but of to in on at by for with from as is are was were be been being am it its "
-        "this that these those he she they them his her their we our you your i me my s do does did has "
-        "have had so than then there here about into also just very can will would should could user users"
-    )
-)
-
-
-def content_words(text: str) -> list[str]:
-    """Casefolded words in order, without function words; numbers keep their punctuation (4,417)."""
-    return [w for w in _WORD.findall(normalize_text(text).casefold()) if w not in _FUNCTION_WORDS]
-
-
-@dataclass(frozen=True)
-class LexicalChange:
-    removed: tuple[str, ...]  # content words of the old text that the new one drops
-    added: tuple[str, ...]  # content words the new text brings
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.removed or self.added)
-
-
-def lexical_change(old: str, new: str) -> LexicalChange:
-    """What differs in content words, in order: any difference means a changed value."""
-    a, b = content_words(old), content_words(new)
-    removed: list[str] = []
-    added: list[str] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op in ("replace", "delete"):
-            removed.extend(a[i1:i2])
-        if op in ("replace", "insert"):
-            added.extend(b[j1:j2])
-    return LexicalChange(tuple(removed), tuple(added))
-
-
 # --------------------------------------------------------------------------- add
 
 
@@ -178,10 +148,22 @@ class PreparedMemory:
     fields: dict[str, Any]  # NewMemory fields without the embedding
     content: str
     dedupe_key: str
+    ttl_days: int | None = None  # None: no TTL; 0: pinned (fields["pinned"] is True); N: days
 
     @property
     def user_id(self) -> str:
         return self.fields["user_id"]
+
+    def expires_at(self, now: datetime, *, pinned: bool | None = None) -> datetime | None:
+        """When a memory written `now` expires: None without a TTL, when pinned, or for ttl_days 0."""
+        pinned = self.fields["pinned"] if pinned is None else pinned
+        if pinned or not self.ttl_days:
+            return None
+        return now + timedelta(days=self.ttl_days)
+
+
+# metadata keys the write path sets itself
+RESERVED_METADATA = {"tags": "pass tags with the tags= argument", "chunk": "is set by the write path for chunks"}
 
 
 def prepare_memory(
@@ -196,6 +178,7 @@ def prepare_memory(
     pinned: bool = False,
     entity_links: list[uuid.UUID] | None = None,
     allow_secrets: bool = False,
+    ttl_days: int | None = None,
     secret_policy: SecretDetectionConfig = _DEFAULT_SECRETS,
 ) -> PreparedMemory:
     """Normalize and validate everything that does not need the database or the embedder (so bad
@@ -207,25 +190,29 @@ def prepare_memory(
     text = normalize_text(content)
     if not validation.has_visible_text(text):
         raise InvalidInputError("content", content, "is empty after normalization")
+    ttl = validation.ttl_days("ttl_days", ttl_days)
+    if ttl and validation.boolean("pinned", pinned):
+        raise InvalidInputError("ttl_days", ttl_days, "a pinned memory never expires: pass ttl_days=0 or None")
     if not validation.boolean("allow_secrets", allow_secrets):
         check_no_secret("content", text, secret_policy)
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidInputError("metadata", metadata, "must be a mapping (a dict)")
     meta = dict(metadata or {})
     tag_list = normalize_tags(validation.tag_list("tags", tags))
-    if "tags" in meta:
-        raise InvalidInputError("metadata.tags", meta["tags"], "pass tags with the tags= argument")
+    for key, reason in RESERVED_METADATA.items():
+        if key in meta:
+            raise InvalidInputError(f"metadata.{key}", meta[key], reason)
     if tag_list:
         meta["tags"] = list(tag_list)
     fields = {
         "user_id": user_id, "content": text, "embedding_model": "pending",
         "entity_links": [] if entity_links is None else entity_links, "metadata": meta, "domain": domain,
-        "category": category, "importance_score": importance, "pinned": pinned,
+        "category": category, "importance_score": importance, "pinned": pinned or ttl == 0,
     }  # fmt: skip
     # A placeholder vector: only the embedding is checked later, against the store's shape.
     valid = validation.validated(NewMemory, fields | {"embedding": [0.0]})
     fields = valid.model_dump(include=set(fields))
-    return PreparedMemory(fields, text, dedupe_key(user_id, text))
+    return PreparedMemory(fields, text, dedupe_key(user_id, text), ttl)
 
 
 Outcome = Literal["created", "duplicate", "merged", "superseded"]
@@ -233,11 +220,14 @@ Outcome = Literal["created", "duplicate", "merged", "superseded"]
 
 @dataclass(frozen=True)
 class AddResult:
-    memory_id: uuid.UUID  # the live memory holding this text now
+    memory_id: uuid.UUID  # the live memory holding this text now (a long text: its first chunk)
     outcome: Outcome
     previous_id: uuid.UUID | None = None  # the duplicate, merged-into or superseded memory
     similarity: float | None = None  # cosine to previous_id for near-duplicates
     change: LexicalChange | None = None
+    parent_id: uuid.UUID | None = None  # a long text stored as chunks: their shared parent id
+    chunk_ids: tuple[uuid.UUID, ...] = ()  # ...and the chunks' memory ids, in order
+    expires_at: datetime | None = None  # when the memory is archived by its TTL (None: never by TTL)
 
 
 BIND_MODEL_SQL = """
@@ -246,30 +236,47 @@ BIND_MODEL_SQL = """
 USER_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || %(user_id)s, 0))"
 # Rows written by other paths have no dedupe key: match them by the exact content's sha256.
 FIND_EXACT_SQL = """
-    SELECT id FROM memories
+    SELECT id, expires_at FROM memories
     WHERE user_id = %(user_id)s AND superseded_by IS NULL
       AND (dedupe_key = %(key)s OR (dedupe_key IS NULL AND content_sha256 = %(sha)s))
     ORDER BY created_at LIMIT 1 FOR UPDATE"""
+# Chunks of long texts are passages, not facts: a short text never merges into or supersedes one.
 NEAREST_LIVE_SQL = """
-    SELECT id, content, pinned, 1 - (embedding <=> %(embedding)s::vector) AS similarity
-    FROM memories WHERE user_id = %(user_id)s AND superseded_by IS NULL
+    SELECT id, content, pinned, ttl_days, 1 - (embedding <=> %(embedding)s::vector) AS similarity
+    FROM memories WHERE user_id = %(user_id)s AND superseded_by IS NULL AND NOT metadata ? 'chunk'
     ORDER BY embedding <=> %(embedding)s::vector LIMIT 1"""
+# A TTL given again renews the expiry from now; without one the memory keeps its own.
 TOUCH_SQL = """
     UPDATE memories SET access_count = access_count + 1,
            last_accessed_at = greatest(coalesce(last_accessed_at, %(now)s), %(now)s),
-           updated_at = greatest(updated_at, %(now)s)
-    WHERE user_id = %(user_id)s AND id = %(id)s"""
+           updated_at = greatest(updated_at, %(now)s),
+           pinned = pinned OR coalesce(%(ttl_days)s::int = 0, false),
+           ttl_days = CASE WHEN %(ttl_days)s::int IS NULL OR pinned THEN ttl_days ELSE %(ttl_days)s::int END,
+           expires_at = CASE WHEN %(ttl_days)s::int IS NULL OR pinned THEN expires_at
+                             ELSE %(expires_at)s::timestamptz END
+    WHERE user_id = %(user_id)s AND id = ANY(%(ids)s)
+    RETURNING expires_at"""
 INSERT_SQL = f"""
-    INSERT INTO memories ({MEMORY_COLUMNS})
+    INSERT INTO memories ({MEMORY_COLUMNS}, ttl_days, expires_at)
     VALUES (%(id)s, %(user_id)s, %(content)s, %(content_sha256)s, %(embedding)s, %(embedding_model)s,
             %(embedding_dim)s, %(entity_links)s, %(metadata)s, %(domain)s, %(category)s, %(importance_score)s,
-            0, NULL, %(now)s, %(now)s, %(pinned)s, NULL, %(dedupe_key)s)"""
+            0, NULL, %(now)s, %(now)s, %(pinned)s, NULL, %(dedupe_key)s, %(ttl_days)s, %(expires_at)s)"""
 SUPERSEDE_SQL = """
     UPDATE memories SET superseded_by = %(new_id)s, updated_at = greatest(updated_at, %(now)s)
     WHERE user_id = %(user_id)s AND id = %(old_id)s AND superseded_by IS NULL"""
 EVENT_SQL = """
     INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
     VALUES (%(memory_id)s, %(user_id)s, %(event_type)s, %(actor)s, %(now)s, %(details)s)"""
+# A long text added again: any live chunk of it (a parent may be partly archived) names the parent.
+FIND_CHUNKED_SQL = """
+    SELECT metadata -> 'chunk' ->> 'parent_id' AS parent_id FROM memories
+    WHERE user_id = %(user_id)s AND superseded_by IS NULL AND dedupe_key = ANY(%(keys)s)
+    ORDER BY created_at LIMIT 1 FOR UPDATE"""
+PARENT_CHUNKS_SQL = """
+    SELECT id FROM memories
+    WHERE user_id = %(user_id)s AND metadata ? 'chunk' AND metadata -> 'chunk' ->> 'parent_id' = %(parent_id)s
+      AND superseded_by IS NULL
+    ORDER BY (metadata -> 'chunk' ->> 'index')::int FOR UPDATE"""
 
 
 def event(
@@ -283,6 +290,27 @@ def event(
     )  # fmt: skip
 
 
+def _touch(memory: PreparedMemory, ids: list[uuid.UUID], now: datetime) -> Plan[datetime | None]:
+    rows = yield Sql(
+        TOUCH_SQL,
+        {"user_id": memory.user_id, "ids": ids, "now": now, "ttl_days": memory.ttl_days,
+         "expires_at": memory.expires_at(now, pinned=False)},
+        "all",
+    )  # fmt: skip
+    return rows[0]["expires_at"] if rows else None
+
+
+def _start(memory: PreparedMemory, dim: int, embedding_model: str, actor: str, now: datetime) -> Plan[dict]:
+    """Checks and locks every add begins with: the store's shape, the model bound, the user's lock."""
+    validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    validation.timestamp("now", now)
+    shape = yield from checked_shape_plan(dim, embedding_model)
+    yield Sql(BIND_MODEL_SQL, {"model": embedding_model}, "rowcount")
+    # Serialize writers of one user: the duplicate checks and the insert must see the same rows.
+    yield Sql(USER_LOCK_SQL, {"user_id": memory.user_id}, "one")
+    return shape
+
+
 def add_plan(
     memory: PreparedMemory,
     embedding: np.ndarray,
@@ -291,18 +319,18 @@ def add_plan(
     config: RetrievalConfig,
     actor: str,
     now: datetime,
+    embedder_kind: str | None = None,
 ) -> Plan[AddResult]:
+    """Add one text that fits one memory (see the module docstring). Near-duplicates by the embedder's
+    calibrated thresholds (memory_lib.near_duplicates; RetrievalConfig overrides them)."""
     user_id = memory.user_id
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     now = validation.timestamp("now", now)
-    shape = yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
     valid = validate_memory(
         memory.fields | {"embedding": embedding, "embedding_model": embedding_model},
-        dim=int(shape["dim"]), embedding_model=shape["model"] or embedding_model,
+        dim=int(np.asarray(embedding).size), embedding_model=embedding_model,
     )  # fmt: skip
-    yield Sql(BIND_MODEL_SQL, {"model": embedding_model}, "rowcount")
-    # Serialize writers of one user: the duplicate checks and the insert must see the same rows.
-    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")
+    yield from _start(memory, int(valid.embedding.size), embedding_model, actor, now)
 
     exact = yield Sql(
         FIND_EXACT_SQL,
@@ -310,22 +338,28 @@ def add_plan(
         "one",
     )
     if exact is not None:
-        yield Sql(TOUCH_SQL, {"user_id": user_id, "id": exact["id"], "now": now}, "rowcount")
+        expires = yield from _touch(memory, [exact["id"]], now)
         yield event(exact["id"], user_id, "updated", actor, now, {"reason": "duplicate_add"})
-        return AddResult(exact["id"], "duplicate", exact["id"], 1.0)
+        return AddResult(exact["id"], "duplicate", exact["id"], 1.0, expires_at=expires)
 
     nearest = yield Sql(NEAREST_LIVE_SQL, {"user_id": user_id, "embedding": valid.embedding}, "one")
-    if nearest is not None and float(nearest["similarity"]) >= config.near_duplicate_threshold:
+    decision = "new"
+    if nearest is not None:
         similarity = float(nearest["similarity"])
-        change = lexical_change(nearest["content"], memory.content)
-        if not change.changed:
-            yield Sql(TOUCH_SQL, {"user_id": user_id, "id": nearest["id"], "now": now}, "rowcount")
-            yield event(nearest["id"], user_id, "updated", actor, now,
-                        {"reason": "near_duplicate_add", "similarity": round(similarity, 4)})  # fmt: skip
-            return AddResult(nearest["id"], "merged", nearest["id"], similarity, change)
-        # An update keeps the old memory's pin: the fact it replaces was pinned for a reason.
-        new_id = yield from _insert(valid, memory, actor, now, pinned=valid.pinned or nearest["pinned"],
-                                    supersedes=nearest["id"])  # fmt: skip
+        thresholds = near_duplicate_thresholds(config, embedding_model, embedder_kind)
+        decision, change = decide(similarity, nearest["content"], memory.content, thresholds)
+    if decision == "merge":
+        expires = yield from _touch(memory, [nearest["id"]], now)
+        yield event(nearest["id"], user_id, "updated", actor, now,
+                    {"reason": "near_duplicate_add", "similarity": round(similarity, 4)})  # fmt: skip
+        return AddResult(nearest["id"], "merged", nearest["id"], similarity, change, expires_at=expires)
+    if decision == "supersede":
+        # An update keeps the old memory's pin (the fact it replaces was pinned for a reason) and its
+        # TTL policy unless a new one is given.
+        pinned = valid.pinned or nearest["pinned"]
+        ttl = memory.ttl_days if memory.ttl_days is not None else nearest["ttl_days"]
+        update = PreparedMemory(memory.fields, memory.content, memory.dedupe_key, ttl)
+        new_id = yield from _insert(valid, update, actor, now, pinned=pinned, supersedes=nearest["id"])
         yield Sql(
             SUPERSEDE_SQL,
             {"user_id": user_id, "old_id": nearest["id"], "new_id": new_id, "now": now},
@@ -334,10 +368,65 @@ def add_plan(
         yield event(nearest["id"], user_id, "superseded", actor, now,
                     {"superseded_by": str(new_id), "similarity": round(similarity, 4),
                      "removed": list(change.removed), "added": list(change.added)})  # fmt: skip
-        return AddResult(new_id, "superseded", nearest["id"], similarity, change)
+        return AddResult(new_id, "superseded", nearest["id"], similarity, change,
+                         expires_at=update.expires_at(now, pinned=pinned))  # fmt: skip
 
     new_id = yield from _insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=None)
-    return AddResult(new_id, "created")
+    return AddResult(new_id, "created", expires_at=memory.expires_at(now))
+
+
+def near_duplicate_thresholds(config: RetrievalConfig, embedding_model: str, kind: str | None) -> Thresholds:
+    from .near_duplicates import thresholds_for
+
+    return thresholds_for(embedding_model, kind, vector=config.near_duplicate_threshold,
+                          floor=config.near_duplicate_floor)  # fmt: skip
+
+
+def chunk_key(parent_key: str, index: int) -> str:
+    """A chunk's dedupe key: its parent's key and its place (two equal passages of one text differ)."""
+    return sha256_hex(f"{parent_key}\x1fchunk\x1f{index}")
+
+
+def add_chunks_plan(
+    memory: PreparedMemory,
+    chunks: list[Chunk],
+    embeddings: np.ndarray,
+    *,
+    embedding_model: str,
+    actor: str,
+    now: datetime,
+) -> Plan[AddResult]:
+    """Add a long text as chunks sharing a parent id, all in this transaction; the same text again
+    (any live chunk of it) is a duplicate of its parent. Chunks skip the near-duplicate rule."""
+    user_id = memory.user_id
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    now = validation.timestamp("now", now)
+    if len(chunks) < 2 or len(embeddings) != len(chunks):
+        raise InvalidInputError("chunks", len(chunks), f"need two or more chunks, one embedding each ({len(embeddings)})")
+    valid = [
+        validate_memory(memory.fields | {"content": c.text, "embedding": e, "embedding_model": embedding_model},
+                        dim=int(np.asarray(e).size), embedding_model=embedding_model)
+        for c, e in zip(chunks, embeddings, strict=True)
+    ]  # fmt: skip
+    yield from _start(memory, int(valid[0].embedding.size), embedding_model, actor, now)
+    keys = [chunk_key(memory.dedupe_key, c.index) for c in chunks]
+    found = yield Sql(FIND_CHUNKED_SQL, {"user_id": user_id, "keys": keys}, "one")
+    if found is not None:
+        parent = uuid.UUID(found["parent_id"])
+        rows = yield Sql(PARENT_CHUNKS_SQL, {"user_id": user_id, "parent_id": str(parent)})
+        ids = [r["id"] for r in rows]
+        expires = yield from _touch(memory, ids, now)
+        for mid in ids:
+            yield event(mid, user_id, "updated", actor, now, {"reason": "duplicate_add", "parent_id": str(parent)})
+        return AddResult(ids[0], "duplicate", ids[0], 1.0, parent_id=parent, chunk_ids=tuple(ids), expires_at=expires)
+    parent = uuid.uuid4()
+    ids = []
+    for chunk, v, key in zip(chunks, valid, keys, strict=True):
+        v.metadata = v.metadata | {"chunk": {"parent_id": str(parent), "index": chunk.index, "count": len(chunks),
+                                             "start": chunk.start, "end": chunk.end, "tokens": chunk.tokens}}  # fmt: skip
+        part = PreparedMemory(memory.fields, chunk.text, key, memory.ttl_days)
+        ids.append((yield from _insert(v, part, actor, now, pinned=v.pinned, supersedes=None)))
+    return AddResult(ids[0], "created", parent_id=parent, chunk_ids=tuple(ids), expires_at=memory.expires_at(now))
 
 
 def _insert(
@@ -356,11 +445,16 @@ def _insert(
          "embedding_model": valid.embedding_model, "embedding_dim": int(valid.embedding.size),
          "entity_links": valid.entity_links, "metadata": Jsonb(valid.metadata), "domain": valid.domain,
          "category": valid.category, "importance_score": valid.importance_score, "now": now,
-         "pinned": pinned, "dedupe_key": memory.dedupe_key},
+         "pinned": pinned, "dedupe_key": memory.dedupe_key, "ttl_days": memory.ttl_days,
+         "expires_at": memory.expires_at(now, pinned=pinned)},
         "rowcount",
     )  # fmt: skip
     details: dict[str, Any] = {"category": valid.category}
     if supersedes is not None:
         details["supersedes"] = str(supersedes)
+    if memory.ttl_days is not None:
+        details["ttl_days"] = memory.ttl_days
+    if "chunk" in valid.metadata:
+        details["parent_id"] = valid.metadata["chunk"]["parent_id"]
     yield event(valid.id, valid.user_id, "created", actor, now, details)
     return valid.id

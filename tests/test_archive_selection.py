@@ -117,6 +117,6 @@ def test_open_attempts_are_unique_per_memory_in_the_schema(conn):
     conn.execute("INSERT INTO archival_batches (batch_key, as_of, criteria, claimed_count) VALUES ('b', now(), '{}', 0)")
     with pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute(
-            "INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason) VALUES ('b', %s, 'x', 'r')",
+            "INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason) VALUES ('b', %s, 'x', 'force_age')",
             (mem["id"],),
         )

@@ -30,7 +30,7 @@ from memory_lib.embedding import HashingEmbedder
 from memory_lib.integrity import sweep_orphans
 from memory_lib.objectstore import LocalObjectStore, S3ObjectStore, s3_client
 from memory_lib.pipeline import run_batch
-from memory_lib.statuses import AttemptStatus, PauseAction
+from memory_lib.statuses import ArchiveReason, AttemptStatus, PauseAction
 from memory_lib.store import insert_memories
 from memory_lib.summarize import AnthropicSummarizer, ExtractiveSummarizer, SummarizationError
 from tests.conftest import TEST_DIM
@@ -374,3 +374,5 @@ def _check_values(conn: psycopg.Connection, table: str, column: str) -> set[str]
 def test_status_enums_match_the_sql_constraints(conn):
     assert _check_values(conn, "archival_attempts", "status") == {s.value for s in AttemptStatus}
     assert _check_values(conn, "archival_pause_events", "action") == {a.value for a in PauseAction}
+    for table in ("archival_attempts", "archived_memories"):
+        assert _check_values(conn, table, "archive_reason") == {r.value for r in ArchiveReason}

@@ -22,7 +22,8 @@ def test_library_example_runs(monkeypatch, db_url, tmp_path, capsys):
         monkeypatch.delenv(key, raising=False)
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
-    assert "Prefers a cortado" in out  # the search found the memory it just wrote
+    assert "superseded" in out and "Prefers a flat white" in out  # the update, found by the search
+    assert "Prefers a cortado" not in out
     assert "'recent_turns'" in out or "recent_turns" in out
 
 

@@ -248,8 +248,9 @@ def test_filters_apply_to_both_tiers(conn, local_store):
 
 
 def test_limits_and_merge_order(conn, local_store):
+    # Numbered notes: the write path would take "note 1" for a changed value of "note 0"; off here.
     client = _client(conn, local_store, hot_similarity_threshold=0.0, archived_similarity_threshold=0.0,
-                     hot_limit=2, archived_limit=1)  # fmt: skip
+                     hot_limit=2, archived_limit=1, near_duplicate_threshold=1.0, near_duplicate_floor=1.0)  # fmt: skip
     for i in range(4):
         client.add("u1", f"Garden note {i}: tomatoes need water", now=NOW)
         client.add("u1", f"Old garden note {i}: tomatoes planted", importance=0.0, now=OLD)

@@ -139,6 +139,25 @@ def test_partition_archives_and_rows_objects_and_events_agree(conn, db_url, hist
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == len(archived)
 
 
+def test_candidates_metadata_counts_every_reason_and_expired_memories(conn, db_url, local_store_resource):
+    """A memory whose TTL ran out during the night is claimed as ttl_expired, and the asset shows it."""
+    from memory_lib.client import MemoryClient
+    from memory_lib.eligibility import REASONS
+    from memory_lib.embedding import HashingEmbedder
+
+    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), actor="test")
+    end = nights.night_as_of(NIGHT, SLOW_PATH.timezone)
+    expired = client.add("u1", "Visitor badge 12 is valid this week", ttl_days=2, now=end - timedelta(days=2, hours=1))
+    client.add("u1", "Visitor badge policy lives on the wiki", ttl_days=2, now=end - timedelta(hours=1))
+    result = materialize(resources(db_url, local_store_resource))
+    assert result.success
+    meta = materialized(result)["archival_candidates"]
+    assert {k for k in meta if k.startswith("claimed_")} == {f"claimed_{r}" for r in REASONS}
+    assert meta["claimed_ttl_expired"] == meta["claimed"] == 1 and meta["eligible_after_ttl_expired"] == 0
+    row = conn.execute("SELECT original_id, archive_reason FROM archived_memories").fetchone()
+    assert (row["original_id"], row["archive_reason"]) == (expired.memory_id, "ttl_expired")
+
+
 def test_two_nights_are_disjoint_and_capped(conn, db_url, history, local_store_resource):
     res = resources(db_url, local_store_resource, batch_size=25)
     for night in (NIGHT - timedelta(days=1), NIGHT):

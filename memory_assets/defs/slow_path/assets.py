@@ -94,7 +94,8 @@ def archival_candidates(
             if o.claim is not None:
                 meta |= {
                     "claimed": o.claim.claimed,
-                    **counts("claimed", o.claim.by_reason),
+                    # Every reason, zeros included, so each plots as its own line (ttl_expired among them).
+                    **counts("claimed", dict.fromkeys(eligibility.REASONS, 0) | o.claim.by_reason),
                     "newly_claimed": o.claim.newly_claimed,
                     "taken_over": o.claim.taken_over,
                 }
@@ -104,6 +105,7 @@ def archival_candidates(
         backlog = eligibility.eligible_counts(conn, criteria, nights.night_as_of(run[-1], SLOW_PATH.timezone))
         by_night[run[-1]] |= {
             "eligible_after": sum(backlog.values()),
+            **counts("eligible_after", dict.fromkeys(eligibility.REASONS, 0) | backlog),
             **{f"attempts_{k}": v for k, v in attempt_counts(conn).items()},
         }
     record_nights(context, by_night)

@@ -1,0 +1,82 @@
+"""Seed 004's search filters: `type in (...)` (categories), tags (GIN) and a ts_seen window, served by
+the indexes the seed lists (EXPLAIN on the hot search statement), and what they return."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memory_lib.client import MemoryClient
+from memory_lib.config import Settings
+from memory_lib.embedding import HashingEmbedder
+from memory_lib.errors import InvalidInputError
+from memory_lib.search import _DF_CAP, _MATCH_CAP, HOT_SEARCH_SQL, SearchFilters
+from memory_lib.store import insert_memories
+from tests.conftest import TEST_DIM
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+CATEGORIES = ("episodic", "semantic", "procedural", "core")
+
+
+def _seed(conn, n: int = 4000) -> None:
+    """n memories of u1 over a year: every 200th procedural, every 250th tagged 'vellmar'; few seen lately."""
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(n, TEST_DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    model = HashingEmbedder(TEST_DIM).model
+    rows = []
+    for i in range(n):
+        created = NOW - timedelta(days=365) + timedelta(minutes=131 * i)
+        rows.append({
+            "user_id": "u1" if i % 10 else "u2", "content": f"Harbour log entry {i} about cargo and tides",
+            "embedding": vectors[i], "embedding_model": model,
+            "category": "procedural" if i % 200 == 0 else CATEGORIES[i % 2],
+            "metadata": {"tags": ["vellmar"] if i % 250 == 0 else ["log"]},
+            "created_at": created, "last_accessed_at": created + timedelta(days=1) if i % 7 == 0 else None,
+        })  # fmt: skip
+    insert_memories(conn, rows, actor="test", now=NOW)
+    conn.execute("ANALYZE memories")
+
+
+def _plan(conn, filters: SearchFilters) -> str:
+    q = HashingEmbedder(TEST_DIM).embed(["cargo tides harbour"])[0]
+    params = {"user_id": "u1", "embedding": q, "text_query": "cargo tides harbour", "websearch": False,
+              "bm25": True, "df_cap": _DF_CAP, "match_cap": _MATCH_CAP, "pool": 40, **filters.params()}  # fmt: skip
+    rows = conn.execute("EXPLAIN (FORMAT JSON) " + HOT_SEARCH_SQL, params, prepare=False).fetchall()
+    return json.dumps(rows[0]["QUERY PLAN"])
+
+
+def test_type_and_seen_window_use_the_user_type_ts_seen_index(conn):
+    _seed(conn)
+    plan = _plan(conn, SearchFilters(categories=["procedural"], seen_since=NOW - timedelta(days=120)))
+    assert "memories_user_type_seen" in plan
+    tags_plan = _plan(conn, SearchFilters(required_tags=["vellmar"]))
+    assert "memories_tags" in tags_plan
+
+
+def test_filters_return_only_matching_memories(conn):
+    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
+    t0 = NOW - timedelta(days=60)
+    old = client.add("u1", "Ferry timetable changes in winter", category="procedural", tags=["ferry"], now=t0)
+    fresh = client.add("u1", "Ferry tickets are sold at the quay", category="procedural", tags=["ferry"], now=t0)
+    other = client.add("u1", "Ferry crossing was rough last week", category="episodic", tags=["ferry"], now=t0)
+    untagged = client.add("u1", "Ferry cafe serves cortado", category="procedural", now=t0)
+    client.record_access("u1", [fresh.memory_id, other.memory_id, untagged.memory_id], now=NOW - timedelta(days=2))
+    window = SearchFilters(categories=["procedural"], required_tags=["ferry"], seen_since=NOW - timedelta(days=7))
+    hits = client.search("u1", "ferry", filters=window, phase2="never", now=NOW)
+    assert [h.provenance.memory_id for h in hits] == [fresh.memory_id]
+    before = SearchFilters(categories=["procedural", "episodic"], seen_until=NOW - timedelta(days=7))
+    assert [h.provenance.memory_id for h in client.search("u1", "ferry", filters=before, phase2="never", now=NOW)] == [
+        old.memory_id]  # fmt: skip
+
+
+def test_a_seen_window_the_wrong_way_round_is_refused():
+    with pytest.raises(InvalidInputError) as info:
+        SearchFilters(seen_since=NOW, seen_until=NOW - timedelta(days=1))
+    assert info.value.field == "filters.seen_until"
+    with pytest.raises(InvalidInputError) as info:
+        SearchFilters(seen_since="2026-01-01")
+    assert info.value.field == "filters.seen_since"
