@@ -249,3 +249,56 @@ def test_a_killed_forget_user_is_completed_by_running_it_again(db_url, seaweed, 
         ).fetchall()
         assert sorted(t["memory_id"] for t in tombstones) == sorted(ids["u1"])  # once each
         assert _user_state(conn, "u2") == u2_before
+
+
+# --------------------------------------------------------------------------- the Dagster job
+
+
+def _job_resources(db_url, seaweed, bucket):
+    from dagster_aws.s3 import S3Resource
+
+    from memory_assets.resources import DatabaseResource, ObjectStoreResource
+
+    s3 = S3Resource(endpoint_url=seaweed.endpoint_url, region_name=seaweed.region,
+                    aws_access_key_id=seaweed.access_key, aws_secret_access_key=seaweed.secret_key)  # fmt: skip
+    return {"database": DatabaseResource(database_url=db_url),
+            "object_store": ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3)}  # fmt: skip
+
+
+def _verify_metadata(run) -> dict:
+    import dagster as dg
+
+    for event in run.all_events:
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE and event.step_key == "verify_user_forgotten":
+            return {k: v.value for k, v in event.event_specific_data.user_failure_data.metadata.items()}
+        if event.event_type == dg.DagsterEventType.STEP_OUTPUT and event.step_key == "verify_user_forgotten":
+            return {k: v.value for k, v in event.event_specific_data.metadata.items()}
+    raise AssertionError("verify_user_forgotten did not run")
+
+
+def test_forget_user_job_erases_and_verifies(db_url, seaweed, versioned_store):
+    from memory_assets.defs.privacy.jobs import forget_user
+
+    store = versioned_store
+    with connect(db_url) as conn:
+        ids = _seed(conn, store)
+    config = {"ops": {"forget_user_memories": {"config": {"user_id": "u1", "operator": "dpo"}}}}
+    run = forget_user.execute_in_process(run_config=config, resources=_job_resources(db_url, seaweed, store.bucket))
+    assert run.success
+    assert _verify_metadata(run)["object_versions_left"] == 0
+    with connect(db_url) as conn:
+        assert remaining(conn, store, "u1").clean
+        actors = conn.execute("SELECT DISTINCT actor FROM memory_events WHERE event_type = 'forgotten'").fetchall()
+        assert [a["actor"] for a in actors] == ["dpo"]
+        assert not {k for k, _ in _all_versions(store)} & {store.key_for(i) for i in ids["u1"]}
+
+    # A table with a user_id that forget does not know (a future digests table): the check fails the run.
+    with connect(db_url) as conn:
+        conn.execute("CREATE TABLE user_digests (user_id text NOT NULL, digest text NOT NULL)")
+        conn.execute("INSERT INTO user_digests VALUES ('u2', 'a digest of u2''s week')")
+    config["ops"]["forget_user_memories"]["config"]["user_id"] = "u2"
+    failed = forget_user.execute_in_process(run_config=config, resources=_job_resources(db_url, seaweed, store.bucket),
+                                            raise_on_error=False)  # fmt: skip
+    assert not failed.success
+    meta = _verify_metadata(failed)
+    assert "user_digests" in meta["tables_unknown_to_forget"] and "user_digests | 1" in meta["rows_left"]
