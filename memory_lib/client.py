@@ -151,7 +151,7 @@ class _Parts:
         )  # fmt: skip
 
     def update_inputs(self, user_id: object, memory_id: object, changes: dict[str, Any]) -> tuple[str, uuid.UUID]:
-        user, mid = validation.user(user_id), validation.uuid_value("id", memory_id)
+        user, mid = validation.user(user_id), validation.uuid_value("memory_id", memory_id)
         api.check_update_args(changes)
         return user, mid
 
@@ -161,7 +161,7 @@ class _Parts:
 
     def forget(self, user_id: object, memory_id: object, now: datetime | None, *, one: bool) -> Any:
         if one and memory_id is None:
-            raise InvalidInputError("id", None, "is required: the memory to forget (forget_user forgets all)")
+            raise InvalidInputError("memory_id", None, "is required: the memory to forget (forget_user forgets all)")
         return forget_steps(self.object_store, user_id, memory_id, actor=self.actor, now=_now(now))
 
     def context_inputs(

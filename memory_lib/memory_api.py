@@ -117,7 +117,7 @@ HISTORY_SQL = """
     )
     SELECT e.id, e.memory_id, e.event_type, e.actor, e.occurred_at, e.details FROM memory_events e
     WHERE e.user_id = %(user_id)s AND e.memory_id IN (SELECT memory_id FROM target)
-    ORDER BY e.occurred_at, e.id"""
+    ORDER BY e.id"""  # append order: occurred_at may be a caller's `now`, ids are the log's own order
 
 
 def _record(row: dict[str, Any]) -> MemoryRecord:
@@ -139,15 +139,15 @@ def _record(row: dict[str, Any]) -> MemoryRecord:
 
 
 def get_plan(user_id: object, memory_id: object) -> Plan[MemoryRecord | None]:
-    user, mid = validation.user(user_id), validation.uuid_value("id", memory_id)
+    user, mid = validation.user(user_id), validation.uuid_value("memory_id", memory_id)
     row = yield Sql(GET_SQL, {"user_id": user, "id": mid}, "one")
     return None if row is None else _record(row)
 
 
 def history_plan(user_id: object, memory_id: object) -> Plan[list[MemoryEvent]]:
-    """Every audit event of the memory, oldest first: created, superseded, archived, expanded, restored,
+    """Every audit event of the memory in the order the log appended them: created, superseded, archived, expanded, restored,
     promoted, updated, redacted, forgotten. [] when the user has no such memory."""
-    user, mid = validation.user(user_id), validation.uuid_value("id", memory_id)
+    user, mid = validation.user(user_id), validation.uuid_value("memory_id", memory_id)
     rows = yield Sql(HISTORY_SQL, {"user_id": user, "id": mid}, "all")
     return [MemoryEvent(r["id"], r["memory_id"], r["event_type"], r["actor"], r["occurred_at"], r["details"])
             for r in rows]  # fmt: skip
@@ -272,10 +272,10 @@ def current_plan(user_id: str, memory_id: uuid.UUID) -> Plan[dict[str, Any]]:
     if row is None:
         archived = yield Sql(_ARCHIVED_SQL, {"user_id": user_id, "id": memory_id}, "one")
         if archived is not None:
-            raise InvalidInputError("id", memory_id, "is archived: restore it first (client.restore), then update")
+            raise InvalidInputError("memory_id", memory_id, "is archived: restore it first (client.restore), then update")
         raise NotFoundError(f"no memory {memory_id} for user_id={user_id!r}")
     if row["superseded_by"] is not None:
-        raise InvalidInputError("id", memory_id, f"is superseded by {row['superseded_by']}: update the live memory")
+        raise InvalidInputError("memory_id", memory_id, f"is superseded by {row['superseded_by']}: update the live memory")
     return row
 
 
