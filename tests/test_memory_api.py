@@ -174,3 +174,15 @@ def test_delete_is_forget_of_one_memory(api):
     assert api.delete("u1", mid).already_forgotten
     with pytest.raises(NotFoundError):
         api.delete("u1", uuid.uuid4())
+
+
+def test_update_to_a_case_change_or_to_another_live_memorys_text(api):
+    a = api.add("u1", "Lives in lisbon", now=NOW).memory_id
+    b = api.add("u1", "Works in Porto", now=NOW).memory_id
+    cased = api.update("u1", a, "Lives in Lisbon")  # same dedupe key (case-folded): still a new version
+    assert cased.outcome == "superseded" and api.get("u1", cased.memory_id).content == "Lives in Lisbon"
+    merged = api.update("u1", cased.memory_id, "Works in Porto")  # the text of another live memory: that one
+    assert (merged.outcome, merged.memory_id, merged.previous_id) == ("superseded", b, cased.memory_id)
+    assert [m.id for m in api.list("u1").items] == [b]
+    live = api.conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1' AND superseded_by IS NULL")
+    assert live.fetchone()["n"] == 1
