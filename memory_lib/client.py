@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import chunking, validation
+from . import memory_api as api
 from .config import ContextBudget, Settings
 from .consolidated_search import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
 from .context import (
@@ -47,6 +48,8 @@ from .db import check_schema
 from .embedding import Embedder, embedder_from_settings
 from .errors import InvalidInputError
 from .escalation import Evaluator, Phase3Mode, drive, drive_async, escalated_search, evaluator_from_settings
+from .forget import ForgetResult, forget_steps, run_forget, run_forget_async
+from .memory_api import MemoryEvent, MemoryPage, MemoryRecord, UpdateResult
 from .objectstore import ObjectStore, object_store_from_settings
 from .promotion import (
     Expansion,
@@ -73,6 +76,11 @@ from .write_path import AddResult, PreparedMemory, add_chunks_plan, add_plan, pr
 
 __all__ = [
     "AddResult",
+    "ForgetResult",
+    "MemoryEvent",
+    "MemoryPage",
+    "MemoryRecord",
+    "UpdateResult",
     "AsyncMemoryClient",
     "Expansion",
     "MemoryClient",
@@ -155,6 +163,20 @@ class _Parts:
             limit=params.limit, archived_limit=params.archived_limit, embedding_model=self.embedder.model,
             embedder_kind=getattr(self.embedder, "kind", None),
         )  # fmt: skip
+
+    def update_inputs(self, user_id: object, memory_id: object, changes: dict[str, Any]) -> tuple[str, uuid.UUID]:
+        user, mid = validation.user(user_id), validation.uuid_value("memory_id", memory_id)
+        api.check_update_args(changes)
+        return user, mid
+
+    def prepare_update(self, row: dict[str, Any], changes: dict[str, Any], allow_secrets: object) -> Any:
+        memory = api.prepare_update(row, changes, allow_secrets=allow_secrets, secret_policy=self.settings.secrets)
+        return memory, memory.content != row["content"]
+
+    def forget(self, user_id: object, memory_id: object, now: datetime | None, *, one: bool) -> Any:
+        if one and memory_id is None:
+            raise InvalidInputError("memory_id", None, "is required: the memory to forget (forget_user forgets all)")
+        return forget_steps(self.object_store, user_id, memory_id, actor=self.actor, now=_now(now))
 
     def context_inputs(
         self,
@@ -384,6 +406,75 @@ class MemoryClient:
                             actor=self._parts.actor, now=_now(now))  # fmt: skip
         return self._run(plan)
 
+    # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
+
+    def get(self, user_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
+        """The memory (hot, or archived: by its id or archive id) of this user, or None."""
+        return self._run(api.get_plan(user_id, memory_id))
+
+    def history(self, user_id: str, memory_id: uuid.UUID) -> list[MemoryEvent]:
+        """The memory's audit events, oldest first, across hot, archived and restored states."""
+        return self._run(api.history_plan(user_id, memory_id))
+
+    def update(
+        self,
+        user_id: str,
+        memory_id: uuid.UUID,
+        content: str = api.UNSET,
+        *,
+        category: str = api.UNSET,
+        domain: str | None = api.UNSET,
+        importance: float = api.UNSET,
+        tags: Sequence[str] | None = api.UNSET,
+        metadata: dict[str, Any] = api.UNSET,
+        pinned: bool = api.UNSET,
+        allow_secrets: bool = False,
+        now: datetime | None = None,
+    ) -> UpdateResult:
+        """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
+        fields change in place. Audited either way (see memory_lib.memory_api)."""
+        changes = {"content": content, "category": category, "domain": domain, "importance": importance,
+                   "tags": tags, "metadata": metadata, "pinned": pinned}  # fmt: skip
+        user, mid = self._parts.update_inputs(user_id, memory_id, changes)
+        now = _now(now)
+        row = self._run(api.current_plan(user, mid))
+        memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
+        embedding = self._parts.embed_one(memory.content) if new_text else None
+        return self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
+                                         actor=self._parts.actor, now=now))  # fmt: skip
+
+    def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
+        """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""
+        return self.forget(user_id, memory_id, now=now)
+
+    def forget(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
+        """Erase one memory and the versions it superseded; the audit log keeps a tombstone. Idempotent."""
+        with self._connection() as conn:
+            return run_forget(conn, self._parts.forget(user_id, memory_id, now, one=True))
+
+    def forget_user(self, user_id: str, *, now: datetime | None = None) -> ForgetResult:
+        """Erase every memory of the user (right to erasure). Idempotent; a re-run completes a killed one."""
+        with self._connection() as conn:
+            return run_forget(conn, self._parts.forget(user_id, None, now, one=False))
+
+    def list(
+        self,
+        user_id: str,
+        *,
+        tier: str | None = None,
+        category: str | Sequence[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_superseded: bool = False,
+        limit: int = api.DEFAULT_PAGE,
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        """The user's memories, newest first, one page (keyset `cursor` from the previous page)."""
+        query = api.list_query(user_id, tier=tier, category=category, created_after=created_after,
+                               created_before=created_before, include_superseded=include_superseded, limit=limit,
+                               cursor=cursor)  # fmt: skip
+        return self._run(api.list_plan(query))
+
 
 class AsyncMemoryClient:
     """The asyncio twin of MemoryClient over a psycopg AsyncConnection or AsyncConnectionPool.
@@ -560,6 +651,75 @@ class AsyncMemoryClient:
         plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
                             actor=self._parts.actor, now=_now(now))  # fmt: skip
         return await self._run(plan)
+
+    # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
+
+    async def get(self, user_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
+        """The memory (hot, or archived: by its id or archive id) of this user, or None."""
+        return await self._run(api.get_plan(user_id, memory_id))
+
+    async def history(self, user_id: str, memory_id: uuid.UUID) -> list[MemoryEvent]:
+        """The memory's audit events, oldest first, across hot, archived and restored states."""
+        return await self._run(api.history_plan(user_id, memory_id))
+
+    async def update(
+        self,
+        user_id: str,
+        memory_id: uuid.UUID,
+        content: str = api.UNSET,
+        *,
+        category: str = api.UNSET,
+        domain: str | None = api.UNSET,
+        importance: float = api.UNSET,
+        tags: Sequence[str] | None = api.UNSET,
+        metadata: dict[str, Any] = api.UNSET,
+        pinned: bool = api.UNSET,
+        allow_secrets: bool = False,
+        now: datetime | None = None,
+    ) -> UpdateResult:
+        """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
+        fields change in place. Audited either way (see memory_lib.memory_api)."""
+        changes = {"content": content, "category": category, "domain": domain, "importance": importance,
+                   "tags": tags, "metadata": metadata, "pinned": pinned}  # fmt: skip
+        user, mid = self._parts.update_inputs(user_id, memory_id, changes)
+        now = _now(now)
+        row = await self._run(api.current_plan(user, mid))
+        memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
+        embedding = await self._embed_one(memory.content) if new_text else None
+        return await self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
+                                         actor=self._parts.actor, now=now))  # fmt: skip
+
+    async def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
+        """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""
+        return await self.forget(user_id, memory_id, now=now)
+
+    async def forget(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
+        """Erase one memory and the versions it superseded; the audit log keeps a tombstone. Idempotent."""
+        async with self._connection() as conn:
+            return await run_forget_async(conn, self._parts.forget(user_id, memory_id, now, one=True))
+
+    async def forget_user(self, user_id: str, *, now: datetime | None = None) -> ForgetResult:
+        """Erase every memory of the user (right to erasure). Idempotent; a re-run completes a killed one."""
+        async with self._connection() as conn:
+            return await run_forget_async(conn, self._parts.forget(user_id, None, now, one=False))
+
+    async def list(
+        self,
+        user_id: str,
+        *,
+        tier: str | None = None,
+        category: str | Sequence[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_superseded: bool = False,
+        limit: int = api.DEFAULT_PAGE,
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        """The user's memories, newest first, one page (keyset `cursor` from the previous page)."""
+        query = api.list_query(user_id, tier=tier, category=category, created_after=created_after,
+                               created_before=created_before, include_superseded=include_superseded, limit=limit,
+                               cursor=cursor)  # fmt: skip
+        return await self._run(api.list_plan(query))
 
 
 def _ids(ids: Sequence[uuid.UUID | SearchHit]) -> list[uuid.UUID]:

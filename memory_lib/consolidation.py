@@ -5,7 +5,7 @@
   memories.id or archived_memories.original_id) of the SAME user, and every lower digest a digest
   cites is the same user's. `missing_digests`: months with archived memories and no (or a stale)
   level-2 digest. Both only read.
-* Forget (issue 14) calls `drop_memory_from_consolidation` in its transaction (the memory's text leaves
+* Forget (issue 14) runs `drop_from_consolidation_plan` in its transaction (the memory's text leaves
   every digest at once: digests that cover it are deleted, not left quoting it), then
   `rebuild_for_user` (or the next scheduled run) builds what was dropped again from what remains.
 """
@@ -29,19 +29,20 @@ from memory_lib.digests import DigestBuilder, DigestOutcome, build_level, build_
 from memory_lib.embedding import Embedder
 from memory_lib.errors import InvalidInputError
 from memory_lib.facts import (
+    CLOSE_SUPERSEDED_SQL,
     BuildOutcome,
     FactExtractor,
     build_facts,
     build_key_moments,
-    close_superseded,
-    lock_user,
 )
+from memory_lib.search import Plan, Sql, run_plan
 
 __all__ = [
     "MonthReport",
     "ProvenanceProblem",
     "check_provenance",
     "consolidate_month",
+    "drop_from_consolidation_plan",
     "drop_memory_from_consolidation",
     "missing_digests",
     "rebuild_for_user",
@@ -165,38 +166,51 @@ def missing_digests(
 
 def drop_memory_from_consolidation(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> dict[str, int]:
     """Remove one memory of `user_id` from everything consolidation derived from it, in the caller's
-    transaction: digests covering it (every level) are deleted, facts lose it as a source (a fact left
-    with no source is deleted, and validity chains are recomputed), its key moment is deleted, and the
-    month's builds are forgotten so the next run rebuilds them. Returns counts per table."""
+    transaction (see `drop_from_consolidation_plan`). Returns counts per table."""
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidInputError("user_id", user_id, "must be a non-empty string")
     if not isinstance(memory_id, uuid.UUID):
         raise InvalidInputError("memory_id", memory_id, "must be a UUID")
-    lock_user(conn, "memory_facts", user_id)
-    lock_user(conn, "key_moments", user_id)
-    digests = conn.execute(
-        "DELETE FROM memory_digests WHERE user_id = %s AND %s = ANY(source_memory_ids) RETURNING period_start",
-        (user_id, memory_id),
-    ).fetchall()
-    facts_deleted = conn.execute(
-        "DELETE FROM memory_facts WHERE user_id = %s AND source_memory_ids = ARRAY[%s]::uuid[] RETURNING source_month",
-        (user_id, memory_id),
-    ).fetchall()
-    facts_updated = conn.execute(
-        """UPDATE memory_facts SET source_memory_ids = array_remove(source_memory_ids, %s)
-           WHERE user_id = %s AND %s = ANY(source_memory_ids) RETURNING source_month""",
-        (memory_id, user_id, memory_id),
-    ).fetchall()
-    moments = conn.execute(
-        "DELETE FROM key_moments WHERE user_id = %s AND memory_id = %s RETURNING month", (user_id, memory_id)
-    ).fetchall()
+    return run_plan(conn, drop_from_consolidation_plan(user_id, [memory_id]))
+
+
+def drop_from_consolidation_plan(
+    user_id: str, memory_ids: list[uuid.UUID], *, whole_user: bool = False
+) -> Plan[dict[str, int]]:
+    """The forget hook, as statements that run in the forget's transaction: digests covering any of
+    the memories (every level) are deleted, not left quoting them; facts lose them as sources (a fact
+    left with no source is deleted, and validity chains are recomputed); their key moments go; and the
+    months' builds are forgotten so the next run rebuilds what remains. `whole_user`: every row of
+    the user in the consolidation tables goes, builds included."""
+    for family in ("memory_facts", "key_moments"):  # the builders' per-user locks (facts.lock_user)
+        yield Sql("SELECT pg_advisory_xact_lock(hashtextextended(%(k)s, 0))", {"k": f"{family}:{user_id}"}, "one")
+    p = {"u": user_id, "ids": list(memory_ids)}
+    if whole_user:
+        counts = {}
+        for table in ("memory_digests", "memory_facts", "key_moments", "consolidation_builds"):
+            counts[table] = yield Sql(f"DELETE FROM {table} WHERE user_id = %(u)s", p, "rowcount")
+        return counts
+    digests = yield Sql(
+        "DELETE FROM memory_digests WHERE user_id = %(u)s AND source_memory_ids && %(ids)s::uuid[] "
+        "RETURNING period_start", p, "all")  # fmt: skip
+    facts_deleted = yield Sql(
+        "DELETE FROM memory_facts WHERE user_id = %(u)s AND source_memory_ids <@ %(ids)s::uuid[] "
+        "RETURNING source_month", p, "all")  # fmt: skip
+    facts_updated = yield Sql(
+        """UPDATE memory_facts SET source_memory_ids = ARRAY(
+               SELECT s FROM unnest(source_memory_ids) WITH ORDINALITY AS t (s, i)
+               WHERE s <> ALL (%(ids)s::uuid[]) ORDER BY i)
+           WHERE user_id = %(u)s AND source_memory_ids && %(ids)s::uuid[] RETURNING source_month""", p, "all")  # fmt: skip
+    moments = yield Sql(
+        "DELETE FROM key_moments WHERE user_id = %(u)s AND memory_id = ANY(%(ids)s) RETURNING month", p, "all"
+    )
     months = {r["source_month"] for r in facts_deleted + facts_updated} | {r["month"] for r in moments}
     months |= {r["period_start"] for r in digests}
     if months:
-        conn.execute("DELETE FROM consolidation_builds WHERE user_id = %s AND period_start = ANY(%s)",
-                     (user_id, sorted(months)))  # fmt: skip
+        yield Sql("DELETE FROM consolidation_builds WHERE user_id = %(u)s AND period_start = ANY(%(m)s)",
+                  {"u": user_id, "m": sorted(months)}, "rowcount")  # fmt: skip
     if facts_deleted or facts_updated:
-        close_superseded(conn, user_id)
+        yield Sql(CLOSE_SUPERSEDED_SQL, {"u": user_id}, "rowcount")
     return {"memory_digests": len(digests), "memory_facts_deleted": len(facts_deleted),
             "memory_facts_updated": len(facts_updated), "key_moments": len(moments)}  # fmt: skip
 

@@ -257,17 +257,17 @@ def _fact_key(kind: str, subject: str, predicate: str, obj: str, valid_from: dat
 def close_superseded(conn: psycopg.Connection, user_id: str) -> int:
     """Recompute valid_to along every single-valued (subject, predicate) chain of the user: the first
     later valid_from with another object, else NULL. Returns the rows whose valid_to changed."""
-    cur = conn.execute(
-        """UPDATE memory_facts f SET valid_to = c.next_from FROM (
-               SELECT a.id, (SELECT min(b.valid_from) FROM memory_facts b
-                             WHERE b.user_id = a.user_id AND b.single_valued AND b.predicate = a.predicate
-                               AND lower(b.subject) = lower(a.subject) AND b.valid_from > a.valid_from
-                               AND lower(b.object) <> lower(a.object)) AS next_from
-               FROM memory_facts a WHERE a.user_id = %(u)s AND a.single_valued) c
-           WHERE f.id = c.id AND f.user_id = %(u)s AND f.valid_to IS DISTINCT FROM c.next_from""",
-        {"u": user_id},
-    )
-    return cur.rowcount
+    return conn.execute(CLOSE_SUPERSEDED_SQL, {"u": user_id}).rowcount
+
+
+# One user's validity chains, recomputed from the rows (also run by a forget, as a plan statement).
+CLOSE_SUPERSEDED_SQL = """UPDATE memory_facts f SET valid_to = c.next_from FROM (
+        SELECT a.id, (SELECT min(b.valid_from) FROM memory_facts b
+                      WHERE b.user_id = a.user_id AND b.single_valued AND b.predicate = a.predicate
+                        AND lower(b.subject) = lower(a.subject) AND b.valid_from > a.valid_from
+                        AND lower(b.object) <> lower(a.object)) AS next_from
+        FROM memory_facts a WHERE a.user_id = %(u)s AND a.single_valued) c
+    WHERE f.id = c.id AND f.user_id = %(u)s AND f.valid_to IS DISTINCT FROM c.next_from"""
 
 
 def build_facts(

@@ -162,6 +162,10 @@ def _call(world: World, flavour: str, call: Callable[[Any], Any]) -> Any:
     return _run_async(world, call)
 
 
+def _hot(w: World) -> uuid.UUID:
+    return w.conn.execute("SELECT id FROM memories WHERE user_id = 'u1' ORDER BY created_at LIMIT 1").fetchone()["id"]
+
+
 def _a(kind: str) -> Callable[[World], uuid.UUID]:
     return lambda w: w.archive_ids[kind]
 
@@ -239,6 +243,30 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
     ("record_access: naive now", "now", lambda c, w: c.record_access("u1", [w.original_ids["good"]], now=NAIVE)),
     ("restore: neither id", "archive_id/original_id", lambda c, w: c.restore("u1")),
     ("restore: original_id not a UUID", "original_id", lambda c, w: c.restore("u1", original_id=42)),
+    ("get: id not a UUID", "memory_id", lambda c, w: c.get("u1", "not-a-uuid")),
+    ("get: blank user_id", "user_id", lambda c, w: c.get(" ", w.original_ids["good"])),
+    ("list: tier='warm'", "tier", lambda c, w: c.list("u1", tier="warm")),
+    ("list: category='fact'", "category", lambda c, w: c.list("u1", category="fact")),
+    ("list: limit=0", "limit", lambda c, w: c.list("u1", limit=0)),
+    ("list: limit='10'", "limit", lambda c, w: c.list("u1", limit="10")),
+    ("list: a cursor that list() never returned", "cursor", lambda c, w: c.list("u1", cursor="bm90LWEtY3Vyc29y")),
+    ("list: naive created_after", "created_after", lambda c, w: c.list("u1", created_after=NAIVE)),
+    ("list: created_after after created_before", "created_after",
+     lambda c, w: c.list("u1", created_after=NOW, created_before=OLD)),
+    ("list: include_superseded='yes'", "include_superseded", lambda c, w: c.list("u1", include_superseded="yes")),
+    ("update: nothing to change", "update", lambda c, w: c.update("u1", _hot(w))),
+    ("update: id not a UUID", "memory_id", lambda c, w: c.update("u1", 42, "new text")),
+    ("update: importance=2", "importance_score", lambda c, w: c.update("u1", _hot(w), importance=2)),
+    ("update: NUL in content", "content", lambda c, w: c.update("u1", _hot(w), "cor\x00tado")),
+    ("update: a secret as content", "content",
+     lambda c, w: c.update("u1", _hot(w), "key sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789")),
+    ("update: an archived memory", "memory_id", lambda c, w: c.update("u1", w.original_ids["good"], importance=0.2)),
+    ("update: naive now", "now", lambda c, w: c.update("u1", _hot(w), importance=0.3, now=NAIVE)),
+    ("delete: id not a UUID", "memory_id", lambda c, w: c.delete("u1", "x")),
+    ("delete: no id", "memory_id", lambda c, w: c.delete("u1", None)),
+    ("forget_user: blank user_id", "user_id", lambda c, w: c.forget_user("")),
+    ("forget_user: naive now", "now", lambda c, w: c.forget_user("u1", now=NAIVE)),
+    ("history: id=42", "memory_id", lambda c, w: c.history("u1", 42)),
 ]
 CLIENT_ROWS += [
     (f"expand: malformed backup ({kind})", field, lambda c, w, k=kind: c.expand("u1", w.archive_ids[k], now=NOW))

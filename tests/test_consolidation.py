@@ -217,7 +217,7 @@ def test_checks_fail_on_dangling_or_cross_user_provenance(conn, history):
     conn.execute("""INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding, summary_embedding_model,
         original_category, original_embedding_model, original_updated_at, importance_score, archived_at, original_created_at,
         archive_reason, storage_ref, backup_sha256, backup_size_bytes, summary_model, summarizer_kind)
-        VALUES (gen_random_uuid(), 'u9', 'Ada met Maya.', %s, 'm', 'episodic', 'm', now(), 0.1, now(), '2024-02-03', 'test',
+        VALUES (gen_random_uuid(), 'u9', 'Ada met Maya.', %s, 'm', 'episodic', 'm', now(), 0.1, now(), '2024-02-03', 'force_age',
                 'x', repeat('a', 64), 1, 'm', 'k')""", (EMB.embed(["Ada met Maya."])[0].astype("float16"),))  # fmt: skip
     assert [(r["user_id"], r["month"]) for r in missing_digests(conn)] == [("u9", date(2024, 2, 1))]
 

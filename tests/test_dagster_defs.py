@@ -48,7 +48,7 @@ def test_dagster_definitions_validate_cli_passes(tmp_path, with_home):
 
 
 def test_jobs_schedule_and_resources_are_wired(defs):
-    for name in ("slow_path_job", "dry_run", "rollback", "clear_archival_pause", "pause_archival"):
+    for name in ("slow_path_job", "dry_run", "rollback", "clear_archival_pause", "pause_archival", "forget_user"):
         assert defs.resolve_job_def(name) is not None
     schedule = defs.resolve_schedule_def("slow_path")
     assert schedule.cron_schedule == f"0 {SLOW_PATH.schedule_hour} * * *"

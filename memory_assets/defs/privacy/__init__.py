@@ -1,0 +1,1 @@
+"""privacy definitions (autoloaded)."""
