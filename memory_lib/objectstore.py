@@ -429,6 +429,7 @@ def s3_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_attempts: int = 3,
+    max_pool_connections: int = 32,
 ) -> Any:
     """A boto3 S3 client with botocore's standard retries and bounded connect/read timeouts, so a
     frozen endpoint fails a call after about max_attempts × (connect + read timeout), never hangs.
@@ -444,6 +445,8 @@ def s3_client(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         s3={"addressing_style": "path"} if endpoint_url else None,
+        # Above the archiver's io_workers (16) and restore's readers, so no thread waits for a connection.
+        max_pool_connections=max_pool_connections,
     )
     return boto3.client(
         "s3",
