@@ -162,13 +162,13 @@ AUDIT_SAMPLE = 64
 
 
 def audit_batch(
-    conn: psycopg.Connection, store: ObjectStore, batch_key: str, *, sample_max: int = AUDIT_SAMPLE
+    conn: psycopg.Connection, store: ObjectStore, batch_key: str, *, sample_max: int | None = None
 ) -> TierAudit:
-    """integrity_report and verify_committed (a sample of `sample_max`) of one committed batch, kept
-    on the batch (record_audit). A passed audit then prunes the batch's archived checkpoint rows
-    (prune_archived_attempts); a failed one keeps them for the investigation."""
+    """integrity_report and verify_committed (a sample of `sample_max`, default AUDIT_SAMPLE) of one
+    committed batch, kept on the batch (record_audit). A passed audit then prunes the batch's
+    archived checkpoint rows (prune_archived_attempts); a failed one keeps them for the investigation."""
     report = integrity_report(conn, [batch_key])
-    committed = verify_committed(conn, store, [batch_key], sample_max=sample_max)
+    committed = verify_committed(conn, store, [batch_key], sample_max=AUDIT_SAMPLE if sample_max is None else sample_max)
     at = datetime.now(UTC)
     conn.execute(
         "UPDATE archival_batches SET tier_audit = %s WHERE batch_key = %s",
