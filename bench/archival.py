@@ -232,7 +232,7 @@ def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM) -
             t3 = time.perf_counter()
             archived_at = datetime.now(UTC)
             data = BackupObject.from_row(row, archived_at=archived_at, archive_reason=item["reason"]).to_json_bytes()
-            obj = store.put(store.key_for(row["id"]), data, sha256_hex(data))  # put verifies (HEAD) before returning
+            obj = store.put(store.key_for(row["id"]), data, sha256_hex(data))  # put verifies before returning (S3: the echoed SHA256)
             t4 = time.perf_counter()
             with conn.transaction():
                 conn.execute(_NAIVE_INSERT, {
@@ -458,7 +458,7 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
         ["object store", "method", *step_names, "total s"],
         step_rows,
         "run_batch: StepResult.seconds per step summed over batches; 'claim + gate' is the rest of the run "
-        "(claim, fidelity read-back, gates, integrity checks). backup = put + verify; commit (batched) also re-verifies each object.",
+        "(claim, fidelity read-back, gates, integrity checks). backup = put (verified by its echoed SHA256); fidelity (in claim + gate) reads each backup back; commit (batched) HEADs each object before deleting its original.",
     ))  # fmt: skip
     s3 = next((results[f"{s}|batched"] for s in stores if "restore" in results[f"{s}|batched"]), None)
     if s3 is not None:

@@ -138,7 +138,7 @@ def run(opts: Options) -> Report:
                 rows.append([r["dim"], "hot memory (baseline)", h["heap"], h["toast"], h["indexes"], h["total"], 0.0])
                 rows.append([r["dim"], "archived memory", a["heap"], a["toast"], a["indexes"], a["total"],
                              r["saving_pct"]])  # fmt: skip
-                rows.append([r["dim"], "+ its archival_attempts row (kept)", t["heap"], t["toast"], t["indexes"],
+                rows.append([r["dim"], "+ archival_attempts rows left (pruned after the audit)", t["heap"], t["toast"], t["indexes"],
                              a["total"] + t["total"], r["saving_pct_with_attempts"]])  # fmt: skip
             report.tables.append(Table(
                 f"Postgres bytes per memory, {n:,} memories measured hot then archived",
@@ -146,8 +146,9 @@ def run(opts: Options) -> Report:
                 rows,
                 "Baseline: the same memories while hot (memories: row, vector in TOAST, HNSW + btree + GIN indexes). "
                 "Archived = archived_memories (summary, bit summary vector, its HNSW). Saving = 1 - archived / "
-                "hot. The third row adds the archival_attempts checkpoint row each archived memory leaves behind "
-                "(its summary and embedding are cleared once the archive row holds them).",
+                "hot. The third row adds what archival_attempts keeps per archived memory after the run: its "
+                "checkpoint rows are pruned once the night's tier audit passes (migration 010), so what is left "
+                "is the empty table and its indexes.",
             ))  # fmt: skip
             idx_rows = []
             for r in results:
@@ -179,7 +180,7 @@ def run(opts: Options) -> Report:
     _representation_table(report, last, recall)
     default = variants(DIMS[0])[1].key
     # Stable keys: the default representation's archived bytes / hot bytes per dim, with and without
-    # the archival_attempts checkpoint row each archived memory leaves.
+    # what archival_attempts keeps per archived memory (its rows are pruned after the audit).
     report.figures["archived_vs_hot"] = {str(r["dim"]): r["representations"][default] / r["hot"]["total"]
                                          for r in last}  # fmt: skip
     report.figures["archived_vs_hot_with_checkpoint"] = {
@@ -213,8 +214,9 @@ def _representation_table(report: Report, results: list[dict[str, Any]], recall:
         rows,
         "Baseline (same run): the halfvec representation used before migration 007, and the same memories hot "
         f"({by_dim[1536]['hot']['total']:,.0f} B at 1536-d, {by_dim[384]['hot']['total']:,.0f} B at 384-d). Bytes = "
-        "archived_memories heap + TOAST + every index per archived memory; the checkpoint column adds the "
-        f"archival_attempts row each archived memory keeps ({by_dim[384]['archival_attempts']['total']:,.0f} B). "
+        "archived_memories heap + TOAST + every index per archived memory; the checkpoint column adds what "
+        f"archival_attempts keeps per archived memory ({by_dim[384]['archival_attempts']['total']:,.0f} B: rows "
+        "pruned after the audit). "
         f"Targets: <= 10% of hot at 1536-d, <= 25% at 384-d, recall >= 0.95x halfvec. Recall: "
         f"{recall.get('embedder', '?')} ({recall.get('dim', '?')}-d), {recall.get('questions', 0)} LoCoMo questions, "
         "default RetrievalConfig, limit 20, phase 2 auto; truncation is a Matryoshka technique (OpenAI "

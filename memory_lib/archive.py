@@ -556,5 +556,11 @@ def batch_status(conn: psycopg.Connection, batch_key: str) -> BatchStatus:
         by_status[r["status"]] += r["n"]
         if r["has_error"] and r["status"] != "archived":
             failed_by_step[r["failed_step"] or "unknown"] += r["n"]
+    # Checkpoint rows of archived memories are pruned after the batch's audit (integrity.audit_batch).
+    pruned = conn.execute(
+        "SELECT archived_pruned FROM archival_batches WHERE batch_key = %s", (batch_key,)
+    ).fetchone()
+    if pruned and pruned["archived_pruned"]:
+        by_status[AttemptStatus.ARCHIVED.value] += pruned["archived_pruned"]
     attempted = sum(by_status.values())
     return BatchStatus(batch_key, dict(by_status), attempted, sum(failed_by_step.values()), dict(failed_by_step))

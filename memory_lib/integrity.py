@@ -80,7 +80,26 @@ def orphaned_backups(
             "SELECT backup_key FROM archival_attempts WHERE backup_key = ANY(%s)", (keys,)
         ).fetchall()
     }
+    # An archived memory's checkpoint row is pruned after its audit: its archive row records the key.
+    refs = {store.ref_for(k): k for k in keys if k not in known}
+    ids = [i for i in map(_memory_id_of, refs.values()) if i is not None]
+    if ids:
+        known |= {
+            refs[r["storage_ref"]]
+            for r in conn.execute(
+                "SELECT storage_ref FROM archived_memories WHERE original_id = ANY(%s)", (ids,)
+            ).fetchall()
+            if r["storage_ref"] in refs
+        }
     return [k for k in keys if k not in known]
+
+
+def _memory_id_of(key: str) -> uuid.UUID | None:
+    """The memory id a backup key names (`.../memories/<id>.json`), or None for another key."""
+    try:
+        return uuid.UUID(key.rsplit("/", 1)[-1].removesuffix(".json"))
+    except ValueError:
+        return None
 
 
 def exact_rows(conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
@@ -134,16 +153,55 @@ class TierAudit:
         return found
 
 
-def audit_batch(conn: psycopg.Connection, store: ObjectStore, batch_key: str) -> TierAudit:
-    """integrity_report and verify_committed of one committed batch, kept on the batch (record_audit)."""
+# Backups HEADed by the post-commit audit, per batch: every one up to 1,000, a random 1,000 above.
+# Every backup was already read back in full (fidelity) and HEADed just before its original was
+# deleted (commit): this audit looks for what happened in between (an object deleted during commit, a
+# lifecycle rule, the wrong bucket). A smaller sample would save requests but miss a single lost
+# object most of the time, and one lost original is what the product promises never happens.
+AUDIT_SAMPLE = 1000
+
+
+def audit_batch(
+    conn: psycopg.Connection, store: ObjectStore, batch_key: str, *, sample_max: int | None = None
+) -> TierAudit:
+    """integrity_report and verify_committed (a sample of `sample_max`, default AUDIT_SAMPLE) of one
+    committed batch, kept on the batch (record_audit). A passed audit then prunes the batch's
+    archived checkpoint rows (prune_archived_attempts); a failed one keeps them for the investigation."""
     report = integrity_report(conn, [batch_key])
-    committed = verify_committed(conn, store, [batch_key])
+    committed = verify_committed(conn, store, [batch_key], sample_max=AUDIT_SAMPLE if sample_max is None else sample_max)
     at = datetime.now(UTC)
     conn.execute(
         "UPDATE archival_batches SET tier_audit = %s WHERE batch_key = %s",
         (Jsonb({"integrity": asdict(report), "committed": asdict(committed), "at": at.isoformat()}), batch_key),
     )
-    return TierAudit(batch_key, report, committed, at)
+    audit = TierAudit(batch_key, report, committed, at)
+    if audit.passed:
+        prune_archived_attempts(conn, batch_key)
+    return audit
+
+
+def prune_archived_attempts(conn: psycopg.Connection, batch_key: str) -> int:
+    """Delete the batch's checkpoint rows of memories it archived; returns how many.
+
+    Only rows whose archive row exists and records the same backup (ref and sha256): what the row
+    recorded is then kept by the archive row, its 'archived' audit event and the backup object.
+    The batch counts them (archival_batches.archived_pruned), so batch_status and the night's totals
+    are unchanged. Open and released attempts are never pruned: retries, takeovers, eligibility and
+    liveness read them. Idempotent: a second call finds nothing to delete.
+    """
+    with conn.transaction():
+        pruned = conn.execute(
+            """DELETE FROM archival_attempts t USING archived_memories a
+               WHERE t.batch_key = %s AND t.status = 'archived' AND a.original_id = t.memory_id
+                 AND a.backup_sha256 = t.backup_sha256 AND a.storage_ref = t.backup_ref""",
+            (batch_key,),
+        ).rowcount
+        if pruned:
+            conn.execute(
+                "UPDATE archival_batches SET archived_pruned = archived_pruned + %s WHERE batch_key = %s",
+                (pruned, batch_key),
+            )
+    return pruned
 
 
 def recorded_audit(conn: psycopg.Connection, batch_key: str) -> TierAudit | None:

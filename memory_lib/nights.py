@@ -39,9 +39,11 @@ def night_totals(conn: psycopg.Connection, night: date) -> dict[str, int]:
     night's own totals, whichever shard run asks. Keys: batches, claimed, archived, open, released."""
     key = batch_key_for(night)
     row = conn.execute(
-        """WITH b AS (SELECT batch_key FROM archival_batches WHERE batch_key = %(k)s OR batch_key LIKE %(like)s)
-           SELECT (SELECT count(*) FROM b) AS batches, count(a.memory_id) AS claimed,
-                  count(*) FILTER (WHERE a.status = 'archived') AS archived,
+        """WITH b AS (SELECT batch_key, archived_pruned FROM archival_batches
+                      WHERE batch_key = %(k)s OR batch_key LIKE %(like)s),
+                p AS (SELECT coalesce(sum(archived_pruned), 0) AS n FROM b)
+           SELECT (SELECT count(*) FROM b) AS batches, count(a.memory_id) + (SELECT n FROM p) AS claimed,
+                  count(*) FILTER (WHERE a.status = 'archived') + (SELECT n FROM p) AS archived,
                   count(*) FILTER (WHERE a.status = ANY(%(open)s)) AS open,
                   count(*) FILTER (WHERE a.status = 'released') AS released
            FROM archival_attempts a WHERE a.batch_key IN (SELECT batch_key FROM b)""",

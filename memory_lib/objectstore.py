@@ -265,14 +265,22 @@ class S3ObjectStore(_BaseStore):
         self.bucket = bucket
         self.list_page_size = list_page_size
         self.verified_by_get = 0
+        self.verified_by_head = 0
 
     def _ref_start(self) -> str:
         return f"s3://{self.bucket}/"
 
     def put(self, key: str, data: bytes, sha256: str) -> StoredObject:
-        """Upload with a SHA256 checksum the server must check (it rejects a mismatch), then verify."""
+        """Upload with a SHA256 checksum the server must check (it rejects a mismatch).
+
+        The PUT's response is the write's verification when it echoes that SHA256 (S3, SeaweedFS and
+        R2 do): the server computed it over what it stored. (The ETag is no proof: with SSE-KMS it is
+        not the MD5 of the bytes.) A server that echoes none costs a HEAD (`verified_by_head` counts
+        those). The full read-back is the archiver's fidelity step, not this.
+        """
         self._check_put(key, data, sha256)
         digest = bytes.fromhex(sha256)
+        checksum = base64.b64encode(digest).decode()
         with _s3_errors("put", self.bucket, key):
             response = self.client.put_object(
                 Bucket=self.bucket,
@@ -280,13 +288,19 @@ class S3ObjectStore(_BaseStore):
                 Body=data,
                 ContentType="application/json",
                 ChecksumAlgorithm="SHA256",
-                ChecksumSHA256=base64.b64encode(digest).decode(),
+                ChecksumSHA256=checksum,
                 Metadata={"sha256": sha256},
             )
-        obj = self.verify(key, sha256, len(data))
-        if obj.version_id is None and response.get("VersionId"):
-            obj = replace(obj, version_id=response["VersionId"])
-        return obj
+        echoed = response.get("ChecksumSHA256")
+        if echoed is not None and echoed != checksum:
+            raise IntegrityError(f"{key} (sha256 the server stored)", checksum, str(echoed))
+        if echoed is None:
+            self.verified_by_head += 1
+            obj = self.verify(key, sha256, len(data))
+            if obj.version_id is None and response.get("VersionId"):
+                obj = replace(obj, version_id=response["VersionId"])
+            return obj
+        return StoredObject(key, self.ref_for(key), sha256, len(data), response.get("VersionId"))
 
     def head(self, key: str) -> StoredObject | None:
         """Size and sha256 from HEAD; from GET + sha256 when the server gives no SHA256 checksum."""
@@ -415,6 +429,7 @@ def s3_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_attempts: int = 3,
+    max_pool_connections: int = 32,
 ) -> Any:
     """A boto3 S3 client with botocore's standard retries and bounded connect/read timeouts, so a
     frozen endpoint fails a call after about max_attempts × (connect + read timeout), never hangs.
@@ -430,6 +445,8 @@ def s3_client(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         s3={"addressing_style": "path"} if endpoint_url else None,
+        # Above the archiver's io_workers (16) and restore's readers, so no thread waits for a connection.
+        max_pool_connections=max_pool_connections,
     )
     return boto3.client(
         "s3",

@@ -208,10 +208,15 @@ def run_batch(
     actor: str,
     limit: int | None = None,
     workers: int = 4,
+    io_workers: int = 16,
     holder: Holder | None = None,
     shard: Shard = ALL,
 ) -> BatchReport:
-    """Run one batch (of `shard`'s users) through every stage in this process (see the module docstring)."""
+    """Run one batch (of `shard`'s users) through every stage in this process (see the module docstring).
+
+    `workers` bounds concurrent summaries (LLM calls); `io_workers` concurrent object requests (puts,
+    read-backs, commit's HEADs): each waits on the network, not on the CPU.
+    """
     store = services.object_store
     outcomes = [claim_stage(conn, batch_key, criteria, as_of, limit=limit, holder=holder, shard=shard)]
     report = BatchReport(batch_key, outcomes, archive.batch_status(conn, batch_key))
@@ -220,12 +225,12 @@ def run_batch(
         return report
     outcomes.append(summarize_stage(conn, batch_key, services.summarizer, services.embedder, criteria,
                                     workers=workers))  # fmt: skip
-    outcomes.append(backup_stage(conn, batch_key, store, criteria, workers=workers))
-    report.fidelity = fidelity_stage(conn, batch_key, store, criteria, actor=actor, workers=workers)
+    outcomes.append(backup_stage(conn, batch_key, store, criteria, workers=io_workers))
+    report.fidelity = fidelity_stage(conn, batch_key, store, criteria, actor=actor, workers=io_workers)
     if report.fidelity.passed:
         report.gate = gate_stage(conn, batch_key, criteria, actor=actor)
     if report.fidelity.passed and report.gate is not None and report.gate.passed:
-        outcomes.append(commit_stage(conn, batch_key, store, criteria, actor=actor, workers=workers))
+        outcomes.append(commit_stage(conn, batch_key, store, criteria, actor=actor, workers=io_workers))
         report.gate = gate_stage(conn, batch_key, criteria, actor=actor, after_commit=True)
         audit = audit_batch(conn, store, batch_key)  # kept on the batch for the tiers_consistent check
         report.integrity, report.committed = audit.integrity, audit.committed

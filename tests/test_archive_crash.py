@@ -46,7 +46,7 @@ CHILD = textwrap.dedent(
     conn = connect(url)
     print("STARTED", flush=True)
     run_batch(conn, services(store, dim), ArchivalCriteria(), batch_key="night", as_of=NOW, actor="child",
-                  workers=1)
+                  workers=1, io_workers=1)
     print("DONE", flush=True)
     """
 )

@@ -120,8 +120,10 @@ def test_footprint_smoke(tmp_path: Path) -> None:
         (1536, "hot"), (1536, "archived"), (1536, "+"), (384, "hot"), (384, "archived"), (384, "+"),
     ]  # fmt: skip
     for r in table:
-        assert finite_positive(r["total"]) and r["heap"] > 0 and r["indexes"] > 0
+        assert finite_positive(r["total"]) and r["indexes"] > 0
         assert r["saving vs hot %"] < 100
+        # archival_attempts keeps no row per archived memory: pruned after the audit, only empty pages left
+        assert (r["heap"] == 0) if r["row"].startswith("+") else (r["heap"] > 0)
     by_dim = {r["dim"]: r for r in table if r["row"].startswith("hot")}
     assert by_dim[1536]["total"] > by_dim[384]["total"]
     for fig in data["figures"][str(data["params"]["sizes"][0])]:
