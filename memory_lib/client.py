@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import validation
+from .associations import search_with_links_plan
 from .config import ContextBudget, Settings
 from .context import (
     AssembledContext,
@@ -64,7 +65,6 @@ from .search import (
     query_vector,
     run_plan,
     run_plan_async,
-    search_plan,
     utc_now,
 )
 from .validation import SearchParams
@@ -291,10 +291,13 @@ class MemoryClient:
         phase2: Phase2Mode = "auto",
         text_query: str | None = None,
         record_access: bool = False,
+        follow_links: bool = False,
         now: datetime | None = None,
     ) -> SearchResult:
         """Hot memories first, archived summaries when needed (see memory_lib.search). With
-        record_access=True the hits count as used (access_count, last_accessed_at).
+        record_access=True the hits count as used (access_count, last_accessed_at). With
+        follow_links=True, `result.associated` holds the archived memories the hot hits link to
+        (memory_lib.associations), each labelled with the hot memory that links to it.
 
         Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
         MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
@@ -303,9 +306,10 @@ class MemoryClient:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, text_query=text_query, record_access=record_access, now=now,
+            follow_links=follow_links,
         )  # fmt: skip
         request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
-        result = self._run(search_plan(request))
+        result = self._run(search_with_links_plan(request, follow_links=params.follow_links))
         if params.record_access and result.hits:
             self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result
@@ -473,14 +477,16 @@ class AsyncMemoryClient:
         phase2: Phase2Mode = "auto",
         text_query: str | None = None,
         record_access: bool = False,
+        follow_links: bool = False,
         now: datetime | None = None,
     ) -> SearchResult:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, text_query=text_query, record_access=record_access, now=now,
+            follow_links=follow_links,
         )  # fmt: skip
         request = self._parts.search_request(params, filters, await self._embed_one(params.query))
-        result = await self._run(search_plan(request))
+        result = await self._run(search_with_links_plan(request, follow_links=params.follow_links))
         if params.record_access and result.hits:
             await self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result

@@ -209,6 +209,12 @@ class RetrievalConfig(BaseModel):
     )
     rerank_model: str | None = Field(None, description="Reranker model (provider default when None).")
     rerank_candidates: int = Field(20, ge=2, le=200, description="Hits to fetch and rerank.")
+    month_scoped_phase2: bool = Field(
+        True, description="A question naming a time searches only the archive rows of those months (memory_lib.warm)."
+    )
+    associated_limit: int = Field(
+        5, ge=0, le=100, description="At most this many archived memories surfaced by follow_links=True."
+    )
 
     @model_validator(mode="after")
     def _weights(self) -> RetrievalConfig:

@@ -285,4 +285,5 @@ class SearchParams(BaseModel):
     include_past: Annotated[bool, rule(boolean)] = False
     phase2: Annotated[str, rule(choice, options=("auto", "always", "never"))] = "auto"
     record_access: Annotated[bool, rule(boolean)] = False
+    follow_links: Annotated[bool, rule(boolean)] = False
     now: Annotated[datetime | None, rule(optional_timestamp)] = None
