@@ -582,7 +582,9 @@ ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
 # tiers go in one statement: same candidates and ranking, BM25 statistics counted once.
 BOTH_TIERS_SQL = _both_tiers_sql(_HOT_TIER, _archived_tier(ARCHIVED_VECTORS, "archived_pool"))
-# Month-scoped phase 2 (memory_lib.warm): the same statements reading only the months asked for.
+# Month-scoped phase 2 (memory_lib.warm): the same statements reading only the months asked for. Phase 1
+# is scoped too: its BM25 statistics count the same archive rows as phase 2's, so the tiers' scores compare.
+HOT_SCOPED_SQL = warm.scope_sql(HOT_SEARCH_SQL)
 ARCHIVED_SCOPED_SQL = warm.scope_sql(ARCHIVED_SEARCH_SQL)
 BOTH_TIERS_SCOPED_SQL = warm.scope_sql(BOTH_TIERS_SQL)
 
@@ -834,7 +836,7 @@ def search_plan(
         return _result(tiers["hot"], tiers["archived"], request, window, upfront, scope)
     hot_rows: list[dict[str, Any]] = []
     if hot_cap > 0:
-        hot_rows = yield Sql(HOT_SEARCH_SQL, params | {"pool": candidate_pool(hot_cap, cfg)})
+        hot_rows = yield Sql(HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, params | {"pool": candidate_pool(hot_cap, cfg)})
     hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
                                now=request.now, window=window, embedder_kind=kind)  # fmt: skip
     reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
