@@ -29,7 +29,9 @@ HOT = "Planning the Douro river weekend with Tiago: trains to Pinhao on Saturday
 
 def _client(conn, store) -> MemoryClient:
     settings = Settings(promotion=PromotionConfig(expansions_to_promote=3, window_days=30))
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=settings, actor="test")
+    return MemoryClient(
+        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=settings, actor="test"
+    )
 
 
 def _archive(conn, store) -> None:
@@ -68,8 +70,14 @@ def test_follow_links_surfaces_linked_archived_memories_labelled_with_the_hot_hi
     assert assoc.labeled_text.startswith(f"[archived, linked from {hot}] ")
     assert assoc.provenance.user_id == "u1" and assoc.scores.final == 0.0
     # Hard filters hold for associated memories too.
-    none = client.search("u1", "Douro weekend trains", phase2="never", follow_links=True, now=NOW,
-                         filters=SearchFilters(since=NOW - timedelta(days=30)))
+    none = client.search(
+        "u1",
+        "Douro weekend trains",
+        phase2="never",
+        follow_links=True,
+        now=NOW,
+        filters=SearchFilters(since=NOW - timedelta(days=30)),
+    )
     assert none.associated == []
 
 
@@ -84,7 +92,9 @@ def test_the_async_client_surfaces_the_same(db_url, conn, local_store):
             aclient = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store,
                                         actor="test")  # fmt: skip
             off = await aclient.search("u1", "Douro weekend trains", phase2="never", now=NOW)
-            on = await aclient.search("u1", "Douro weekend trains", phase2="never", follow_links=True, now=NOW)
+            on = await aclient.search(
+                "u1", "Douro weekend trains", phase2="never", follow_links=True, now=NOW
+            )
             return off, on
         finally:
             await aconn.close()
@@ -111,9 +121,13 @@ def test_using_a_linked_archived_memory_counts_toward_re_promotion(conn, local_s
     assert _link_uses(conn, linked_arch) == [("u1", hot)] * 3
     assert _link_uses(conn, unlinked_arch) == []
     # The nightly sweep applies the rule (3 uses in 30 days): the linked memory is hot again, the other not.
-    report = sweep_promotions(conn, local_store, PromotionConfig(), as_of=NOW + timedelta(days=4), actor="test")
+    report = sweep_promotions(
+        conn, local_store, PromotionConfig(), as_of=NOW + timedelta(days=4), actor="test"
+    )
     assert report.promoted == [linked_arch] and report.failed == {}
-    assert conn.execute("SELECT content FROM memories WHERE id = %s", (linked,)).fetchone()["content"] == LINKED
+    assert (
+        conn.execute("SELECT content FROM memories WHERE id = %s", (linked,)).fetchone()["content"] == LINKED
+    )
     assert conn.execute("SELECT 1 FROM memories WHERE id = %s", (unlinked,)).fetchone() is None
     promoted = conn.execute("SELECT details FROM memory_events WHERE memory_id = %s AND event_type = 'promoted'",
                             (linked,)).fetchone()  # fmt: skip
@@ -145,4 +159,7 @@ def test_links_never_cross_users(conn, local_store):
     conn.execute("UPDATE memories SET entity_links = '{}' WHERE id = %s", (hot,))
     assert client.record_access("u1", [arch], now=NOW) == 1
     assert _link_uses(conn, arch) == []
-    assert client.search("u1", "Douro weekend trains", phase2="never", follow_links=True, now=NOW).associated == []
+    assert (
+        client.search("u1", "Douro weekend trains", phase2="never", follow_links=True, now=NOW).associated
+        == []
+    )

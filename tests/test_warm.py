@@ -89,8 +89,12 @@ def test_a_month_scoped_phase_2_reads_only_that_month(conn, archive, one_stateme
         reads = _archive_reads(plan)
         for node in reads:  # only a range scan of (user_id, original_created_at), nothing filtered away
             assert node.get("Index Name") == "archived_user_created" or any(
-                c.get("Index Name") == "archived_user_created" for c in node.get("Plans", ())), node["Node Type"]
-            assert node.get("Rows Removed by Filter", 0) == 0 and node.get("Rows Removed by Index Recheck", 0) == 0
+                c.get("Index Name") == "archived_user_created" for c in node.get("Plans", ())
+            ), node["Node Type"]
+            assert (
+                node.get("Rows Removed by Filter", 0) == 0
+                and node.get("Rows Removed by Index Recheck", 0) == 0
+            )
         read = sum(n["Actual Rows"] * n["Actual Loops"] for n in reads)
         # The statement searching the archive reads May's rows once; phase 1 alone at most those.
         assert read == may_rows if "a_candidates" in sql else read <= may_rows
