@@ -817,7 +817,7 @@ def search_plan(
         "match_cap": _MATCH_CAP,
         **request.filters.params(),
     }
-    scope = warm.month_scope(window, request.filters.since, request.filters.until) if cfg.month_scoped_phase2 else None
+    scope = warm.month_scope(window, request.filters.since, request.filters.until) if cfg.archive_time_scope == "months" else None
     if scope is not None:
         params |= {"scope_since": scope[0], "scope_until": scope[1]}
     yield Snapshot()

@@ -18,7 +18,7 @@ archived_user_created bounded by the months; tests/test_warm.py reads the plan) 
 change. Its cost grows with the rows in the months asked for (the GIN and HNSW indexes are not
 used inside the scope), which is the seed's trade: a month is small, a year is twelve of them.
 
-`RetrievalConfig.month_scoped_phase2` (default True) turns it off: phase 2 then searches the whole
+`RetrievalConfig.archive_time_scope` ("months" by default; "off") turns it off: phase 2 then searches the whole
 archive and the named time only boosts hits (delta_time), as before.
 """
 

@@ -67,7 +67,7 @@ def _archive_reads(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _search(conn, query: str, *, scoped: bool = True, one_statement: bool = True, **kw):
-    config = RetrievalConfig(month_scoped_phase2=scoped)
+    config = RetrievalConfig(archive_time_scope="months" if scoped else "off")
     embedding = HashingEmbedder(TEST_DIM).embed([query])[0]
     request = SearchRequest(user_id="u1", query=query, embedding=embedding, config=config, now=NOW, **kw)
     plans: list[tuple[str, dict[str, Any]]] = []
