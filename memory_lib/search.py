@@ -20,7 +20,8 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   cosine estimated from it; and their tsvector: the same two arms), unless
   phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
-  the hot horizon). Mode auto/always/never. When phase 2 is needed whatever phase 1 finds (always, the
+  the hot horizon). Mode auto/always/never. A question naming a time reads only the archive rows of
+  the months it names (memory_lib.warm). When phase 2 is needed whatever phase 1 finds (always, the
   past asked for), one statement searches both tiers: BM25 statistics counted once, one round trip.
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
   over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
@@ -817,7 +818,9 @@ def search_plan(
         "match_cap": _MATCH_CAP,
         **request.filters.params(),
     }
-    scope = warm.month_scope(window, request.filters.since, request.filters.until) if cfg.archive_time_scope == "months" else None
+    scope = None  # the months a question names: the only archive rows read (memory_lib.warm)
+    if cfg.archive_time_scope == "months":
+        scope = warm.month_scope(window, request.filters.since, request.filters.until)
     if scope is not None:
         params |= {"scope_since": scope[0], "scope_until": scope[1]}
     yield Snapshot()
@@ -836,7 +839,8 @@ def search_plan(
         return _result(tiers["hot"], tiers["archived"], request, window, upfront, scope)
     hot_rows: list[dict[str, Any]] = []
     if hot_cap > 0:
-        hot_rows = yield Sql(HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, params | {"pool": candidate_pool(hot_cap, cfg)})
+        hot_sql = HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL
+        hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
     hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
                                now=request.now, window=window, embedder_kind=kind)  # fmt: skip
     reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
