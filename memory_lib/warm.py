@@ -7,7 +7,8 @@ them once, into a MATERIALIZED CTE `a_scope`, by a range scan of the index archi
 (user_id, original_created_at) that 001 ships; both arms (bit vectors, full text) and the BM25
 statistics of the archive then read that CTE only, never `archived_memories` itself (scope_sql
 rewrites every reference and refuses a statement it could not rewrite). Ranking inside the months
-is exact: Hamming distance over every row in scope, full text over every summary in scope.
+is exact: Hamming distance over every row in scope, full text over every summary in scope (its
+tsvector computed once per row, in the CTE).
 
 Why an index range and not a table partitioned by month: partitioning would need original_id's
 UNIQUE constraint and the primary key to include the partition key (the archive, promotion and
@@ -31,7 +32,7 @@ from .timescope import TimeWindow
 __all__ = ["SCOPE_CTE", "month_scope", "scope_sql"]
 
 SCOPE_CTE = """a_scope AS MATERIALIZED (
-        SELECT * FROM archived_memories
+        SELECT *, to_tsvector('english'::regconfig, summary) AS scope_tsv FROM archived_memories
         WHERE user_id = %(user_id)s
           AND original_created_at >= %(scope_since)s::timestamptz
           AND original_created_at < %(scope_until)s::timestamptz
@@ -42,6 +43,9 @@ _REWRITES = (
     ("FROM archived_memories sa", "FROM a_scope sa"),
     ("FROM archived_memories a", "FROM a_scope a"),
     ("JOIN archived_memories a", "JOIN a_scope a"),
+    # The summary's tsvector once per row in scope, not once per query term (no GIN index in a CTE).
+    ("to_tsvector('english'::regconfig, sa.summary)", "sa.scope_tsv"),
+    ("to_tsvector('english'::regconfig, a.summary)", "a.scope_tsv"),
 )
 
 
