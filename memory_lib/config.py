@@ -210,9 +210,9 @@ class RetrievalConfig(BaseModel):
     rerank_model: str | None = Field(None, description="Reranker model (provider default when None).")
     rerank_candidates: int = Field(20, ge=2, le=200, description="Hits to fetch and rerank.")
     archive_time_scope: Literal["months", "off"] = Field(
-        "months",
+        "off",
         description="months: a question naming a time searches only the archive rows of those months "
-        "(memory_lib.warm); off: the whole archive, the time only boosts.",
+        "(memory_lib.warm); off (default): the whole archive, the time only boosts.",
     )  # fmt: skip
     associated_limit: int = Field(
         5, ge=0, le=100, description="At most this many archived memories surfaced by follow_links=True."

@@ -19,8 +19,11 @@ archived_user_created bounded by the months; tests/test_warm.py reads the plan) 
 change. Its cost grows with the rows in the months asked for (the GIN and HNSW indexes are not
 used inside the scope), which is the seed's trade: a month is small, a year is twelve of them.
 
-`RetrievalConfig.archive_time_scope` ("months" by default; "off") turns it off: phase 2 then searches the whole
-archive and the named time only boosts hits (delta_time), as before.
+It is opt-in: `RetrievalConfig.archive_time_scope="months"`. The default, "off", searches the whole
+archive and the named time only boosts hits (delta_time), because a memory's text often names a
+date other than the month it was created in ("dentist on 14 June" written in April): with the scope
+on by default, the nightly retrievability gate found 40 of 50 demo memories by their first sentence
+(floor 0.9) and failed; on LoCoMo (hashing embedder, tiered) recall@10 was 0.614 with it, 0.615 without.
 """
 
 from __future__ import annotations
