@@ -337,10 +337,13 @@ class MemoryClient:
         phase3: Phase3Mode = "auto",
         text_query: str | None = None,
         record_access: bool = False,
+        follow_links: bool = False,
         now: datetime | None = None,
     ) -> SearchResult:
         """Hot memories first, archived summaries when needed (see memory_lib.search). With
-        record_access=True the hits count as used (access_count, last_accessed_at).
+        record_access=True the hits count as used (access_count, last_accessed_at). With
+        follow_links=True, `result.associated` holds the archived memories the hot hits link to
+        (memory_lib.associations), each labelled with the hot memory that links to it.
 
         Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
         MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
@@ -349,10 +352,10 @@ class MemoryClient:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now,
+            now=now, follow_links=follow_links,
         )  # fmt: skip
         request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
-        result = drive(escalated_search(request, params.phase3), self._run, self._parts.embed_one,  # type: ignore[arg-type]
+        result = drive(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._parts.embed_one,  # type: ignore[arg-type]
                        self._parts.evaluator)  # fmt: skip
         if params.record_access and result.hits:
             self.record_access(user_id, [h.id for h in result.hits], now=request.now)
@@ -596,15 +599,16 @@ class AsyncMemoryClient:
         phase3: Phase3Mode = "auto",
         text_query: str | None = None,
         record_access: bool = False,
+        follow_links: bool = False,
         now: datetime | None = None,
     ) -> SearchResult:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now,
+            now=now, follow_links=follow_links,
         )  # fmt: skip
         request = self._parts.search_request(params, filters, await self._embed_one(params.query))
-        result = await drive_async(escalated_search(request, params.phase3), self._run, self._embed_one,  # type: ignore[arg-type]
+        result = await drive_async(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._embed_one,  # type: ignore[arg-type]
                                    self._parts.evaluator)  # fmt: skip
         if params.record_access and result.hits:
             await self.record_access(user_id, [h.id for h in result.hits], now=request.now)

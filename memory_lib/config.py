@@ -223,6 +223,14 @@ class RetrievalConfig(BaseModel):
         description="Who decides escalation to digests and facts (memory_lib.escalation): the offline "
         "heuristic, or the LLM of `llm` (needs its API key; falls back to the heuristic, recorded).",
     )  # fmt: skip
+    archive_time_scope: Literal["months", "off"] = Field(
+        "off",
+        description="months: a question naming a time searches only the archive rows of those months "
+        "(memory_lib.warm); off (default): the whole archive, the time only boosts.",
+    )  # fmt: skip
+    associated_limit: int = Field(
+        5, ge=0, le=100, description="At most this many archived memories surfaced by follow_links=True."
+    )
 
     @model_validator(mode="after")
     def _weights(self) -> RetrievalConfig:

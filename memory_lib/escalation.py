@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .associations import search_with_links_plan
 from .consolidated_search import ConsolidatedHit, consolidated_plan
 from .errors import InvalidInputError, MemoryArchiveError
 from .search import Plan, SearchHit, SearchRequest, SearchResult, cut, search_plan, sort_hits
@@ -307,11 +308,14 @@ def _tiers(result: SearchResult) -> list[str]:
     return ["hot", *(["archived"] if result.phase2_reason is not None else [])]
 
 
-def escalated_search(request: SearchRequest, mode: Phase3Mode) -> Generator[Step, Any, SearchResult]:
-    """Phases 1-2, the decision, then at most one escalation. Returns the result with `escalation` set."""
+def escalated_search(
+    request: SearchRequest, mode: Phase3Mode, *, follow_links: bool = False
+) -> Generator[Step, Any, SearchResult]:
+    """Phases 1-2 (and the archived memories their hot hits link to, follow_links), the decision, then
+    at most one escalation. Returns the result with `escalation` set."""
     if mode not in ("auto", "always", "never"):
         raise InvalidInputError("phase3", mode, "must be 'auto', 'always' or 'never'")
-    result: SearchResult = yield RunPlan(search_plan(request))
+    result: SearchResult = yield RunPlan(search_with_links_plan(request, follow_links=follow_links))
     tiers = _tiers(result)
     window = parse_time_window(request.query, request.now)
     fallback: str | None = None

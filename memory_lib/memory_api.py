@@ -29,10 +29,10 @@ from .search import Plan, Snapshot, Sql, checked_shape_plan
 from .write_path import (
     BIND_MODEL_SQL,
     SUPERSEDE_SQL,
-    TOUCH_SQL,
     USER_LOCK_SQL,
     PreparedMemory,
     _insert,
+    _touch,
     event,
     lexical_change,
     prepare_memory,
@@ -325,7 +325,7 @@ def update_plan(
                                                 "sha": sha256_hex(memory.content)}, "one")  # fmt: skip
     if duplicate is not None:  # the new text is another live memory already: that one is the new version
         new_id = duplicate["id"]
-        yield Sql(TOUCH_SQL, {"user_id": user, "id": new_id, "now": now}, "rowcount")
+        yield from _touch(memory, [new_id], now)
     else:
         shape = yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
         valid = validate_memory(f | {"embedding": embedding, "embedding_model": embedding_model},

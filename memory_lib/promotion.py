@@ -6,7 +6,9 @@ recorded at archival (a mismatch raises IntegrityError and nothing is recorded),
 last_expanded_at, and re-promotes the memory to `memories` when the expansions of this archive row
 within `PromotionConfig.window_days` reach `expansions_to_promote` (seed: 3 in 30 days), all in one
 transaction. Expansions count per archive row (the event's details.archive_id), so a memory archived
-again starts from zero.
+again starts from zero. Uses through an association (record_access of an archived memory a live hot
+memory links to: memory_lib.associations, table archive_link_uses) count as expansions: the rule is
+"N uses in the window", here and only here (EXPANSIONS_IN_WINDOW_SQL, DUE_FOR_PROMOTION_SQL).
 
 `sweep_promotions` applies the same rule to every archive row nightly, for rule changes and for
 promotions an expansion could not complete; each promotion is its own transaction and re-running is
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from psycopg.types.json import Jsonb
 
 from . import validation
+from .associations import LINK_USES_SQL
 from .config import PromotionConfig
 from .errors import IntegrityError, InvalidInputError, MemoryArchiveError, NotFoundError
 from .models import BackupObject, sha256_hex
@@ -83,17 +86,27 @@ BUMP_EXPANSION_SQL = """
     UPDATE archived_memories SET expansion_count = expansion_count + 1,
            last_expanded_at = greatest(coalesce(last_expanded_at, %(now)s), %(now)s)
     WHERE user_id = %(user_id)s AND id = %(archive_id)s"""
+# The rule's uses of one archive row in the window: its expansions and its uses through an association.
 EXPANSIONS_IN_WINDOW_SQL = """
-    SELECT count(*) AS n FROM memory_events
-    WHERE memory_id = %(memory_id)s AND user_id = %(user_id)s AND event_type = 'expanded'
-      AND details ->> 'archive_id' = %(archive_id)s
-      AND occurred_at > %(since)s AND occurred_at <= %(now)s"""
+    SELECT (SELECT count(*) FROM memory_events
+            WHERE memory_id = %(memory_id)s AND user_id = %(user_id)s AND event_type = 'expanded'
+              AND details ->> 'archive_id' = %(archive_id)s
+              AND occurred_at > %(since)s AND occurred_at <= %(now)s)
+         + (SELECT count(*) FROM archive_link_uses
+            WHERE archive_id = %(archive_id)s::uuid AND user_id = %(user_id)s
+              AND used_at > %(since)s AND used_at <= %(now)s) AS n"""
 DUE_FOR_PROMOTION_SQL = """
+    WITH uses AS (
+        SELECT e.user_id, e.memory_id AS original_id, e.details ->> 'archive_id' AS archive_id
+        FROM memory_events e
+        WHERE e.event_type = 'expanded' AND e.occurred_at > %(since)s AND e.occurred_at <= %(now)s
+        UNION ALL
+        SELECT u.user_id, u.original_id, u.archive_id::text
+        FROM archive_link_uses u WHERE u.used_at > %(since)s AND u.used_at <= %(now)s
+    )
     SELECT a.id AS archive_id, a.user_id, count(*) AS expansions
-    FROM memory_events e
-    JOIN archived_memories a ON a.original_id = e.memory_id AND a.user_id = e.user_id
-                            AND e.details ->> 'archive_id' = a.id::text
-    WHERE e.event_type = 'expanded' AND e.occurred_at > %(since)s AND e.occurred_at <= %(now)s
+    FROM uses JOIN archived_memories a ON a.original_id = uses.original_id AND a.user_id = uses.user_id
+                                      AND uses.archive_id = a.id::text
     GROUP BY a.id, a.user_id HAVING count(*) >= %(needed)s
     ORDER BY a.id LIMIT %(limit)s"""
 RESTORE_INSERT_SQL = f"""
@@ -262,7 +275,8 @@ def restore_plan(
 
 
 def record_access_plan(user_id: str, ids: Sequence[uuid.UUID], *, now: datetime) -> Plan[int]:
-    """Count a use of hot memories (by id) and archived ones (by archive id or original id)."""
+    """Count a use of hot memories (by id) and archived ones (by archive id or original id). A use of
+    an archived memory a live hot memory links to also counts toward re-promotion (module docstring)."""
     user_id = validation.user(user_id)
     now = validation.timestamp("now", now)
     ids = [validation.uuid_value("ids", i) for i in ids]
@@ -271,6 +285,8 @@ def record_access_plan(user_id: str, ids: Sequence[uuid.UUID], *, now: datetime)
     params = {"user_id": user_id, "ids": ids, "now": now}
     hot = yield Sql(ACCESS_HOT_SQL, params, "rowcount")
     archived = yield Sql(ACCESS_ARCHIVED_SQL, params, "rowcount")
+    if archived:
+        yield Sql(LINK_USES_SQL, params, "rowcount")
     return int(hot) + int(archived)
 
 

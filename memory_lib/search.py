@@ -20,7 +20,8 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   cosine estimated from it; and their tsvector: the same two arms), unless
   phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
-  the hot horizon). Mode auto/always/never. When phase 2 is needed whatever phase 1 finds (always, the
+  the hot horizon). Mode auto/always/never. A question naming a time reads only the archive rows of
+  the months it names (memory_lib.warm). When phase 2 is needed whatever phase 1 finds (always, the
   past asked for), one statement searches both tiers: BM25 statistics counted once, one round trip.
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
   over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
@@ -52,7 +53,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from . import validation
+from . import validation, warm
 from .config import RetrievalConfig
 from .errors import EmbeddingMismatchError, InvalidInputError
 from .models import CATEGORIES
@@ -348,6 +349,9 @@ class SearchHit:
     text: str  # the memory's content, or the archive's summary
     scores: HitScores
     provenance: Provenance
+    # Set on archived memories surfaced by association (follow_links, memory_lib.associations): the
+    # hot hit whose entity_links name this memory. None for hits the search itself ranked.
+    linked_from: uuid.UUID | None = None
 
     @property
     def id(self) -> uuid.UUID:
@@ -356,6 +360,8 @@ class SearchHit:
 
     @property
     def label(self) -> str:
+        if self.linked_from is not None:
+            return f"[archived, linked from {self.linked_from}]"
         return "[archived]" if self.source == "archived" else ""
 
     @property
@@ -372,6 +378,11 @@ class SearchResult:
     # Phase 3 (memory_lib.escalation): digest and fact hits, and the decision recorded on every client search.
     consolidated: list[ConsolidatedHit] = field(default_factory=list)
     escalation: Escalation | None = None
+    # Archived memories the hot hits link to (follow_links=True), not in `hits`: each labelled with
+    # linked_from. Empty unless asked for.
+    associated: list[SearchHit] = field(default_factory=list)
+    # The [since, until) of original creation times phase 2 read (memory_lib.warm), None: all of it.
+    archive_scope: tuple[datetime, datetime] | None = None
 
     def __iter__(self) -> Iterator[SearchHit]:
         return iter(self.hits)
@@ -596,6 +607,11 @@ ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
 # tiers go in one statement: same candidates and ranking, BM25 statistics counted once.
 BOTH_TIERS_SQL = _both_tiers_sql(_HOT_TIER, _archived_tier(ARCHIVED_VECTORS, "archived_pool"))
+# Month-scoped phase 2 (memory_lib.warm): the same statements reading only the months asked for. Phase 1
+# is scoped too: its BM25 statistics count the same archive rows as phase 2's, so the tiers' scores compare.
+HOT_SCOPED_SQL = warm.scope_sql(HOT_SEARCH_SQL)
+ARCHIVED_SCOPED_SQL = warm.scope_sql(ARCHIVED_SEARCH_SQL)
+BOTH_TIERS_SCOPED_SQL = warm.scope_sql(BOTH_TIERS_SQL)
 
 
 SHAPE_SQL = """
@@ -831,6 +847,11 @@ def search_plan(
         "match_cap": _MATCH_CAP,
         **request.filters.params(),
     }
+    scope = None  # the months a question names: the only archive rows read (memory_lib.warm)
+    if cfg.archive_time_scope == "months":
+        scope = warm.month_scope(window, request.filters.since, request.filters.until)
+    if scope is not None:
+        params |= {"scope_since": scope[0], "scope_until": scope[1]}
     yield Snapshot()
     if request.embedding_model is not None:  # a query vector from another model would rank noise
         yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
@@ -840,14 +861,15 @@ def search_plan(
     if one_statement and upfront is not None and hot_cap > 0 and archived_vectors is ARCHIVED_VECTORS:
         # Phase 2 runs whatever phase 1 finds: one statement for both tiers, the same rows.
         pools = {"pool": candidate_pool(hot_cap, cfg), "archived_pool": candidate_pool(archived_cap, cfg)}
-        both = yield Sql(BOTH_TIERS_SQL, params | pools)
+        both = yield Sql(BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, params | pools)
         tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
         for row in both:
             tiers[row.pop("tier")].append(row)
-        return _result(tiers["hot"], tiers["archived"], request, window, upfront)
+        return _result(tiers["hot"], tiers["archived"], request, window, upfront, scope)
     hot_rows: list[dict[str, Any]] = []
     if hot_cap > 0:
-        hot_rows = yield Sql(HOT_SEARCH_SQL, params | {"pool": candidate_pool(hot_cap, cfg)})
+        hot_sql = HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL
+        hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
     hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
                                now=request.now, window=window, embedder_kind=kind)  # fmt: skip
     reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
@@ -855,19 +877,23 @@ def search_plan(
     if reason is not None:
         pool = candidate_pool(archived_cap, cfg)
         sql = ARCHIVED_SEARCH_SQL if archived_vectors is ARCHIVED_VECTORS else archived_search_sql(archived_vectors)
+        if scope is not None:
+            sql = ARCHIVED_SCOPED_SQL if sql is ARCHIVED_SEARCH_SQL else warm.scope_sql(sql)
         archived_rows = yield Sql(sql, params | {"pool": pool})
         archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
-    return _result(hot_rows, archived_rows, request, window, reason)
+    return _result(hot_rows, archived_rows, request, window, reason, scope if reason is not None else None)
 
 
 def _result(hot_rows: list[dict[str, Any]], archived_rows: list[dict[str, Any]], request: SearchRequest,
-            window: TimeWindow | None, reason: str | None) -> SearchResult:  # fmt: skip
+            window: TimeWindow | None, reason: str | None,
+            scope: tuple[datetime, datetime] | None = None) -> SearchResult:  # fmt: skip
     total, hot_cap, archived_cap = request.limits
     rows = [*hot_rows, *archived_rows]
     sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
     ranked = rank_candidates(rows, sources=sources, config=request.config, tags=request.tags, now=request.now,
                              window=window, embedder_kind=request.embedder_kind)  # fmt: skip
-    return SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows))
+    return SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows),
+                        archive_scope=scope)  # fmt: skip
 
 
 def utc_now(now: datetime | None) -> datetime:

@@ -299,4 +299,5 @@ class SearchParams(BaseModel):
     phase2: Annotated[str, rule(choice, options=("auto", "always", "never"))] = "auto"
     phase3: Annotated[str, rule(choice, options=("auto", "always", "never"))] = "auto"
     record_access: Annotated[bool, rule(boolean)] = False
+    follow_links: Annotated[bool, rule(boolean)] = False
     now: Annotated[datetime | None, rule(optional_timestamp)] = None

@@ -83,6 +83,10 @@ BEGIN
     RETURN n;
 END $$;
 
--- list(): keyset pages over (created_at, id) per user in both tiers.
+-- list(): keyset pages over (created_at, id) per user in both tiers. These serve every range of
+-- (user_id, created_at) the two-column indexes of 001 served (month-scoped phase 2 included), so those
+-- go: one index per tier, not two (each costs bytes on every row, issue 11).
 CREATE INDEX memories_user_created_id ON memories (user_id, created_at DESC, id DESC);
 CREATE INDEX archived_user_created_id ON archived_memories (user_id, original_created_at DESC, original_id DESC);
+DROP INDEX memories_user_created;
+DROP INDEX archived_user_created;
