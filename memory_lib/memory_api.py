@@ -67,6 +67,12 @@ class MemoryRecord:
     archive_id: uuid.UUID | None
     archived_at: datetime | None
     embedding_model: str
+    # Hot: the TTL the memory was written with (0: pinned) and when the nightly run archives it for
+    # that (None: never by TTL). Archived: None, and `archive_reason` says why it was archived
+    # (`ttl_expired` for an expired one).
+    ttl_days: int | None = None
+    expires_at: datetime | None = None
+    archive_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,14 @@ class UpdateResult:
 
 _HOT_COLUMNS = """'hot' AS tier, m.id, m.user_id, m.content, NULL::text AS summary, m.category, m.domain,
     m.metadata, m.importance_score, m.pinned, m.access_count, m.last_accessed_at, m.created_at, m.updated_at,
-    m.superseded_by, NULL::uuid AS archive_id, NULL::timestamptz AS archived_at, m.embedding_model"""
+    m.superseded_by, NULL::uuid AS archive_id, NULL::timestamptz AS archived_at, m.embedding_model,
+    m.ttl_days, m.expires_at, NULL::text AS archive_reason"""
 _ARCHIVED_COLUMNS = """'archived' AS tier, a.original_id AS id, a.user_id, NULL::text AS content, a.summary,
     a.original_category AS category, a.original_domain AS domain, a.metadata, a.importance_score,
     false AS pinned, a.access_count, a.last_accessed_at, a.original_created_at AS created_at,
     a.original_updated_at AS updated_at, a.original_superseded_by AS superseded_by, a.id AS archive_id,
-    a.archived_at, a.original_embedding_model AS embedding_model"""
+    a.archived_at, a.original_embedding_model AS embedding_model, NULL::integer AS ttl_days,
+    NULL::timestamptz AS expires_at, a.archive_reason"""
 GET_SQL = f"""
     SELECT {_HOT_COLUMNS} FROM memories m WHERE m.user_id = %(user_id)s AND m.id = %(id)s
     UNION ALL
@@ -131,7 +139,8 @@ def _record(row: dict[str, Any]) -> MemoryRecord:
         metadata=meta, importance=float(row["importance_score"]), pinned=row["pinned"],
         access_count=row["access_count"], last_accessed_at=row["last_accessed_at"], created_at=row["created_at"],
         updated_at=row["updated_at"], superseded_by=row["superseded_by"], archive_id=row["archive_id"],
-        archived_at=row["archived_at"], embedding_model=row["embedding_model"],
+        archived_at=row["archived_at"], embedding_model=row["embedding_model"], ttl_days=row["ttl_days"],
+        expires_at=row["expires_at"], archive_reason=row["archive_reason"],
     )  # fmt: skip
 
 

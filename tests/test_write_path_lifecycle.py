@@ -154,6 +154,12 @@ def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired
     assert canonical.expires_at is None
     assert conn.execute("SELECT pinned FROM memories WHERE id = %s", (canonical.memory_id,)).fetchone()["pinned"]
     plain = client.add("u1", "Likes the harbour walk on Sundays", now=written)
+    # get and list show the expiry
+    record = client.get("u1", short.memory_id)
+    assert (record.tier, record.ttl_days, record.expires_at) == ("hot", 3, short.expires_at)
+    listed = {r.id: r for r in client.list("u1").items}
+    assert listed[short.memory_id].expires_at == short.expires_at and listed[plain.memory_id].expires_at is None
+    assert listed[canonical.memory_id].ttl_days == 0 and listed[canonical.memory_id].pinned
 
     # Nights before it expires archive nothing (it is important and recent: only the TTL can take it).
     for i in range(3):
@@ -171,6 +177,8 @@ def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired
     # Archived, not dropped: the original comes back byte for byte.
     expansion = client.expand("u1", arch["id"], now=as_of(expired_night))
     assert expansion.content.encode() == text.encode() and expansion.original.archive_reason == REASON_TTL_EXPIRED
+    record = client.get("u1", short.memory_id)
+    assert (record.tier, record.archive_reason, record.expires_at) == ("archived", REASON_TTL_EXPIRED, None)
 
 
 def test_ttl_expiry_takes_an_exempt_category_but_never_a_pinned_memory(conn):
