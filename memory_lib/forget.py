@@ -46,6 +46,7 @@ from .write_path import USER_LOCK_SQL
 _ERASED: dict[str, str] = {
     "memory_retention": "memory_id",
     "archival_attempts": "memory_id",
+    "archive_link_uses": "original_id",
     "archived_memories": "original_id",
     "memories": "id",
 }

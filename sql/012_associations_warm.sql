@@ -18,5 +18,6 @@ CREATE TABLE archive_link_uses (
 CREATE INDEX archive_link_uses_archive ON archive_link_uses (archive_id, used_at);
 CREATE INDEX archive_link_uses_used_at ON archive_link_uses (used_at);
 
--- Month-scoped phase 2 reads archive rows through archived_user_created_id (user_id, original_created_at, original_id; migration 014),
--- created by 001: a time-scoped search is a range scan of that index (memory_lib.warm), no new index.
+-- Month-scoped phase 2 reads archive rows through an index on (user_id, original_created_at): 001's, which
+-- migration 014 replaces by (user_id, original_created_at, original_id) for keyset pages. A time-scoped
+-- search is a range scan of that index (memory_lib.warm), no new index.

@@ -74,8 +74,11 @@ def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, sto
     seen = {"claimed": [], "archived": []}
     for night in run:
         key = nights.batch_key_for(night)
+        # What the night claimed: its remaining checkpoint rows plus those pruned after its audit (010).
         claimed = conn.execute(
-            "SELECT count(*) AS n FROM archival_attempts WHERE batch_key = %s", (key,)
+            """SELECT (SELECT count(*) FROM archival_attempts WHERE batch_key = %(k)s)
+                      + (SELECT archived_pruned FROM archival_batches WHERE batch_key = %(k)s) AS n""",
+            {"k": key},
         ).fetchone()["n"]
         archived = conn.execute(
             "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s", (key,)
