@@ -255,7 +255,9 @@ def summarize_batch(
     conn: psycopg.Connection, batch_key: str, summarizer: Summarizer, criteria: ArchivalCriteria,
     *, workers: int = 4,
 ) -> StepResult:
-    """Summarize every claimed memory of the batch that has no summary yet, synchronously.
+    """Summarize every claimed memory of the batch that has no summary yet: synchronously, or through
+    the provider's batch API when more than the summarizer's `batch_threshold` are to do or some
+    already wait in a provider batch (memory_lib.batches; see _summarize_via_batches).
 
     Every paid answer goes to the LLM ledger (memory_lib.ledger) before the checkpoints it belongs
     to are written. Entities are the model's own when it gave them (one call, summary and entities),
@@ -273,7 +275,7 @@ def summarize_batch(
     threshold = getattr(summarizer, "batch_threshold", 0)
     if batches.supports_batches(summarizer) and (waiting or (threshold and len(todo) > threshold)):
         submit = todo if threshold and len(todo) > threshold else []
-        todo = [a for a in todo if a not in submit]
+        todo = [] if submit else todo
         todo += _summarize_via_batches(conn, batch_key, summarizer, criteria, submit, waiting, originals,
                                        ledger, checkpoints, result, deadline)  # fmt: skip
 
