@@ -222,6 +222,9 @@ class SummarizerResource(dg.ConfigurableResource):
     max_concurrency: int | None = None
     max_retries: int | None = None
     timeout_seconds: float | None = None
+    batch_threshold: int | None = Field(default=None, description="Above this many memories: the batch API.")
+    batch_poll_seconds: float | None = None
+    batch_wait_seconds: float | None = None
 
     _summarizer: Summarizer | None = PrivateAttr(default=None)
     _config: LLMConfig | None = PrivateAttr(default=None)
@@ -229,7 +232,8 @@ class SummarizerResource(dg.ConfigurableResource):
     def llm_config(self) -> LLMConfig:
         if self._config is None:
             names = ("provider", "base_url", "anthropic_model", "openai_model", "max_output_tokens",
-                     "requests_per_second", "max_concurrency", "max_retries", "timeout_seconds")  # fmt: skip
+                     "requests_per_second", "max_concurrency", "max_retries", "timeout_seconds",
+                     "batch_threshold", "batch_poll_seconds", "batch_wait_seconds")  # fmt: skip
             self._config = _merged(LLMConfig, Settings.from_env().llm, _set_fields(self, names), "llm")
         return self._config
 

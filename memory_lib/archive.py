@@ -16,29 +16,41 @@ Every step renews its batch's lease when it starts and stops starting work at it
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
 from pgvector import Vector
+from psycopg.types.json import Jsonb
 
+from . import batches
 from .claims import renew_lease
 from .config import ArchivalCriteria, Settings
 from .embedding import Embedder, embedder_from_settings
-from .errors import DeadlineExceeded, EmbeddingMismatchError, IntegrityError, NotFoundError
+from .errors import (
+    DeadlineExceeded,
+    EmbeddingMismatchError,
+    IntegrityError,
+    NotFoundError,
+    SummarizationError,
+)
+from .ledger import LedgerEntry, record_usage
 from .models import BackupObject, sha256_hex
 from .objectstore import ObjectStore, object_store_from_settings
 from .statuses import AttemptStatus, Step
 from .store import MEMORY_COLUMNS, ROW_XMIN, fetch_memories, store_shape
 from .summarize import (
+    PaidSummarizationError,
     Summarizer,
+    Summary,
     SummaryInput,
     check_summary_text,
     extract_key_entities,
@@ -78,6 +90,7 @@ class StepResult:
     output_tokens: int = 0
     cost_usd: float = 0.0
     seconds: float = 0.0
+    waiting: int = 0  # memories left waiting in a provider batch still running (summarize only)
     errors: list[str] = field(default_factory=list)
 
 
@@ -103,7 +116,7 @@ class BatchStatus:
 
 def _pending(conn: psycopg.Connection, batch_key: str, status: str, extra_cols: str = "") -> list[dict[str, Any]]:
     return conn.execute(
-        f"""SELECT a.memory_id, a.user_id, a.archive_reason, a.attempts {extra_cols}
+        f"""SELECT a.memory_id, a.user_id, a.archive_reason, a.attempts, a.llm_submission {extra_cols}
             FROM archival_attempts a WHERE a.batch_key = %s AND a.status = %s ORDER BY a.memory_id""",
         (batch_key, status),
     ).fetchall()
@@ -146,10 +159,11 @@ class _Checkpoints:
     def __init__(
         self, conn: psycopg.Connection, batch_key: str, step: str, sql: str,
         params: Callable[[uuid.UUID, Any], Sequence[Any]], criteria: ArchivalCriteria, result: StepResult,
-        saved: Callable[[Any], None] | None = None,
+        saved: Callable[[Any], None] | None = None, before_flush: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         self.conn, self.batch_key, self.step, self.sql = conn, batch_key, step, sql
         self.params, self.criteria, self.result, self.saved = params, criteria, result, saved
+        self.before_flush = before_flush
         self._pending: list[tuple[uuid.UUID, Any, Sequence[Any]]] = []
 
     def add(self, memory_id: uuid.UUID, outcome: Any) -> None:
@@ -166,6 +180,8 @@ class _Checkpoints:
         record_failure(self.conn, self.batch_key, memory_id, self.step, outcome, self.criteria, self.result)
 
     def flush(self) -> None:
+        if self.before_flush is not None:
+            self.before_flush()
         rows, self._pending = self._pending, []
         if not rows:
             return
@@ -239,27 +255,237 @@ def summarize_batch(
     conn: psycopg.Connection, batch_key: str, summarizer: Summarizer, criteria: ArchivalCriteria,
     *, workers: int = 4,
 ) -> StepResult:
-    """Summarize every claimed memory of the batch that has no summary yet."""
+    """Summarize every claimed memory of the batch that has no summary yet: synchronously, or through
+    the provider's batch API when more than the summarizer's `batch_threshold` are to do or some
+    already wait in a provider batch (memory_lib.batches; see _summarize_via_batches).
+
+    Every paid answer goes to the LLM ledger (memory_lib.ledger) before the checkpoints it belongs
+    to are written. Entities are the model's own when it gave them (one call, summary and entities),
+    else extract_key_entities' (the offline summarizer).
+    """
     result = StepResult(Step.SUMMARIZE)
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
-    todo = _pending(conn, batch_key, AttemptStatus.CLAIMED)
-    originals = fetch_memories(conn, [r["memory_id"] for r in todo])
+    claimed = _pending(conn, batch_key, AttemptStatus.CLAIMED)
+    originals = fetch_memories(conn, [r["memory_id"] for r in claimed])
+    ledger = _LedgerBuffer(conn, batch_key)
+    checkpoints = summary_checkpoints(conn, batch_key, criteria, result, ledger)
+    todo = [a for a in claimed if a["llm_submission"] is None]
+    waiting = [a for a in claimed if a["llm_submission"] is not None]
+    threshold = getattr(summarizer, "batch_threshold", 0)
+    if batches.supports_batches(summarizer) and (waiting or (threshold and len(todo) > threshold)):
+        submit = todo if threshold and len(todo) > threshold else []
+        todo = [] if submit else todo
+        todo += _summarize_via_batches(conn, batch_key, summarizer, criteria, submit, waiting, originals,
+                                       ledger, checkpoints, result, deadline)  # fmt: skip
 
     def run(attempt: dict[str, Any]):
         row = originals.get(attempt["memory_id"])
         if row is None:
             raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
         item = SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
-        summary = summarizer.summarize(item)
+        try:
+            summary = summarizer.summarize(item)
+        except PaidSummarizationError as exc:
+            ledger.add(attempt, exc.spent, "failed")
+            raise
+        return accept_summary(summary, row, attempt, ledger)
+
+    for attempt, outcome in run_parallel(run, todo, workers, deadline=deadline):
+        checkpoints.add(attempt["memory_id"], outcome)
+    checkpoints.flush()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _summarize_via_batches(
+    conn: psycopg.Connection, batch_key: str, summarizer: Any, criteria: ArchivalCriteria,
+    submit: list[dict[str, Any]], waiting: list[dict[str, Any]], originals: dict[uuid.UUID, dict[str, Any]],
+    ledger: _LedgerBuffer, checkpoints: _Checkpoints, result: StepResult, step_deadline_at: float,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Submit `submit` as one provider batch, poll it and the submissions `waiting` memories are in,
+    apply what ended (memory_lib.batches). Returns the attempts to summarize synchronously instead
+    (their batch expired or was canceled, or the provider refused the batch); memories of a batch
+    still running when the wait ends stay claimed with their submission, counted in result.waiting."""
+    api = batches.BatchClient(summarizer)
+    by_key: dict[str, dict[uuid.UUID, dict[str, Any]]] = {}
+    for a in waiting:
+        by_key.setdefault(a["llm_submission"], {})[a["memory_id"]] = a
+    fallback: list[dict[str, Any]] = []
+
+    def requests_for(attempts: list[dict[str, Any]]) -> list[tuple[uuid.UUID, dict[str, Any]]]:
+        out = []
+        for a in attempts:
+            row = originals.get(a["memory_id"])
+            try:
+                if row is None:
+                    raise NotFoundError(f"memory {a['memory_id']} no longer exists")
+                item = SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
+                if not item.content.strip():
+                    raise SummarizationError("memory content is empty: nothing to summarize")
+                out.append((a["memory_id"], summarizer.request_params(item)))
+            except Exception as exc:
+                checkpoints.add(a["memory_id"], exc)
+        return out
+
+    sent_now: set[str] = set()
+
+    def send(key: str, attempts: list[dict[str, Any]]) -> None:
+        sent_now.add(key)
+        try:
+            batches.record_submitted(conn, key, api.create(key, requests_for(attempts)))
+        except SummarizationError as exc:
+            if getattr(exc.__cause__, "status_code", None) is None:
+                # No answer (timeout, connection): the batch may exist. Left 'submitting': the next
+                # run adopts it or, when the provider has none, submits.
+                log.warning("submission %s: no answer from the provider (%s); left for the next run", key, exc)
+                return
+            # The provider refused the batch: nothing was created, summarize these one by one.
+            batches.mark(conn, key, "failed", str(exc)[:500])
+            batches.release_memories(conn, key, [a["memory_id"] for a in attempts])
+            fallback.extend(attempts)
+            by_key.pop(key, None)
+
+    if submit:
+        ids = [a["memory_id"] for a in submit]
+        key = batches.submission_key(batch_key, ids)
+        batches.record_intent(conn, batch_key, key, summarizer.kind, summarizer.model, ids)
+        by_key[key] = {a["memory_id"]: a for a in submit}
+        send(key, submit)
+
+    subs = {s["submission_key"]: s for s in batches.open_submissions(conn, set(by_key))}
+    for key, sub in list(subs.items()):
+        unresolved = sub["status"] == "submitting" and sub["provider_batch_id"] is None
+        if unresolved and key in by_key and key not in sent_now and batches.adopt_or_forget(conn, api, sub) is None:
+            send(key, list(by_key[key].values()))  # the provider has no batch for it: never submitted
+    subs = {s["submission_key"]: s for s in batches.open_submissions(conn, set(by_key))}
+
+    wait_until = batches.wait_deadline(time.monotonic(), getattr(summarizer, "batch_wait_seconds", 0.0),
+                                       step_deadline_at)  # fmt: skip
+    for key, sub in subs.items():
+        if sub["status"] in ("collected", "failed", "expired", "canceled") and key in by_key:
+            # Done with, yet memories still point at it (a crash between its last two writes).
+            batches.release_memories(conn, key, list(by_key[key]))
+            fallback.extend(by_key.pop(key).values())
+    pending = {k: s for k, s in subs.items() if s["provider_batch_id"] and s["status"] in ("submitted", "ended")
+               and k in by_key}  # fmt: skip
+    for key in set(by_key) - set(pending):  # no provider batch: a submit without an answer, left for later
+        result.waiting += len(by_key[key])
+    while pending:
+        for key, sub in list(pending.items()):
+            pb = api.retrieve(sub["provider_batch_id"])
+            if pb.status == "in_progress":
+                continue
+            del pending[key]
+            fallback.extend(_collect(conn, api, summarizer, sub, pb.status, by_key[key], originals, ledger,
+                                     checkpoints))  # fmt: skip
+        if pending:
+            renew_lease(conn, batch_key, criteria)
+            if not batches.sleep_until_next_poll(getattr(summarizer, "batch_poll_seconds", 30.0), wait_until):
+                break
+    for key in pending:
+        result.waiting += len(by_key[key])
+    return fallback
+
+
+def _collect(
+    conn: psycopg.Connection, api: batches.BatchClient, summarizer: Any, sub: dict[str, Any], status: str,
+    attempts: dict[uuid.UUID, dict[str, Any]], originals: dict[uuid.UUID, dict[str, Any]],
+    ledger: _LedgerBuffer, checkpoints: _Checkpoints,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Apply an ended provider batch's results to the memories still waiting in it; return those to
+    summarize synchronously (canceled or expired, or missing from the results)."""
+    key, provider_id = sub["submission_key"], sub["provider_batch_id"]
+    batches.mark(conn, key, "ended")
+    results = [] if status == "failed" else list(api.results(provider_id))
+    fallback: list[dict[str, Any]] = []
+    seen: set[uuid.UUID] = set()
+    for r in results:
+        attempt = attempts.get(r.memory_id)
+        if attempt is None or r.memory_id in seen:
+            continue  # not ours any more (applied by an earlier collect, or moved on)
+        seen.add(r.memory_id)
+        if r.kind in ("canceled", "expired"):
+            fallback.append(attempt)
+            continue
+        if r.kind != "succeeded":
+            checkpoints.add(r.memory_id, batches.describe_failure(r.kind, r.error))
+            continue
+        request_id = f"{provider_id}:{r.memory_id}"
+        try:
+            summary = replace(summarizer.parse_response(r.response, mode="batch"), request_id=request_id)
+        except PaidSummarizationError as exc:
+            ledger.add(attempt, replace(exc.spent, request_id=request_id), "failed")
+            checkpoints.add(r.memory_id, exc)
+            continue
+        row = originals.get(r.memory_id)
+        try:
+            if row is None:
+                raise NotFoundError(f"memory {r.memory_id} no longer exists")
+            outcome: Any = accept_summary(summary, row, attempt, ledger)
+        except Exception as exc:
+            outcome = exc
+        checkpoints.add(r.memory_id, outcome)
+    fallback.extend(a for mid, a in attempts.items() if mid not in seen)
+    checkpoints.flush()  # ledger first (before_flush), then the summaries
+    batches.release_memories(conn, key, list(attempts))
+    kinds = {r.kind for r in results}
+    # Anthropic reports an expired or canceled batch as "ended" with expired/canceled results.
+    final = {"expired": "expired", "canceled": "canceled", "failed": "failed"}.get(
+        status, "expired" if "expired" in kinds else "canceled" if "canceled" in kinds else "collected")  # fmt: skip
+    batches.mark(conn, key, final)
+    if fallback:
+        log.warning("provider batch %s (%s): %d memories summarized synchronously instead", provider_id, status,
+                    len(fallback))  # fmt: skip
+    return fallback
+
+
+class _LedgerBuffer:
+    """Ledger rows of one step, collected from worker threads and written before each checkpoint flush."""
+
+    def __init__(self, conn: psycopg.Connection, batch_key: str):
+        self.conn, self.batch_key = conn, batch_key
+        self._entries: list[LedgerEntry] = []
+        self._lock = threading.Lock()
+
+    def add(self, attempt: dict[str, Any], spent: Summary, outcome: str) -> None:
+        if spent.kind == "extractive-offline":
+            return  # no provider, no bill
+        entry = LedgerEntry(spent, outcome, self.batch_key, attempt["memory_id"], attempt["user_id"])
+        with self._lock:
+            self._entries.append(entry)
+
+    def flush(self) -> None:
+        with self._lock:
+            entries, self._entries = self._entries, []
+        record_usage(self.conn, entries)
+
+
+def accept_summary(
+    summary: Summary, row: dict[str, Any], attempt: dict[str, Any], ledger: _LedgerBuffer
+) -> tuple[Summary, list[str]]:
+    """Check a summary against its memory and ledger it: the checkpoint's outcome, or raise for this memory."""
+    try:
         # A NUL, a lone surrogate, a refusal or text unrelated to the memory fails this memory only.
         check_summary_text(summary.text, row["content"], source=f"{summary.kind}:{summary.model}")
-        return summary, extract_key_entities(row["content"])
+    except SummarizationError:
+        ledger.add(attempt, summary, "failed")
+        raise
+    ledger.add(attempt, summary, "ok")
+    entities = summary.entity_names if summary.entities is not None else extract_key_entities(row["content"])
+    return summary, entities
+
+
+def summary_checkpoints(
+    conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, result: StepResult, ledger: _LedgerBuffer
+) -> _Checkpoints:
+    """Checkpoints of accepted summaries (claimed -> summarized), the ledger written before each set."""
 
     def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
         summary, entities = outcome
-        return (summary.text, summary.model, summary.kind, entities, summary.input_tokens,
-                summary.output_tokens, summary.cost_usd, batch_key, mid)  # fmt: skip
+        typed = None if summary.entities is None else Jsonb([[e.name, e.type] for e in summary.entities])
+        return (summary.text, summary.model, summary.kind, entities, typed, summary.domain_guess,
+                summary.input_tokens, summary.output_tokens, summary.cost_usd, batch_key, mid)  # fmt: skip
 
     def saved(outcome: Any) -> None:
         summary = outcome[0]
@@ -267,20 +493,16 @@ def summarize_batch(
         result.output_tokens += summary.output_tokens
         result.cost_usd += summary.cost_usd
 
-    checkpoints = _Checkpoints(
+    return _Checkpoints(
         conn, batch_key, Step.SUMMARIZE,
         """UPDATE archival_attempts
            SET status = 'summarized', summary = %s, summary_model = %s, summarizer_kind = %s,
-               key_entities = %s, input_tokens = %s, output_tokens = %s, cost_usd = %s,
+               key_entities = %s, summary_entities = %s, domain_guess = %s, input_tokens = %s,
+               output_tokens = %s, cost_usd = %s, llm_submission = NULL,
                error = NULL, failed_step = NULL, updated_at = now()
            WHERE batch_key = %s AND memory_id = %s AND status = 'claimed'""",
-        params, criteria, result, saved,
+        params, criteria, result, saved, before_flush=ledger.flush,
     )  # fmt: skip
-    for attempt, outcome in run_parallel(run, todo, workers, deadline=deadline):
-        checkpoints.add(attempt["memory_id"], outcome)
-    checkpoints.flush()
-    result.seconds = time.monotonic() - started
-    return result
 
 
 def check_embedder(conn: psycopg.Connection, embedder: Embedder) -> None:
@@ -401,7 +623,11 @@ _COMMIT_INSERT = """
            m.created_at, a.archive_reason, a.backup_ref, true, a.backup_sha256, a.backup_size_bytes,
            a.backup_version_id, 1, a.summary_model, a.summarizer_kind, coalesce(a.input_tokens, 0),
            coalesce(a.output_tokens, 0), coalesce(a.cost_usd, 0),
-           jsonb_build_object('batch_key', a.batch_key, 'backup_key', a.backup_key), m.dedupe_key
+           -- the model's typed entities and domain guess live on with the row: checkpoints are pruned
+           jsonb_build_object('batch_key', a.batch_key, 'backup_key', a.backup_key)
+             || jsonb_strip_nulls(jsonb_build_object('summary_entities', a.summary_entities,
+                                                     'domain_guess', a.domain_guess)),
+           m.dedupe_key
     FROM archival_attempts a JOIN memories m ON m.id = a.memory_id
     WHERE a.batch_key = %(batch)s AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
 """

@@ -49,6 +49,7 @@ from pydantic_settings import (
 )
 
 from .errors import ConfigError
+from .pricing import DEFAULT_PRICES, ModelPrice
 
 # allow_inf_nan=False: "inf" or "nan" from the environment is refused by every float bound.
 _STRICT = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
@@ -322,12 +323,23 @@ class LLMConfig(BaseModel):
     anthropic_model: str = "claude-haiku-4-5"
     openai_model: str = "gpt-4o-mini"
     base_url: HttpURL | None = None
-    max_output_tokens: int = Field(200, ge=16, le=4096)
+    max_output_tokens: int = Field(400, ge=16, le=4096)
     requests_per_second: float = Field(10.0, gt=0.0, le=10_000.0)
     max_concurrency: int = Field(4, ge=1, le=64, description="Summaries requested in parallel.")
     max_retries: int = Field(5, ge=0)
     timeout_seconds: float = Field(30.0, gt=0.0)
     max_summary_chars: int = Field(1200, ge=50)
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICES),
+        description="USD per million tokens per model (list, batch, cache); replaces the built-in table.",
+    )
+    batch_threshold: int = Field(
+        200, ge=0, description="A batch with more memories than this is summarized through the batch API; 0: never."
+    )
+    batch_poll_seconds: float = Field(30.0, gt=0.0, description="Seconds between polls of a submitted batch.")
+    batch_wait_seconds: float = Field(
+        3600.0, ge=0.0, description="How long the summarize stage waits for a batch before leaving it for the next run."
+    )
 
 
 class EmbeddingConfig(BaseModel):

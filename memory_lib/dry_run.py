@@ -21,7 +21,8 @@ from .errors import IntegrityError, InvalidInputError, MemoryArchiveError
 from .fidelity import _differences
 from .models import BackupObject, sha256_hex, to_float32
 from .objectstore import ObjectStore
-from .summarize import SummaryInput
+from .pricing import DEFAULT_PRICES, Usage, cost_usd
+from .summarize import Summary, SummaryInput
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class RoundTrip:
 
 @dataclass(frozen=True)
 class Projection:
+    """The backlog's cost, from the sample's measured usage (answers that failed validation count:
+    they are billed) priced for the configured model: `cost_usd` synchronously (list price),
+    `cost_usd_batch` through the provider's batch API. `priced` is False when the model has no price."""
+
     eligible: int
     nights_needed: int
     input_tokens: int
@@ -59,6 +64,11 @@ class Projection:
     seconds: float
     seconds_per_memory: dict[str, float]
     bytes: int
+    cost_usd_batch: float = 0.0
+    model: str = ""
+    priced: bool = True
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,11 @@ def dry_run(
     outcomes = list(run_parallel(summarize, rows, workers))
     t_summary = time.monotonic() - t0
     samples: list[SampleReview] = []
+    measured = Usage()
+    for _, out in outcomes:
+        spent = out if isinstance(out, Summary) else getattr(out, "spent", None)
+        if spent is not None:
+            measured = measured + spent.usage
     for row, out in outcomes:
         ok = not isinstance(out, BaseException)
         samples.append(
@@ -130,17 +145,29 @@ def dry_run(
     }
     if requests_per_second:  # the rate limit caps the summary rate whatever the sample's latency
         per["summarize"] = max(per["summarize"], 1.0 / requests_per_second)
-    ok = [s for s in samples if s.summary]
-    k = max(len(ok), 1)
+    # Per sampled memory, every answer counted (a failed one is billed and would be retried).
+    scale = eligible / max(len(samples), 1)
+    projected = Usage(*(round(scale * getattr(measured, f)) for f in (
+        "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")))  # fmt: skip
+    summarizer = services.summarizer
+    prices = getattr(summarizer, "prices", DEFAULT_PRICES)
+    offline = summarizer.kind == "extractive-offline"
+    sync_cost = 0.0 if offline else cost_usd(prices, summarizer.model, projected)
+    batch_cost = 0.0 if offline else cost_usd(prices, summarizer.model, projected, batch=True)
     projection = Projection(
         eligible=eligible,
         nights_needed=math.ceil(eligible / criteria.batch_size),
-        input_tokens=round(eligible * sum(s.input_tokens for s in ok) / k),
-        output_tokens=round(eligible * sum(s.output_tokens for s in ok) / k),
-        cost_usd=eligible * sum(s.cost_usd for s in ok) / k,
+        input_tokens=projected.input_tokens,
+        output_tokens=projected.output_tokens,
+        cost_usd=sync_cost or 0.0,
         seconds=eligible * sum(per.values()),
         seconds_per_memory=per,
         bytes=round(eligible * trip.bytes_written / max(trip.written, 1)),
+        cost_usd_batch=batch_cost or 0.0,
+        model=f"{summarizer.kind}:{summarizer.model}",
+        priced=sync_cost is not None,
+        cache_read_input_tokens=projected.cache_read_input_tokens,
+        cache_creation_input_tokens=projected.cache_creation_input_tokens,
     )
     return DryRunReport(as_of, by_reason, samples, trip, projection)
 

@@ -54,6 +54,7 @@ _ERASED: dict[str, str] = {
 _RETAINED: dict[str, str] = {
     "memory_events": "the audit log: the user's events redacted (ids and sha256 only) and a tombstone each",
     "forget_requests": "the erasure log: which user and memory ids were forgotten, when and by whom",
+    "llm_usage": "the LLM cost ledger: ids, models and token counts (what was paid for), no content",
 }
 
 

@@ -75,8 +75,8 @@ def test_readme_defaults_are_the_models():
     for row in _readme_rows():
         path = tuple(_code(row["setting"]).split("."))
         field = _field(path)
-        if field.default_factory is not None:  # state_dir: described in words
-            assert ".state" in row["default"]
+        if field.default_factory is not None:  # state_dir, llm.prices: described in words
+            assert ("memory_lib/pricing.py" if path == ("llm", "prices") else ".state") in row["default"]
             continue
         default, shown = field.default, _code(row["default"])
         if default is None:
@@ -304,3 +304,15 @@ def test_state_dir_is_the_same_from_any_folder(tmp_path, monkeypatch):
     s = Settings.from_env({"MEMORY_ARCHIVE_STATE_DIR": "mine"})
     monkeypatch.chdir(ROOT)
     assert s.state_dir == tmp_path.resolve() / "mine" and s.embedded_pg_dir == tmp_path.resolve() / "mine" / "pg"
+
+
+def test_llm_prices_from_the_environment_replace_the_table():
+    from memory_lib.config import Settings
+    from memory_lib.errors import ConfigError
+
+    table = '{"claude-3-haiku": {"input": 0.25, "output": 1.25, "batch_input": 0.125, "batch_output": 0.625}}'
+    settings = Settings.from_env({"MEMORY_ARCHIVE_LLM__PRICES": table})
+    assert list(settings.llm.prices) == ["claude-3-haiku"]
+    assert settings.llm.prices["claude-3-haiku"].batch_output == 0.625
+    with pytest.raises(ConfigError, match="MEMORY_ARCHIVE_LLM__PRICES"):
+        Settings.from_env({"MEMORY_ARCHIVE_LLM__PRICES": '{"m": {"input": -1, "output": 1, "batch_input": 0, "batch_output": 0}}'})

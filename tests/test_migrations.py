@@ -137,7 +137,7 @@ def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path)
         "002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability, 006_backup_row_version, "
         "007_binary_summary_vectors, 008_retention, 009_tier_audit, 010_prune_checkpoints"
     )
-    assert {"013_write_path", "014_forget", "016_consolidation"} <= set(lacking.split(", "))
+    assert {"013_write_path", "014_forget", "016_consolidation", "015_llm_usage"} <= set(lacking.split(", "))
     assert "012_associations_warm" in lacking
     with pytest.raises(SchemaError, match=rf"lacks migrations {lacking}: run `memory-archive migrate`"):
         MemoryClient.from_settings(_settings(empty_database, tmp_path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -17,15 +18,24 @@ from memory_lib.summarize import (
     AnthropicSummarizer,
     ExtractiveSummarizer,
     OpenAISummarizer,
+    PaidSummarizationError,
     RateLimiter,
     SummaryInput,
     _content_words,
     estimate_cost_usd,
     extract_key_entities,
+    parse_summary_output,
     render_summary_prompt,
     summarizer_from_settings,
 )
-from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_summary
+from tests.support.fake_llm import (
+    FAKE_API_KEY,
+    FakeLLMServer,
+    count_tokens,
+    fake_domain,
+    fake_entities,
+    fake_summary,
+)
 
 PROVIDERS = ["anthropic", "openai"]
 ROUTE = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
@@ -52,27 +62,68 @@ def make(provider: str, server: FakeLLMServer, **kwargs):
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_summary_parsed_with_usage_and_cost(provider: str, fake_llm: FakeLLMServer):
+def test_summary_entities_and_domain_in_one_call_with_usage_and_cost(provider: str, fake_llm: FakeLLMServer):
     summarizer = make(provider, fake_llm)
     summary = summarizer.summarize(item())
 
     assert summary.text == fake_summary(MEMORY)
     assert summary.kind == provider
     assert summary.model == summarizer.model
-    assert summary.input_tokens > 0
-    assert summary.output_tokens == len(summary.text.split())
+    # Entities and domain come from the same answer, typed, not from the regex extractor.
+    assert [[e.name, e.type] for e in summary.entities] == fake_entities(MEMORY)
+    assert summary.domain_guess == fake_domain(MEMORY)
+    [request] = fake_llm.requests
+    assert fake_llm.count() == 1
+    # Usage is the server's: computed from the prompt and the answer, not constants.
+    answer = json.dumps({"summary": fake_summary(MEMORY), "entities": fake_entities(MEMORY), "domain": fake_domain(MEMORY)})
+    assert summary.input_tokens == fake_llm.input_tokens_for(request.body) > count_tokens(MEMORY)
+    assert summary.output_tokens == count_tokens(answer)
     price_in, price_out = PRICE[provider]
     expected = (summary.input_tokens * price_in + summary.output_tokens * price_out) / 1e6
     assert summary.cost_usd == pytest.approx(expected)
-    assert summary.cost_usd > 0
+    assert summary.cost_usd > 0 and summary.priced and summary.mode == "sync"
 
-    [request] = fake_llm.requests
     assert request.path == ROUTE[provider]
     assert request.body["model"] == summarizer.model
     prompt = request.body["messages"][0]["content"]
     assert MEMORY in prompt and WHEN.isoformat() in prompt and "2-3 sentences" in prompt
     max_tokens_field = "max_tokens" if provider == "anthropic" else "max_completion_tokens"
-    assert request.body[max_tokens_field] == 200
+    assert request.body[max_tokens_field] == 400
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_malformed_json_is_a_paid_error_for_that_memory(provider: str, fake_llm: FakeLLMServer):
+    fake_llm.malformed_json_when_contains = "ORD-4417"
+    summarizer = make(provider, fake_llm)
+    with pytest.raises(PaidSummarizationError, match="malformed summary JSON") as raised:
+        summarizer.summarize(item())
+    spent = raised.value.spent
+    assert spent.input_tokens == fake_llm.input_tokens_for(fake_llm.requests[0].body)
+    assert spent.output_tokens > 0 and spent.cost_usd > 0  # billed, so the ledger must see it
+    assert fake_llm.count() == 1  # a bad answer is not retried
+    assert summarizer.summarize(item("Maria Lopez moved to Lisbon.")).text  # the next memory is fine
+
+
+@pytest.mark.parametrize(
+    ("raw", "names"),
+    [
+        ('```json\n{"summary": "The user met Ana.", "entities": [["Ana", "person"]], "domain": "family"}\n```', ["Ana"]),
+        ('{"summary": "The user met Ana.", "entities": [{"name": "Ana", "type": "friend"}]}', ["Ana"]),
+    ],
+)
+def test_summary_json_variants_accepted(raw: str, names: list[str]):
+    out = parse_summary_output(raw, source="test")
+    assert [e.name for e in out.entities] == names
+    assert out.entities[0].type in ("person", "other")  # an unknown type is kept as "other"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['The user met Ana.', '{"entities": []}', '{"summary": "x", "entities": [["a", "b", "c"]]}', '[1, 2]'],
+)
+def test_summary_json_that_is_not_the_shape_is_refused(raw: str):
+    with pytest.raises(SummarizationError, match="malformed summary JSON"):
+        parse_summary_output(raw, source="test")
 
 
 def test_openai_accepts_the_v1_base_url(fake_llm: FakeLLMServer):
@@ -179,7 +230,7 @@ def test_blank_memory_is_refused_without_a_request(provider: str, fake_llm: Fake
     assert fake_llm.count() == 0
 
 
-def test_prompt_keeps_the_memory_and_asks_for_plain_text():
+def test_prompt_keeps_the_memory_and_asks_for_json():
     prompt = render_summary_prompt(SummaryInput("Uses {braces} and %s.", WHEN))
     assert "<memory>\nUses {braces} and %s.\n</memory>" in prompt
     for words in (
@@ -193,7 +244,9 @@ def test_prompt_keeps_the_memory_and_asks_for_plain_text():
         "decision",
         "preference",
         "no preamble",
-        "plain text",
+        "JSON",
+        "entities",
+        "domain",
     ):
         assert words in SUMMARY_PROMPT
 

@@ -25,10 +25,14 @@ import base64
 import hashlib
 import itertools
 import json
+import math
 import re
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -84,12 +88,57 @@ def _word_count(text: str) -> int:
     return len(text.split())
 
 
+def count_tokens(text: str) -> int:
+    """Tokens as a BPE tokenizer counts English text: about one per 4 characters (Anthropic and OpenAI
+    both quote ~4 chars/token). Computed from the text, so usage grows with prompt and answer."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+MESSAGE_OVERHEAD_TOKENS = 7  # role markers and message framing, as the providers bill them
+
+_NAME = re.compile(r"[A-Z][\w'’]*(?: (?:of |de )?[A-Z][\w'’]*)*")
+_WITH_DIGIT = re.compile(r"[$€£]?[\w-]*\d[\w,./-]*")
+_NOT_NAMES = frozenset(["I", "The", "A", "An", "She", "He", "Her", "His", "They", "Their", "We", "Our", "It", "My", "You", "Your", "This", "That", "Then", "And", "But", "So"])
+_MONTH_NAMES = frozenset(["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"])
+
+
+def fake_entities(content: str) -> list[list[str]]:
+    """[name, type] pairs for a memory: capitalized names and tokens with digits, as a model would list them."""
+    found: dict[str, str] = {}
+    for m in _NAME.finditer(content):
+        words = [w for w in m.group().split() if w not in _NOT_NAMES]
+        name = " ".join(words)
+        if name and name not in _MONTH_NAMES:
+            found.setdefault(name, "person" if len(words) <= 2 else "organization")
+    for m in _WITH_DIGIT.finditer(content):
+        token = m.group().rstrip(".,-/")
+        kind = "amount" if token[:1] in "$€£" else "identifier" if any(c.isalpha() for c in token) else "date"
+        found.setdefault(token, kind)
+    return [[n, t] for n, t in list(found.items())[:8]]
+
+
+def fake_domain(content: str) -> str:
+    words = set(re.findall(r"[a-z]+", content.lower()))
+    for domain, cues in (("work", {"work", "project", "meeting", "team", "client", "deadline", "office"}),
+                         ("family", {"mom", "dad", "kids", "son", "daughter", "wife", "husband", "family"}),
+                         ("logistics", {"flight", "order", "delivery", "booking", "hotel", "train"})):
+        if words & cues:
+            return domain
+    return "personal"
+
+
+def wants_json(prompt: str) -> bool:
+    """memory_lib's summary prompt asks for one JSON object with these keys."""
+    return '"summary"' in prompt and '"entities"' in prompt
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
     path: str
     body: dict[str, Any]
     status: int
     headers: dict[str, str] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None  # the `usage` the answer reported (None for errors)
 
 
 class FakeLLMServer:
@@ -101,12 +150,23 @@ class FakeLLMServer:
         self.transient_status = 429
         self.empty_summary_fraction = 0.0
         self.summary_override: str | None = None
+        self.raw_output_override: str | None = None  # the answer's text as is, JSON or not
+        self.malformed_json_when_contains: str | None = None  # contents with this marker get broken JSON
+        self.malformed_json_fraction = 0.0
         self.omit_text_block = False
         self.embedding_dim_override: int | None = None
         self.delay_seconds = 0.0
         self.evaluator_decision: dict[str, Any] | str | None = None
         self.html_responses = 0  # the next N answers are a proxy's HTML error page with status 200
         self.requests: list[RecordedRequest] = []
+        # Batch APIs (Anthropic Message Batches, OpenAI Batch API + files). See batch_post/batch_get.
+        self.batch_polls_before_end = 1  # retrieves answering "in progress" before a batch has ended
+        self.batch_outcome = "ended"  # of batches created from now on: "ended", "expired" or "canceled"
+        self.hold_batches = False  # batches stay in progress (a run that stops waiting)
+        self.batch_error_when_contains: str | None = None  # these memories' results are errored
+        self.batch_results_usage: list[tuple[str, dict[str, Any]]] = []  # (provider, usage) of results served
+        self._batches: dict[str, dict[str, Any]] = {}
+        self._files: dict[str, bytes] = {}
         self._generation = 0  # bumped by reset(): late answers to an earlier test are not recorded
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -158,11 +218,21 @@ class FakeLLMServer:
             self.transient_status = 429
             self.empty_summary_fraction = 0.0
             self.summary_override = None
+            self.raw_output_override = None
+            self.malformed_json_when_contains = None
+            self.malformed_json_fraction = 0.0
             self.omit_text_block = False
             self.embedding_dim_override = None
             self.delay_seconds = 0.0
             self.evaluator_decision = None
             self.html_responses = 0
+            self.batch_polls_before_end = 1
+            self.batch_outcome = "ended"
+            self.hold_batches = False
+            self.batch_error_when_contains = None
+            self.batch_results_usage.clear()
+            self._batches.clear()
+            self._files.clear()
             self.requests.clear()
             self._generation += 1
 
@@ -170,6 +240,152 @@ class FakeLLMServer:
         """Requests received, on one route ("/v1/messages", "/v1/chat/completions", "/v1/embeddings")."""
         with self._lock:
             return sum(1 for r in self.requests if path is None or r.path == path)
+
+    def batch_creates(self) -> int:
+        """Batches created (Anthropic and OpenAI): a resubmission shows here."""
+        return self.count("/v1/messages/batches") + self.count("/v1/batches")
+
+    # -- batch APIs --------------------------------------------------------------------------------
+
+    @staticmethod
+    def is_batch_route(path: str) -> bool:
+        return path.startswith(("/v1/messages/batches", "/v1/batches", "/v1/files"))
+
+    def batch_post(self, path: str, body: dict[str, Any], raw: bytes, content_type: str) -> tuple[int, bytes, str]:
+        now = time.time()
+        if path == "/v1/files":
+            message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+            data = next(p.get_payload(decode=True) for p in message.get_payload() if p.get_filename())
+            file_id = f"file-fake{next(self._ids):06d}"
+            self._files[file_id] = data
+            return self._json({"id": file_id, "object": "file", "bytes": len(data), "created_at": int(now),
+                               "filename": "batch.jsonl", "purpose": "batch", "status": "processed"})  # fmt: skip
+        if path == "/v1/messages/batches":
+            requests = [(r["custom_id"], r["params"]) for r in body["requests"]]
+            kind, batch_id = "anthropic", f"msgbatch_fake{next(self._ids):06d}"
+        elif path == "/v1/batches":
+            lines = self._files[body["input_file_id"]].decode().splitlines()
+            requests = [(r["custom_id"], r["body"]) for r in map(json.loads, filter(None, lines))]
+            kind, batch_id = "openai", f"batch_fake{next(self._ids):06d}"
+        else:
+            return 404, b'{"error": "no route"}', "application/json"
+        with self._lock:
+            self._batches[batch_id] = {
+                "id": batch_id, "kind": kind, "requests": requests, "created_at": now, "polls": 0,
+                "outcome": self.batch_outcome, "results": None, "metadata": body.get("metadata") or {},
+                "input_file_id": body.get("input_file_id"),
+            }  # fmt: skip
+        return self._json(self._batch_object(self._batches[batch_id], poll=False))
+
+    def batch_get(self, path: str) -> tuple[int, bytes, str]:
+        parts = path.strip("/").split("/")  # v1 messages batches ID [results] | v1 batches ID | v1 files ID content
+        if path in ("/v1/messages/batches", "/v1/batches"):
+            kind = "anthropic" if path.startswith("/v1/messages") else "openai"
+            newest = sorted((b for b in self._batches.values() if b["kind"] == kind), key=lambda b: -b["created_at"])
+            data = [self._batch_object(b, poll=False) for b in newest]
+            page: dict[str, Any] = {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                                    "last_id": data[-1]["id"] if data else None}  # fmt: skip
+            if kind == "openai":
+                page["object"] = "list"
+            return self._json(page)
+        if parts[:2] == ["v1", "files"] and len(parts) == 4:
+            return 200, self._files[parts[2]], "application/jsonl"
+        batch_id = parts[3] if parts[1] == "messages" else parts[2]
+        batch = self._batches.get(batch_id)
+        if batch is None:
+            return 404, b'{"type": "error", "error": {"type": "not_found_error", "message": "no batch"}}', "application/json"
+        if parts[-1] == "results":
+            lines = [json.dumps(r) for r in self._results(batch)]
+            return 200, ("\n".join(lines) + "\n").encode(), "application/binary"
+        return self._json(self._batch_object(batch, poll=True))
+
+    @staticmethod
+    def _json(payload: dict[str, Any]) -> tuple[int, bytes, str]:
+        return 200, json.dumps(payload).encode(), "application/json"
+
+    def _ended(self, batch: dict[str, Any], poll: bool) -> bool:
+        with self._lock:
+            if self.hold_batches:
+                return False
+            if poll and batch["results"] is None:
+                batch["polls"] += 1
+            return batch["results"] is not None or batch["polls"] > self.batch_polls_before_end
+
+    def _results(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each request's result, computed once: an expired or canceled batch answered the first half."""
+        if batch["results"] is not None:
+            return batch["results"]
+        out = []
+        cut = len(batch["requests"]) // 2 if batch["outcome"] != "ended" else len(batch["requests"])
+        for i, (custom_id, params) in enumerate(batch["requests"]):
+            content = self._request_texts("/v1/messages", params)[0]
+            marker = self.batch_error_when_contains
+            if i >= cut:
+                out.append(self._result_line(batch, custom_id, batch["outcome"], None))
+            elif (marker and marker in content) or _unit_fraction(content) < self.fail_fraction:
+                out.append(self._result_line(batch, custom_id, "errored", None))
+            else:
+                answer = (self._anthropic_message(params, content) if batch["kind"] == "anthropic"
+                          else self._chat_completion(params, content))  # fmt: skip
+                self.batch_results_usage.append((batch["kind"], answer["usage"]))
+                out.append(self._result_line(batch, custom_id, "succeeded", answer))
+        batch["results"] = out
+        return out
+
+    @staticmethod
+    def _result_line(batch: dict[str, Any], custom_id: str, kind: str, answer: dict[str, Any] | None) -> dict[str, Any]:
+        if batch["kind"] == "anthropic":
+            result: dict[str, Any] = {"type": kind}
+            if kind == "succeeded":
+                result["message"] = answer
+            elif kind == "errored":
+                result["error"] = {"type": "error", "error": {"type": "api_error", "message": "injected batch error"}}
+            return {"custom_id": custom_id, "result": result}
+        if kind == "succeeded":
+            return {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "error": None,
+                    "response": {"status_code": 200, "request_id": custom_id, "body": answer}}  # fmt: skip
+        if kind == "errored":
+            return {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "error": None,
+                    "response": {"status_code": 500, "request_id": custom_id,
+                                 "body": {"error": {"message": "injected batch error", "type": "server_error"}}}}  # fmt: skip
+        code = "batch_expired" if kind == "expired" else "batch_cancelled"
+        return {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "response": None,
+                "error": {"code": code, "message": f"request {kind} with its batch"}}  # fmt: skip
+
+    def _batch_object(self, batch: dict[str, Any], *, poll: bool) -> dict[str, Any]:
+        ended = self._ended(batch, poll)
+        results = self._results(batch) if ended else []
+        n = len(batch["requests"])
+        created = datetime.fromtimestamp(batch["created_at"], UTC)
+        if batch["kind"] == "anthropic":
+            kinds = Counter(r["result"]["type"] for r in results)
+            return {
+                "id": batch["id"], "type": "message_batch",
+                "processing_status": "ended" if ended else "in_progress",
+                "request_counts": {"processing": 0 if ended else n, "succeeded": kinds["succeeded"],
+                                   "errored": kinds["errored"], "canceled": kinds["canceled"],
+                                   "expired": kinds["expired"]},
+                "ended_at": datetime.now(UTC).isoformat() if ended else None, "created_at": created.isoformat(),
+                "expires_at": (created + timedelta(hours=24)).isoformat(), "cancel_initiated_at": None,
+                "archived_at": None,
+                "results_url": f"{self.base_url}/v1/messages/batches/{batch['id']}/results" if ended else None,
+            }  # fmt: skip
+        ok = [r for r in results if r.get("response") and r["response"]["status_code"] == 200]
+        bad = [r for r in results if r not in ok]
+        status = {"ended": "completed", "expired": "expired", "canceled": "cancelled"}[batch["outcome"]] if ended else "in_progress"
+        out_id = err_id = None
+        if ended:
+            out_id, err_id = f"file-out-{batch['id']}", f"file-err-{batch['id']}" if bad else None
+            self._files[out_id] = "".join(json.dumps(r) + "\n" for r in ok).encode()
+            if err_id:
+                self._files[err_id] = "".join(json.dumps(r) + "\n" for r in bad).encode()
+        return {
+            "id": batch["id"], "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
+            "input_file_id": batch["input_file_id"], "completion_window": "24h", "status": status,
+            "output_file_id": out_id, "error_file_id": err_id, "created_at": int(batch["created_at"]),
+            "request_counts": {"total": n, "completed": len(ok), "failed": len(bad)},
+            "metadata": batch["metadata"],
+        }  # fmt: skip
 
     # -- request handling --------------------------------------------------------------------------
 
@@ -195,12 +411,19 @@ class FakeLLMServer:
                 if not path.startswith("/v1/"):
                     path = "/v1" + path
                 generation = server._generation
+                if server.is_batch_route(path):
+                    with server._lock:
+                        server.requests.append(RecordedRequest(path, body, 200))
+                    status, data, ctype = server.batch_post(path, body, raw, self.headers.get("content-type", ""))
+                    self._send(status, data, ctype)
+                    return
                 status, payload, headers = server._respond(path, body)
                 with server._lock:
                     if generation == server._generation:
                         server.requests.append(
                             RecordedRequest(
-                                path, body, status, {k.lower(): v for k, v in self.headers.items()}
+                                path, body, status, {k.lower(): v for k, v in self.headers.items()},
+                                payload.get("usage") if status == 200 else None,
                             )
                         )
                 if server.delay_seconds > 0:
@@ -222,6 +445,25 @@ class FakeLLMServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left
+
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if not path.startswith("/v1/"):
+                    path = "/v1" + path
+                with server._lock:
+                    server.requests.append(RecordedRequest("GET " + path, {}, 200))
+                status, data, ctype = server.batch_get(path)
+                self._send(status, data, ctype)
+
+            def _send(self, status: int, data: bytes, content_type: str) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", content_type)
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
         return Handler
 
@@ -286,8 +528,34 @@ class FakeLLMServer:
             return ""
         return fake_summary(content)
 
+    def _answer_for(self, body: dict[str, Any], content: str) -> str:
+        """The model's text: the summary JSON when the prompt asks for it, else the plain summary."""
+        if self.raw_output_override is not None:
+            return self.raw_output_override
+        summary = self._summary_for(content)
+        if not wants_json(self._prompt_of(body)):
+            return summary
+        answer = json.dumps({"summary": summary, "entities": fake_entities(content), "domain": fake_domain(content)})
+        marker = self.malformed_json_when_contains
+        if (marker and marker in content) or _unit_fraction("json:" + content) < self.malformed_json_fraction:
+            return answer[: len(answer) // 2]  # cut mid-object: not JSON
+        return answer
+
+    @staticmethod
+    def _prompt_of(body: dict[str, Any]) -> str:
+        prompt = ""
+        for message in body.get("messages", []):
+            content = message.get("content", "")
+            if isinstance(content, list):
+                content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            prompt += str(content)
+        return prompt
+
+    def input_tokens_for(self, body: dict[str, Any]) -> int:
+        return count_tokens(self._prompt_of(body)) + MESSAGE_OVERHEAD_TOKENS * len(body.get("messages", []))
+
     def _anthropic_message(self, body: dict[str, Any], content: str) -> dict[str, Any]:
-        text = self._summary_for(content)
+        text = self._answer_for(body, content)
         blocks = [] if self.omit_text_block else [{"type": "text", "text": text}]
         return {
             "id": f"msg_fake_{next(self._ids):06d}",
@@ -298,14 +566,16 @@ class FakeLLMServer:
             "stop_reason": "end_turn",
             "stop_sequence": None,
             "usage": {
-                "input_tokens": _word_count(json.dumps(body["messages"])),
-                "output_tokens": _word_count(text),
+                "input_tokens": self.input_tokens_for(body),
+                "output_tokens": count_tokens(text),
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
             },
         }
 
     def _chat_completion(self, body: dict[str, Any], content: str) -> dict[str, Any]:
-        text = self._summary_for(content)
-        prompt_tokens = _word_count(json.dumps(body["messages"]))
+        text = self._answer_for(body, content)
+        prompt_tokens = self.input_tokens_for(body)
         return {
             "id": f"chatcmpl-fake{next(self._ids):06d}",
             "object": "chat.completion",
@@ -321,8 +591,9 @@ class FakeLLMServer:
             ],
             "usage": {
                 "prompt_tokens": prompt_tokens,
-                "completion_tokens": _word_count(text),
-                "total_tokens": prompt_tokens + _word_count(text),
+                "completion_tokens": count_tokens(text),
+                "total_tokens": prompt_tokens + count_tokens(text),
+                "prompt_tokens_details": {"cached_tokens": 0},
             },
         }
 

@@ -89,7 +89,10 @@ def archival_dry_run(
                 else {}
             ),  # fmt: skip
             "projected_nights": p.nights_needed,
-            "projected_cost_usd": round(p.cost_usd, 2),
+            # Priced from the sample's measured tokens for the configured model: list vs batch API price.
+            "projected_cost_usd": round(p.cost_usd, 4),
+            "projected_cost_usd_batch": round(p.cost_usd_batch, 4),
+            "projected_cost_priced": p.priced,
             "projected_input_tokens": p.input_tokens,
             "projected_output_tokens": p.output_tokens,
             "projected_hours": round(p.seconds / 3600, 2),

@@ -34,7 +34,7 @@ from memory_assets.resources import (
     SummarizerResource,
     store_kind,
 )
-from memory_lib import eligibility, integrity, nights, pipeline, retrievability
+from memory_lib import eligibility, integrity, ledger, nights, pipeline, retrievability
 from memory_lib import pause as pause_switch
 from memory_lib.claims import attempt_counts
 from memory_lib.config import Settings
@@ -68,6 +68,28 @@ def _step_metadata(t: nights.StepTotals) -> dict[str, object]:
         meta["errors"] = markdown_table(["memory: error"], [[e] for e in t.errors[:10]], width=300)
     if t.skipped:
         meta["paused_because"] = next(iter(t.skipped.values()))
+    return meta
+
+
+def _llm_ledger_metadata(conn, batch_key: str) -> dict[str, object]:
+    """The night's LLM spend from the ledger (every paid answer for this night's batch, over all runs
+    of the night): totals, and one row per model and mode (sync/batch)."""
+    rows = ledger.usage_of_batches(conn, [batch_key])
+    meta: dict[str, object] = {
+        "llm_requests": sum(r.requests for r in rows),
+        "input_tokens": sum(r.input_tokens for r in rows),
+        "output_tokens": sum(r.output_tokens for r in rows),
+        "cache_read_input_tokens": sum(r.cache_read_input_tokens for r in rows),
+        "cache_creation_input_tokens": sum(r.cache_creation_input_tokens for r in rows),
+        "llm_cost_usd": round(sum(r.cost_usd for r in rows), 6),
+        "llm_unpriced_requests": sum(r.unpriced for r in rows),
+    }
+    if rows:
+        meta["llm_by_model"] = markdown_table(
+            ["model", "mode", "requests", "failed", "input", "output", "cache read", "cost USD"],
+            [[r.model, r.mode, r.requests, r.failed, r.input_tokens, r.output_tokens, r.cache_read_input_tokens,
+              f"{r.cost_usd:.6f}"] for r in rows],
+        )  # fmt: skip
     return meta
 
 
@@ -114,7 +136,7 @@ def archival_candidates(
 
 
 @dg.asset(
-    **_COMMON, deps=[archival_candidates], pool=SLOW_PATH.llm_pool, kinds={"postgres", "llm"}, code_version="1"
+    **_COMMON, deps=[archival_candidates], pool=SLOW_PATH.llm_pool, kinds={"postgres", "llm"}, code_version="2"
 )
 def memory_summaries(
     context: dg.AssetExecutionContext,
@@ -124,7 +146,12 @@ def memory_summaries(
     archival: ArchivalCriteriaResource,
 ) -> dg.MaterializeResult:
     """Summarize each claimed memory (LLM, rate-limited, retried) and embed the summary. A failed or
-    empty summary is recorded for that memory; the run goes on. Runs in the LLM concurrency pool."""
+    empty summary is recorded for that memory; the run goes on. Runs in the LLM concurrency pool.
+
+    A night with more than llm.batch_threshold memories goes through the provider's batch API at half
+    price: this step submits it and polls it up to llm.batch_wait_seconds (memory_lib.batches says why
+    this step polls rather than a sensor); what is still running then waits for the next run. Metadata:
+    the night's LLM ledger (tokens, cost per model and mode), not this run's totals."""
     started = time.monotonic()
     criteria = archival.get_criteria()
     llm = summarizer.get_summarizer()
@@ -146,12 +173,12 @@ def memory_summaries(
                 "shard": str(shard),
                 **_step_metadata(t),
                 "summarized": sum(r.succeeded for r in o.results if r.step == "summarize"),
+                # Left claimed in a provider batch still running; the next run of the night collects them.
+                "waiting_in_llm_batch": t.waiting,
                 "embedded": sum(r.succeeded for r in o.results if r.step == "embed"),
                 "summarizer": f"{llm.kind}:{llm.model}",
                 "embedder": emb.model,
-                "input_tokens": t.input_tokens,
-                "output_tokens": t.output_tokens,
-                "estimated_cost_usd": round(t.cost_usd, 4),
+                **_llm_ledger_metadata(conn, o.batch_key),
                 "preview": markdown_table(
                     ["memory", "original", "summary"],
                     [[str(r["memory_id"])[:8], r["content"], r["summary"]] for r in preview],
