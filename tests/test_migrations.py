@@ -137,6 +137,7 @@ def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path)
         "002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability, 006_backup_row_version, "
         "007_binary_summary_vectors, 008_retention, 009_tier_audit"
     )
+    assert "011_stubs" in lacking.split(", ")
     with pytest.raises(SchemaError, match=rf"lacks migrations {lacking}: run `memory-archive migrate`"):
         MemoryClient.from_settings(_settings(empty_database, tmp_path))
     migrate(empty_database, embedding_dim=32)
