@@ -20,6 +20,7 @@ from memory_lib.errors import NotFoundError
 from memory_lib.models import BackupObject, sha256_hex, to_float32
 from memory_lib.pipeline import run_batch
 from memory_lib.search import run_plan
+from memory_lib.shards import Shard
 from memory_lib.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 
@@ -197,8 +198,9 @@ def test_users_never_cross(conn, local_store):
     _archive_all(conn, local_store)
     arch_a, arch_b = _arch_of(conn, a.memory_id), _arch_of(conn, b.memory_id)
     client.expand("u2", arch_b["id"], now=DUE - timedelta(days=10))  # u2 used theirs: not due
-    run = stubs.convert(conn, local_store, DUE, stub_after_days=DAYS)
-    assert (run.due, run.stubbed) == (1, 1)
+    # Two shard runs (as two concurrent Dagster runs): each converts its own users' rows only.
+    runs = [stubs.convert(conn, local_store, DUE, stub_after_days=DAYS, shard=Shard.parse(f"{i}/2")) for i in (0, 1)]
+    assert sorted((r.due, r.stubbed) for r in runs) == [(0, 0), (1, 1)]
     assert _events(conn, "stubbed") == [(a.memory_id, "u1")]
     assert _row(conn, arch_a["id"])["stubbed_at"] == DUE and _row(conn, arch_b["id"])["stubbed_at"] is None
     # u2 sees only their own row, by vector and by text; u1 only their stub.
@@ -215,7 +217,8 @@ def test_users_never_cross(conn, local_store):
     assert run_plan(conn, plan) is False
     assert _row(conn, arch_a["id"])["summary_bits"] is None and _events(conn, "unstubbed") == []
     # The check of a shard reads only that shard's users' stubs.
-    assert stubs.verify_stub_backups(conn, local_store).stubs == 1
+    by_shard = [stubs.verify_stub_backups(conn, local_store, shard=Shard.parse(f"{i}/2")).stubs for i in (0, 1)]
+    assert sorted(by_shard) == [0, 1] and stubs.verify_stub_backups(conn, local_store).stubs == 1
 
 
 # --------------------------------------------------------------------------- the asset and its check
