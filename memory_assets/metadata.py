@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
 from memory_lib.objectstore import ObjectStore
+from memory_lib.retention import TierCounts
 
 
 def _cell(value: Any, width: int = 160) -> str:
@@ -38,6 +40,21 @@ def by_month(rows: Sequence[tuple[str, Sequence[int]]], limit: int = 40) -> list
         for i, v in enumerate(values):
             acc[i] += v
     return list(months.items())
+
+
+def tier_metadata(t: TierCounts, *, top: int = 10) -> dict[str, Any]:
+    """Tier totals as of a night (ints, plotted nightly) and a small per-user distribution: median and
+    max per user of each tier, users holding stubs, and the `top` users by memories as a table."""
+    users = list(t.by_user.values())
+    meta: dict[str, Any] = {"hot_memories": t.hot, "archived_memories": t.archived, "stub_memories": t.stub,
+                            "users": len(users), "users_with_stubs": sum(1 for u in users if u.stub)}  # fmt: skip
+    for tier in ("hot", "archived", "stub"):
+        values = sorted(getattr(u, tier) for u in users)
+        meta[f"{tier}_per_user_p50"] = float(statistics.median(values)) if values else 0.0
+        meta[f"max_{tier}_per_user"] = values[-1] if values else 0
+    biggest = sorted(t.by_user.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:top]
+    meta["tiers_by_user"] = markdown_table(["user", "hot", "archived", "stub"], [[u, *v] for u, v in biggest])
+    return meta
 
 
 def store_location(store: ObjectStore) -> str:

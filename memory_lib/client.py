@@ -18,7 +18,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +28,7 @@ from pgvector.psycopg import register_vector, register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from . import chunking, validation
+from . import chunking, stubs, validation
 from . import memory_api as api
 from .config import ContextBudget, Settings
 from .consolidated_search import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
@@ -362,10 +362,21 @@ class MemoryClient:
         return result
 
     def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
-        """The verified original of an archived memory; re-promotes it on the Nth expansion in the window."""
+        """The verified original of an archived memory; re-promotes it on the Nth expansion in the window.
+        A stub that stays archived gets its summary vector back (its summary re-embedded, memory_lib.stubs):
+        after the expansion's commit, so a crash in between leaves a stub the next expansion restores."""
         p = self._parts
-        return self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
-                                     actor=p.actor, now=_now(now)))  # fmt: skip
+        when = _now(now)
+        exp = self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
+                                    actor=p.actor, now=when))  # fmt: skip
+        if exp.promoted:
+            return exp
+        summary = self._run(stubs.stub_summary_plan(exp.user_id, exp.archive_id))
+        if summary is None:
+            return exp
+        plan = stubs.restore_vector_plan(exp.user_id, exp.archive_id, p.embed_one(summary), model=p.embedder.model,
+                                         actor=p.actor, now=when)  # fmt: skip
+        return replace(exp, vector_restored=self._run(plan))
 
     def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
         """The memories (hot, or archived: summary + archive id for expand) a digest or fact hit of
@@ -616,8 +627,17 @@ class AsyncMemoryClient:
 
     async def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
         p = self._parts
-        return await self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
-                                           actor=p.actor, now=_now(now)))  # fmt: skip
+        when = _now(now)
+        exp = await self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
+                                          actor=p.actor, now=when))  # fmt: skip
+        if exp.promoted:
+            return exp
+        summary = await self._run(stubs.stub_summary_plan(exp.user_id, exp.archive_id))
+        if summary is None:
+            return exp
+        plan = stubs.restore_vector_plan(exp.user_id, exp.archive_id, await self._embed_one(summary),
+                                         model=p.embedder.model, actor=p.actor, now=when)  # fmt: skip
+        return replace(exp, vector_restored=await self._run(plan))
 
     async def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
         return await self._run(expand_sources_plan(*_consolidated_ref(user_id, digest)))

@@ -312,6 +312,9 @@ class RetentionConfig(BaseModel):
     retrieval_boost: float = Field(0.5, ge=0.0, description="Each access lengthens the half-life (log-scaled).")
     floor_tolerance: float = Field(0.001, ge=0.0, le=0.1, description="Within this of the floor is 'at floor'.")
     users_per_statement: int = Field(500, ge=1, le=100_000, description="Users scored by one SQL statement.")
+    stub_after_days: int = Field(
+        180, ge=1, description="Days an archived memory goes unexpanded before it becomes a stub (seed 001's "
+        "cold_storage_ttl_days): its summary vector dropped, its full text kept, its original still backed up.")
 
 
 class LLMConfig(BaseModel):

@@ -56,6 +56,7 @@ class Expansion:
     storage_ref: str
     expansions_in_window: int
     promoted: bool  # True when this expansion brought the memory back to the hot tier
+    vector_restored: bool = False  # True when the row was a stub and got its summary vector back (stubs.py)
 
 
 @dataclass(frozen=True)

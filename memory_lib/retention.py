@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -159,32 +159,48 @@ def distribution(conn: psycopg.Connection, as_of: datetime, *, cold_migration_da
     )  # fmt: skip
 
 
+class Tiers(NamedTuple):
+    hot: int
+    archived: int  # archive rows still vector-searchable
+    stub: int  # archive rows that are stubs (memory_lib.stubs)
+
+
 @dataclass
 class TierCounts:
     """Memories per tier and user as of the end of a night, rebuilt from timestamps, so a night
-    counted later (a backfill) shows its own numbers: hot = created by then and not yet archived."""
+    counted later (a backfill) shows its own numbers: hot = created by then and not yet archived,
+    stub = stubbed by then (a stub expanded since counts as archived: its stubbed_at is cleared)."""
 
     as_of: datetime
-    by_user: dict[str, tuple[int, int]]  # user -> (hot, archived)
+    by_user: dict[str, Tiers]
 
     @property
     def hot(self) -> int:
-        return sum(h for h, _ in self.by_user.values())
+        return sum(t.hot for t in self.by_user.values())
 
     @property
     def archived(self) -> int:
-        return sum(a for _, a in self.by_user.values())
+        return sum(t.archived for t in self.by_user.values())
+
+    @property
+    def stub(self) -> int:
+        return sum(t.stub for t in self.by_user.values())
 
 
 def tier_counts(conn: psycopg.Connection, as_of: datetime) -> TierCounts:
     as_of = as_of.astimezone(UTC)
     rows = conn.execute(
         """WITH h AS (SELECT user_id, count(*) AS n FROM memories WHERE created_at <= %(t)s GROUP BY 1),
-                a AS (SELECT user_id, count(*) FILTER (WHERE archived_at <= %(t)s) AS archived,
+                a AS (SELECT user_id,
+                             count(*) FILTER (WHERE archived_at <= %(t)s AND NOT coalesce(stubbed_at <= %(t)s, false))
+                                 AS archived,
+                             count(*) FILTER (WHERE stubbed_at <= %(t)s) AS stub,
                              count(*) FILTER (WHERE archived_at > %(t)s AND original_created_at <= %(t)s) AS hot_then
                       FROM archived_memories GROUP BY 1)
-           SELECT user_id, coalesce(h.n, 0) + coalesce(a.hot_then, 0) AS hot, coalesce(a.archived, 0) AS archived
+           SELECT user_id, coalesce(h.n, 0) + coalesce(a.hot_then, 0) AS hot, coalesce(a.archived, 0) AS archived,
+                  coalesce(a.stub, 0) AS stub
            FROM h FULL JOIN a USING (user_id)""",
         {"t": as_of},
     ).fetchall()
-    return TierCounts(as_of, {r["user_id"]: (r["hot"], r["archived"]) for r in rows if r["hot"] or r["archived"]})
+    return TierCounts(as_of, {r["user_id"]: Tiers(r["hot"], r["archived"], r["stub"])
+                              for r in rows if r["hot"] or r["archived"] or r["stub"]})  # fmt: skip

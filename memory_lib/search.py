@@ -17,7 +17,8 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   order number) to full text with websearch syntax ("quoted phrases", `or`, `-term`: all terms
   required) and a natural question to the vector arm.
 * Phase 2, archived summaries (their binary-quantized vectors' HNSW index by Hamming distance, with the
-  cosine estimated from it; and their tsvector: the same two arms), unless
+  cosine estimated from it; and their tsvector: the same two arms; a stub, sql/011, has no vector and
+  is found by full text only), unless
   phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
   the hot horizon). Mode auto/always/never. A question naming a time reads only the archive rows of
@@ -366,7 +367,7 @@ class SearchHit:
 
     @property
     def labeled_text(self) -> str:
-        return f"{self.label} {self.text}" if self.label else self.text
+        return f"{self.label} {self.text}" if self.label and not self.text.startswith(self.label) else self.text
 
 
 @dataclass(frozen=True)
@@ -454,6 +455,7 @@ class VectorArm:
     oversample: int = 1
     rerank_column: str = "NULL"
     rerank: Callable[[Any, np.ndarray], float] | None = None
+    where: str = "true"  # rows the arm may return (stubs have no vector: memory_lib.stubs)
 
 
 HOT_VECTORS = VectorArm("vector", "m.embedding <=> %(embedding)s::vector",
@@ -461,10 +463,12 @@ HOT_VECTORS = VectorArm("vector", "m.embedding <=> %(embedding)s::vector",
 
 # 007: one bit per dimension (the sign). For sign bits of a random direction, P(bit differs) = angle/π,
 # so cos(π · hamming / dim) estimates the cosine (SimHash); HNSW orders by hamming itself.
+# 011: a stub has no bits; it is reachable by full text only (similarity 0 when found that way).
 ARCHIVED_VECTORS = VectorArm(
     "bit",
     "a.summary_bits <~> binary_quantize(%(embedding)s::vector)",
-    "cos(pi() * (a.summary_bits <~> binary_quantize(%(embedding)s::vector)) / bit_length(a.summary_bits))",
+    "coalesce(cos(pi() * (a.summary_bits <~> binary_quantize(%(embedding)s::vector)) / bit_length(a.summary_bits)), 0)",
+    where="a.summary_bits IS NOT NULL",
 )
 
 # The archived summary's tsvector: an expression (007 indexes it with GIN), not a stored column.
@@ -542,7 +546,7 @@ def _tier_ctes(t: _Tier) -> str:
         ORDER BY text_rank DESC, id LIMIT %({t.pool})s
     ), {a}_vec AS (
         SELECT {a}.id FROM {t.table} {a}
-        WHERE {user_live} {t.filters}
+        WHERE {user_live} AND {arm.where} {t.filters}
         ORDER BY {arm.distance} LIMIT %({t.pool})s * {arm.oversample}
     ), {a}_candidates AS (
         SELECT id FROM {a}_vec UNION SELECT id FROM {a}_txt
@@ -599,7 +603,9 @@ def archived_search_sql(arm: VectorArm) -> str:
     return _tier_sql(_archived_tier(arm, "pool"))
 
 
-_ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id, a.summary AS text,
+# A stub shows its stub text (memory_lib.stubs.stub_text); its full-text entry is the whole summary's.
+_ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id,
+           CASE WHEN a.stubbed_at IS NULL THEN a.summary ELSE '[archived] ' || left(a.summary, 200) END AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
            a.storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk"""

@@ -29,7 +29,7 @@ CREATE INDEX forget_requests_user ON forget_requests (user_id, requested_at);
 ALTER TABLE memory_events DROP CONSTRAINT memory_events_event_type_check;
 ALTER TABLE memory_events ADD CONSTRAINT memory_events_event_type_check CHECK (event_type IN
     ('created', 'updated', 'archived', 'restored', 'expanded', 'promoted', 'deleted', 'superseded',
-     'forgotten', 'redacted'));
+     'stubbed', 'unstubbed', 'forgotten', 'redacted'));
 
 -- What a redacted event keeps of its details: identifiers and digests only. Everything else (the
 -- words a supersede removed or added, reasons, categories) is dropped.

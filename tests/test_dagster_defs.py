@@ -22,7 +22,8 @@ from memory_lib.errors import InvalidInputError
 from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parent.parent
-SLOW_PATH_ASSETS = ["retention_scores", "archival_candidates", "memory_summaries", "archive_backups", "archive_rows"]
+SLOW_PATH_ASSETS = ["retention_scores", "archival_candidates", "memory_summaries", "archive_backups", "archive_rows",
+                    "stub_conversions"]
 
 
 @pytest.fixture(scope="module")

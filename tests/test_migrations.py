@@ -139,6 +139,7 @@ def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path)
     )
     assert {"013_write_path", "014_forget", "016_consolidation", "015_llm_usage"} <= set(lacking.split(", "))
     assert "012_associations_warm" in lacking
+    assert "011_stubs" in lacking.split(", ")
     with pytest.raises(SchemaError, match=rf"lacks migrations {lacking}: run `memory-archive migrate`"):
         MemoryClient.from_settings(_settings(empty_database, tmp_path))
     migrate(empty_database, embedding_dim=32)

@@ -11,7 +11,7 @@ from datetime import date
 
 import dagster as dg
 
-from memory_assets.metadata import markdown_table, record_nights
+from memory_assets.metadata import markdown_table, record_nights, tier_metadata
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
 from memory_lib import nights, retention
 from memory_lib.config import Settings
@@ -31,17 +31,6 @@ def _distribution_metadata(d: retention.Distribution) -> dict[str, object]:
         [[c, v["n"], v["at_floor"], round(v["min"], 3), round(v["median"], 3)] for c, v in d.by_category.items()],
     )
     return meta
-
-
-def _tier_metadata(t: retention.TierCounts) -> dict[str, object]:
-    top = sorted(t.by_user.items(), key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))[:10]
-    return {
-        "hot_memories": t.hot,
-        "archived_memories": t.archived,
-        "users": len(t.by_user),
-        "max_hot_per_user": max((h for h, _ in t.by_user.values()), default=0),
-        "tiers_by_user": markdown_table(["user", "hot", "archived"], [[u, h, a] for u, (h, a) in top]),
-    }
 
 
 @dg.asset(
@@ -69,7 +58,7 @@ def retention_scores(
             by_night[night] = {
                 "policy": criteria.policy, "shard": str(shard), "users_scored": run.users, "statements": run.statements,
                 "duration_s": round(run.seconds, 2),
-                **_distribution_metadata(dist), **_tier_metadata(retention.tier_counts(conn, as_of)),
+                **_distribution_metadata(dist), **tier_metadata(retention.tier_counts(conn, as_of)),
             }  # fmt: skip
     record_nights(context, by_night)
     ns = sorted(by_night)

@@ -1,0 +1,87 @@
+"""stub_conversions: each night, archive rows unused for stub_after_days (180) become stubs.
+
+Thin: memory_lib.stubs verifies each backup (HEAD) and drops the summary vector of the rows whose
+backup is there as recorded, one transaction per batch, with a 'stubbed' audit event per row; a
+re-run changes nothing. A shard run converts its own users' rows. Each night records its own numbers
+(metadata.record_nights): rows stubbed, kept back (backup not verified), and the tiers as of the end
+of the night (hot / archived / stub, totals and per user).
+
+The blocking check `stubs_backed_up` HEADs the backup of every stub (of the run's shard): a stub's
+original lives only there.
+"""
+
+import time
+from collections.abc import Iterator
+from datetime import date
+
+import dagster as dg
+
+from memory_assets.metadata import markdown_table, record_nights, tier_metadata
+from memory_assets.resources import DatabaseResource, ObjectStoreResource
+from memory_lib import nights, retention, stubs
+from memory_lib.config import Settings
+
+from .assets import _STORE_KIND
+from .checks import _evaluation
+from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
+from .partitions import nights as night_partitions
+
+
+@dg.asset(
+    partitions_def=night_partitions, backfill_policy=backfill_policy, group_name="slow_path",
+    owners=["team:memory-archive"], tags={"domain": "archival", "tier": "slow_path"},
+    kinds={"postgres", _STORE_KIND}, code_version="1",
+)  # fmt: skip
+def stub_conversions(
+    context: dg.AssetExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
+) -> dg.MaterializeResult:
+    """Turn archived memories neither expanded nor used for stub_after_days (seed 001's
+    cold_storage_ttl_days, 180) into stubs: summary vector dropped (never returned by vector search),
+    summary and full-text entry kept, original still in object storage (verified before). Expanding a
+    stub re-embeds its summary; 3 expansions in 30 days re-promote it. Core memories are exempt."""
+    started = time.monotonic()
+    days = Settings.from_env().retention.stub_after_days
+    shard = run_shard(context)
+    store = object_store.get_store()
+    by_night: dict[date, dict[str, object]] = {}
+    with database.connect() as conn:
+        for night in run_nights(context):
+            as_of = nights.night_as_of(night, SLOW_PATH.timezone)
+            run = stubs.convert(conn, store, as_of, stub_after_days=days, shard=shard, actor=nights.ACTOR)
+            meta: dict[str, object] = {
+                "shard": str(shard), "stub_after_days": days, "due": run.due, "stubbed": run.stubbed,
+                "kept_unverified": len(run.unverified), "duration_s": round(run.seconds, 2),
+                **tier_metadata(retention.tier_counts(conn, as_of)),
+            }  # fmt: skip
+            if run.unverified:
+                meta["unverified_backups"] = markdown_table(
+                    ["storage ref", "problem"], list(run.unverified.items())[:20], width=240
+                )
+            by_night[night] = meta
+    record_nights(context, by_night)
+    ns = sorted(by_night)
+    context.log.info(f"stubs: {len(ns)} night(s) {ns[0]}..{ns[-1]} in {time.monotonic() - started:.2f}s")
+    return dg.MaterializeResult()
+
+
+@dg.asset_check(asset=stub_conversions, blocking=True, partitions_def=night_partitions)
+def stubs_backed_up(
+    context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
+) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
+    """Every stub (of the run's shard) still has its backup: HEAD matches the recorded sha256, size and
+    version id. Read-only; the result is the state now, reported on each night of the run."""
+    with database.connect() as conn:
+        report = stubs.verify_stub_backups(conn, object_store.get_store(), shard=run_shard(context))
+    meta: dict[str, object] = {"stubs": report.stubs, "backups_missing": len(report.missing),
+                               "backups_mismatched": len(report.mismatched),
+                               "nothing_to_check": report.stubs == 0}  # fmt: skip
+    bad = [[r, "missing"] for r in report.missing] + [[r, p] for r, p in report.mismatched.items()]
+    if bad:
+        meta["bad_backups"] = markdown_table(["storage ref", "problem"], bad[:20], width=240)
+        description = f"{len(bad)} of {report.stubs} stubs without their verified backup"
+    else:
+        description = f"{report.stubs} stubs, each with its backup" if report.stubs else "nothing to check: no stub"
+    for night in run_nights(context):
+        yield _evaluation(context, stub_conversions, night, passed=report.passed, metadata=meta,
+                          description=description)  # fmt: skip
+    yield dg.Output(None)
