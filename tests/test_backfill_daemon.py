@@ -20,7 +20,7 @@ from tests.support.dagster_helpers import last_night, load_history, sqlalchemy_u
 
 NIGHTS = [(last_night() - timedelta(days=2 - i)).isoformat() for i in range(3)]  # 2 nights a run: 2 runs
 SLOW_PATH_ASSETS = ("archival_candidates", "memory_summaries", "archive_backups", "archive_rows")
-CHECKS = ("archive_retrievable", "backups_round_trip", "error_rate_gate", "tiers_consistent")
+CHECKS = ("archive_retrievable", "backups_round_trip", "error_rate_gate", "stubs_backed_up", "tiers_consistent")
 
 
 def daemon_env(tmp_path: Path, db_url: str, dagster_pg_url: str | None = None) -> dict[str, str]:

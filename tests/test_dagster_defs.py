@@ -86,6 +86,8 @@ def test_gates_are_blocking_checks(defs):
         # consolidation: a month that cites a missing or foreign memory stops its facts, key moments and year
         "monthly_digests_provenance": True, "monthly_digests_fresh": True, "yearly_digests_provenance": True,
         "memory_facts_provenance": True, "key_moments_provenance": True,
+        # stubs: a stub whose backup cannot be found fails its night
+        "stubs_backed_up": True,
     }  # fmt: skip
     assert (
         specs["backups_round_trip"].asset_key
