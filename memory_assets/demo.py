@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         ).fetchall()
         for r in rows:
             doc = BackupObject.from_json_bytes(
-                store.get_verified(store.key_from_ref(r["storage_ref"]), r["backup_sha256"])
+                store.read_ref(r["storage_ref"], r["backup_sha256"])
             )
             print(
                 f"- {r['user_id']} {r['original_created_at']:%Y-%m-%d} [{r['archive_reason']}] {str(r['original_id'])[:8]}"

@@ -31,7 +31,7 @@ import psycopg
 from pgvector import Vector
 from psycopg.types.json import Jsonb
 
-from . import batches
+from . import batches, packs
 from .claims import renew_lease
 from .config import ArchivalCriteria, Settings
 from .embedding import Embedder, embedder_from_settings
@@ -567,7 +567,8 @@ def backup_batch(
     conn: psycopg.Connection, batch_key: str, object_store: ObjectStore, criteria: ArchivalCriteria,
     *, workers: int = 8, now: datetime | None = None,
 ) -> StepResult:
-    """Write each original as a backup object, verify it, and checkpoint its sha256 and size."""
+    """Write each original as a backup (alone, or as a member of its user's pack: memory_lib.packs),
+    verified by the store, and checkpoint its ref, sha256 and size."""
     result = StepResult(Step.BACKUP)
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
@@ -575,19 +576,9 @@ def backup_batch(
     originals = fetch_memories(conn, [r["memory_id"] for r in todo], with_xmin=True)
     archived_at = (now or datetime.now(UTC)).astimezone(UTC)
 
-    def run(attempt: dict[str, Any]):
-        row = originals.get(attempt["memory_id"])
-        if row is None:
-            raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
-        doc = BackupObject.from_row(row, archived_at=archived_at, archive_reason=attempt["archive_reason"])
-        data = doc.to_json_bytes()
-        key = object_store.key_for(row["id"])
-        # Serialized once: the sha256 is recorded, and later steps compare row versions, not bytes.
-        return object_store.put(key, data, sha256_hex(data)), row["row_xmin"]
-
     def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
         stored, row_xmin = outcome
-        return (stored.key, stored.ref, stored.sha256, stored.size, stored.version_id, archived_at,
+        return (stored.object.key, stored.ref, stored.sha256, stored.size, stored.object.version_id, archived_at,
                 row_xmin, batch_key, mid)  # fmt: skip
 
     def saved(outcome: Any) -> None:
@@ -602,8 +593,28 @@ def backup_batch(
            WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
         params, criteria, result, saved,
     )  # fmt: skip
-    for attempt, outcome in run_parallel(run, todo, workers, deadline=deadline):
-        checkpoints.add(attempt["memory_id"], outcome)
+    members: list[tuple[str, packs.Member]] = []
+    for attempt in todo:
+        row = originals.get(attempt["memory_id"])
+        try:
+            if row is None:
+                raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
+            doc = BackupObject.from_row(row, archived_at=archived_at, archive_reason=attempt["archive_reason"])
+            data = doc.to_json_bytes()  # serialized once: later steps compare row versions, not bytes
+        except Exception as exc:  # this memory only
+            checkpoints.add(attempt["memory_id"], exc)
+            continue
+        members.append((row["user_id"], packs.Member(row["id"], data, sha256_hex(data))))
+    units = packs.plan_units(object_store, batch_key, members, min_members=criteria.pack_min_members)
+
+    def backup(unit: packs.Unit) -> list[packs.StoredMember]:
+        return packs.put_unit(object_store, unit)
+
+    for unit, outcome in run_parallel(backup, units, workers, deadline=deadline):
+        for i, member in enumerate(unit.members):
+            stored = outcome if isinstance(outcome, BaseException) else outcome[i]
+            checkpoints.add(member.memory_id,
+                            stored if isinstance(stored, BaseException) else (stored, originals[member.memory_id]["row_xmin"]))  # fmt: skip
     checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result
@@ -645,19 +656,39 @@ def commit_batch(
     result = StepResult(Step.COMMIT)
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
-    todo = _pending(conn, batch_key, AttemptStatus.BACKED_UP, ", a.backup_key, a.backup_sha256, a.backup_size_bytes")
+    todo = _pending(conn, batch_key, AttemptStatus.BACKED_UP,
+                    ", a.backup_key, a.backup_ref, a.backup_sha256, a.backup_size_bytes")  # fmt: skip
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for a in todo:
+        by_key.setdefault(a["backup_key"], []).append(a)
 
-    def verify(attempt: dict[str, Any]):
-        return object_store.verify(attempt["backup_key"], attempt["backup_sha256"], attempt["backup_size_bytes"])
+    def verify(key: str) -> list[BaseException | None]:
+        """Per attempt of this object: None when its backup is there as recorded. A lone backup is
+        one HEAD; a pack is one GET with every member's bytes checked against its sha256."""
+        group = by_key[key]
+        if all(object_store.locate(a["backup_ref"])[1] is None for a in group):
+            out: list[BaseException | None] = []
+            for a in group:
+                try:
+                    object_store.verify(key, a["backup_sha256"], a["backup_size_bytes"])
+                    out.append(None)
+                except Exception as exc:
+                    out.append(exc)
+            return out
+        read = packs.read_members(object_store, [(a["backup_ref"], a["backup_sha256"]) for a in group], workers=1)
+        return [r if isinstance(r, BaseException) else None for r in read]
 
     verified: list[dict[str, Any]] = []
-    for attempt, outcome in run_parallel(verify, todo, workers, deadline=deadline):
-        if isinstance(outcome, BaseException):
-            result.processed += 1
-            record_failure(conn, batch_key, attempt["memory_id"], Step.VERIFY, outcome, criteria, result)
-            return_to_status(conn, batch_key, attempt["memory_id"], AttemptStatus.EMBEDDED)
-        else:
-            verified.append(attempt)
+    for key, outcome in run_parallel(verify, list(by_key), workers, deadline=deadline):
+        outcomes = [outcome] * len(by_key[key]) if isinstance(outcome, BaseException) else outcome
+        for attempt, problem in zip(by_key[key], outcomes, strict=True):
+            if problem is not None:
+                result.processed += 1
+                record_failure(conn, batch_key, attempt["memory_id"], Step.VERIFY, problem, criteria, result)
+                return_to_status(conn, batch_key, attempt["memory_id"], AttemptStatus.EMBEDDED)
+            else:
+                verified.append(attempt)
+    verified.sort(key=lambda a: a["memory_id"])
     for i in range(0, len(verified), chunk_size):
         chunk = verified[i : i + chunk_size]
         try:

@@ -101,6 +101,9 @@ class ArchivalCriteria(BaseModel):
         365, ge=0, description="Older than this, importance no longer keeps a memory hot."
     )
     batch_size: int = Field(500, ge=1, le=500, description="Memories per archival batch (nightly cap).")
+    pack_min_members: int = Field(
+        8, ge=2, description="A user's memories in one batch share one backup object (a pack) from this many on."
+    )
     exempt_categories: Annotated[tuple[str, ...], NoDecode] = Field(
         ("core",), description="Categories never archived (identity-level facts)."
     )

@@ -94,28 +94,43 @@ def verify_backups(
         ).fetchall()
     }
 
-    def read_and_check(attempt: dict[str, Any]) -> tuple[int, tuple[str, str | None]]:
-        try:
-            data = store.get(attempt["backup_key"])
-        except Exception as exc:
-            return 0, ("failed", f"read failed: {type(exc).__name__}: {exc}"[:300])
-        mid = attempt["memory_id"]
-        return len(data), _check_one(attempt, data, live.get(mid), archived.get(mid), store)
+    # One read per object: a pack's members are cut from one GET (memory_lib.packs).
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for a in attempts:
+        by_key.setdefault(a["backup_key"], []).append(a)
 
-    for attempt, outcome in run_parallel(read_and_check, attempts, workers, deadline=deadline):
-        report.checked += 1
-        mid = attempt["memory_id"]
+    def read_and_check(key: str) -> list[tuple[dict[str, Any], int, tuple[str, str | None]]]:
+        group = by_key[key]
+        try:
+            data = store.get(key)
+        except Exception as exc:
+            return [(a, 0, ("failed", f"read failed: {type(exc).__name__}: {exc}"[:300])) for a in group]
+        out = []
+        for a in group:
+            try:
+                member = store.locate(a["backup_ref"])[1]
+            except Exception as exc:
+                out.append((a, 0, ("failed", f"bad ref: {exc}"[:300])))
+                continue
+            part = data if member is None else data[member[0] : member[0] + member[1]]
+            mid = a["memory_id"]
+            out.append((a, len(part), _check_one(a, part, live.get(mid), archived.get(mid), store)))
+        return out
+
+    for key, outcome in run_parallel(read_and_check, list(by_key), workers, deadline=deadline):
         if isinstance(outcome, BaseException):
-            report.failures[mid] = f"read failed: {type(outcome).__name__}: {outcome}"[:300]
-            continue
-        size, (verdict, problem) = outcome
-        report.bytes_read += size
-        if verdict == "failed":
-            report.failures[mid] = problem or "?"
-        elif verdict == "stale":
-            report.stale += 1
-        else:
-            report.faithful += 1
+            outcome = [(a, 0, ("failed", f"read failed: {type(outcome).__name__}: {outcome}"[:300]))
+                       for a in by_key[key]]  # fmt: skip
+        for attempt, size, (verdict, problem) in outcome:
+            report.checked += 1
+            mid = attempt["memory_id"]
+            report.bytes_read += size
+            if verdict == "failed":
+                report.failures[mid] = problem or "?"
+            elif verdict == "stale":
+                report.stale += 1
+            else:
+                report.faithful += 1
     report.seconds = time.monotonic() - started
     return report
 
@@ -158,7 +173,7 @@ def _check_one(
             or arch["backup_size_bytes"] != att["backup_size_bytes"]
         ):
             bad.append("archive row sha256/size")
-        if arch["storage_ref"] != store.ref_for(att["backup_key"]):
+        if arch["storage_ref"] != att["backup_ref"]:
             bad.append("archive row storage_ref")
         return (
             ("failed", f"fields differ from the archive row: {', '.join(bad)}") if bad else ("faithful", None)

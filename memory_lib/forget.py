@@ -34,7 +34,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import validation
+from . import packs, validation
 from .consolidation import drop_from_consolidation_plan
 from .errors import InvalidInputError, NotFoundError
 from .object_versions import list_versions, purge
@@ -205,6 +205,11 @@ def forget_steps(
     request, resumed = opened
     versions = 0
     if request["status"] == "pending":
+        # A pack also holding memories not forgotten is rewritten without these first (memory_lib.packs).
+        keep = yield ("plan", _pack_neighbours_plan(store, request))
+        if keep:
+            moved = yield ("call", lambda: {k: packs.rewrite_without(store, k, rows) for k, rows in keep.items()})
+            yield ("plan", _moved_plan(request["user_id"], keep, moved))
         versions += yield ("call", lambda: purge_objects(store, request["object_keys"], request["memory_ids"]))
         request = yield ("plan", _status_plan(request["id"], "objects_deleted", versions))
     if request["status"] == "objects_deleted":
@@ -300,6 +305,54 @@ def _scope_ids(user: str, target: uuid.UUID | None) -> Plan[list[uuid.UUID]]:
     else:
         rows = yield Sql(_CHAIN_SQL, {"user_id": user, "id": target}, "all")
     return sorted(r["id"] for r in rows)
+
+
+def _pack_neighbours_plan(store: ObjectStore, request: dict[str, Any]) -> Plan[dict[str, list[dict[str, Any]]]]:
+    """pack key -> the archive rows of memories NOT forgotten whose backup is a member of that pack.
+    In-flight archival attempts backed up into such a pack go back to be backed up again."""
+    keys = {k for k in request["object_keys"] if packs.is_pack_key(k)}
+    if not keys:
+        return {}
+    user, ids = request["user_id"], request["memory_ids"]
+    yield Sql(
+        """UPDATE archival_attempts SET status = 'embedded', updated_at = now()
+           WHERE user_id = %(user_id)s AND backup_key = ANY(%(keys)s) AND status = 'backed_up'
+             AND NOT (memory_id = ANY(%(ids)s))""",
+        {"user_id": user, "keys": sorted(keys), "ids": ids}, "rowcount",
+    )  # fmt: skip
+    rows = yield Sql(
+        """SELECT original_id, storage_ref, backup_sha256 FROM archived_memories
+           WHERE user_id = %(user_id)s AND NOT (original_id = ANY(%(ids)s)) AND storage_ref LIKE ANY(%(like)s)""",
+        {"user_id": user, "ids": ids, "like": [_like_prefix(store.ref_for(k)) + "#%" for k in sorted(keys)]}, "all",
+    )  # fmt: skip
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        key = store.key_from_ref(r["storage_ref"])
+        if key in keys:
+            out.setdefault(key, []).append(r)
+    return out
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _moved_plan(
+    user: str, keep: dict[str, list[dict[str, Any]]], moved: dict[str, dict[uuid.UUID, packs.StoredMember]]
+) -> Plan[int]:
+    """Point each kept member's archive row at its place in the rewritten pack (only rows still
+    pointing at the old one: a re-run changes nothing twice)."""
+    n = 0
+    for key, rows in keep.items():
+        for r in rows:
+            new = moved[key][r["original_id"]]
+            n += yield Sql(
+                """UPDATE archived_memories SET storage_ref = %(new)s, backup_version_id = %(version)s
+                   WHERE user_id = %(user_id)s AND original_id = %(id)s AND storage_ref = %(old)s""",
+                {"new": new.ref, "version": new.object.version_id, "user_id": user, "id": r["original_id"],
+                 "old": r["storage_ref"]}, "rowcount",
+            )  # fmt: skip
+    return n
 
 
 def _status_plan(request_id: uuid.UUID, status: str, versions: int) -> Plan[dict[str, Any]]:

@@ -11,6 +11,7 @@ import binascii
 import hashlib
 import logging
 import os
+import re
 import secrets
 import uuid
 from collections.abc import Iterator
@@ -59,6 +60,15 @@ class ObjectStore(Protocol):
     def list(self, prefix: str = "") -> Iterator[str]: ...
     def ref_for(self, key: str) -> str: ...
     def key_from_ref(self, ref: str) -> str: ...
+    def member_ref(self, key: str, start: int, size: int) -> str: ...
+    def locate(self, ref: str) -> tuple[str, tuple[int, int] | None]: ...
+    def get_range(self, key: str, start: int, size: int) -> bytes: ...
+    def read_ref(self, ref: str, sha256: str) -> bytes: ...
+
+
+# A backup inside a pack (memory_lib.packs) is addressed by its object's ref plus the member's byte
+# range, HTTP style and inclusive: "<ref>#bytes=<first>-<last>". A ref without it is a whole object.
+_MEMBER = re.compile(r"#bytes=(\d{1,15})-(\d{1,15})\Z")
 
 
 def _check_key(key: str) -> str:
@@ -66,7 +76,7 @@ def _check_key(key: str) -> str:
     accepted by one store must mean the same object in the other."""
     if not isinstance(key, str) or not key:
         raise InvalidInputError("key", key, "must be a non-empty string")
-    if key.startswith("/") or "\\" in key or "\0" in key:
+    if key.startswith("/") or "\\" in key or "\0" in key or "#" in key:
         raise InvalidInputError("key", key, "must be a relative '/'-separated path")
     if any(part in ("", ".", "..") for part in key.split("/")):
         raise InvalidInputError("key", key, "must not contain empty, '.' or '..' segments")
@@ -91,13 +101,49 @@ class _BaseStore:
         return f"{self._ref_start()}{_check_key(key)}"
 
     def key_from_ref(self, ref: str) -> str:
+        """The object a ref names (for a pack member: the pack)."""
+        return self.locate(ref)[0]
+
+    def member_ref(self, key: str, start: int, size: int) -> str:
+        """The ref of `size` bytes at `start` inside the object `key` (a pack member)."""
+        if start < 0 or size <= 0:
+            raise InvalidInputError("member range", (start, size), "must be a non-empty range at offset >= 0")
+        return f"{self.ref_for(key)}#bytes={start}-{start + size - 1}"
+
+    def locate(self, ref: str) -> tuple[str, tuple[int, int] | None]:
+        """(key, None) for a whole object's ref; (key, (start, size)) for a pack member's."""
         start = self._ref_start()
         if not isinstance(ref, str) or not ref.startswith(start):
             raise InvalidInputError("storage_ref", ref, f"not an object of this store ({start})")
+        rest, member = ref[len(start) :], None
+        if "#" in rest:
+            found = _MEMBER.search(rest)
+            if found is None or found.start() != rest.index("#"):
+                raise InvalidInputError("storage_ref", ref, "has a fragment that is not '#bytes=<first>-<last>'")
+            first, last = int(found[1]), int(found[2])
+            if last < first:
+                raise InvalidInputError("storage_ref", ref, "names an empty byte range")
+            rest, member = rest[: found.start()], (first, last - first + 1)
         try:
-            return _check_key(ref[len(start) :])
+            return _check_key(rest), member
         except InvalidInputError as e:
             raise InvalidInputError("storage_ref", ref, e.reason) from None
+
+    def get_range(self, key: str, start: int, size: int) -> bytes:
+        raise NotImplementedError
+
+    def read_ref(self, ref: str, sha256: str) -> bytes:
+        """The bytes a ref names (a whole object or a pack member), checked against `sha256`."""
+        key, member = self.locate(ref)
+        if member is None:
+            return self.get_verified(key, sha256)
+        data = self.get_range(key, *member)
+        if len(data) != member[1]:
+            raise IntegrityError(f"{ref} (size)", str(member[1]), str(len(data)))
+        actual = sha256_hex(data)
+        if actual != sha256:
+            raise IntegrityError(f"{ref} (sha256)", sha256, actual)
+        return data
 
     def _list_prefix(self, prefix: str) -> str:
         prefix = prefix.lstrip("/")
@@ -194,6 +240,17 @@ class LocalObjectStore(_BaseStore):
         path = self._path(key)
         try:
             return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFoundError(key) from None
+        except OSError as e:
+            raise ObjectStoreError(f"read {key} under {self.root} failed: {e.strerror or e}") from e
+
+    def get_range(self, key: str, start: int, size: int) -> bytes:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                return f.read(size)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFoundError(key) from None
         except OSError as e:
@@ -357,6 +414,14 @@ class S3ObjectStore(_BaseStore):
             # ChecksumMode makes botocore check the body against the server's stored checksum.
             response = self.client.get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
             return response["Body"].read(), response.get("VersionId")
+
+    def get_range(self, key: str, start: int, size: int) -> bytes:
+        """One ranged GET; the caller checks the member's own sha256 (the server's checksum covers
+        the whole object, not a range)."""
+        _check_key(key)
+        with _s3_errors("get", self.bucket, key):
+            response = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + size - 1}")
+            return response["Body"].read()
 
     def delete(self, key: str) -> None:
         """S3 DELETE of a missing key succeeds, so this is idempotent."""

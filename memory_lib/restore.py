@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from . import packs
 from .errors import InvalidInputError, MemoryArchiveError, NotFoundError
 from .objectstore import ObjectStore
 from .pause import set_pause
@@ -79,28 +80,40 @@ class RestoreReport:
 
 
 class _Prefetch:
-    """The backup objects of the next memories to restore, read in a bounded thread pool while the
-    earlier ones are restored (one transaction each, as before).
+    """The backups of the next memories to restore, read in a bounded thread pool while the earlier
+    ones are restored (one transaction each, as before).
 
-    A read is served only for the key and sha256 the restore plan asks for, and each is the store's
-    own get_verified (the sha256 checked): nothing unverified is restored. A failed read raises in
-    its memory's restore, as a direct read would. Anything else goes to the store itself.
+    A read is served only for the ref and sha256 the restore plan asks for, each checked against its
+    sha256 (a pack is read once for all of its members in the chunk: memory_lib.packs): nothing
+    unverified is restored. A failed read raises in its memory's restore, as a direct read would.
+    Anything else goes to the store itself.
     """
 
     def __init__(self, store: ObjectStore, workers: int):
         self.store = store
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="restore-read")
-        self._reads: dict[tuple[str, str], Future[bytes]] = {}
+        self._reads: dict[tuple[str, str], tuple[Future[list[bytes | BaseException]], int]] = {}
 
     def load(self, rows: Iterable[dict[str, Any]]) -> None:
+        by_key: dict[str, list[tuple[str, str]]] = {}
         for r in rows:
-            key = (self.store.key_from_ref(r["storage_ref"]), r["backup_sha256"])
-            if key not in self._reads:
-                self._reads[key] = self._pool.submit(self.store.get_verified, *key)
+            wanted = (r["storage_ref"], r["backup_sha256"])
+            if wanted not in self._reads:
+                by_key.setdefault(self.store.key_from_ref(r["storage_ref"]), []).append(wanted)
+        for group in by_key.values():
+            group = list(dict.fromkeys(group))
+            future = self._pool.submit(packs.read_members, self.store, group, workers=1)
+            for i, wanted in enumerate(group):
+                self._reads[wanted] = (future, i)
 
-    def get_verified(self, key: str, sha256: str) -> bytes:
-        read = self._reads.pop((key, sha256), None)
-        return read.result() if read is not None else self.store.get_verified(key, sha256)
+    def read_ref(self, ref: str, sha256: str) -> bytes:
+        found = self._reads.pop((ref, sha256), None)
+        if found is None:
+            return self.store.read_ref(ref, sha256)
+        got = found[0].result()[found[1]]
+        if isinstance(got, BaseException):
+            raise got
+        return got
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

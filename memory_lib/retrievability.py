@@ -135,7 +135,7 @@ def probe_night(
     missed: list[uuid.UUID] = []
     for row in rows:
         try:
-            raw = store.get_verified(store.key_from_ref(row["storage_ref"]), row["backup_sha256"])
+            raw = store.read_ref(row["storage_ref"], row["backup_sha256"])
         except (ObjectNotFoundError, IntegrityError) as exc:
             # A backup that cannot be read back is not retrievable: a miss, reported, not a crashed probe
             # (the tier audit and the round-trip check name the object itself).

@@ -133,8 +133,7 @@ def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectSto
                             else cur.rowcount
                         )
                     else:
-                        store = _store(object_store)
-                        result = store.get_verified(store.key_from_ref(op.storage_ref), op.sha256)
+                        result = _store(object_store).read_ref(op.storage_ref, op.sha256)
                     op = plan.send(result)
             except StopIteration as stop:
                 value: T = stop.value
@@ -167,10 +166,7 @@ async def run_plan_async(
                         else:
                             result = cur.rowcount
                     else:
-                        store = _store(object_store)
-                        result = await asyncio.to_thread(
-                            store.get_verified, store.key_from_ref(op.storage_ref), op.sha256
-                        )
+                        result = await asyncio.to_thread(_store(object_store).read_ref, op.storage_ref, op.sha256)
                     op = plan.send(result)
             except StopIteration as stop:
                 value: T = stop.value
