@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     from memory_assets.defs.slow_path.partitions import BACKFILL_NIGHTS_PER_RUN
     from memory_assets.dev import DEMO_ENV, demo_env, prepare_dagster_home
     from memory_assets.resources import DatabaseResource, ObjectStoreResource
-    from memory_lib import eligibility, integrity
+    from memory_lib import eligibility, integrity, packs
     from memory_lib.client import MemoryClient
     from memory_lib.db import EmbeddedPostgres, connect, migrate
     from memory_lib.demo_data import generate_history
@@ -317,13 +317,15 @@ def main(argv: list[str] | None = None) -> int:
               "deleted rows only free disk after a vacuum)")  # fmt: skip
         store = store_resource.get_store()
         assert isinstance(store, LocalObjectStore)
-        keys = list(store.list("memories/"))
+        keys = integrity.backup_keys(store)
         object_bytes = sum((store.root / k).stat().st_size for k in keys)
         db_bytes = conn.execute(
             "SELECT coalesce(sum(backup_size_bytes), 0) AS b FROM archived_memories"
         ).fetchone()["b"]
-        print(f"objects written: {len(keys)} backups, {_human(object_bytes)} under {store.root}/memory-archive "
-              f"(archive rows record {_human(db_bytes)})")  # fmt: skip
+        n_packs = sum(map(packs.is_pack_key, keys))
+        print(f"objects written: {len(keys)} ({n_packs} of them packs of one user's memories),"
+              f" {_human(object_bytes)} under {store.root}/memory-archive"
+              f" (archive rows record {_human(db_bytes)})")  # fmt: skip
 
         _section(
             "Some archive rows (offline extractive summaries keep the most informative sentences verbatim;"

@@ -275,6 +275,7 @@ class ArchivalCriteriaResource(dg.ConfigurableResource):
     recent_access_window_days: int | None = None
     force_archive_age_days: int | None = None
     batch_size: int | None = None
+    pack_min_members: int | None = None
     exempt_categories: list[str] | None = None
     max_error_rate: float | None = None
     max_attempts: int | None = None

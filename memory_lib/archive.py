@@ -15,6 +15,7 @@ Every step renews its batch's lease when it starts and stops starting work at it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -31,7 +32,7 @@ import psycopg
 from pgvector import Vector
 from psycopg.types.json import Jsonb
 
-from . import batches, packs
+from . import batches, integrity, packs
 from .claims import renew_lease
 from .config import ArchivalCriteria, Settings
 from .embedding import Embedder, embedder_from_settings
@@ -165,6 +166,18 @@ class _Checkpoints:
         self.params, self.criteria, self.result, self.saved = params, criteria, result, saved
         self.before_flush = before_flush
         self._pending: list[tuple[uuid.UUID, Any, Sequence[Any]]] = []
+        self._held = False
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """The checkpoints added inside are written in the same transaction (no flush between them)."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+        if len(self._pending) >= CHECKPOINT_CHUNK:
+            self.flush()
 
     def add(self, memory_id: uuid.UUID, outcome: Any) -> None:
         self.result.processed += 1
@@ -174,7 +187,7 @@ class _Checkpoints:
             except Exception as exc:
                 outcome = exc
             else:
-                if len(self._pending) >= CHECKPOINT_CHUNK:
+                if len(self._pending) >= CHECKPOINT_CHUNK and not self._held:
                     self.flush()
                 return
         record_failure(self.conn, self.batch_key, memory_id, self.step, outcome, self.criteria, self.result)
@@ -572,13 +585,18 @@ def backup_batch(
     result = StepResult(Step.BACKUP)
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
-    todo = _pending(conn, batch_key, AttemptStatus.EMBEDDED)
+    todo = _pending(conn, batch_key, AttemptStatus.EMBEDDED, ", a.claimed_at")
     originals = fetch_memories(conn, [r["memory_id"] for r in todo], with_xmin=True)
-    archived_at = (now or datetime.now(UTC)).astimezone(UTC)
+    integrity.purge_unrecorded_packs(conn, batch_key, object_store)
+
+    def archived_at(attempt: dict[str, Any]) -> datetime:
+        # The claim's time, not the clock's: a re-run after a crash writes the same bytes, so the same
+        # pack key, and a dead run's pack is overwritten rather than left beside the new one.
+        return (now or attempt["claimed_at"]).astimezone(UTC)
 
     def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
-        stored, row_xmin = outcome
-        return (stored.object.key, stored.ref, stored.sha256, stored.size, stored.object.version_id, archived_at,
+        stored, row_xmin, at = outcome
+        return (stored.object.key, stored.ref, stored.sha256, stored.size, stored.object.version_id, at,
                 row_xmin, batch_key, mid)  # fmt: skip
 
     def saved(outcome: Any) -> None:
@@ -594,27 +612,33 @@ def backup_batch(
         params, criteria, result, saved,
     )  # fmt: skip
     members: list[tuple[str, packs.Member]] = []
+    when: dict[uuid.UUID, datetime] = {}
     for attempt in todo:
         row = originals.get(attempt["memory_id"])
         try:
             if row is None:
                 raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
-            doc = BackupObject.from_row(row, archived_at=archived_at, archive_reason=attempt["archive_reason"])
+            at = archived_at(attempt)
+            doc = BackupObject.from_row(row, archived_at=at, archive_reason=attempt["archive_reason"])
             data = doc.to_json_bytes()  # serialized once: later steps compare row versions, not bytes
         except Exception as exc:  # this memory only
             checkpoints.add(attempt["memory_id"], exc)
             continue
         members.append((row["user_id"], packs.Member(row["id"], data, sha256_hex(data))))
+        when[row["id"]] = at
     units = packs.plan_units(object_store, batch_key, members, min_members=criteria.pack_min_members)
 
     def backup(unit: packs.Unit) -> list[packs.StoredMember]:
         return packs.put_unit(object_store, unit)
 
     for unit, outcome in run_parallel(backup, units, workers, deadline=deadline):
-        for i, member in enumerate(unit.members):
-            stored = outcome if isinstance(outcome, BaseException) else outcome[i]
-            checkpoints.add(member.memory_id,
-                            stored if isinstance(stored, BaseException) else (stored, originals[member.memory_id]["row_xmin"]))  # fmt: skip
+        # A unit's members are checkpointed in one transaction: a pack is recorded whole or not at all.
+        with checkpoints.together():
+            for i, member in enumerate(unit.members):
+                stored = outcome if isinstance(outcome, BaseException) else outcome[i]
+                mid = member.memory_id
+                checkpoints.add(mid, stored if isinstance(stored, BaseException)
+                                else (stored, originals[mid]["row_xmin"], when[mid]))  # fmt: skip
     checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result

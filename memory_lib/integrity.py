@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from . import packs
 from .errors import IntegrityError, ObjectNotFoundError
 from .models import to_float32
+from .object_versions import purge
 from .objectstore import ObjectStore, StoredObject
 from .statuses import OPEN_STATUSES
 from .store import MEMORY_COLUMNS
@@ -68,11 +69,20 @@ def integrity_report(conn: psycopg.Connection, batch_keys: Sequence[str]) -> Int
     return IntegrityReport(**row)
 
 
+BACKUP_PREFIXES = ("memories/", "packs/")  # lone backups, then packs (memory_lib.packs)
+
+
+def backup_keys(store: ObjectStore) -> list[str]:
+    """Every backup object's key: lone backups and packs."""
+    return [k for prefix in BACKUP_PREFIXES for k in store.list(prefix)]
+
+
 def orphaned_backups(
-    conn: psycopg.Connection, store: ObjectStore, prefix: str = "memories/", *, keys: list[str] | None = None
+    conn: psycopg.Connection, store: ObjectStore, prefix: str | None = None, *, keys: list[str] | None = None
 ) -> list[str]:
     """Backup objects no archival attempt records (a crash between put and checkpoint, repaired by a re-run)."""
-    keys = list(store.list(prefix)) if keys is None else keys
+    if keys is None:
+        keys = list(store.list(prefix)) if prefix is not None else backup_keys(store)
     if not keys:
         return []
     known = {
@@ -82,7 +92,7 @@ def orphaned_backups(
         ).fetchall()
     }
     # An archived memory's checkpoint row is pruned after its audit: its archive row records the key.
-    refs = {store.ref_for(k): k for k in keys if k not in known}
+    refs = {store.ref_for(k): k for k in keys if k not in known and not packs.is_pack_key(k)}
     ids = [i for i in map(_memory_id_of, refs.values()) if i is not None]
     if ids:
         known |= {
@@ -92,7 +102,31 @@ def orphaned_backups(
             ).fetchall()
             if r["storage_ref"] in refs
         }
+    # A pack's members' rows name it by "<pack ref>#bytes=...": one scan, as sweeps are rare.
+    pack_refs = {store.ref_for(k): k for k in keys if k not in known and packs.is_pack_key(k)}
+    if pack_refs:
+        known |= {
+            pack_refs[r["ref"]]
+            for r in conn.execute(
+                "SELECT DISTINCT split_part(storage_ref, '#', 1) AS ref FROM archived_memories"
+                " WHERE split_part(storage_ref, '#', 1) = ANY(%s)", (list(pack_refs),),
+            ).fetchall()
+        }  # fmt: skip
     return [k for k in keys if k not in known]
+
+
+def purge_unrecorded_packs(conn: psycopg.Connection, batch_key: str, store: ObjectStore) -> list[str]:
+    """Delete, every version, the packs of `batch_key` that no attempt and no archive row records: a
+    dead run's puts whose checkpoints never landed. Called by the batch's backup step under the
+    batch's lease, so no live run is between its put and its checkpoint. Without this, a pack whose
+    members a re-run wrote again differently (a memory edited in between) would keep copies that no
+    row leads forget to."""
+    # A batch key may hold '/': keep only the packs directly in this batch's folder.
+    keys = [k for k in store.list(f"packs/{batch_key}/") if packs.is_pack_key(k) and packs.batch_of(store, k) == batch_key]
+    orphans = orphaned_backups(conn, store, keys=keys)
+    for key in orphans:
+        purge(store, key)
+    return orphans
 
 
 def _memory_id_of(key: str) -> uuid.UUID | None:
@@ -262,7 +296,7 @@ def verify_committed(
 
 @dataclass(frozen=True)
 class SweepReport:
-    """Backup objects under memories/ that no attempt and no archive row records."""
+    """Backup objects (lone and packs) that no attempt and no archive row records."""
 
     listed: int
     orphans: list[str]
@@ -277,31 +311,27 @@ def sweep_orphans(conn: psycopg.Connection, store: ObjectStore, *, remove: bool 
     when its memory is hot and in no open attempt (the next archival writes it again) or gone from
     both tiers; an object an archive row points to is never an orphan.
     """
-    listed = list(store.list("memories/"))
+    listed = backup_keys(store)
     orphans = orphaned_backups(conn, store, keys=listed)
     removed: list[str] = []
     kept: dict[str, str] = {}
     if orphans:
-        referenced = {
-            store.key_from_ref(r["storage_ref"])
-            for r in conn.execute(
-                "SELECT storage_ref FROM archived_memories WHERE storage_ref = ANY(%s)",
-                ([store.ref_for(k) for k in orphans],),
-            ).fetchall()
-        }
-        open_ids = {
-            str(r["memory_id"])
-            for r in conn.execute(
-                "SELECT memory_id FROM archival_attempts WHERE status = ANY(%s)", (list(OPEN_STATUSES),)
-            ).fetchall()
-        }
+        open_ids, open_batches = set(), set()
+        for r in conn.execute(
+            "SELECT memory_id, batch_key FROM archival_attempts WHERE status = ANY(%s)", (list(OPEN_STATUSES),)
+        ).fetchall():
+            open_ids.add(str(r["memory_id"]))
+            open_batches.add(r["batch_key"])
         for key in orphans:
-            memory_id = key.rsplit("/", 1)[-1].removesuffix(".json")
-            if key in referenced:
-                kept[key] = "an archive row points to it"
-            elif memory_id in open_ids:
+            if packs.is_pack_key(key):
+                # A pack's members are only known by reading it; its batch is in its key.
+                if packs.batch_of(store, key) in open_batches:
+                    kept[key] = "its batch has open attempts: the run will write it again"
+                    continue
+            elif key.rsplit("/", 1)[-1].removesuffix(".json") in open_ids:
                 kept[key] = "its memory is in an open attempt: the run will write it again"
-            elif remove:
+                continue
+            if remove:
                 store.delete(key)
                 removed.append(key)
     return SweepReport(len(listed), orphans, removed, kept)

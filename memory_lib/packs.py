@@ -199,3 +199,11 @@ def is_pack_key(key: str) -> bool:
     """Whether `key` names a pack (written by plan_units or rewrite_without)."""
     parts = key.split("/")
     return key.endswith(SUFFIX) and len(parts) >= 3 and parts[-3] == "packs"
+
+
+def batch_of(store: ObjectStore, key: str) -> str:
+    """The batch key a pack key was written for (`<prefix>/packs/<batch key>/<sha256>.jsonl`)."""
+    start = f"{store.prefix}/packs/" if store.prefix else "packs/"
+    if not is_pack_key(key) or not key.startswith(start):
+        raise ValueError(f"not a pack key of this store: {key!r}")
+    return key[len(start) :].rsplit("/", 1)[0]

@@ -17,9 +17,11 @@ from memory_lib.models import BackupObject, sha256_hex
 from memory_lib.pipeline import run_batch
 from memory_lib.store import insert_memories
 from tests.conftest import TEST_DIM
+from tests.support.backups import object_refs
 from tests.support.factories import NOW, make_memories, services
 
 N = 300
+USERS = tuple(f"user{i:02d}" for i in range(30))  # 10 memories each: one backup pack per user (memory_lib.packs)
 
 # The child archives with a pause at one point: a put that sleeps, or a commit held by a DB trigger.
 CHILD = textwrap.dedent(
@@ -78,7 +80,7 @@ def _check_invariants(conn, store, ids) -> None:
     assert hot.isdisjoint(archived)
     assert hot | set(archived) == set(ids)
     for original_id, row in archived.items():
-        data = store.get(store.key_from_ref(row["storage_ref"]))
+        data = store.read_ref(row["storage_ref"], row["backup_sha256"])  # a lone object or a pack member
         assert sha256_hex(data) == row["backup_sha256"]
         assert BackupObject.from_json_bytes(data).original_id == original_id
 
@@ -88,10 +90,10 @@ def _check_invariants(conn, store, ids) -> None:
     ["during_backup", "during_commit"],
 )
 def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point):
-    ids = insert_memories(conn, make_memories(N, dim=TEST_DIM), actor="test")
+    ids = insert_memories(conn, make_memories(N, dim=TEST_DIM, users=USERS), actor="test")
     root = tmp_path / "objects"
     if kill_point == "during_backup":
-        _run_child_and_kill(db_url, root, slow_put_after=N // 2, wait_for="PAUSED")
+        _run_child_and_kill(db_url, root, slow_put_after=len(USERS) // 2, wait_for="PAUSED")  # half the packs
     else:
         # Hold the commit transaction open inside Postgres, then kill the client mid-transaction.
         conn.execute(
@@ -128,5 +130,6 @@ def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point
                            actor="test")  # fmt: skip
     assert report.status.archived == N and report.status.failed == 0
     _check_invariants(conn, store, ids)
-    assert len(list(store.list())) == N
+    archived = [r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()]
+    assert {store.ref_for(k) for k in store.list()} == object_refs(store, archived) and len(archived) == N
     assert not list(root.rglob("*.tmp*"))  # no half-written files left behind

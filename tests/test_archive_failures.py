@@ -17,6 +17,7 @@ from memory_lib.pipeline import run_batch
 from memory_lib.store import insert_memories, tier_stats
 from memory_lib.summarize import AnthropicSummarizer, ExtractiveSummarizer
 from tests.conftest import TEST_DIM
+from tests.support.backups import backup_ref, object_refs, tamper
 from tests.support.factories import NOW, make_memories
 from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
 
@@ -71,6 +72,9 @@ class FlakyStore:
 def _setup(conn, store):
     memories = make_memories(N, dim=TEST_DIM)
     memories[7]["content"] = f"{MARK}: Omar Haddad signed contract C-77 on 3 June 2025."
+    # Its user's only memory: a lone backup, so a failed PUT is this memory's alone (a pack's PUT
+    # failing fails its members: tests/test_backup_packs.py).
+    memories[7]["user_id"] = "mallory"
     insert_memories(conn, memories, actor="test")
     return memories[7]["id"], store
 
@@ -87,8 +91,8 @@ def _assert_exactly_once(conn, store, expected_total: int) -> None:
     recorded = {r["backup_ref"] for r in conn.execute(
         "SELECT backup_ref FROM archival_attempts WHERE backup_ref IS NOT NULL").fetchall()}  # fmt: skip
     objects = {store.ref_for(k) for k in store.list()}
-    assert refs <= objects
-    assert objects <= refs | recorded
+    assert object_refs(store, refs) <= objects
+    assert objects <= object_refs(store, refs | recorded)
 
 
 @pytest.mark.parametrize("step", ["summarize", "embed", "upload", "verify", "commit"])
@@ -126,8 +130,7 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
             summarize_batch(conn, "night", summarizer, criteria)
             embed_batch(conn, "night", embedder, criteria)
             backup_batch(conn, "night", store, criteria)
-            path = local_store.root / local_store.key_for(marked_id)
-            path.write_bytes(path.read_bytes().replace(b"Omar", b"Oscar"))
+            tamper(local_store, backup_ref(conn, marked_id), b"Omar", b"Omer")
             commit_batch(conn, "night", store, criteria, actor="test")
             first = batch_status(conn, "night")
         else:
@@ -156,7 +159,8 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
     stats = tier_stats(conn)
     assert (stats.hot, stats.archived) == (0, N)
     _assert_exactly_once(conn, local_store, N)
-    assert len(list(local_store.list())) == N
+    archived = {r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()}
+    assert {local_store.ref_for(k) for k in local_store.list()} == object_refs(local_store, archived)
     events = conn.execute(
         "SELECT count(*) AS n, count(DISTINCT memory_id) AS d FROM memory_events WHERE event_type = 'archived'"
     ).fetchone()

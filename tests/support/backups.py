@@ -1,0 +1,46 @@
+"""Where a memory's backup lives, for tests that look at or damage objects: a lone backup object or a
+member of a pack (memory_lib.packs) addressed by "<pack ref>#bytes=<first>-<last>"."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from memory_lib.objectstore import LocalObjectStore, ObjectStore
+
+
+def object_refs(store: ObjectStore, refs: Iterable[str]) -> set[str]:
+    """The refs of the objects holding these backups (a pack member's ref without its byte range)."""
+    return {store.ref_for(store.key_from_ref(r)) for r in refs}
+
+
+def backup_ref(conn, memory_id: uuid.UUID) -> str:
+    """A memory's backup ref: from its archive row, else from its archival attempt."""
+    row = conn.execute(
+        """SELECT coalesce((SELECT storage_ref FROM archived_memories WHERE original_id = %(id)s),
+                           (SELECT backup_ref FROM archival_attempts WHERE memory_id = %(id)s)) AS ref""",
+        {"id": memory_id},
+    ).fetchone()
+    assert row["ref"], f"memory {memory_id} has no backup"
+    return row["ref"]
+
+
+def members_sharing(conn, store: ObjectStore, ref: str) -> int:
+    """How many archived memories' backups live in the object holding `ref`."""
+    key = store.key_from_ref(ref)
+    refs = [r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()]
+    return sum(store.key_from_ref(r) == key for r in refs)
+
+
+def tamper(store: LocalObjectStore, ref: str, old: bytes, new: bytes) -> None:
+    """Replace `old` by `new` once inside the one backup `ref` names, on a local store's disk. Same
+    length, so the other members of a pack keep their byte ranges and stay intact."""
+    assert len(old) == len(new), "a same-length edit keeps a pack's other members intact"
+    key, member = store.locate(ref)
+    path = store.root / key
+    data = bytearray(path.read_bytes())
+    start, size = member or (0, len(data))
+    at = data.find(old, start, start + size)
+    assert at >= 0, f"{old!r} not in the backup {ref}"
+    data[at : at + len(old)] = new
+    path.write_bytes(bytes(data))
