@@ -106,7 +106,10 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
             backup = conn.execute(
                 "SELECT sum(backup_size_bytes) AS total, avg(backup_size_bytes) AS mean FROM archived_memories"
             ).fetchone()
-            files = [p for p in (root / f"objects-{dim}").rglob("*.json")]
+            recorded = conn.execute(
+                "SELECT count(DISTINCT split_part(storage_ref, '#', 1)) AS n FROM archived_memories"
+            ).fetchone()["n"]  # objects the rows point to: lone backups and packs (memory_lib.packs)
+            files = [p for p in (root / f"objects-{dim}").rglob("*") if p.suffix in (".json", ".jsonl")]
             on_disk = sum(p.stat().st_size for p in files)
             reps = representation_bytes(conn, dim, n)  # last: it rewrites archived_memories
     finally:
@@ -118,7 +121,7 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
         "archival_attempts": _per(attempts, n),
         "memory_events_before": _per(events_hot, n), "memory_events_after": _per(events_all, n),
         "object_store": {"backup_bytes_per_memory": float(backup["mean"]), "objects": len(files),
-                         "files_bytes_per_memory": on_disk / max(len(files), 1)},
+                         "objects_recorded": recorded, "files_bytes_per_memory": on_disk / n},
         "saving_pct": 100 * (1 - arch["total"] / hot["total"]),
         "saving_pct_with_attempts": 100 * (1 - (arch["total"] + attempts["total"]) / hot["total"]),
         "representations": reps,
@@ -170,8 +173,10 @@ def run(opts: Options) -> Report:
                 ["dim", "backup object bytes", "bytes on disk (local store)", "backup / hot Postgres bytes",
                  "memory_events bytes (hot)", "memory_events bytes (after archiving)"],
                 obj_rows,
-                "Backup objects are the canonical JSON of the original (content, float32 embedding as shortest "
-                "decimals, metadata); memory_events grows by one 'archived' event per memory.",
+                "Backup documents are the canonical JSON of the original (content, float32 embedding as shortest "
+                "decimals, metadata); a user's memories of one night share one JSON Lines object (a pack, from "
+                "archival.pack_min_members on), one newline each; memory_events grows by one 'archived' event "
+                "per memory.",
             ))  # fmt: skip
             report.figures[str(n)] = results
         recall = locomo_recall(server, root, opts)

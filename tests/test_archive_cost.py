@@ -26,6 +26,7 @@ from memory_lib.pipeline import run_batch
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
+from tests.support.backups import members_sharing
 from tests.support.factories import NOW, make_memories
 
 N = 20
@@ -52,15 +53,18 @@ def _attempt_rows(conn) -> dict[str, int]:
     return {r["status"]: r["n"] for r in rows}
 
 
-def test_archiving_costs_one_put_one_get_and_one_head_per_memory_on_s3(conn, s3_store):
-    """PUT (its echoed SHA256 is the write's check), the fidelity GET (the round trip), commit's HEAD
-    just before the original is deleted; the post-commit audit HEADs a sample (all of a small batch)."""
-    insert_memories(conn, make_memories(N, dim=TEST_DIM), actor="test")
+def test_archiving_costs_one_put_one_get_and_one_head_per_lone_backup_on_s3(conn, s3_store):
+    """A memory alone in its batch for its user (below archival.pack_min_members) is one object: PUT
+    (its echoed SHA256 is the write's check), the fidelity GET (the round trip), commit's HEAD just
+    before the original is deleted; the post-commit audit HEADs a sample (all of a small batch). One
+    LIST per backup step looks for a dead run's packs. (Packs: tests/test_backup_packs.py.)"""
+    users = tuple(f"user{i:02d}" for i in range(N))
+    insert_memories(conn, make_memories(N, dim=TEST_DIM, users=users), actor="test")
     sent = _count_requests(s3_store.client)
     report = run_batch(conn, _services(s3_store), CRITERIA, batch_key="night", as_of=NOW, actor="test")
     assert report.ok and report.archived == N
     audited = min(N, integrity.AUDIT_SAMPLE)
-    assert sent == Counter({"PutObject": N, "GetObject": N, "HeadObject": N + audited})
+    assert sent == Counter({"PutObject": N, "GetObject": N, "HeadObject": N + audited, "ListObjectsV2": 1})
     assert s3_store.verified_by_head == 0
 
 
@@ -120,19 +124,23 @@ def test_a_night_stopped_before_commit_keeps_its_checkpoint_rows(conn, local_sto
 
 
 def test_a_night_whose_audit_fails_keeps_its_checkpoint_rows(conn, local_store, monkeypatch):
-    """A committed backup gone before the audit: the audit fails and keeps every row as evidence."""
+    """A committed backup object gone before the audit (here a pack: every member of it is missing):
+    the audit fails and keeps every row as evidence."""
     import memory_lib.pipeline as pipeline
 
     insert_memories(conn, make_memories(N, dim=TEST_DIM), actor="test")
-    lost = local_store.key_for(conn.execute("SELECT id FROM memories ORDER BY id LIMIT 1").fetchone()["id"])
+    lost: list[str] = []
 
     def audit_after_loss(conn_, store, batch_key, **kw):
-        store.delete(lost)
+        ref = conn_.execute("SELECT storage_ref FROM archived_memories ORDER BY original_id LIMIT 1").fetchone()
+        lost.append(ref["storage_ref"])
+        store.delete(store.key_from_ref(ref["storage_ref"]))
         return integrity.audit_batch(conn_, store, batch_key, **kw)
 
     monkeypatch.setattr(pipeline, "audit_batch", audit_after_loss)
     report = run_batch(conn, _services(local_store), CRITERIA, batch_key="night", as_of=NOW, actor="test")
-    assert not report.ok and report.committed is not None and len(report.committed.missing) == 1
+    assert not report.ok and report.committed is not None
+    assert len(report.committed.missing) == members_sharing(conn, local_store, lost[0]) > 1
     assert _attempt_rows(conn) == {"archived": N}
     assert batch_status(conn, "night").archived == N
 

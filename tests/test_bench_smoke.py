@@ -127,12 +127,13 @@ def test_footprint_smoke(tmp_path: Path) -> None:
     by_dim = {r["dim"]: r for r in table if r["row"].startswith("hot")}
     assert by_dim[1536]["total"] > by_dim[384]["total"]
     for fig in data["figures"][str(data["params"]["sizes"][0])]:
-        assert fig["object_store"]["objects"] == fig["n"]
+        assert fig["object_store"]["objects"] == fig["object_store"]["objects_recorded"] > 0
     objects = rows(data, "Object storage and audit log per memory")
     sizes = {r["dim"]: r["backup object bytes"] for r in objects}
     assert sizes[1536] > 3 * sizes[384] > 0
     for r in objects:
-        assert r["bytes on disk (local store)"] == pytest.approx(r["backup object bytes"])
+        # a pack stores one newline after each member
+        assert r["bytes on disk (local store)"] == pytest.approx(r["backup object bytes"], abs=1.0)
         assert r["memory_events bytes (after archiving)"] > r["memory_events bytes (hot)"] > 0
     reps = rows(data, "Summary vectors: Postgres bytes per archived memory vs LoCoMo tiered recall@10")
     assert reps[0]["representation"].startswith("halfvec") and reps[0]["recall vs halfvec"] == 1.0

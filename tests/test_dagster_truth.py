@@ -19,6 +19,7 @@ from memory_lib import nights
 from memory_lib import pause as pause_switch
 from memory_lib.db import check_schema
 from tests.conftest import TEST_DIM
+from tests.support.backups import edit_content
 from tests.support.dagster_helpers import last_night, table_fingerprint
 from tests.test_slow_path_dagster import SLOW_PATH_DEFS, resources
 
@@ -122,9 +123,9 @@ def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_sta
     upto_gate = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, *GATE_CHECKS]
     assert dg.materialize(upto_gate, resources=res, instance=instance, tags=tags).success
     # The second night's backups vanish between its gate and its commit.
-    for r in conn.execute("SELECT backup_key FROM archival_attempts WHERE batch_key = %s",
+    for r in conn.execute("SELECT DISTINCT backup_key FROM archival_attempts WHERE batch_key = %s",
                           (nights.batch_key_for(run[1]),)).fetchall():  # fmt: skip
-        (Path(store.local_root) / r["backup_key"]).unlink()
+        (Path(store.local_root) / r["backup_key"]).unlink()  # lone backups and packs
 
     result = dg.materialize([assets.archive_rows], resources=res, instance=instance, tags=tags, raise_on_error=False)
     assert not result.success
@@ -198,10 +199,9 @@ def test_a_check_re_run_on_a_tampered_night_changes_nothing(conn, db_url, histor
     upto_backups = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups]
     assert dg.materialize(upto_backups, partition_key=NIGHT.isoformat(), resources=res).success
     victim = conn.execute(
-        "SELECT memory_id, backup_key FROM archival_attempts WHERE status = 'backed_up' ORDER BY memory_id LIMIT 1"
+        "SELECT memory_id, backup_ref FROM archival_attempts WHERE status = 'backed_up' ORDER BY memory_id LIMIT 1"
     ).fetchone()
-    path = Path(store.local_root) / victim["backup_key"]
-    path.write_bytes(path.read_bytes().replace(b'"content":"', b'"content":"(edited) ', 1))
+    edit_content(store.get_store(), victim["backup_ref"])  # one member of its pack, the others intact
 
     # The checks alone see the tampered object and fail, writing nothing: no reset, no pause.
     before = db_state(conn)

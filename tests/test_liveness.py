@@ -4,6 +4,7 @@ is a failed run, the pause stops the CLI, and statuses match the schema."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -160,7 +161,8 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
             assert counts == {"hot": 0, "archived": 300, "both_tiers": 0, "open": 0}, (trial, counts, rerun.stdout)
             store = LocalObjectStore(root, prefix="memory-archive")
             sweep = sweep_orphans(c, store)
-            assert sweep.listed == 300 and sweep.orphans == []
+            objects = c.execute("SELECT count(DISTINCT split_part(storage_ref, '#', 1)) AS n FROM archived_memories")
+            assert sweep.listed == objects.fetchone()["n"] > 0 and sweep.orphans == []  # lone backups and packs
         databases.drop(url)
     assert sum(taken_over) > 0  # at least one kill left claimed work behind for the re-run
 
@@ -313,6 +315,22 @@ def test_sweep_reports_and_removes_orphans(conn, local_store):
     assert report.orphans == [stray] and report.removed == []
     report = sweep_orphans(conn, local_store, remove=True)
     assert report.removed == [stray] and list(local_store.list("memories/")) == []
+
+
+def test_sweep_removes_a_dead_runs_pack_only_when_its_batch_has_no_open_attempts(conn, local_store):
+    """A pack's members are only known by reading it: its batch (in its key) decides. A pack of a batch
+    with open attempts is kept (its run will write it again); one of a finished batch is removed."""
+    insert_memories(conn, make_memories(3, dim=TEST_DIM, age_days=400), actor="test")
+    claims.claim_batch(conn, "night-open", ArchivalCriteria(), NOW)
+    strays = []
+    for batch in ("night-open", "night-done"):
+        data = f'{{"batch": "{batch}"}}\n'.encode()
+        key = f"{local_store.prefix}/packs/{batch}/{hashlib.sha256(data).hexdigest()}.jsonl"
+        local_store.put(key, data, hashlib.sha256(data).hexdigest())
+        strays.append(key)
+    report = sweep_orphans(conn, local_store, remove=True)
+    assert sorted(report.orphans) == sorted(strays) and report.removed == [strays[1]]
+    assert "open attempts" in report.kept[strays[0]] and list(local_store.list("packs/")) == [strays[0]]
 
 
 # --------------------------------------------------------------------------- provider answers

@@ -21,6 +21,7 @@ from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import InvalidInputError
 from memory_lib.retrievability import first_sentence, probe_night
 from tests.conftest import TEST_DIM
+from tests.support.backups import edit_content
 from tests.support.dagster_helpers import END, last_night, load_history
 
 NIGHT = last_night()
@@ -101,12 +102,13 @@ def test_an_unreadable_backup_is_a_miss_not_a_crashed_probe(conn, db_url, store_
     store, embedder = store_resource.get_store(), HashingEmbedder(TEST_DIM)
     before = probe_night(conn, embedder, store, key, now=END, sample_size=5)
     assert before.sampled == 5 and not before.missed
-    # The probe samples in a fixed order: delete the first sampled memory's backup.
+    # The probe samples in a fixed order: damage the first sampled memory's backup (a member of a pack:
+    # its neighbours stay readable).
     gone = conn.execute(
         "SELECT original_id, storage_ref FROM archived_memories WHERE metadata ->> 'batch_key' = %s "
         "ORDER BY md5(original_id::text), original_id LIMIT 1", (key,),
     ).fetchone()  # fmt: skip
-    store.delete(store.key_from_ref(gone["storage_ref"]))
+    edit_content(store, gone["storage_ref"])
     after = probe_night(conn, embedder, store, key, now=END, sample_size=5)
     assert after.sampled == 5 and after.missed == [gone["original_id"]] and after.found == 4
 

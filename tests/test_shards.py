@@ -92,12 +92,13 @@ def _assert_exactly_once(conn, store: S3ObjectStore, before_hot: set, eligible: 
     assert set(ids) == eligible
     hot = {r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()}
     assert hot.isdisjoint(ids) and hot | set(ids) == before_hot
-    versions = store.client.list_object_versions(Bucket=store.bucket, Prefix=store.prefix + "/memories/")
+    versions = store.client.list_object_versions(Bucket=store.bucket, Prefix=store.prefix + "/")
     keys = [v["Key"] for v in versions.get("Versions", [])]
     assert not versions.get("IsTruncated") and not versions.get("DeleteMarkers")
-    assert len(keys) == len(set(keys)) == len(ids)  # one object each, written once
+    # Each object (a lone backup or a user's pack: memory_lib.packs) written once, and each one a row points to.
+    assert len(keys) == len(set(keys)) and set(keys) == {store.key_from_ref(r["storage_ref"]) for r in archived}
     for r in archived:
-        store.get_verified(store.key_from_ref(r["storage_ref"]), r["backup_sha256"])
+        store.read_ref(r["storage_ref"], r["backup_sha256"])
     events = conn.execute("SELECT memory_id FROM memory_events WHERE event_type = 'archived'").fetchall()
     assert sorted(e["memory_id"] for e in events) == sorted(ids)
     return archived

@@ -44,3 +44,15 @@ def tamper(store: LocalObjectStore, ref: str, old: bytes, new: bytes) -> None:
     assert at >= 0, f"{old!r} not in the backup {ref}"
     data[at : at + len(old)] = new
     path.write_bytes(bytes(data))
+
+
+def edit_content(store: LocalObjectStore, ref: str) -> None:
+    """Change one character of the backup's content on disk (same size: a pack's other members stay
+    intact), as a silent corruption or tampering would."""
+    key, member = store.locate(ref)
+    path = store.root / key
+    data = bytearray(path.read_bytes())
+    start, size = member or (0, len(data))
+    at = data.index(b'"content":"', start, start + size) + len(b'"content":"')
+    data[at : at + 1] = b"#" if data[at : at + 1] != b"#" else b"%"
+    path.write_bytes(bytes(data))
