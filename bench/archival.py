@@ -67,6 +67,9 @@ from .common import (
 )
 
 NAME = "archival"
+NO_PACKS = 1_000_000  # archival.pack_min_members no batch reaches
+METHODS = {"naive": "naive loop (baseline)", "batched": "run_batch × 500",
+           "batched_lone": "run_batch × 500, no packs (one object per memory)"}
 DEFAULT_SIZES = (10_000,)
 SMOKE_SIZES = (120,)
 DIM = 1536
@@ -172,9 +175,11 @@ def services_for(store: ObjectStore, dim: int = DIM) -> ArchivalServices:
 
 
 def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_batches: int | None = None,
-                dim: int = DIM) -> dict[str, Any]:  # fmt: skip
-    """run_batch in batches of 500 until nothing is eligible (or max_batches). Seconds per step."""
-    criteria = ArchivalCriteria()
+                dim: int = DIM, packs: bool = True) -> dict[str, Any]:  # fmt: skip
+    """run_batch in batches of 500 until nothing is eligible (or max_batches). Seconds per step.
+    `packs` False: one object per memory, as when every user has fewer than pack_min_members memories
+    in a batch (the backlog here has 4 users, so ~125 per user and batch)."""
+    criteria = ArchivalCriteria() if packs else ArchivalCriteria(pack_min_members=NO_PACKS)
     services = services_for(store, dim)
     steps: dict[str, float] = defaultdict(float)
     archived = failed = batches = 0
@@ -361,19 +366,20 @@ def run(opts: Options) -> Report:
                     load_backlog(conn, n)
             results: dict[str, dict[str, Any]] = {}
             for store_name, make_store in stores.items():
-                for method in ("naive", "batched"):
+                for method in METHODS:
                     db = f"{method}_{'local' if store_name == 'local dir' else 's3'}_{n}"
                     run_url = server.clone(tmpl, db)
                     store = make_store(f"{db}-{uuid.uuid4().hex[:6]}")
                     with bench_connect(run_url) as conn:
                         load_start = loadavg()
                         with rss_sampler() as rss:
-                            res = run_naive(conn, store) if method == "naive" else run_batched(conn, store, key=db)
+                            res = (run_naive(conn, store) if method == "naive" else
+                                   run_batched(conn, store, key=db, packs=method == "batched"))  # fmt: skip
                         res |= {"peak_rss_mib": rss["peak_mib"], "load_start": load_start, "load_end": loadavg()}
                         hot, archived = tier_counts(conn)
                         if archived != n or hot != 0 or res["archived"] != n:
                             raise AssertionError(f"{db}: expected {n} archived and 0 hot, got {archived} / {hot}")
-                        if method == "batched":
+                        if method != "naive":
                             res["checkpoint_bytes_per_archived"] = checkpoint_bytes(conn) / max(archived, 1)
                         if method == "batched" and store_name != "local dir":
                             res["bulk_restore"] = measure_bulk_restore(conn, store, min(restore_n, n // 2))
@@ -393,10 +399,13 @@ def _summary(report: Report) -> None:
     for n, fig in sorted(report.figures["backlogs"].items()):
         store_name = next(iter(fig["runs"]))  # S3 when it ran: stores are listed S3 first
         naive, batched = fig["runs"][store_name]["naive"], fig["runs"][store_name]["batched"]
+        lone = fig["runs"][store_name]["batched_lone"]
         rate, naive_rate = ratio(batched["archived"], batched["seconds"]), ratio(naive["archived"], naive["seconds"])
         by_size[n] = {
             "size": n, "store": store_name, "rate_per_s": rate, "naive_rate_per_s": naive_rate,
             "ratio_vs_naive": ratio(rate, naive_rate),
+            "no_packs_rate_per_s": ratio(lone["archived"], lone["seconds"]),
+            "no_packs_ratio_vs_naive": ratio(ratio(lone["archived"], lone["seconds"]), naive_rate),
             "restore_rate_per_s": fig["bulk_restore"]["per_s"] if "bulk_restore" in fig else None,
             "peak_rss_mib": batched["peak_rss_mib"], "naive_peak_rss_mib": naive["peak_rss_mib"],
             "checkpoint_bytes_per_archived": batched["checkpoint_bytes_per_archived"],
@@ -414,9 +423,9 @@ def _summary(report: Report) -> None:
     first = by_size[min(by_size)]
     report.tables.insert(0, Table(
         f"Archival summary ({largest['store']}, offline summarizer, {DIM}-d)",
-        ["backlog", "batched memories/s", "naive memories/s", "ratio vs naive", "restores/s",
+        ["backlog", "batched memories/s", "naive memories/s", "ratio vs naive", "no packs memories/s", "restores/s",
          "peak RSS MiB (batched)", "RSS vs smallest backlog", "load avg 1-min (start → end of batched run)"],
-        [[n, r["rate_per_s"], r["naive_rate_per_s"], r["ratio_vs_naive"], r["restore_rate_per_s"],
+        [[n, r["rate_per_s"], r["naive_rate_per_s"], r["ratio_vs_naive"], r["no_packs_rate_per_s"], r["restore_rate_per_s"],
           r["peak_rss_mib"], ratio(r["peak_rss_mib"], first["peak_rss_mib"]),
           f"{r['load']['batched'][0][0]} → {r['load']['batched'][1][0]}"] for n, r in by_size.items()],
         f"Machine: {os.cpu_count()} CPUs, load average {report.machine.get('loadavg_at_start')} at the start "
@@ -431,12 +440,12 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
     stores = list(dict.fromkeys(k.split("|")[0] for k in results))
     for store_name in stores:
         naive, batched = results[f"{store_name}|naive"], results[f"{store_name}|batched"]
-        for method, res in (("naive loop (baseline)", naive), ("run_batch × 500", batched)):
+        for method, res in ((label, results[f"{store_name}|{m}"]) for m, label in METHODS.items()):
             per_s = ratio(res["archived"], res["seconds"])
             rows.append([store_name, method, res["archived"], res["seconds"], per_s,
                          ratio(per_s, ratio(naive["archived"], naive["seconds"])),
                          res["bytes_written"] / max(res["archived"], 1)])  # fmt: skip
-        figures["runs"][store_name] = {"naive": naive, "batched": batched,
+        figures["runs"][store_name] = {"naive": naive, "batched": batched, "batched_lone": results[f"{store_name}|batched_lone"],
                                        "speedup": ratio(naive["seconds"], batched["seconds"])}  # fmt: skip
     report.tables.append(Table(
         f"Archival throughput, backlog of {n:,} memories (1536-d, offline summarizer + hashing embedder)",

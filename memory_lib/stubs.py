@@ -107,7 +107,8 @@ def _problems(store: ObjectStore, rows: list[dict[str, Any]], workers: int) -> l
         return []
     out: list[str | None] = [None] * len(rows)
     packed = [i for i, r in enumerate(rows) if store.locate(r["storage_ref"])[1] is not None]
-    whole = [i for i in range(len(rows)) if i not in set(packed)]
+    in_pack = set(packed)
+    whole = [i for i in range(len(rows)) if i not in in_pack]
     if whole:
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(whole)))) as pool:
             for i, problem in zip(whole, pool.map(lambda i: backup_problem(store, rows[i]), whole), strict=True):

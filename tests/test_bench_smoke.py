@@ -81,8 +81,9 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
     n = data["params"]["sizes"][0]
     throughput = rows(data, "Archival throughput")
     assert [(r["object store"].split(" ")[0], r["method"]) for r in throughput] == [
-        ("S3", "naive loop (baseline)"), ("S3", "run_batch × 500"),
+        ("S3", "naive loop (baseline)"), ("S3", "run_batch × 500"), ("S3", "run_batch × 500, no packs (one object per memory)"),
         ("local", "naive loop (baseline)"), ("local", "run_batch × 500"),
+        ("local", "run_batch × 500, no packs (one object per memory)"),
     ]  # fmt: skip
     for r in throughput:
         assert r["archived"] == n
@@ -103,7 +104,8 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
         assert r["p50 ms"] is None if r["operation"].startswith("restore_archives") else finite_positive(r["p50 ms"])
     fig = data["figures"]  # the summary keys every run writes, for the largest size
     assert fig["size"] == n and fig["by_size"][str(n)]["size"] == n
-    for key in ("rate_per_s", "naive_rate_per_s", "ratio_vs_naive", "restore_rate_per_s", "peak_rss_mib"):
+    for key in ("rate_per_s", "naive_rate_per_s", "ratio_vs_naive", "no_packs_rate_per_s", "restore_rate_per_s",
+                "peak_rss_mib"):
         assert finite_positive(fig[key]), key
     assert fig["ratio_vs_naive"] == pytest.approx(fig["rate_per_s"] / fig["naive_rate_per_s"])
     assert fig["load"]["cpu_count"] >= 1 and len(fig["load"]["loadavg_end"]) == 3
