@@ -662,8 +662,9 @@ _COMMIT_INSERT = """
            m.created_at, a.archive_reason, a.backup_ref, true, a.backup_sha256, a.backup_size_bytes,
            a.backup_version_id, 1, a.summary_model, a.summarizer_kind, coalesce(a.input_tokens, 0),
            coalesce(a.output_tokens, 0), coalesce(a.cost_usd, 0),
-           -- the model's typed entities and domain guess live on with the row: checkpoints are pruned
-           jsonb_build_object('batch_key', a.batch_key, 'backup_key', a.backup_key)
+           -- the model's typed entities and domain guess live on with the row: checkpoints are pruned.
+           -- Not the backup's key: storage_ref holds it (~90 B a row, a fifth of the 384-d budget).
+           jsonb_build_object('batch_key', a.batch_key)
              || jsonb_strip_nulls(jsonb_build_object('summary_entities', a.summary_entities,
                                                      'domain_guess', a.domain_guess)),
            m.dedupe_key
