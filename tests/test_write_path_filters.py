@@ -13,7 +13,7 @@ from memory_lib.client import MemoryClient
 from memory_lib.config import Settings
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import InvalidInputError
-from memory_lib.search import _DF_CAP, _MATCH_CAP, HOT_SEARCH_SQL, SearchFilters
+from memory_lib.search import _DF_CAP, _MATCH_CAP, _N_CAP, HOT_SEARCH_SQL, SearchFilters
 from memory_lib.store import insert_memories
 from tests.conftest import TEST_DIM
 
@@ -44,7 +44,7 @@ def _seed(conn, n: int = 4000) -> None:
 def _plan(conn, filters: SearchFilters) -> str:
     q = HashingEmbedder(TEST_DIM).embed(["cargo tides harbour"])[0]
     params = {"user_id": "u1", "embedding": q, "text_query": "cargo tides harbour", "websearch": False,
-              "bm25": True, "df_cap": _DF_CAP, "match_cap": _MATCH_CAP, "pool": 40, **filters.params()}  # fmt: skip
+              "bm25": True, "df_cap": _DF_CAP, "match_cap": _MATCH_CAP, "n_cap": _N_CAP, "pool": 40, **filters.params()}  # fmt: skip
     rows = conn.execute("EXPLAIN (FORMAT JSON) " + HOT_SEARCH_SQL, params, prepare=False).fetchall()
     return json.dumps(rows[0]["QUERY PLAN"])
 
@@ -80,3 +80,17 @@ def test_a_seen_window_the_wrong_way_round_is_refused():
     with pytest.raises(InvalidInputError) as info:
         SearchFilters(seen_since="2026-01-01")
     assert info.value.field == "filters.seen_since"
+
+
+def test_full_text_finds_one_users_matches_in_the_user_tsv_index(conn):
+    """Migration 018: the term lookups of the full-text leg (document frequencies and matches) read the
+    (user_id, tsvector) GIN index, not a tsvector-only index intersected with a btree of the user's rows."""
+    _seed(conn)
+    plan = _plan(conn, SearchFilters())
+    assert "memories_user_tsv" in plan
+    assert "memories_content_tsv" not in plan
+    indexes = {r["indexname"]: r["indexdef"] for r in conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN ('memories_user_tsv', 'archived_user_summary_tsv')"
+    ).fetchall()}  # fmt: skip
+    assert "gin (user_id, content_tsv)" in indexes["memories_user_tsv"]
+    assert "gin (user_id, to_tsvector('english'::regconfig, summary))" in indexes["archived_user_summary_tsv"]
