@@ -13,11 +13,13 @@ same questions (read at run time from --data, default ../shared/data/locomo/loco
   (b) tiered: everything older than CUTOFF_DAYS archived by memory_lib.archive (default offline
       summarizer + summary embedding), archived hits mapped back to their turn by original_id;
   (c) hot only: the same tiered database, phase 2 off (what deleting would lose);
-  (d) phase 3 auto / (e) phase 3 always: the tiered database plus monthly/yearly digests and facts built
-      by bench.consolidate's offline rules (the digests branch's builders were not available), searched
-      through memory_lib.escalation with the default offline heuristic deciding (d), or forced (e). The
-      ranking is RRF(phase 1-2 hits, phase-3 facts' source turns); digests add no turns (a month of turns
-      counted as found would inflate recall). With no escalation (d) ranks exactly as (b);
+  (d) phase 3 auto / (e) phase 3 always: the tiered database consolidated by the product's builders
+      (`memory_lib.consolidation.consolidate_month` with ExtractiveDigestBuilder + RuleFactExtractor + the
+      run's embedder for every month, then yearly digests by `build_level(..., 3, ...)`), searched through
+      `MemoryClient.search` (phase3 "auto": the default offline heuristic decides; "always": forced). The
+      ranking is RRF(phase 1-2 hits, the source memories of the result's fact hits, expanded by
+      `MemoryClient.expand_digest`); digests add no turns (a month of turns counted as found would inflate
+      recall). With no escalation (d) ranks exactly as (b);
 * baselines over all turns, no library code in the ranking: BM25 (k1 1.2, b 0.75, Lucene idf) over the
   turns' Postgres English lexemes, exact dense cosine, and their reciprocal rank fusion (k 60);
 * recall@5/10/20 overall and per category, the share of questions with zero hits, p50/p95 latency of
@@ -35,8 +37,9 @@ import re
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +47,14 @@ import numpy as np
 import psycopg
 
 from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria, RetrievalConfig
+from memory_lib.client import MemoryClient
+from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.consolidation import consolidate_month
+from memory_lib.consolidation_sources import user_months
+from memory_lib.digests import ExtractiveDigestBuilder, build_level
 from memory_lib.embedding import HashingEmbedder
-from memory_lib.escalation import HeuristicEvaluator, drive, escalated_search
+from memory_lib.escalation import HeuristicEvaluator
+from memory_lib.facts import RuleFactExtractor
 from memory_lib.models import NewMemory
 from memory_lib.objectstore import LocalObjectStore
 from memory_lib.pipeline import run_batch
@@ -54,7 +62,7 @@ from memory_lib.search import SearchRequest, run_plan, search_plan
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
 
-from . import adapters, consolidate
+from . import adapters
 from .common import (
     LOCOMO_DEFAULT,
     Options,
@@ -200,6 +208,54 @@ def _archive_old(conn: psycopg.Connection, conv: Conversation, embedder: Any, st
         i += 1
 
 
+# --------------------------------------------------------------------------- phase 3: the product's consolidation
+
+DIGEST_BUILDER = ExtractiveDigestBuilder()
+FACT_EXTRACTOR = RuleFactExtractor()
+
+
+def consolidate(conn: psycopg.Connection, user_id: str, embedder: Any) -> dict[str, int]:
+    """What a deployment's consolidation assets build for one user: `consolidate_month` (level-2 digest,
+    facts, key moments) for every month with memories, then each year's level-3 digest; row counts."""
+    months = [m for _, m in user_months(conn, user_id=user_id)]
+    for month in months:
+        consolidate_month(conn, month, builder=DIGEST_BUILDER, extractor=FACT_EXTRACTOR, embedder=embedder,
+                          users=[user_id])  # fmt: skip
+    for year in sorted({m.year for m in months}):
+        build_level(conn, 3, user_id, date(year, 1, 1), builder=DIGEST_BUILDER, embedder=embedder)
+    row = conn.execute(
+        """SELECT (SELECT count(*) FROM memory_digests WHERE user_id = %(u)s AND level = 2) AS digests_l2,
+                  (SELECT count(*) FROM memory_digests WHERE user_id = %(u)s AND level = 3) AS digests_l3,
+                  (SELECT count(*) FROM memory_facts WHERE user_id = %(u)s) AS facts,
+                  (SELECT count(*) FROM key_moments WHERE user_id = %(u)s) AS key_moments""",
+        {"u": user_id},
+    ).fetchone()
+    return {k: int(v) for k, v in row.items()}
+
+
+class _QuestionVectors:
+    """The run's embedder, with the questions' vectors computed ahead in one batch: the client's search
+    gets the same vectors as the other settings, and its timing leaves out embedding the query too."""
+
+    def __init__(self, embedder: Any, texts: Sequence[str], vectors: np.ndarray):
+        self._embedder, self._ahead = embedder, dict(zip(texts, vectors, strict=True))
+        self.model, self.dim = embedder.model, embedder.dim
+        self.kind = getattr(embedder, "kind", None)
+
+    def embed(self, texts: Sequence[str]) -> list[Any]:
+        return [self._ahead[t] if t in self._ahead else self._embedder.embed([t])[0] for t in texts]
+
+
+def _reason_kind(reason: str) -> str:
+    """The heuristic's reason, without its particulars (memory_lib.escalation.HeuristicEvaluator)."""
+    for prefix, kind in (("asks who", "who is"), ("names a time", "names a past time"),
+                         ("asks about history", "history cue"), ("phases 1-2 found nothing", "no hit"),
+                         ("weak hits", "weak hits"), ("phase 1 strong", "phase 1 strong")):  # fmt: skip
+        if reason.startswith(prefix):
+            return kind
+    return "other"
+
+
 # --------------------------------------------------------------------------- baselines (no library ranking)
 
 
@@ -260,28 +316,43 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
     latency: dict[str, list[float]] = {s: [] for s in SETTINGS}
     phase2_runs: dict[str, int] = {s: 0 for s in SETTINGS}
     phase3_runs: dict[str, int] = {s: 0 for s in SETTINGS}
-    evaluator = HeuristicEvaluator()
-
-    def embed(text: str) -> np.ndarray:
-        return np.asarray(embedder.embed([text])[0], dtype=np.float32)
+    # Phase 3 as a user gets it: the client's search (default settings, the offline heuristic deciding).
+    client = MemoryClient(conn, embedder=_QuestionVectors(embedder, [q.text for q in questions], qvecs),
+                          settings=Settings(retrieval=config), evaluator=HeuristicEvaluator(), actor="bench")  # fmt: skip
+    # Per question of each phase-3 setting: the decision, and the turns the fact hits added.
+    decisions: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS if s.startswith("phase3")}
 
     def ask(setting: str, q: Question, vec: np.ndarray) -> list[str]:
-        request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=vec, config=config, now=conv.now,
-                                phase2="never" if setting == "hot_only" else "auto",
-                                embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
         started = time.perf_counter()
         if setting.startswith("phase3"):
-            mode = "always" if setting == "phase3_always" else "auto"
-            result = drive(escalated_search(request, mode), lambda plan: run_plan(conn, plan), embed, evaluator)
+            result = client.search(conv.sample_id, q.text, limit=TOP, now=conv.now,
+                                   phase3="always" if setting == "phase3_always" else "auto")  # fmt: skip
         else:
+            request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=vec, config=config, now=conv.now,
+                                    phase2="never" if setting == "hot_only" else "auto",
+                                    embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
             result = run_plan(conn, search_plan(request))
         latency[setting].append(time.perf_counter() - started)
         phase2_runs[setting] += result.phase2_reason is not None
         hits = [by_id[h.provenance.memory_id] for h in result.hits][:TOP]
         if not setting.startswith("phase3"):
             return hits
-        phase3_runs[setting] += bool(result.escalation and result.escalation.action != "return")
-        facts = [by_id[i] for i in consolidate.provenance_list(result.consolidated) if i in by_id]
+        esc = result.escalation
+        escalated = bool(esc and esc.action != "return")
+        phase3_runs[setting] += escalated
+        facts: list[str] = []
+        for hit in result.consolidated:  # best first; a digest covers a whole month or year: no turns
+            if hit.kind == "fact":
+                for m in client.expand_digest(conv.sample_id, hit).memories:
+                    if by_id.get(m.memory_id) and by_id[m.memory_id] not in facts:
+                        facts.append(by_id[m.memory_id])
+        decisions[setting].append({
+            "escalated": escalated, "action": esc.action if esc else None,
+            "reason": _reason_kind(esc.reason) if esc else None,
+            "digest_hits": sum(h.kind == "digest" for h in result.consolidated),
+            "fact_hits": sum(h.kind == "fact" for h in result.consolidated),
+            "fact_turns": len(facts), "fact_evidence": len(q.evidence & set(facts)),
+        })  # fmt: skip
         return rrf_rank(hits, facts)[:TOP] if facts else hits
 
     ranked: dict[str, list[list[str]]] = {s: [] for s in (*SETTINGS, *BASELINES)}
@@ -306,13 +377,15 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
     for q, v in zip(questions, qvecs, strict=True):
         ranked["tiered"].append(ask("tiered", q, v))
         ranked["hot_only"].append(ask("hot_only", q, v))
-    built = consolidate.build(conn, conv.sample_id, conv.turns, embedder)
+    with stopwatch() as tc:
+        built = consolidate(conn, conv.sample_id, embedder)
     for q, v in zip(questions, qvecs, strict=True):
         ranked["phase3_auto"].append(ask("phase3_auto", q, v))
         ranked["phase3_always"].append(ask("phase3_always", q, v))
     return {"questions": questions, "ranked": ranked, "archived": archived, "memories": len(conv.turns),
             "archive_s": t[0], "summary_copies": copies, "latency": latency, "phase2_runs": phase2_runs,
-            "phase3_runs": phase3_runs, "consolidation": built}  # fmt: skip
+            "phase3_runs": phase3_runs, "consolidation": built, "consolidate_s": tc[0],
+            "decisions": decisions}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the run
@@ -361,6 +434,8 @@ def run(opts: Options) -> Report:
             phase2_runs = {s: 0 for s in SETTINGS}
             phase3_runs = {s: 0 for s in SETTINGS}
             built: Counter[str] = Counter()
+            phase3_rows: list[dict[str, Any]] = []  # one per question: category, decisions, recall@10 per setting
+            consolidate_s = 0.0
             memories = archived = copies = 0
             for i, conv in enumerate(convs):
                 db = f"locomo_{emb_name}_{i}"
@@ -371,6 +446,8 @@ def run(opts: Options) -> Report:
                 archived += res["archived"]
                 copies += res["summary_copies"]
                 built.update(res["consolidation"])
+                consolidate_s += res["consolidate_s"]
+                phase3_rows += _phase3_rows(res)
                 for s in SETTINGS:
                     latency[s] += res["latency"][s]
                     phase2_runs[s] += res["phase2_runs"][s]
@@ -381,7 +458,10 @@ def run(opts: Options) -> Report:
             _tables(report, emb_name, embedder, per_cat, latency, phase2_runs, memories, archived, convs,
                     summary_rows, phase3_runs)  # fmt: skip
             report.figures[emb_name]["summaries_equal_to_original"] = copies / max(archived, 1)
-            report.figures[emb_name]["consolidation"] = dict(built) | {"builder": consolidate.BUILDER}
+            report.figures[emb_name]["consolidation"] = dict(built) | {
+                "builder": f"{DIGEST_BUILDER.kind}:{DIGEST_BUILDER.model}", "extractor": FACT_EXTRACTOR.name,
+                "seconds": round(consolidate_s, 1)}  # fmt: skip
+            _phase3_table(report, emb_name, phase3_rows)
 
     report.tables.insert(0, Table(
         "LoCoMo evidence recall, overall: the library's defaults vs baselines over all turns",
@@ -391,15 +471,72 @@ def run(opts: Options) -> Report:
         summary_rows,
         f"Baselines: BM25 and exact dense cosine over every turn, same questions, same run. (a) all hot = default "
         f"RetrievalConfig before archival; (b) tiered = after archiving every memory older than {CUTOFF_DAYS} days "
-        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off; (d)/(e) = (b) plus digests and facts "
-        "from bench.consolidate's offline rules, phase 3 decided by the offline heuristic (d) or forced (e), "
-        "ranked RRF(hits, facts' source turns). Search: memory_lib.search, "
+        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off; (d)/(e) = (b) consolidated by the product "
+        "(consolidate_month with ExtractiveDigestBuilder + RuleFactExtractor for every month, build_level 3 for "
+        "every year), searched by MemoryClient.search with phase3 auto (offline heuristic) (d) or always (e); "
+        "scoring rule: RRF(phase 1-2 hits, the turns behind the result's fact hits, by expand_digest), digests "
+        "add no turns (a month of turns counted as found would inflate recall). Search: memory_lib.search, "
         "defaults, limit 20. Ratios: recall@10 / all-hot recall@10 and / BM25 recall@10.",
     ))  # fmt: skip
     skipped = sum(c.skipped_questions for c in convs)
     unknown = sum(c.unknown_evidence_ids for c in convs)
     report.figures["data_quirks"] = {"questions_without_usable_evidence": skipped, "unknown_evidence_ids": unknown}
     return report
+
+
+def _phase3_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per question of one conversation: its category, each phase-3 setting's decision, and recall@10 of
+    tiered and the phase-3 settings (to compare them on the questions that escalated)."""
+    out = []
+    for i, q in enumerate(res["questions"]):
+        row: dict[str, Any] = {"category": CATEGORY_NAMES.get(q.category, str(q.category))}
+        for s in ("tiered", "phase3_auto", "phase3_always"):
+            row[s] = _recalls(res["ranked"][s][i], q.evidence)["recall@10"]
+        for s, decisions in res["decisions"].items():
+            row[f"{s}_decision"] = decisions[i]
+        out.append(row)
+    return out
+
+
+def _phase3_table(report: Report, emb_name: str, rows: list[dict[str, Any]]) -> None:
+    """Why phase 3 helps or hurts: what the heuristic escalated on, and recall@10 on escalated questions."""
+    table, figures = [], {}
+    for s in ("phase3_auto", "phase3_always"):
+        esc = [r for r in rows if r[f"{s}_decision"]["escalated"]]
+        decisions = [r[f"{s}_decision"] for r in esc]
+        turns = sum(d["fact_turns"] for d in decisions)
+        evidence = sum(d["fact_evidence"] for d in decisions)
+        reasons = Counter(d["reason"] for d in decisions)
+        by_cat = Counter(r["category"] for r in esc)
+        cat_total = Counter(r["category"] for r in rows)
+        tiered = float(np.mean([r["tiered"] for r in esc])) if esc else float("nan")
+        after = float(np.mean([r[s] for r in esc])) if esc else float("nan")
+        figures[s] = {
+            "escalated": len(esc), "questions": len(rows), "reasons": dict(reasons),
+            "escalated_share_by_category": {c: by_cat[c] / cat_total[c] for c in sorted(cat_total)},
+            "recall@10_escalated_tiered": tiered, "recall@10_escalated": after,
+            "escalated_with_fact_hits": sum(d["fact_hits"] > 0 for d in decisions),
+            "escalated_with_digest_hits": sum(d["digest_hits"] > 0 for d in decisions),
+            "fact_turns_per_escalated": turns / max(len(esc), 1),
+            "fact_turns_that_are_evidence": evidence / max(turns, 1),
+            "better": sum(r[s] > r["tiered"] for r in esc), "worse": sum(r[s] < r["tiered"] for r in esc),
+        }  # fmt: skip
+        f = figures[s]
+        table.append([s, f"{len(esc)} / {len(rows)}", ", ".join(f"{k} {v}" for k, v in reasons.most_common()),
+                      ", ".join(f"{c} {v:.0%}" for c, v in f["escalated_share_by_category"].items()),
+                      tiered, after, f["better"], f["worse"], f["escalated_with_fact_hits"],
+                      f["fact_turns_per_escalated"], f["fact_turns_that_are_evidence"]])  # fmt: skip
+    report.tables.append(Table(
+        f"LoCoMo phase 3, {emb_name} embedder: what escalated, and recall@10 on those questions",
+        ["setting", "escalated", "why (heuristic's reason)", "escalated share by category",
+         "recall@10 tiered (escalated questions)", "recall@10 phase 3 (same questions)", "questions better",
+         "questions worse", "escalated with a fact hit", "fact turns added per escalated question",
+         "share of fact turns that are evidence"],
+        table,
+        "Same questions, same run: tiered = (b) without phase 3. Fact turns = the memories behind the result's "
+        "fact hits (MemoryClient.expand_digest), merged into the top 20 by RRF; digests add no turns.",
+    ))  # fmt: skip
+    report.figures[emb_name]["phase3"] = figures
 
 
 def _mean(values: list[dict[str, float]], key: str) -> float:

@@ -435,16 +435,25 @@ def _consolidation(conn, embedder, timezone: str) -> bool:
     if who:
         print(f"who is {who['object']}? ({who['user_id']}, answered from facts, with their sources)")
         for f in who_is(conn, who["user_id"], who["object"], limit=6):
-            tiers = conn.execute(
-                """SELECT count(*) FILTER (WHERE a.original_id IS NOT NULL) AS archived, count(*) AS n
-                   FROM unnest(%s::uuid[]) AS s(id) LEFT JOIN archived_memories a ON a.original_id = s.id""",
-                (f["source_memory_ids"],),
-            ).fetchone()
-            until = f"until {f['valid_to']:%Y-%m-%d}" if f["valid_to"] else "still valid"
-            print(f"  - {f['subject']} {f['predicate']} {f['object']} (from {f['valid_from']:%Y-%m-%d}, {until}; "
-                  f"{tiers['n']} sources, e.g. {', '.join(str(i)[:8] for i in f['source_memory_ids'][:2])}; "
-                  f"{tiers['archived']}/{tiers['n']} archived; {', '.join(sorted(f['extractors']))})")  # fmt: skip
+            print("  - " + _fact_line(conn, who["user_id"], f))
     return not problems and not missing
+
+
+def _fact_line(conn, user_id: str, fact: dict[str, Any], shown: int = 3) -> str:
+    """One merged fact of `who_is` with its provenance: validity, and each source memory's id and tier
+    (memory_lib.consolidated_search.source_memories_plan, as a phase-3 expansion reads them)."""
+    from memory_lib.consolidated_search import source_memories_plan
+    from memory_lib.search import run_plan
+
+    ids = fact["source_memory_ids"]
+    memories, _ = run_plan(conn, source_memories_plan(user_id, ids))
+    tier = {m.memory_id: m.tier for m in memories}
+    until = f"until {fact['valid_to']:%Y-%m-%d}" if fact["valid_to"] else "still valid"
+    sources = ", ".join(f"{i} ({tier.get(i, 'missing')})" for i in ids[:shown])
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    archived = sum(tier.get(i) == "archived" for i in ids)
+    return (f"{fact['subject']} {fact['predicate']} {fact['object']} (from {fact['valid_from']:%Y-%m-%d}, {until}; "
+            f"{len(ids)} source{'s' if len(ids) != 1 else ''}, {archived} archived: {sources}{more}; {', '.join(sorted(fact['extractors']))})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ __all__ = [
     "active_digests_plan",
     "consolidated_plan",
     "expand_sources_plan",
+    "source_memories_plan",
 ]
 
 Kind = Literal["digest", "fact"]
@@ -260,10 +261,18 @@ def expand_sources_plan(user_id: str, kind: Kind, consolidated_id: uuid.UUID) ->
     row = yield Sql(_SOURCES_SQL[kind], {"id": consolidated_id, "user_id": user_id}, "one")
     if row is None:
         raise NotFoundError(f"no {kind} {consolidated_id} for user {user_id!r}")
-    ids: list[uuid.UUID] = list(row["source_memory_ids"])
+    memories, missing = yield from source_memories_plan(user_id, row["source_memory_ids"])
+    return SourceExpansion(kind, consolidated_id, user_id, memories, missing)
+
+
+def source_memories_plan(
+    user_id: str, ids: Sequence[uuid.UUID]
+) -> Plan[tuple[list[ExpandedMemory], tuple[uuid.UUID, ...]]]:
+    """`ids` as memories of `user_id` (hot, or archived), in the given order without repeats, and the ids
+    that are not this user's memories (missing). A restored memory with both rows reads as hot."""
+    ids = list(dict.fromkeys(ids))
     found: dict[uuid.UUID, ExpandedMemory] = {}
     for r in (yield Sql(MEMORIES_SQL, {"user_id": user_id, "ids": ids})):
         if r["memory_id"] not in found or r["tier"] == "hot":
             found[r["memory_id"]] = ExpandedMemory(r["memory_id"], r["tier"], r["archive_id"], r["text"], r["created_at"])
-    return SourceExpansion(kind, consolidated_id, user_id, [found[i] for i in dict.fromkeys(ids) if i in found],
-                           tuple(i for i in dict.fromkeys(ids) if i not in found))  # fmt: skip
+    return [found[i] for i in ids if i in found], tuple(i for i in ids if i not in found)

@@ -183,11 +183,22 @@ def test_locomo_smoke(tmp_path: Path) -> None:
     assert data["default"]["hot_only"]["recall@10"] < data["default"]["tiered"]["recall@10"]
     fig = data["figures"]["hashing"]
     assert 0 < fig["archived"] < fig["memories"]
-    # Phase 3 on the bench's offline digests and facts: forced, it runs for every question; with the
-    # heuristic deciding, it runs only for some, and the questions it skipped rank exactly as (b).
-    assert fig["consolidation"]["digests_l2"] > 0 and fig["consolidation"]["facts"] > 0
+    # Phase 3 on the product's consolidation (consolidate_month + build_level 3): forced, it runs for
+    # every question; with the heuristic deciding, only for some. Digests add no turns, so a question
+    # whose fact hits add no turn ranks exactly as (b): with no fact turns at all, (d) and (e) equal (b).
+    built = fig["consolidation"]
+    assert built["digests_l2"] > 0 and built["digests_l3"] > 0 and built["facts"] >= 0
+    assert (built["builder"], built["extractor"]) == ("extractive-offline:extractive-digest-v1", "rules-offline-v1")
     assert data["default"]["phase3_always"]["phase3_share"] == 1.0
     assert 0.0 <= data["default"]["phase3_auto"]["phase3_share"] < 1.0
+    for setting in ("phase3_auto", "phase3_always"):
+        p3 = fig["phase3"][setting]
+        assert p3["escalated"] == round(data["default"][setting]["phase3_share"] * p3["questions"])
+        if p3["fact_turns_per_escalated"] == 0:
+            assert p3["better"] == p3["worse"] == 0
+            for k in ("recall@5", "recall@10", "recall@20"):
+                assert data["default"][setting][k] == data["default"]["tiered"][k]
+    assert fig["phase3"]["phase3_always"]["escalated_with_digest_hits"] > 0
     by_cat = rows(data, "LoCoMo evidence recall@10 by category")
     assert by_cat[-1]["category"] == "overall"
     assert by_cat[-1]["questions"] == sum(r["questions"] for r in by_cat[:-1])
