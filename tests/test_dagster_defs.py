@@ -238,3 +238,23 @@ def test_the_s3_kind_shows_only_when_the_store_is_s3():
                          text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "postgres,s3"
+
+
+@pytest.mark.parametrize(
+    "tick,month,year",
+    [("2026-03-01", "2026-02-01", "2026"), ("2027-01-01", "2026-12-01", "2026"), ("2026-08-01", "2026-07-01", "2026")],
+)
+def test_the_monthly_consolidation_schedules_request_the_month_that_ended_and_its_year(defs, tick, month, year):
+    tz = ZoneInfo(SLOW_PATH.timezone)
+    monthly = defs.resolve_schedule_def("consolidation_monthly")
+    assert monthly.job_name == "consolidation_job"
+    assert monthly.cron_schedule == f"0 {min(SLOW_PATH.schedule_hour + 2, 23)} 1 * *"
+    when = datetime.fromisoformat(f"{tick}T{min(SLOW_PATH.schedule_hour + 2, 23):02d}:00").replace(tzinfo=tz)
+    got = monthly.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=when)).run_requests
+    assert [r.partition_key for r in got] == [month]
+    yearly = defs.resolve_schedule_def("yearly_digests_monthly")
+    assert yearly.job_name == "yearly_digests_job" and yearly.execution_timezone == SLOW_PATH.timezone
+    when = datetime.fromisoformat(f"{tick}T{min(SLOW_PATH.schedule_hour + 3, 23):02d}:00").replace(tzinfo=tz)
+    context = dg.build_schedule_context(scheduled_execution_time=when, repository_def=defs.get_repository_def())
+    got = yearly.evaluate_tick(context).run_requests
+    assert [r.partition_key for r in got] == [year]

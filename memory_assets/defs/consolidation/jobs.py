@@ -1,7 +1,7 @@
 """consolidation_job: a month's digests, facts and key moments (with their checks); yearly_job: a year's digests.
 
-No schedule yet: a month is consolidated after its nights are archived, by a backfill of the job over
-the months wanted (the UI's Materialize, or `dagster job backfill`); the demo runs it in process.
+Scheduled monthly (schedules.py); the backlog's months are consolidated by a backfill of the job over
+the months wanted (the UI's Materialize); the demo runs it in process.
 """
 
 import dagster as dg
