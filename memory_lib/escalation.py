@@ -368,7 +368,8 @@ def _merge(first: Sequence[SearchHit], second: Sequence[SearchHit], request: Sea
 
 def drive(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], Any],
           embed: Callable[[str], Any], evaluator: Evaluator) -> SearchResult:  # fmt: skip
-    """Run `escalated_search` synchronously."""
+    """Run `escalated_search` synchronously. A failed step closes the flow at once, so a span it opened
+    (memory_lib.trace) ends before the caller's do."""
     try:
         step = next(flow)
         while True:
@@ -381,6 +382,8 @@ def drive(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], A
             step = flow.send(value)
     except StopIteration as stop:
         return stop.value
+    finally:
+        flow.close()
 
 
 async def drive_async(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], Any],
@@ -398,3 +401,5 @@ async def drive_async(flow: Generator[Step, Any, SearchResult], run: Callable[[P
             step = flow.send(value)
     except StopIteration as stop:
         return stop.value
+    finally:
+        flow.close()

@@ -355,3 +355,25 @@ def test_the_library_works_without_opentelemetry(db_url):
     assert report["hits"] == report["chosen"] == [report["added"]]
     assert report["rate"] == 1.0
     assert report["otel_loaded"] == []
+
+
+def test_a_failed_step_ends_the_flows_span_before_the_callers(spans):
+    """drive closes the escalation flow when a step fails: its open span ends, and no span stays current."""
+    from memory_lib.escalation import RunPlan, drive
+    from memory_lib.trace import span
+
+    def flow():
+        with span("retrieve", {"memory_archive.phase": "3"}):
+            yield RunPlan(iter(()))
+        return None
+
+    def failing_run(plan):
+        raise RuntimeError("the database went away")
+
+    with pytest.raises(RuntimeError), span("memory_archive.search"):
+        drive(flow(), failing_run, lambda text: None, None)
+    assert not trace.get_current_span().get_span_context().is_valid
+    ours = {s.name: s for s in spans.get_finished_spans()}
+    assert ours["retrieve"].parent.span_id == ours["memory_archive.search"].context.span_id
+    assert ours["retrieve"].end_time <= ours["memory_archive.search"].end_time
+    assert ours["memory_archive.search"].status.status_code.name == "ERROR"
