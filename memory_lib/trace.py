@@ -5,8 +5,7 @@
         s.set({"memory_archive.hits": 3})
 
 The library never configures a tracer provider: an application installs the `otel` extra, sets one
-(an OTLP exporter, say) and gets the spans; without a provider the API's no-op tracer makes a span cost
-a few attribute look-ups. `span` yields a `SpanHandle` either way, so callers never test for OpenTelemetry.
+(an OTLP exporter, say) and gets the spans; without a provider a span costs one global look-up. `span` yields a `SpanHandle` either way, so callers never test for OpenTelemetry.
 
 Privacy invariant: span attributes carry ids, counts, scores, modes and reasons only, never a memory's
 text, a summary or the query. The user_id is left out, not hashed: a hash of a known id is a stable,
@@ -57,17 +56,33 @@ class SpanHandle:
 
 
 _NOOP = SpanHandle()
+_tracers: dict[int, Any] = {}
+
+
+def _tracer() -> Any:
+    """The tracer of the provider the application set, or None when none is set (or a no-op one): then a
+    span costs one global look-up, not a non-recording span and a context switch. Looked up per call, so
+    a provider set after import (late app set-up, tests) is followed."""
+    if _otel_trace is None:
+        return None
+    provider = _otel_trace.get_tracer_provider()
+    if isinstance(provider, _otel_trace.ProxyTracerProvider | _otel_trace.NoOpTracerProvider):
+        return None
+    tracer = _tracers.get(id(provider))
+    if tracer is None:
+        _tracers.clear()  # one provider at a time
+        tracer = _tracers[id(provider)] = provider.get_tracer(TRACER_NAME)
+    return tracer
 
 
 @contextmanager
 def span(name: str, attrs: Mapping[str, AttrValue | None] | None = None) -> Iterator[SpanHandle]:
     """A child of the current span (or a root) named `name`, current while the block runs; an exception
     leaving the block is recorded on it and marks it as an error."""
-    if _otel_trace is None:
+    tracer = _tracer()
+    if tracer is None:
         yield _NOOP
         return
-    # get_tracer each time: cheap, and it follows a provider set after import (tests, late app set-up).
-    tracer = _otel_trace.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(name) as otel_span:
         handle = SpanHandle(otel_span)
         if attrs:
