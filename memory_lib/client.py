@@ -403,7 +403,9 @@ class MemoryClient:
         """Hot memories first, archived summaries when needed (see memory_lib.search). With
         record_access=True the hits count as used (access_count, last_accessed_at). With
         follow_links=True, `result.associated` holds the archived memories the hot hits link to
-        (memory_lib.associations), each labelled with the hot memory that links to it.
+        (memory_lib.associations), each labelled with the hot memory that links to it. With debug=True
+        (default: retrieval.debug) `result.debug` records the candidates, their scores and the chosen ids
+        (memory_lib.search.SearchDebug); a client given a `reranker` returns the hits in its order.
 
         Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
         MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
