@@ -173,13 +173,17 @@ class _Parts:
         """The search span's opening attributes: modes and limits, never the user or the query."""
         return {"memory_archive.limit": self.settings.retrieval.limit if params.limit is None else params.limit,
                 "memory_archive.phase2.mode": params.phase2, "memory_archive.phase3.mode": params.phase3,
-                "memory_archive.reranker": self.reranker.name if self.reranker else None}  # fmt: skip
+                "memory_archive.reranker": self.reranker_name}  # fmt: skip
+
+    @property
+    def reranker_name(self) -> str | None:
+        return None if self.reranker is None else getattr(self.reranker, "name", type(self.reranker).__name__)
 
     def rerank(self, query: str, result: SearchResult) -> SearchResult:
         """The configured reranker's order of the hits (a child span `rerank`); no reranker: unchanged."""
         if self.reranker is None:
             return result
-        with span("rerank", {"memory_archive.reranker": self.reranker.name,
+        with span("rerank", {"memory_archive.reranker": self.reranker_name,
                              "memory_archive.rerank.candidates": len(result.hits)}) as s:  # fmt: skip
             hits = self.reranker.rerank(query, result.hits)
             if s.recording:
@@ -189,7 +193,7 @@ class _Parts:
     def finish_search(self, result: SearchResult, s: SpanHandle) -> SearchResult:
         """The debug record completed (memory_lib.search.finish_debug); the search span's outcome: ids,
         tiers and final scores only (memory_lib.trace: never a text)."""
-        result = finish_debug(result, self.reranker.name if self.reranker else None)
+        result = finish_debug(result, self.reranker_name)
         if s.recording:
             esc = result.escalation
             s.set({"memory_archive.hits": len(result.hits), "memory_archive.hit_ids": [str(h.id) for h in result.hits],

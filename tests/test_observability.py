@@ -152,15 +152,16 @@ def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, 
     assert len(by_id) == len(exported)
 
 
-def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans):
+def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans, fake_llm):
     _seed(conn, local_store)
+    reranker = LLMReranker("openai", FAKE_API_KEY, base_url=fake_llm.openai_base_url, max_retries=0)
 
     async def scenario():
         aconn = await psycopg.AsyncConnection.connect(db_url, autocommit=True, row_factory=dict_row)
         await register_vector_async(aconn)
         try:
             client = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store,
-                                       actor="test")  # fmt: skip
+                                       actor="test", reranker=reranker)  # fmt: skip
             return await client.search(USER, QUERY, now=NOW, phase3="never", debug=True)
         finally:
             await aconn.close()
@@ -171,6 +172,10 @@ def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans):
     [search] = [s for s in ours if s.name == "memory_archive.search"]
     retrieves = [s for s in ours if s.name == "retrieve"]
     assert len(retrieves) == 2 and all(parent[s.context.span_id] == "memory_archive.search" for s in retrieves)
+    [rerank] = [s for s in ours if s.name == "rerank"]  # run in a worker thread, still under the search
+    assert parent[rerank.context.span_id] == "memory_archive.search"
+    assert list(rerank.attributes["memory_archive.hit_ids"]) == [str(h.id) for h in result.hits]
+    assert result.debug.reranker == reranker.name and fake_llm.count("/v1/chat/completions") == 1
     assert list(search.attributes["memory_archive.hit_ids"]) == [str(h.id) for h in result.hits]
     assert result.debug is not None and list(result.debug.chosen_ids) == [h.id for h in result.hits]
 
