@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml deploy/constraints.txt
 
 # torch is pinned to the CPU build (2.13.0); an unpinned torch pulls several GB of CUDA wheels.
 $(LOCAL_STAMP): $(STAMP)
-	$(PIP) -c deploy/constraints.txt -e '.[dev,local]'
+	$(PIP) -c deploy/constraints.txt -e '.[dev,local,otel]'
 	touch $(LOCAL_STAMP)
 
 install: $(STAMP)

@@ -28,7 +28,7 @@ from pgvector.psycopg import register_vector, register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from . import chunking, stubs, validation
+from . import chunking, stubs, telemetry, validation
 from . import memory_api as api
 from .config import ContextBudget, Settings
 from .consolidated_search import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
@@ -58,6 +58,7 @@ from .promotion import (
     record_access_plan,
     restore_plan,
 )
+from .rerank import Reranker
 from .search import (
     Phase2Mode,
     Plan,
@@ -65,12 +66,14 @@ from .search import (
     SearchHit,
     SearchRequest,
     SearchResult,
+    finish_debug,
     normalize_tags,
     query_vector,
     run_plan,
     run_plan_async,
     utc_now,
 )
+from .trace import SpanHandle, span
 from .validation import SearchParams
 from .write_path import AddResult, PreparedMemory, add_chunks_plan, add_plan, prepare_memory
 
@@ -128,6 +131,7 @@ class _Parts:
     actor: str
     token_counter: TokenCounter
     evaluator: Evaluator  # phase 3's escalation decision (memory_lib.escalation)
+    reranker: Reranker | None = None  # reorders every search's hits when given (memory_lib.rerank)
 
     def embed_one(self, text: str) -> np.ndarray:
         return query_vector(self.embedder.embed([text])[0], self.embedder.dim)
@@ -162,7 +166,47 @@ class _Parts:
             tags=normalize_tags(params.tags), include_past=params.include_past, phase2=params.phase2,  # type: ignore[arg-type]
             limit=params.limit, archived_limit=params.archived_limit, embedding_model=self.embedder.model,
             embedder_kind=getattr(self.embedder, "kind", None),
+            debug=self.settings.retrieval.debug if params.debug is None else params.debug,
         )  # fmt: skip
+
+    def search_attrs(self, params: SearchParams) -> dict[str, Any]:
+        """The search span's opening attributes: modes and limits, never the user or the query."""
+        return {"memory_archive.limit": self.settings.retrieval.limit if params.limit is None else params.limit,
+                "memory_archive.phase2.mode": params.phase2, "memory_archive.phase3.mode": params.phase3,
+                "memory_archive.reranker": self.reranker_name}  # fmt: skip
+
+    @property
+    def reranker_name(self) -> str | None:
+        return None if self.reranker is None else getattr(self.reranker, "name", type(self.reranker).__name__)
+
+    def rerank(self, query: str, result: SearchResult) -> SearchResult:
+        """The configured reranker's order of the hits (a child span `rerank`); no reranker: unchanged."""
+        if self.reranker is None:
+            return result
+        with span("rerank", {"memory_archive.reranker": self.reranker_name,
+                             "memory_archive.rerank.candidates": len(result.hits)}) as s:  # fmt: skip
+            hits = self.reranker.rerank(query, result.hits)
+            if s.recording:
+                s.set({"memory_archive.hit_ids": [str(h.id) for h in hits]})
+        return replace(result, hits=hits)
+
+    def finish_search(self, result: SearchResult, s: SpanHandle) -> SearchResult:
+        """The debug record completed (memory_lib.search.finish_debug); the search span's outcome: ids,
+        tiers and final scores only (memory_lib.trace: never a text)."""
+        result = finish_debug(result, self.reranker_name)
+        if s.recording:
+            esc = result.escalation
+            s.set({"memory_archive.hits": len(result.hits), "memory_archive.hit_ids": [str(h.id) for h in result.hits],
+                   "memory_archive.hit_tiers": [h.source for h in result.hits],
+                   "memory_archive.hit_scores": [h.scores.final for h in result.hits],
+                   "memory_archive.candidates.hot": result.hot_candidates,
+                   "memory_archive.candidates.archived": result.archived_candidates,
+                   "memory_archive.phase2.reason": result.phase2_reason,
+                   "memory_archive.tiers_searched": list(esc.tiers_searched) if esc else None,
+                   "memory_archive.phase3.action": esc.action if esc else None,
+                   "memory_archive.phase3.evaluator": esc.evaluator if esc else None,
+                   "memory_archive.consolidated_ids": [str(h.id) for h in result.consolidated]})  # fmt: skip
+        return result
 
     def update_inputs(self, user_id: object, memory_id: object, changes: dict[str, Any]) -> tuple[str, uuid.UUID]:
         user, mid = validation.user(user_id), validation.uuid_value("memory_id", memory_id)
@@ -205,11 +249,26 @@ class _Parts:
         (level 1); snippets: phase 3's facts, then hot hits (memory_lib.context orders and trims by level)."""
         digests = {d.id: d for d in [*active_digests, *(h for h in result.consolidated if h.kind == "digest")]}
         facts = [ContextItem.from_consolidated(h) for h in result.consolidated if h.kind == "fact"]
-        return assemble_context(
-            summaries=[*summaries, *map(ContextItem.from_consolidated, digests.values()), *result.archived],
-            recent_turns=recent_turns, snippets=[*facts, *result.hot],
-            budget=budget or self.settings.context, counter=counter or self.token_counter, max_tokens=max_tokens,
-        )  # fmt: skip
+        with span("pack") as s:
+            ctx = assemble_context(
+                summaries=[*summaries, *map(ContextItem.from_consolidated, digests.values()), *result.archived],
+                recent_turns=recent_turns, snippets=[*facts, *result.hot],
+                budget=budget or self.settings.context, counter=counter or self.token_counter, max_tokens=max_tokens,
+            )  # fmt: skip
+            if s.recording:
+                s.set({"memory_archive.tokens.used": ctx.total_tokens, "memory_archive.tokens.available": ctx.available,
+                       "memory_archive.tokens.budget": ctx.budget.total,
+                       "memory_archive.blocks": len(ctx.blocks),
+                       "memory_archive.memories.offered": ctx.offered_memories,
+                       "memory_archive.memories.injected": ctx.injected_memories,
+                       "memory_archive.injected_ids": [str(b.provenance.archive_id or b.provenance.memory_id)
+                                                       for b in ctx.blocks if b.provenance is not None],
+                       "memory_archive.dropped.duplicates": ctx.dropped_duplicates,
+                       "memory_archive.dropped.budget": ctx.dropped_for_budget,
+                       "memory_archive.injection_hit_rate": ctx.injection_hit_rate,
+                       "memory_archive.memory_token_share": ctx.memory_token_share})  # fmt: skip
+        telemetry.record_context(ctx)
+        return ctx
 
 
 def _parts(
@@ -219,13 +278,16 @@ def _parts(
     actor: str,
     token_counter: TokenCounter | None,
     evaluator: Evaluator | None = None,
+    reranker: Reranker | None = None,
 ) -> _Parts:
     if not actor or not isinstance(actor, str):
         raise InvalidInputError("actor", actor, "must be a non-empty string")
     validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     settings = settings or Settings()
     evaluator = evaluator or evaluator_from_settings(settings.retrieval.phase3_evaluator, settings.llm)
-    return _Parts(embedder, object_store, settings, actor, token_counter or approx_token_count, evaluator)
+    if reranker is not None and not callable(getattr(reranker, "rerank", None)):
+        raise InvalidInputError("reranker", reranker, "must have a rerank(query, hits) method (memory_lib.rerank)")
+    return _Parts(embedder, object_store, settings, actor, token_counter or approx_token_count, evaluator, reranker)
 
 
 class MemoryClient:
@@ -241,9 +303,10 @@ class MemoryClient:
         actor: str = DEFAULT_ACTOR,
         token_counter: TokenCounter | None = None,
         evaluator: Evaluator | None = None,
+        reranker: Reranker | None = None,
     ):
         self._conn = conn
-        self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator)
+        self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator, reranker)
         self._owned: list[Any] = []
 
     @classmethod
@@ -338,12 +401,15 @@ class MemoryClient:
         text_query: str | None = None,
         record_access: bool = False,
         follow_links: bool = False,
+        debug: bool | None = None,
         now: datetime | None = None,
     ) -> SearchResult:
         """Hot memories first, archived summaries when needed (see memory_lib.search). With
         record_access=True the hits count as used (access_count, last_accessed_at). With
         follow_links=True, `result.associated` holds the archived memories the hot hits link to
-        (memory_lib.associations), each labelled with the hot memory that links to it.
+        (memory_lib.associations), each labelled with the hot memory that links to it. With debug=True
+        (default: retrieval.debug) `result.debug` records the candidates, their scores and the chosen ids
+        (memory_lib.search.SearchDebug); a client given a `reranker` returns the hits in its order.
 
         Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
         MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
@@ -352,13 +418,15 @@ class MemoryClient:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now, follow_links=follow_links,
+            now=now, follow_links=follow_links, debug=debug,
         )  # fmt: skip
-        request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
-        result = drive(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._parts.embed_one,  # type: ignore[arg-type]
-                       self._parts.evaluator)  # fmt: skip
-        if params.record_access and result.hits:
-            self.record_access(user_id, [h.id for h in result.hits], now=request.now)
+        with span("memory_archive.search", self._parts.search_attrs(params)) as s:
+            request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
+            result = drive(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._parts.embed_one,  # type: ignore[arg-type]
+                           self._parts.evaluator)  # fmt: skip
+            result = self._parts.finish_search(self._parts.rerank(params.query, result), s)
+            if params.record_access and result.hits:
+                self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result
 
     def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
@@ -403,9 +471,10 @@ class MemoryClient:
     ) -> AssembledContext:
         """Search, then pack summaries, recent turns and snippets within the token budget."""
         turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
-        result = self.search(user_id, query, **search_kwargs)
-        active = self._run(active_digests_plan(result_user(user_id)))
-        return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
+        with span("memory_archive.build_context"):
+            result = self.search(user_id, query, **search_kwargs)
+            active = self._run(active_digests_plan(result_user(user_id)))
+            return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
 
     def restore(
         self,
@@ -506,9 +575,10 @@ class AsyncMemoryClient:
         actor: str = DEFAULT_ACTOR,
         token_counter: TokenCounter | None = None,
         evaluator: Evaluator | None = None,
+        reranker: Reranker | None = None,
     ):
         self._conn = conn
-        self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator)
+        self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator, reranker)
         self._owned_pool: AsyncConnectionPool | None = None
         self._owned_db: Any = None
 
@@ -611,18 +681,23 @@ class AsyncMemoryClient:
         text_query: str | None = None,
         record_access: bool = False,
         follow_links: bool = False,
+        debug: bool | None = None,
         now: datetime | None = None,
     ) -> SearchResult:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now, follow_links=follow_links,
+            now=now, follow_links=follow_links, debug=debug,
         )  # fmt: skip
-        request = self._parts.search_request(params, filters, await self._embed_one(params.query))
-        result = await drive_async(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._embed_one,  # type: ignore[arg-type]
-                                   self._parts.evaluator)  # fmt: skip
-        if params.record_access and result.hits:
-            await self.record_access(user_id, [h.id for h in result.hits], now=request.now)
+        with span("memory_archive.search", self._parts.search_attrs(params)) as s:
+            request = self._parts.search_request(params, filters, await self._embed_one(params.query))
+            result = await drive_async(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._embed_one,  # type: ignore[arg-type]
+                                       self._parts.evaluator)  # fmt: skip
+            if self._parts.reranker is not None:  # a blocking SDK or model: in a thread (the span context goes along)
+                result = await asyncio.to_thread(self._parts.rerank, params.query, result)
+            result = self._parts.finish_search(result, s)
+            if params.record_access and result.hits:
+                await self.record_access(user_id, [h.id for h in result.hits], now=request.now)
         return result
 
     async def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
@@ -660,9 +735,10 @@ class AsyncMemoryClient:
         **search_kwargs: Any,
     ) -> AssembledContext:
         turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
-        result = await self.search(user_id, query, **search_kwargs)
-        active = await self._run(active_digests_plan(result_user(user_id)))
-        return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
+        with span("memory_archive.build_context"):
+            result = await self.search(user_id, query, **search_kwargs)
+            active = await self._run(active_digests_plan(result_user(user_id)))
+            return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
 
     async def restore(
         self,

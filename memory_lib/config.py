@@ -235,6 +235,11 @@ class RetrievalConfig(BaseModel):
     associated_limit: int = Field(
         5, ge=0, le=100, description="At most this many archived memories surfaced by follow_links=True."
     )
+    debug: bool = Field(
+        False,
+        description="Every search fills SearchResult.debug: tiers searched and why, candidates per tier, each "
+        "candidate's scores, the chosen ids (search(debug=...) overrides per call). Off: no record is built.",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _weights(self) -> RetrievalConfig:

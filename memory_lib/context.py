@@ -38,6 +38,9 @@ from .write_path import content_words
 TokenCounter = Callable[[str], int]
 Part = Literal["summaries", "recent_turns", "snippets"]
 PARTS: tuple[Part, ...] = ("summaries", "recent_turns", "snippets")
+# ContextItem.source of retrieved memory material (search hits, digests, facts): what the injection
+# metrics count. Turns and the caller's own summaries are not retrieved.
+MEMORY_SOURCES = frozenset({"hot", "archived", "digest", "fact"})
 
 # Two texts whose content-word sets overlap this much (Jaccard) say the same thing.
 TRUNCATION_MARK = "…"
@@ -126,6 +129,9 @@ class AssembledContext:
     available: int  # what the three parts together may use
     dropped_duplicates: int
     dropped_for_budget: int
+    # Retrieved memories (MEMORY_SOURCES: hits, digests, facts) among the items offered, before any was
+    # dropped: the denominator of injection_hit_rate.
+    offered_memories: int = 0
 
     def part(self, name: Part) -> list[ContextBlock]:
         return [b for b in self.blocks if b.part == name]
@@ -137,6 +143,23 @@ class AssembledContext:
     @property
     def total_tokens(self) -> int:
         return sum(b.tokens for b in self.blocks)
+
+    @property
+    def injected_memories(self) -> int:
+        """Blocks of retrieved memory material (MEMORY_SOURCES) in the context."""
+        return sum(1 for b in self.blocks if b.source in MEMORY_SOURCES)
+
+    @property
+    def injection_hit_rate(self) -> float | None:
+        """Share of the retrieved memories offered that made it into the context (None: none offered).
+        A memory dropped as a near-duplicate or for the budget is a miss."""
+        return self.injected_memories / self.offered_memories if self.offered_memories else None
+
+    @property
+    def memory_token_share(self) -> float | None:
+        """Tokens of retrieved memory material / tokens of the whole context (None: empty context)."""
+        total = self.total_tokens
+        return sum(b.tokens for b in self.blocks if b.source in MEMORY_SOURCES) / total if total else None
 
     def render(self) -> str:
         """The blocks' texts one per line; turns as 'role: text'. Separators are covered by the reserve."""
@@ -338,8 +361,9 @@ def assemble_context(
         else:
             summary_blocks.remove(keep_order.pop(0))
         over += 1
+    offered = sum(1 for item in (*snips, *sums) if item.source in MEMORY_SOURCES)
     return AssembledContext(
-        [*summary_blocks, *snippet_blocks, *turn_blocks], budget, available, duplicates, over
+        [*summary_blocks, *snippet_blocks, *turn_blocks], budget, available, duplicates, over, offered
     )
 
 
@@ -352,6 +376,7 @@ __all__ = [
     "AssembledContext",
     "ContextBlock",
     "ContextItem",
+    "MEMORY_SOURCES",
     "TokenCounter",
     "approx_token_count",
     "assemble_context",

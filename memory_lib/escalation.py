@@ -43,9 +43,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .associations import search_with_links_plan
 from .consolidated_search import ConsolidatedHit, consolidated_plan
 from .errors import InvalidInputError, MemoryArchiveError
-from .search import Plan, SearchHit, SearchRequest, SearchResult, cut, search_plan, sort_hits
+from .search import Plan, SearchHit, SearchRequest, SearchResult, cut, merge_debug, search_plan, sort_hits
 from .summarize import AnthropicSummarizer, OpenAISummarizer, RateLimiter
 from .timescope import TimeWindow, parse_time_window
+from .trace import span
 from .validation import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
@@ -338,13 +339,19 @@ def escalated_search(
         if action == "search_warm":
             again: SearchResult = yield RunPlan(search_plan(replace(request, query=query, embedding=embedding,
                                                                     phase2="always")))  # fmt: skip
-            result = replace(result, hits=_merge(result.hits, again.hits, request))
+            result = replace(result, hits=_merge(result.hits, again.hits, request),
+                             debug=merge_debug(result.debug, again.debug))  # fmt: skip
             tiers = sorted({*tiers, "hot", "archived"}, key=["hot", "archived"].index)
         else:
             kinds = ("fact",) if action == "search_facts" else ("digest", "fact")
-            consolidated = yield RunPlan(consolidated_plan(request.user_id, query, embedding, kinds=kinds,
-                                                           limit=total, window=window or parse_time_window(query, request.now)))  # fmt: skip
-            tiers += ["digests", "facts"] if len(kinds) == 2 else ["facts"]
+            names = ["digests", "facts"] if len(kinds) == 2 else ["facts"]
+            with span("retrieve", {"memory_archive.phase": "3", "memory_archive.tiers": names,
+                                   "memory_archive.phase3.action": action, "memory_archive.phase3.evaluator": who,
+                                   "memory_archive.phase3.refined_query": refined is not None}) as s:  # fmt: skip
+                consolidated = yield RunPlan(consolidated_plan(request.user_id, query, embedding, kinds=kinds,
+                                                               limit=total, window=window or parse_time_window(query, request.now)))  # fmt: skip
+                s.set({"memory_archive.candidates.consolidated": len(consolidated)})
+            tiers += names
     escalation = Escalation(mode, who, action, decision.reason, refined, tuple(tiers), fallback)
     return replace(result, consolidated=consolidated, escalation=escalation)
 
@@ -361,7 +368,8 @@ def _merge(first: Sequence[SearchHit], second: Sequence[SearchHit], request: Sea
 
 def drive(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], Any],
           embed: Callable[[str], Any], evaluator: Evaluator) -> SearchResult:  # fmt: skip
-    """Run `escalated_search` synchronously."""
+    """Run `escalated_search` synchronously. A failed step closes the flow at once, so a span it opened
+    (memory_lib.trace) ends before the caller's do."""
     try:
         step = next(flow)
         while True:
@@ -374,6 +382,8 @@ def drive(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], A
             step = flow.send(value)
     except StopIteration as stop:
         return stop.value
+    finally:
+        flow.close()
 
 
 async def drive_async(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], Any],
@@ -391,3 +401,5 @@ async def drive_async(flow: Generator[Step, Any, SearchResult], run: Callable[[P
             step = flow.send(value)
     except StopIteration as stop:
         return stop.value
+    finally:
+        flow.close()

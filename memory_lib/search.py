@@ -45,7 +45,7 @@ import asyncio
 import math
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -59,6 +59,7 @@ from .config import RetrievalConfig
 from .errors import EmbeddingMismatchError, InvalidInputError
 from .models import CATEGORIES
 from .timescope import TimeWindow, parse_time_window
+from .trace import span
 
 if TYPE_CHECKING:
     import psycopg
@@ -274,6 +275,7 @@ class SearchRequest:
     embedding_model: str | None = None  # checked against the store's when given
     limit: int | None = None  # hits in all (config.limit when None)
     embedder_kind: str | None = None  # "semantic" or "lexical" (Embedder.kind): sets the default vector weight
+    debug: bool = False  # fill SearchResult.debug (SearchDebug); off: no record is built
 
     @property
     def limits(self) -> tuple[int, int, int]:
@@ -380,6 +382,8 @@ class SearchResult:
     associated: list[SearchHit] = field(default_factory=list)
     # The [since, until) of original creation times phase 2 read (memory_lib.warm), None: all of it.
     archive_scope: tuple[datetime, datetime] | None = None
+    # Debug mode (RetrievalConfig.debug or search(debug=True)): candidates, scores, chosen ids. None when off.
+    debug: SearchDebug | None = None
 
     def __iter__(self) -> Iterator[SearchHit]:
         return iter(self.hits)
@@ -394,6 +398,73 @@ class SearchResult:
     @property
     def archived(self) -> list[SearchHit]:
         return [h for h in self.hits if h.source == "archived"]
+
+
+@dataclass(frozen=True)
+class CandidateDebug:
+    """One fused candidate: its id (as SearchHit.id), tier and every score (HitScores: the cosine, or
+    its estimate for archived summaries; the full-text score; the fused relevance; the final score)."""
+
+    id: uuid.UUID
+    memory_id: uuid.UUID
+    tier: Source
+    scores: HitScores
+
+
+@dataclass(frozen=True)
+class SearchDebug:
+    """Why a search returned what it did (debug mode). Invariant: chosen_ids are the ids of the result's
+    hits, in order. Why tiers were searched is not copied: phase2_reason is the result's, and
+    `escalation` is the result's own Escalation object (phase 3's decision and the tiers searched)."""
+
+    phase2_reason: str | None
+    # Rows each tier's statement returned, before fusion (a forced re-search of phase 3's search_warm adds
+    # its rows).
+    candidates_by_tier: Mapping[str, int]
+    # After fusion, best first: one per memory (a long text's chunks collapse), optional floors applied.
+    candidates: tuple[CandidateDebug, ...]
+    chosen_ids: tuple[uuid.UUID, ...]
+    escalation: Escalation | None = None
+    reranker: str | None = None  # Reranker.name when a reranker reordered the hits
+
+    @property
+    def tiers_searched(self) -> tuple[str, ...]:
+        if self.escalation is not None:
+            return self.escalation.tiers_searched
+        return ("hot", "archived") if self.phase2_reason is not None else ("hot",)
+
+
+def debug_record(ranked: Sequence[SearchHit], result: SearchResult) -> SearchDebug:
+    """The debug record of one ranking (the fused candidates) and the result cut from it."""
+    return SearchDebug(
+        phase2_reason=result.phase2_reason,
+        candidates_by_tier={"hot": result.hot_candidates, "archived": result.archived_candidates},
+        candidates=tuple(CandidateDebug(h.id, h.provenance.memory_id, h.source, h.scores) for h in ranked),
+        chosen_ids=tuple(h.id for h in result.hits),
+    )
+
+
+def merge_debug(first: SearchDebug | None, again: SearchDebug | None) -> SearchDebug | None:
+    """A second search's candidates (phase 3's search_warm) added to the first's, best first, one per id."""
+    if first is None or again is None:
+        return first
+    best: dict[uuid.UUID, CandidateDebug] = {}
+    for c in (*first.candidates, *again.candidates):
+        if c.id not in best or c.scores.final > best[c.id].scores.final:
+            best[c.id] = c
+    by_tier = {t: first.candidates_by_tier.get(t, 0) + again.candidates_by_tier.get(t, 0)
+               for t in ("hot", "archived")}  # fmt: skip
+    ordered = sorted(best.values(), key=lambda c: (-c.scores.final, c.tier != "hot", str(c.id)))
+    return replace(first, candidates_by_tier=by_tier, candidates=tuple(ordered))
+
+
+def finish_debug(result: SearchResult, reranker: str | None = None) -> SearchResult:
+    """The result with its debug record (if any) naming the final hits, the escalation and the reranker."""
+    if result.debug is None:
+        return result
+    debug = replace(result.debug, chosen_ids=tuple(h.id for h in result.hits), escalation=result.escalation,
+                    phase2_reason=result.phase2_reason, reranker=reranker)  # fmt: skip
+    return replace(result, debug=debug)
 
 
 # --------------------------------------------------------------------------- SQL
@@ -869,26 +940,36 @@ def search_plan(
     if one_statement and upfront is not None and hot_cap > 0 and archived_vectors is ARCHIVED_VECTORS:
         # Phase 2 runs whatever phase 1 finds: one statement for both tiers, the same rows.
         pools = {"pool": candidate_pool(hot_cap, cfg), "archived_pool": candidate_pool(archived_cap, cfg)}
-        both = yield Sql(BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, params | pools)
-        tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
-        for row in both:
-            tiers[row.pop("tier")].append(row)
+        with span("retrieve", {"memory_archive.phase": "1+2", "memory_archive.tiers": ["hot", "archived"],
+                               "memory_archive.phase2.reason": upfront}) as s:  # fmt: skip
+            both = yield Sql(BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, params | pools)
+            tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
+            for row in both:
+                tiers[row.pop("tier")].append(row)
+            s.set({"memory_archive.candidates.hot": len(tiers["hot"]),
+                   "memory_archive.candidates.archived": len(tiers["archived"])})  # fmt: skip
         return _result(tiers["hot"], tiers["archived"], request, window, upfront, scope)
     hot_rows: list[dict[str, Any]] = []
-    if hot_cap > 0:
-        hot_sql = HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL
-        hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
-    hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
-                               now=request.now, window=window, embedder_kind=kind)  # fmt: skip
-    reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
+    with span("retrieve", {"memory_archive.phase": "1", "memory_archive.tiers": ["hot"]}) as s:
+        if hot_cap > 0:
+            hot_sql = HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL
+            hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
+        hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
+                                   now=request.now, window=window, embedder_kind=kind)  # fmt: skip
+        reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
+        s.set({"memory_archive.candidates.hot": len(hot_rows), "memory_archive.phase2.needed": reason is not None})
     archived_rows: list[dict[str, Any]] = []
     if reason is not None:
-        pool = candidate_pool(archived_cap, cfg)
-        sql = ARCHIVED_SEARCH_SQL if archived_vectors is ARCHIVED_VECTORS else archived_search_sql(archived_vectors)
-        if scope is not None:
-            sql = ARCHIVED_SCOPED_SQL if sql is ARCHIVED_SEARCH_SQL else warm.scope_sql(sql)
-        archived_rows = yield Sql(sql, params | {"pool": pool})
-        archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
+        with span("retrieve", {"memory_archive.phase": "2", "memory_archive.tiers": ["archived"],
+                               "memory_archive.phase2.reason": reason}) as s:  # fmt: skip
+            pool = candidate_pool(archived_cap, cfg)
+            sql = ARCHIVED_SEARCH_SQL if archived_vectors is ARCHIVED_VECTORS else archived_search_sql(archived_vectors)
+            if scope is not None:
+                sql = ARCHIVED_SCOPED_SQL if sql is ARCHIVED_SEARCH_SQL else warm.scope_sql(sql)
+            archived_rows = yield Sql(sql, params | {"pool": pool})
+            archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
+            s.set({"memory_archive.candidates.archived": len(archived_rows),
+                   "memory_archive.archive_scoped": scope is not None})  # fmt: skip
     return _result(hot_rows, archived_rows, request, window, reason, scope if reason is not None else None)
 
 
@@ -900,8 +981,9 @@ def _result(hot_rows: list[dict[str, Any]], archived_rows: list[dict[str, Any]],
     sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
     ranked = rank_candidates(rows, sources=sources, config=request.config, tags=request.tags, now=request.now,
                              window=window, embedder_kind=request.embedder_kind)  # fmt: skip
-    return SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows),
-                        archive_scope=scope)  # fmt: skip
+    result = SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows),
+                          archive_scope=scope)  # fmt: skip
+    return replace(result, debug=debug_record(ranked, result)) if request.debug else result
 
 
 def utc_now(now: datetime | None) -> datetime:

@@ -202,6 +202,10 @@ def boolean(field: str, value: object) -> bool:
     raise InvalidInputError(field, value, "must be True or False")
 
 
+def optional_boolean(field: str, value: object) -> bool | None:
+    return None if value is None else boolean(field, value)
+
+
 def number(field: str, value: object, *, low: float, high: float) -> float:
     if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
         raise InvalidInputError(field, value, f"must be a number between {low} and {high}")
@@ -300,4 +304,5 @@ class SearchParams(BaseModel):
     phase3: Annotated[str, rule(choice, options=("auto", "always", "never"))] = "auto"
     record_access: Annotated[bool, rule(boolean)] = False
     follow_links: Annotated[bool, rule(boolean)] = False
+    debug: Annotated[bool | None, rule(optional_boolean)] = None
     now: Annotated[datetime | None, rule(optional_timestamp)] = None

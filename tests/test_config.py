@@ -83,6 +83,8 @@ def test_readme_defaults_are_the_models():
             assert row["default"].startswith("unset"), f"{path}: README default {row['default']!r}, model None"
         elif isinstance(default, str):
             assert shown == str(default), f"{path}: README {shown!r}, model {default!r}"
+        elif isinstance(default, bool):  # before int: as the environment spells it
+            assert shown == str(default).lower(), f"{path}: README {shown!r}, model {default!r}"
         elif isinstance(default, int | float):
             assert shown is not None and float(shown) == default, f"{path}: README {shown!r}, model {default!r}"
         elif isinstance(default, tuple):
