@@ -15,6 +15,7 @@ to share a client between threads or tasks.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -58,6 +59,7 @@ from .promotion import (
     record_access_plan,
     restore_plan,
 )
+from .reembedding import DualWriter
 from .search import (
     Phase2Mode,
     Plan,
@@ -92,6 +94,7 @@ __all__ = [
     "connection_pool",
 ]
 
+log = logging.getLogger(__name__)
 DEFAULT_ACTOR = "memory_lib.client"
 
 
@@ -245,6 +248,17 @@ class MemoryClient:
         self._conn = conn
         self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator)
         self._owned: list[Any] = []
+        self._dual = DualWriter()
+
+    def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
+        """During a re-embedding, fill the new rows' second vectors now (memory_lib.reembedding); the
+        backfill fills whatever this misses, so a failure here is logged, never raised."""
+        try:
+            with self._connection() as conn:
+                self._dual.fill(conn, "hot", ids)
+        except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
+            log.warning("dual write of %d memories failed; the re-embedding backfill will fill them", len(ids),
+                        exc_info=True)  # fmt: skip
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> MemoryClient:
@@ -319,7 +333,9 @@ class MemoryClient:
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
             ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
-        return self._run(self._parts.write_plan(memory, _now(now)))
+        result = self._run(self._parts.write_plan(memory, _now(now)))
+        self._dual_write(list(result.chunk_ids) or [result.memory_id])
+        return result
 
     # -- read
 
@@ -454,8 +470,11 @@ class MemoryClient:
         row = self._run(api.current_plan(user, mid))
         memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
         embedding = self._parts.embed_one(memory.content) if new_text else None
-        return self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
-                                         actor=self._parts.actor, now=now))  # fmt: skip
+        result = self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
+                                           actor=self._parts.actor, now=now))  # fmt: skip
+        if result.outcome == "superseded":
+            self._dual_write([result.memory_id])
+        return result
 
     def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
         """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""

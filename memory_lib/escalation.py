@@ -343,7 +343,8 @@ def escalated_search(
         else:
             kinds = ("fact",) if action == "search_facts" else ("digest", "fact")
             consolidated = yield RunPlan(consolidated_plan(request.user_id, query, embedding, kinds=kinds,
-                                                           limit=total, window=window or parse_time_window(query, request.now)))  # fmt: skip
+                                                           limit=total, window=window or parse_time_window(query, request.now),
+                                                           embedding_model=request.embedding_model))  # fmt: skip
             tiers += ["digests", "facts"] if len(kinds) == 2 else ["facts"]
     escalation = Escalation(mode, who, action, decision.reason, refined, tuple(tiers), fallback)
     return replace(result, consolidated=consolidated, escalation=escalation)

@@ -56,7 +56,7 @@ from psycopg.types.json import Jsonb
 
 from . import validation, warm
 from .config import RetrievalConfig
-from .errors import EmbeddingMismatchError, InvalidInputError
+from .errors import EmbeddingMismatchError, InvalidInputError, embedding_mismatch_reason
 from .models import CATEGORIES
 from .timescope import TimeWindow, parse_time_window
 
@@ -621,18 +621,28 @@ SHAPE_SQL = """
            (SELECT value FROM memory_archive_settings WHERE key = 'embedding_model') AS model"""
 
 
+# A re-embedding flip (memory_lib.reembedding) renames the vector columns and changes the settings in one
+# transaction holding ACCESS EXCLUSIVE locks on these tables. Taking ACCESS SHARE on them BEFORE reading
+# the settings makes a statement wait for a flip in progress and then see its settings and columns
+# together. LOCK takes no snapshot, so in a REPEATABLE READ plan the snapshot is taken after it.
+LOCK_VECTOR_TABLES = Sql(
+    "LOCK TABLE memories, archived_memories, memory_digests, memory_facts IN ACCESS SHARE MODE", {}, "rowcount"
+)
+
+
 def checked_shape_plan(dim: int, model: str) -> Plan[dict[str, Any]]:
-    """The embedder must match the database: same dimension, and the model recorded on first write."""
+    """The embedder must match the database's active embedding space: same dimension, and the model
+    recorded on first write (or made active by a re-embedding flip). Locks the vector tables first
+    (LOCK_VECTOR_TABLES): the rest of the plan's statements see the space that was checked."""
+    yield LOCK_VECTOR_TABLES
     row = yield Sql(SHAPE_SQL, {}, "one")
     if row["dim"] is None:
         raise EmbeddingMismatchError("embedding_dim", None, "the schema is not initialized: run migrations")
-    if int(row["dim"]) != dim:
-        raise EmbeddingMismatchError("embedder.dim", dim, f"this database holds {row['dim']}-d embeddings")
-    if row["model"] is not None and row["model"] != model:
-        raise EmbeddingMismatchError(
-            "embedder.model", model, f"this database's embeddings come from {row['model']!r}"
-        )
+    if int(row["dim"]) != dim or (row["model"] is not None and row["model"] != model):
+        field, value = ("embedder.dim", dim) if int(row["dim"]) != dim else ("embedder.model", model)
+        raise EmbeddingMismatchError(field, value, embedding_mismatch_reason(row["model"], int(row["dim"]), model, dim))
     return row
+
 
 
 # --------------------------------------------------------------------------- ranking (pure)
@@ -857,6 +867,8 @@ def search_plan(
     yield Snapshot()
     if request.embedding_model is not None:  # a query vector from another model would rank noise
         yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
+    else:
+        yield LOCK_VECTOR_TABLES
     yield Sql(SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search)}, "one")
     kind = request.embedder_kind
     upfront = phase2_reason_upfront(request, window) if archived_cap > 0 else None
