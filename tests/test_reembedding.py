@@ -263,3 +263,72 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
     for q, expected in QUESTIONS:
         assert any(expected in _text_of(conn, h) for h in _hits(new_client, q)[:2])
     conn.close()
+
+
+# --------------------------------------------------------------------------- Dagster
+
+
+def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
+    """Hashing TEST_DIM -> hashing 96-d (fast): the partitions fill everything, the check fails before and
+    passes after, the jobs flip, flip back and drop; a flip without coverage fails naming the tables."""
+    import dagster as dg
+
+    from memory_assets.defs.reembedding import assets, jobs
+    from memory_assets.resources import DatabaseResource
+
+    conn = connect(db_url)
+    _history(conn, local_store)
+    target = HashingEmbedder(96)
+    res = {"database": DatabaseResource(database_url=db_url)}
+    defs = dg.Definitions(assets=[assets.reembedding], asset_checks=[assets.reembedding_coverage],
+                          jobs=[jobs.reembedding_start, jobs.reembedding_flip, jobs.reembedding_flip_back,
+                                jobs.reembedding_drop_old], resources=res)  # fmt: skip
+    instance = dg.DagsterInstance.ephemeral()
+
+    def run_job(name: str, config: dict | None = None):
+        return defs.resolve_job_def(name).execute_in_process(
+            run_config={"ops": config or {}}, instance=instance, raise_on_error=False)
+
+    started = run_job("reembedding_start", {"start_reembedding": {"config": {"target_model": target.model,
+                                                                              "target_dim": 96}}})  # fmt: skip
+    assert started.success
+    refused = run_job("reembedding_flip")
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "memories: " in failure.event_specific_data.error.message
+    assert "archived_memories: " in failure.event_specific_data.error.message
+
+    keys = assets.partitions.get_partition_keys()
+    assert len(keys) == len(lib_kinds()) * assets.BUCKETS
+    done = 0
+    for i, key in enumerate(keys):  # in order: hot-0 .. facts-3
+        result = dg.materialize([assets.reembedding, assets.reembedding_coverage], partition_key=key, resources=res,
+                                instance=instance, raise_on_error=False)  # fmt: skip
+        (mat,) = result.asset_materializations_for_node("reembedding")
+        assert mat.metadata["remaining"].value == 0
+        assert {"rows_done", "rows_per_s", "seconds"} <= set(mat.metadata)
+        done += mat.metadata["rows_done"].value
+        assert result.success  # a slice done while others are pending is a warning, not a failed run
+        (check,) = result.get_asset_check_evaluations()
+        uncovered = sum(reembedding.coverage(conn).values())
+        assert check.passed == (uncovered == 0) and check.metadata["uncovered"].value == uncovered
+        if i == 0:
+            assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert done == len(RECENT) + len(OLD) + 2 and check.passed
+    assert reembedding.coverage(conn) == {t: 0 for t in reembedding.coverage(conn)}
+
+    assert run_job("reembedding_flip").success
+    assert conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()["value"] == "96"
+    assert _hits(_client(conn, local_store, target), "what coffee does the user like?")
+    assert run_job("reembedding_flip_back").success
+    assert _hits(_client(conn, local_store, HashingEmbedder(TEST_DIM)), "what coffee does the user like?")
+    assert run_job("reembedding_flip").success
+    assert run_job("reembedding_drop_old").success
+    assert reembedding.active_migration(conn) is None
+    state = conn.execute("SELECT state, flips FROM embedding_migrations").fetchone()
+    assert (state["state"], state["flips"]) == ("finished", 3)
+    conn.close()
+
+
+def lib_kinds() -> tuple[str, ...]:
+    return reembedding.KINDS
