@@ -304,7 +304,7 @@ class MemoryClient:
 
     def _run(self, plan: Plan[Any]) -> Any:
         with self._connection() as conn:
-            return run_plan(conn, plan, object_store=self._parts.object_store)
+            return run_plan(conn, plan, object_store=self._parts.object_store, embedder=self._parts.embedder)
 
     # -- write
 
@@ -434,7 +434,10 @@ class MemoryClient:
         """Bring an archived memory back to the hot tier now (idempotent)."""
         plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
                             actor=self._parts.actor, now=_now(now))  # fmt: skip
-        return self._run(plan)
+        outcome = self._run(plan)
+        if outcome.restored:
+            self._dual_write([outcome.memory_id])
+        return outcome
 
     # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
 
@@ -586,7 +589,8 @@ class AsyncMemoryClient:
 
     async def _run(self, plan: Plan[Any]) -> Any:
         async with self._connection() as conn:
-            return await run_plan_async(conn, plan, object_store=self._parts.object_store)
+            return await run_plan_async(conn, plan, object_store=self._parts.object_store,
+                                        embedder=self._parts.embedder)
 
     async def _embed_one(self, text: str) -> np.ndarray:
         return await asyncio.to_thread(self._parts.embed_one, text)

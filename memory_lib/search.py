@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from .consolidated_search import ConsolidatedHit
+    from .embedding import Embedder
     from .escalation import Escalation
     from .objectstore import ObjectStore
 
@@ -97,7 +98,18 @@ class Snapshot:
     isolation level stands (SET TRANSACTION must come before any query). Returns None."""
 
 
-Op = Sql | GetVerified | Snapshot
+@dataclass(frozen=True, slots=True)
+class EmbedText:
+    """Embed one text with the runner's embedder, which must be `model` (`dim`-d): the active space's.
+    Restoring a memory whose backup holds a vector of another space (a re-embedding flipped since it
+    was archived) re-embeds its text this way. Returns a float32 vector; no embedder: InvalidInputError."""
+
+    text: str
+    model: str
+    dim: int
+
+
+Op = Sql | GetVerified | Snapshot | EmbedText
 Plan = Generator[Op, Any, T]
 
 
@@ -111,7 +123,20 @@ _IDLE = TransactionStatus.IDLE
 _SNAPSHOT_SQL = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
-def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None) -> T:
+def _embed(embedder: Embedder | None, op: EmbedText) -> np.ndarray:
+    if embedder is None:
+        raise InvalidInputError(
+            "embedder", None, f"this operation re-embeds a text into {op.model!r} ({op.dim}-d): pass that embedder"
+        )
+    if embedder.model != op.model or embedder.dim != op.dim:
+        raise EmbeddingMismatchError(
+            "embedder.model", embedder.model, embedding_mismatch_reason(op.model, op.dim, embedder.model, embedder.dim)
+        )
+    return query_vector(embedder.embed([op.text])[0], op.dim)
+
+
+def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None,
+             embedder: Embedder | None = None) -> T:  # fmt: skip
     """Execute `plan` on a sync connection in one transaction (a savepoint if one is open)."""
     outermost = conn.info.transaction_status == _IDLE
     try:
@@ -132,6 +157,8 @@ def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectSto
                             if op.fetch == "one"
                             else cur.rowcount
                         )
+                    elif isinstance(op, EmbedText):
+                        result = _embed(embedder, op)
                     else:
                         result = _store(object_store).read_ref(op.storage_ref, op.sha256)
                     op = plan.send(result)
@@ -143,7 +170,8 @@ def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectSto
 
 
 async def run_plan_async(
-    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None
+    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None,
+    embedder: Embedder | None = None,
 ) -> T:
     """Execute `plan` on an async connection in one transaction; object reads run in a thread."""
     outermost = conn.info.transaction_status == _IDLE
@@ -165,6 +193,8 @@ async def run_plan_async(
                             result = await cur.fetchone()
                         else:
                             result = cur.rowcount
+                    elif isinstance(op, EmbedText):
+                        result = await asyncio.to_thread(_embed, embedder, op)
                     else:
                         result = await asyncio.to_thread(_store(object_store).read_ref, op.storage_ref, op.sha256)
                     op = plan.send(result)

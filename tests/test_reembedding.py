@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from memory_lib import reembedding
+from memory_lib import reembedding, restore
 from memory_lib.archive import ArchivalServices
 from memory_lib.client import MemoryClient
 from memory_lib.config import ArchivalCriteria, Settings
@@ -332,3 +332,50 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
 
 def lib_kinds() -> tuple[str, ...]:
     return reembedding.KINDS
+
+
+# --------------------------------------------------------------------------- restores after a flip
+
+
+def _flipped_to(conn, target: HashingEmbedder) -> None:
+    reembedding.start(conn, target.model, target.dim, actor="test")
+    for kind in reembedding.KINDS:
+        while reembedding.backfill_batch(conn, target, kind, limit=50):
+            pass
+    reembedding.flip(conn, actor="test")
+
+
+def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, local_store):
+    conn = connect(db_url)
+    _history(conn, local_store)
+    old, new = HashingEmbedder(TEST_DIM), HashingEmbedder(96)
+    arch = conn.execute("SELECT original_id, storage_ref, backup_sha256 FROM archived_memories ORDER BY id").fetchall()
+    backups = [local_store.read_ref(a["storage_ref"], a["backup_sha256"]) for a in arch]
+    # Before the flip a restore reuses the backup's vector, as ever.
+    _client(conn, local_store, old).restore("u1", original_id=arch[0]["original_id"])
+    first = conn.execute("SELECT content, embedding FROM memories WHERE id = %s", (arch[0]["original_id"],)).fetchone()
+    np.testing.assert_array_equal(first["embedding"].to_numpy(), old.embed([first["content"]])[0])
+    _flipped_to(conn, new)
+
+    with pytest.raises(EmbeddingMismatchError, match="hashing-lexical-v1-96"):
+        _client(conn, local_store, old).restore("u1", original_id=arch[1]["original_id"])
+    report = restore.restore_archives(conn, local_store, actor="test", original_ids=[arch[1]["original_id"]],
+                                      pause_archival=False)  # fmt: skip
+    assert report.failed == 1 and "pass that embedder" in report.errors[0]
+    assert conn.execute("SELECT count(*) AS n FROM memories WHERE id = %s", (arch[1]["original_id"],)).fetchone()["n"] == 0
+
+    outcome = _client(conn, local_store, new).restore("u1", original_id=arch[1]["original_id"])
+    assert outcome.restored
+    row = conn.execute("""SELECT content, embedding, embedding_model, embedding_dim, embedding_prev, embedding_model_prev
+                          FROM memories WHERE id = %s""", (arch[1]["original_id"],)).fetchone()  # fmt: skip
+    assert (row["embedding_model"], row["embedding_dim"]) == (new.model, 96)
+    np.testing.assert_allclose(row["embedding"].to_numpy(), new.embed([row["content"]])[0], atol=1e-6)
+    # A restore during the flipped state also fills the old space (dual write): flip back stays lossless.
+    assert row["embedding_model_prev"] == old.model
+    np.testing.assert_allclose(row["embedding_prev"].to_numpy(), old.embed([row["content"]])[0], atol=1e-6)
+    report = restore.restore_archives(conn, local_store, actor="test", original_ids=[arch[2]["original_id"]],
+                                      pause_archival=False, embedder=new)  # fmt: skip
+    assert report.restored == 1
+    # The backups are untouched: still the old model's vectors, byte for byte.
+    assert [local_store.read_ref(a["storage_ref"], a["backup_sha256"]) for a in arch] == backups
+    conn.close()

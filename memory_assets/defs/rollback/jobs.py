@@ -3,7 +3,7 @@
 import dagster as dg
 
 from memory_assets.metadata import markdown_table
-from memory_assets.resources import DatabaseResource, ObjectStoreResource
+from memory_assets.resources import DatabaseResource, EmbedderResource, ObjectStoreResource
 from memory_lib import restore
 from memory_lib.pause import pause_status
 
@@ -18,12 +18,24 @@ class RollbackConfig(dg.Config):
     operator: str = "rollback-job"
 
 
+class _LazyEmbedder:
+    """The configured embedder, built only when a backup from before a re-embedding flip needs it (most
+    restores reuse the backup's vector; building the local model costs seconds)."""
+
+    def __init__(self, resource: EmbedderResource):
+        self._resource = resource
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._resource.get_embedder(), name)
+
+
 @dg.op
 def restore_archives(
     context: dg.OpExecutionContext,
     config: RollbackConfig,
     database: DatabaseResource,
     object_store: ObjectStoreResource,
+    embedder: EmbedderResource,
 ) -> None:
     """Each memory restored in its own transaction after its backup's sha256 is verified; memories
     already hot are counted, not touched. Interrupted or partly failed: run it again."""
@@ -36,6 +48,7 @@ def restore_archives(
         report = restore.restore_archives(
             conn, store, actor=config.operator, all_archives=config.all, user_id=config.user_id,
             original_ids=config.original_ids or None, progress=progress, pause_archival=config.pause_archival,
+            embedder=_LazyEmbedder(embedder),
         )  # fmt: skip
         paused = pause_status(conn)
     if paused.paused:
