@@ -50,8 +50,9 @@ import numpy as np
 import psycopg
 
 from . import validation
+from .config import Settings
 from .db import rerender_migration_checksums
-from .embedding import LOCAL_MODEL_NAME, Embedder, HashingEmbedder, LocalEmbedder, OpenAIEmbedder
+from .embedding import LOCAL_MODEL_NAME, Embedder, HashingEmbedder, LocalEmbedder, embedder_from_settings
 from .errors import EmbeddingMismatchError, InvalidInputError, MemoryArchiveError
 
 __all__ = [
@@ -183,23 +184,18 @@ def _latest(conn: psycopg.Connection) -> Migration | None:
 
 @functools.lru_cache(maxsize=8)
 def _cached_embedder(model: str, dim: int) -> Embedder:
-    import os
-
     if model == LOCAL_MODEL_NAME:
         return LocalEmbedder(model)
     if model == HashingEmbedder(dim).model:
         return HashingEmbedder(dim)
-    key = os.environ.get("OPENAI_API_KEY", "").strip()
-    if not key:
-        raise InvalidInputError(
-            "OPENAI_API_KEY", None, f"the re-embedding's model {model!r} ({dim}-d) is an OpenAI model: set the key"
-        )
-    return OpenAIEmbedder(key, model=model, dim=dim, base_url=os.environ.get("OPENAI_BASE_URL") or None)
+    # Any other name is an OpenAI(-compatible) model: the key and base URL of the configured embedding.
+    cfg = Settings.from_env().embedding.model_copy(update={"provider": "openai", "openai_model": model, "dim": dim})
+    return embedder_from_settings(cfg)
 
 
 def embedder_for(model: str, dim: int) -> Embedder:
     """The embedder a recorded (model, dim) names: the packaged local model, the hashing embedder of that
-    dim, or else an OpenAI model (OPENAI_API_KEY, optional OPENAI_BASE_URL). Cached per process."""
+    dim, or else an OpenAI model (OPENAI_API_KEY, MEMORY_ARCHIVE_EMBEDDING_BASE_URL). Cached per process."""
     return _cached_embedder(model, dim)
 
 
