@@ -430,7 +430,7 @@ def test_rollback_job_restores_byte_exact_and_is_idempotent(conn, db_url, histor
     assert materialize(res).success
     ids = [r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories").fetchall()]
     assert ids
-    rollback_resources = {"database": res["database"], "object_store": local_store_resource, "embedder": res["embedder"]}
+    rollback_resources = {"database": res["database"], "object_store": local_store_resource}
     run = rollback.execute_in_process(
         run_config={"ops": {"restore_archives": {"config": {"all": True, "operator": "test"}}}},
         resources=rollback_resources,

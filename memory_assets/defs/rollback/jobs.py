@@ -3,8 +3,9 @@
 import dagster as dg
 
 from memory_assets.metadata import markdown_table
-from memory_assets.resources import DatabaseResource, EmbedderResource, ObjectStoreResource
+from memory_assets.resources import DatabaseResource, ObjectStoreResource
 from memory_lib import restore
+from memory_lib.embedding import Embedder, embedder_from_settings
 from memory_lib.pause import pause_status
 
 
@@ -19,14 +20,18 @@ class RollbackConfig(dg.Config):
 
 
 class _LazyEmbedder:
-    """The configured embedder, built only when a backup from before a re-embedding flip needs it (most
-    restores reuse the backup's vector; building the local model costs seconds)."""
+    """The configured embedder (settings, as the library client's), built only when a backup from before a
+    re-embedding flip needs it: most restores reuse the backup's vector, and the local model takes seconds
+    to load."""
 
-    def __init__(self, resource: EmbedderResource):
-        self._resource = resource
+    def __init__(self, database: DatabaseResource):
+        self._database = database
+        self._embedder: Embedder | None = None
 
     def __getattr__(self, name: str) -> object:
-        return getattr(self._resource.get_embedder(), name)
+        if self._embedder is None:
+            self._embedder = embedder_from_settings(self._database.settings().embedding)
+        return getattr(self._embedder, name)
 
 
 @dg.op
@@ -35,7 +40,6 @@ def restore_archives(
     config: RollbackConfig,
     database: DatabaseResource,
     object_store: ObjectStoreResource,
-    embedder: EmbedderResource,
 ) -> None:
     """Each memory restored in its own transaction after its backup's sha256 is verified; memories
     already hot are counted, not touched. Interrupted or partly failed: run it again."""
@@ -48,7 +52,7 @@ def restore_archives(
         report = restore.restore_archives(
             conn, store, actor=config.operator, all_archives=config.all, user_id=config.user_id,
             original_ids=config.original_ids or None, progress=progress, pause_archival=config.pause_archival,
-            embedder=_LazyEmbedder(embedder),
+            embedder=_LazyEmbedder(database),
         )  # fmt: skip
         paused = pause_status(conn)
     if paused.paused:
