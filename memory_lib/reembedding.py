@@ -23,16 +23,19 @@ Design, and why:
   never depends on a client knowing about the migration. While flipped the secondary is the OLD space,
   still backfilled and dual-written with the source embedder: that is what makes a flip back lossless.
 - The HNSW index of a secondary vector column is built CONCURRENTLY by `ensure_indexes` (the flip
-  calls it before locking), not during the backfill: an HNSW build over the finished column is faster
-  than maintaining the graph row by row, and an empty column would not need it anyway.
+  calls it before locking), not during the backfill. Measured (8k hot rows, hashing 384 -> 256-d, 2
+  shared cores): backfill 25 s + build 5 s with the index built after, against 78 s for the backfill
+  with the index present from the start (each UPDATE then also inserts into the new graph).
 - The flip refuses (ReembeddingError naming each table's uncovered row count) unless coverage is full,
   and refuses while an archival run holds summary embeddings of the old space in open checkpoints.
 - Migrations are rendered with the embedding dim ({{EMBEDDING_DIM}}): after a flip to another dim, the
   recorded checksums are re-rendered for it (db.rerender_migration_checksums), so `migrate` keeps working.
 
 Costs: the backfill updates every row once (new row versions: an archival run in progress re-backs up a
-memory the backfill touched, which is correct but costs a PUT), the flip scans each table once under an
-ACCESS EXCLUSIVE lock (coverage count and SET NOT NULL), and `drop_old` is catalog only (the dropped
+memory the backfill touched, which is correct but costs a PUT; a non-HOT update also re-inserts the row
+into the table's existing indexes, the old HNSW graph included: ~300 rows/s measured on 2 cores with a
+cheap embedder, the UPDATE taking ~80% of it), the flip scans each table once under an ACCESS EXCLUSIVE
+lock (coverage count and SET NOT NULL; 0.15 s for 20k rows), and `drop_old` is catalog only (the dropped
 columns' bytes are reclaimed as rows are rewritten, or by VACUUM FULL / pg_repack).
 """
 
