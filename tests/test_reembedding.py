@@ -17,7 +17,7 @@ from memory_lib.client import MemoryClient
 from memory_lib.config import ArchivalCriteria, Settings
 from memory_lib.db import check_schema, connect, migrate_database
 from memory_lib.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingEmbedder, LocalEmbedder
-from memory_lib.errors import EmbeddingMismatchError
+from memory_lib.errors import EmbeddingMismatchError, InvalidInputError
 from memory_lib.pipeline import run_batch
 from memory_lib.reembedding import ReembeddingError
 from memory_lib.summarize import ExtractiveSummarizer
@@ -379,3 +379,51 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
     # The backups are untouched: still the old model's vectors, byte for byte.
     assert [local_store.read_ref(a["storage_ref"], a["backup_sha256"]) for a in arch] == backups
     conn.close()
+
+
+# --------------------------------------------------------------------------- invariants and refusals
+
+
+def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_url, local_store):
+    conn = connect(db_url)
+    client = _client(conn, local_store, HashingEmbedder(TEST_DIM))
+    added = client.add("u1", "Prefers window seats on long flights.", now=NOW)
+    model = HashingEmbedder(TEST_DIM).model
+    conn.execute("DELETE FROM memory_archive_settings WHERE key = 'embedding_model'")  # as before any write
+    with pytest.raises(ReembeddingError, match="no embedding model"):
+        reembedding.start(conn, "hashing-lexical-v1-96", 96, actor="test")
+    conn.execute("INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_model', %s)", (model,))
+    for dim in (0, 2001, "96", True):
+        with pytest.raises(InvalidInputError, match="target_dim"):
+            reembedding.start(conn, "hashing-lexical-v1-96", dim, actor="test")
+    with pytest.raises(InvalidInputError, match="already the active space"):
+        reembedding.start(conn, HashingEmbedder(TEST_DIM).model, TEST_DIM, actor="test")
+    assert reembedding.active_migration(conn) is None  # nothing was written by the refusals
+
+    target = HashingEmbedder(96)
+    reembedding.start(conn, target.model, 96, actor="test")
+    assert reembedding.backfill_batch(conn, target, "hot") == 1
+    covered = "SELECT embedding_next IS NOT NULL AS has, embedding_model_next FROM memories WHERE id = %s"
+    assert conn.execute(covered, (added.memory_id,)).fetchone()["has"]
+    # A write that changes the active vector without the second one (any writer, even raw SQL) clears it:
+    # the second vector never describes old content, and the row is pending again.
+    new_vec = HashingEmbedder(TEST_DIM).embed(["Prefers aisle seats now."])[0]
+    conn.execute("UPDATE memories SET content = 'Prefers aisle seats now.', embedding = %s WHERE id = %s",
+                 (new_vec, added.memory_id))  # fmt: skip
+    assert conn.execute(covered, (added.memory_id,)).fetchone() == {"has": False, "embedding_model_next": None}
+    assert reembedding.pending(conn, "hot") == 1
+    # Other changes keep it.
+    reembedding.backfill_batch(conn, target, "hot")
+    conn.execute("UPDATE memories SET importance_score = 0.9 WHERE id = %s", (added.memory_id,))
+    assert conn.execute(covered, (added.memory_id,)).fetchone()["has"]
+
+    with pytest.raises(InvalidInputError, match="kind"):
+        reembedding.backfill_batch(conn, target, "warm")  # type: ignore[arg-type]
+    with pytest.raises(ReembeddingError, match="needs it flipped"):
+        reembedding.drop_old(conn, actor="test")
+    aborted = reembedding.abort(conn, actor="test")
+    assert aborted.state == "aborted"
+    assert not {c for c in _columns(conn, "memories") if c.endswith("_next")}
+    assert client.search("u1", "aisle seats", limit=1, now=NOW).hits  # the active space is untouched
+    conn.close()
+
