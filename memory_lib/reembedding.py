@@ -127,6 +127,13 @@ _BY_KIND = {g.kind: g for g in VECTOR_GROUPS if g.kind is not None}
 _LOCK_ALL = "LOCK TABLE " + ", ".join(g.table for g in VECTOR_GROUPS) + " IN ACCESS EXCLUSIVE MODE"
 
 
+def _lock_all(conn: psycopg.Connection, timeout: str = "30s") -> None:
+    """ACCESS EXCLUSIVE on every vector table, for this transaction. Waiting behind a long transaction
+    would queue every search behind this lock: give up after `timeout` instead (retry later)."""
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+    conn.execute(_LOCK_ALL)
+
+
 @dataclass(frozen=True)
 class Migration:
     id: int
@@ -248,7 +255,7 @@ def start(conn: psycopg.Connection, target_model: str, target_dim: int, *, actor
     if isinstance(target_dim, bool) or not isinstance(target_dim, int) or not 1 <= target_dim <= HNSW_MAX_VECTOR_DIM:
         raise InvalidInputError("target_dim", target_dim, f"must be an integer from 1 to {HNSW_MAX_VECTOR_DIM} (HNSW)")
     with conn.transaction():
-        conn.execute(_LOCK_ALL)
+        _lock_all(conn)
         settings = {r["key"]: r["value"] for r in conn.execute(
             "SELECT key, value FROM memory_archive_settings WHERE key IN ('embedding_model', 'embedding_dim')")}  # fmt: skip
         if "embedding_model" not in settings:
@@ -294,7 +301,7 @@ def abort(conn: psycopg.Connection, *, actor: str) -> Migration:
     """Give up a running (not flipped) migration: drop the `_next` columns; the active space is untouched."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     with conn.transaction():
-        conn.execute(_LOCK_ALL)
+        _lock_all(conn)
         m = _require(conn, "running", "abort")
         _drop_secondary(conn, "_next")
         conn.execute(
@@ -501,8 +508,7 @@ def _swap(conn: psycopg.Connection, m: Migration, *, to_state: str, actor: str, 
     """Make the secondary space active, in one transaction; the active space becomes the secondary."""
     incoming, outgoing = m.suffix, ("_prev" if m.state == "running" else "_next")
     new_model, new_dim = m.secondary
-    conn.execute("SELECT set_config('lock_timeout', %s, true)", (lock_timeout,))
-    conn.execute(_LOCK_ALL)
+    _lock_all(conn, lock_timeout)
     uncovered = {k: v for k, v in coverage(conn).items() if v}
     if uncovered:
         detail = ", ".join(f"{t}: {n}" for t, n in uncovered.items())
@@ -585,7 +591,7 @@ def drop_old(conn: psycopg.Connection, *, actor: str) -> Migration:
     From here a flip back is impossible."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     with conn.transaction():
-        conn.execute(_LOCK_ALL)
+        _lock_all(conn)
         m = _require(conn, "flipped", "drop the old vectors")
         _drop_secondary(conn, "_prev")
         conn.execute(
