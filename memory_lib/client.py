@@ -533,6 +533,16 @@ class AsyncMemoryClient:
         self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator)
         self._owned_pool: AsyncConnectionPool | None = None
         self._owned_db: Any = None
+        self._dual = DualWriter()
+
+    async def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
+        """MemoryClient._dual_write, on asyncio."""
+        try:
+            async with self._connection() as conn:
+                await self._dual.fill_async(conn, "hot", ids)
+        except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
+            log.warning("dual write of %d memories failed; the re-embedding backfill will fill them", len(ids),
+                        exc_info=True)  # fmt: skip
 
     @classmethod
     async def connect(cls, url: str, **kwargs: Any) -> AsyncMemoryClient:
@@ -617,7 +627,9 @@ class AsyncMemoryClient:
             ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
         plan = await asyncio.to_thread(self._parts.write_plan, memory, _now(now))
-        return await self._run(plan)
+        result = await self._run(plan)
+        await self._dual_write(list(result.chunk_ids) or [result.memory_id])
+        return result
 
     async def search(
         self,
@@ -697,7 +709,10 @@ class AsyncMemoryClient:
     ) -> RestoreOutcome:
         plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
                             actor=self._parts.actor, now=_now(now))  # fmt: skip
-        return await self._run(plan)
+        outcome = await self._run(plan)
+        if outcome.restored:
+            await self._dual_write([outcome.memory_id])
+        return outcome
 
     # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
 
@@ -733,8 +748,11 @@ class AsyncMemoryClient:
         row = await self._run(api.current_plan(user, mid))
         memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
         embedding = await self._embed_one(memory.content) if new_text else None
-        return await self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
-                                         actor=self._parts.actor, now=now))  # fmt: skip
+        result = await self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
+                                                 actor=self._parts.actor, now=now))  # fmt: skip
+        if result.outcome == "superseded":
+            await self._dual_write([result.memory_id])
+        return result
 
     async def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
         """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""

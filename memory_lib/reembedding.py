@@ -18,7 +18,7 @@ Design, and why:
   (1) a BEFORE UPDATE trigger per table (`<table>_reembed_guard`) clears a row's secondary vector when
   its active vector changes without the secondary being written in the same statement, so a secondary
   vector never describes old content; (2) every row whose secondary model column is NULL is "pending"
-  and the backfill (`backfill_batch`) fills it. Dual write (`fill_rows`, called by the clients after a
+  and the backfill (`backfill_batch`) fills it. Dual write (`fill_plan`, run by the clients after a
   write) is an optimization: rows written without it are picked up by the backfill, so correctness
   never depends on a client knowing about the migration. While flipped the secondary is the OLD space,
   still backfilled and dual-written with the source embedder: that is what makes a flip back lossless.
@@ -41,6 +41,7 @@ columns' bytes are reclaimed as rows are rewritten, or by VACUUM FULL / pg_repac
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 import uuid
@@ -57,6 +58,7 @@ from .config import Settings
 from .db import rerender_migration_checksums
 from .embedding import LOCAL_MODEL_NAME, Embedder, HashingEmbedder, LocalEmbedder, embedder_from_settings
 from .errors import EmbeddingMismatchError, InvalidInputError, MemoryArchiveError
+from .search import EmbedText, Plan, Sql, run_plan, run_plan_async
 
 __all__ = [
     "KINDS",
@@ -69,7 +71,7 @@ __all__ = [
     "drop_old",
     "embedder_for",
     "ensure_indexes",
-    "fill_rows",
+    "fill_plan",
     "flip",
     "flip_back",
     "start",
@@ -361,6 +363,40 @@ def _write_sql(g: _Group, suffix: str, dim: int) -> str:
                WHERE t.id = v.id AND t.{g.model}{suffix} IS NULL"""
 
 
+# FOR SHARE: a flip (FOR UPDATE of this row, then the tables) waits for a batch holding it, or the batch
+# sees the flip and stops: the column names a batch uses are the ones of the state it read.
+_STATE_SQL = "SELECT state FROM embedding_migrations WHERE id = %(id)s FOR SHARE"
+
+
+def _check_state(m: Migration, row: dict[str, Any] | None) -> None:
+    if row is None or row["state"] != m.state:
+        raise ReembeddingError(f"re-embedding {m.id} changed state ({m.state} -> {row and row['state']}): retry")
+
+
+def _claim_sql(g: _Group, suffix: str, where: str) -> str:
+    return f"""SELECT id, {g.text} AS text, {g.needs_vector} AS needs_vector FROM {g.table}
+               WHERE {g.model}{suffix} IS NULL {where}
+               ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
+
+
+def fill_plan(migration: Migration, kind: Kind, ids: Sequence[uuid.UUID]) -> Plan[int]:
+    """Dual write as a plan (both clients run it): fill the secondary columns of just-written rows `ids`
+    that are still pending, each text embedded by the runner's embedder (EmbedText: it must be the
+    secondary space's). The same statements as a backfill batch, for a few rows."""
+    g, m = _group(kind), migration
+    model, dim = m.secondary
+    _check_state(m, (yield Sql(_STATE_SQL, {"id": m.id}, "one")))
+    rows = yield Sql(_claim_sql(g, m.suffix, "AND id = ANY(%(ids)s)"), {"ids": list(ids), "limit": len(ids)})
+    by_id: dict[uuid.UUID, str | None] = {}
+    for r in rows:
+        vec = (yield EmbedText(r["text"], model, dim)) if r["needs_vector"] else None
+        by_id[r["id"]] = None if vec is None else _vector_text(vec)
+    if not by_id:
+        return 0
+    return (yield Sql(_write_sql(g, m.suffix, dim), {"ids": list(by_id), "vecs": list(by_id.values()),
+                                                     "model": model}, "rowcount"))  # fmt: skip
+
+
 def _fill(conn: psycopg.Connection, g: _Group, m: Migration, embedder: Embedder, where: str,
           params: dict[str, Any], limit: int) -> int:  # fmt: skip
     """Claim up to `limit` pending rows (FOR UPDATE SKIP LOCKED), embed them, write them in one UPDATE;
@@ -369,17 +405,8 @@ def _fill(conn: psycopg.Connection, g: _Group, m: Migration, embedder: Embedder,
     _check_embedder(embedder, model, dim, f"{m.suffix} (re-embedding {m.id})")
     suffix = m.suffix
     with conn.transaction():
-        # FOR SHARE: a flip (FOR UPDATE of this row, then the tables) waits for this batch, or this batch
-        # sees the flip and stops: the column names below are the ones of the state it read.
-        now = conn.execute("SELECT state FROM embedding_migrations WHERE id = %s FOR SHARE", (m.id,)).fetchone()
-        if now is None or now["state"] != m.state:
-            raise ReembeddingError(f"re-embedding {m.id} changed state ({m.state} -> {now and now['state']}): retry")
-        rows = conn.execute(
-            f"""SELECT id, {g.text} AS text, {g.needs_vector} AS needs_vector FROM {g.table}
-                WHERE {g.model}{suffix} IS NULL {where}
-                ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-            params | {"limit": limit},
-        ).fetchall()
+        _check_state(m, conn.execute(_STATE_SQL, {"id": m.id}).fetchone())
+        rows = conn.execute(_claim_sql(g, suffix, where), params | {"limit": limit}).fetchall()
         if not rows:
             return 0
         todo = [r for r in rows if r["needs_vector"]]
@@ -410,14 +437,6 @@ def backfill_batch(
     if m is None:
         return 0
     return _fill(conn, g, m, embedder, _bucket_filter(bucket, buckets), {"bucket": bucket, "buckets": buckets}, limit)
-
-
-def fill_rows(conn: psycopg.Connection, migration: Migration, embedder: Embedder, kind: Kind,
-              ids: Sequence[uuid.UUID]) -> int:  # fmt: skip
-    """Dual write: fill the secondary columns of just-written rows `ids` (those still pending)."""
-    if not ids:
-        return 0
-    return _fill(conn, _group(kind), migration, embedder, "AND id = ANY(%(ids)s)", {"ids": list(ids)}, len(ids))
 
 
 def _group(kind: object) -> _Group:
@@ -630,7 +649,30 @@ class DualWriter:
         if m is None or not ids:
             return 0
         try:
-            return fill_rows(conn, m, self._make(*m.secondary), kind, ids)
+            return run_plan(conn, fill_plan(m, kind, ids), embedder=self._make(*m.secondary))
         except ReembeddingError:
             self._at = -float("inf")  # the migration moved on (flipped, finished): ask again next time
             return 0
+
+    async def fill_async(self, conn: psycopg.AsyncConnection, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
+        """`fill` for the async client (embedding and the embedder's first load run in a thread)."""
+        if time.monotonic() - self._at > self.ttl:
+            try:
+                self._migration = await run_plan_async(conn, _active_plan())
+            except psycopg.errors.UndefinedTable:
+                self._migration = None
+            self._at = time.monotonic()
+        m = self._migration
+        if m is None or not ids:
+            return 0
+        embedder = await asyncio.to_thread(self._make, *m.secondary)
+        try:
+            return await run_plan_async(conn, fill_plan(m, kind, ids), embedder=embedder)
+        except ReembeddingError:
+            self._at = -float("inf")
+            return 0
+
+
+def _active_plan() -> Plan[Migration | None]:
+    row = yield Sql(f"{_MIGRATION_SQL} WHERE state IN ('running', 'flipped')", {}, "one")
+    return None if row is None else Migration(**row)

@@ -427,3 +427,48 @@ def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_
     assert client.search("u1", "aisle seats", limit=1, now=NOW).hits  # the active space is untouched
     conn.close()
 
+
+
+def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
+    import asyncio
+
+    import psycopg
+    from pgvector.psycopg import register_vector_async
+    from psycopg.rows import dict_row
+
+    from memory_lib.client import AsyncMemoryClient
+
+    conn = connect(db_url)
+    old, target = HashingEmbedder(TEST_DIM), HashingEmbedder(96)
+    sync_client = _client(conn, local_store, old)
+    kept = sync_client.add("u1", "Waters the fern every Sunday.", now=NOW)
+    reembedding.start(conn, target.model, 96, actor="test")
+    filled = "SELECT content, embedding_next, embedding_model_next FROM memories WHERE id = %s"
+
+    def assert_filled(memory_id):
+        row = conn.execute(filled, (memory_id,)).fetchone()
+        assert row["embedding_model_next"] == target.model, row
+        np.testing.assert_allclose(row["embedding_next"].to_numpy(), target.embed([row["content"]])[0], atol=1e-6)
+
+    # A client learns of the migration on its next look at the database (cached 10 s): a new one at once.
+    sync_client = _client(conn, local_store, old)
+    updated = sync_client.update("u1", kept.memory_id, "Waters the fern every Saturday.", now=NOW)
+    assert updated.outcome == "superseded"
+    assert_filled(updated.memory_id)
+
+    async def scenario():
+        aconn = await psycopg.AsyncConnection.connect(db_url, autocommit=True, row_factory=dict_row)
+        await register_vector_async(aconn)
+        try:
+            client = AsyncMemoryClient(aconn, embedder=old, object_store=local_store, settings=Settings(), actor="t")
+            added = await client.add("u1", "Keeps the spare key under the blue pot.", now=NOW)
+            again = await client.update("u1", added.memory_id, "Keeps the spare key with the neighbour.", now=NOW)
+            return added, again
+        finally:
+            await aconn.close()
+
+    added, again = asyncio.run(scenario())
+    assert_filled(added.memory_id)
+    assert_filled(again.memory_id)
+    assert reembedding.pending(conn, "hot") == 1  # only the superseded version written before the start
+    conn.close()
