@@ -56,7 +56,14 @@ import psycopg
 from . import validation
 from .config import Settings
 from .db import rerender_migration_checksums
-from .embedding import LOCAL_MODEL_NAME, Embedder, HashingEmbedder, LocalEmbedder, embedder_from_settings
+from .embedding import (
+    LOCAL_MODEL_DIM,
+    LOCAL_MODEL_NAME,
+    Embedder,
+    HashingEmbedder,
+    LocalEmbedder,
+    embedder_from_settings,
+)
 from .errors import EmbeddingMismatchError, InvalidInputError, MemoryArchiveError
 from .search import EmbedText, Plan, Sql, run_plan, run_plan_async
 
@@ -256,6 +263,11 @@ def start(conn: psycopg.Connection, target_model: str, target_dim: int, *, actor
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     if isinstance(target_dim, bool) or not isinstance(target_dim, int) or not 1 <= target_dim <= HNSW_MAX_VECTOR_DIM:
         raise InvalidInputError("target_dim", target_dim, f"must be an integer from 1 to {HNSW_MAX_VECTOR_DIM} (HNSW)")
+    if target_model == LOCAL_MODEL_NAME and target_dim != LOCAL_MODEL_DIM:
+        raise InvalidInputError("target_dim", target_dim, f"{LOCAL_MODEL_NAME} makes {LOCAL_MODEL_DIM}-d vectors")
+    if target_model.startswith("hashing-lexical-") and target_model != HashingEmbedder(target_dim).model:
+        raise InvalidInputError("target_model", target_model, f"the {target_dim}-d hashing embedder is "
+                                f"{HashingEmbedder(target_dim).model!r}")  # fmt: skip
     with conn.transaction():
         _lock_all(conn)
         settings = {r["key"]: r["value"] for r in conn.execute(

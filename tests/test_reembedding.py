@@ -396,6 +396,10 @@ def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_
     for dim in (0, 2001, "96", True):
         with pytest.raises(InvalidInputError, match="target_dim"):
             reembedding.start(conn, "hashing-lexical-v1-96", dim, actor="test")
+    with pytest.raises(InvalidInputError, match="makes 384-d"):
+        reembedding.start(conn, LOCAL_MODEL_NAME, 512, actor="test")
+    with pytest.raises(InvalidInputError, match="hashing-lexical-v1-128"):
+        reembedding.start(conn, "hashing-lexical-v1-96", 128, actor="test")
     with pytest.raises(InvalidInputError, match="already the active space"):
         reembedding.start(conn, HashingEmbedder(TEST_DIM).model, TEST_DIM, actor="test")
     assert reembedding.active_migration(conn) is None  # nothing was written by the refusals
