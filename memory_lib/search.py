@@ -50,6 +50,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
+from psycopg import errors as psycopg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -135,9 +136,29 @@ def _embed(embedder: Embedder | None, op: EmbedText) -> np.ndarray:
     return query_vector(embedder.embed([op.text])[0], op.dim)
 
 
+def _stale_prepared(exc: BaseException) -> bool:
+    """A statement psycopg prepared (after 5 runs) whose result columns changed since: DDL such as a
+    re-embedding's start/flip/drop (memory_lib.reembedding). Postgres refuses it on every later run."""
+    return isinstance(exc, psycopg_errors.FeatureNotSupported) and "cached plan must not change result type" in str(exc)
+
+
+_DEALLOCATE = "DEALLOCATE ALL"  # psycopg forgets its prepared statements too when it sees this succeed
+
+
 def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None,
              embedder: Embedder | None = None) -> T:  # fmt: skip
-    """Execute `plan` on a sync connection in one transaction (a savepoint if one is open)."""
+    """Execute `plan` on a sync connection in one transaction (a savepoint if one is open). A prepared
+    statement made stale by DDL fails this run and is deallocated, so the next run works."""
+    try:
+        return _run_plan(conn, plan, object_store=object_store, embedder=embedder)
+    except Exception as exc:
+        if _stale_prepared(exc) and conn.info.transaction_status == _IDLE:
+            conn.execute(_DEALLOCATE)
+        raise
+
+
+def _run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None,
+              embedder: Embedder | None) -> T:  # fmt: skip
     outermost = conn.info.transaction_status == _IDLE
     try:
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -173,7 +194,20 @@ async def run_plan_async(
     conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None,
     embedder: Embedder | None = None,
 ) -> T:
-    """Execute `plan` on an async connection in one transaction; object reads run in a thread."""
+    """Execute `plan` on an async connection in one transaction; object reads run in a thread. A stale
+    prepared statement is deallocated after failing once, as in run_plan."""
+    try:
+        return await _run_plan_async(conn, plan, object_store=object_store, embedder=embedder)
+    except Exception as exc:
+        if _stale_prepared(exc) and conn.info.transaction_status == _IDLE:
+            await conn.execute(_DEALLOCATE)
+        raise
+
+
+async def _run_plan_async(
+    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None,
+    embedder: Embedder | None,
+) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
         async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:

@@ -476,3 +476,25 @@ def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
     assert_filled(again.memory_id)
     assert reembedding.pending(conn, "hot") == 1  # only the superseded version written before the start
     conn.close()
+
+
+def test_a_prepared_statement_made_stale_by_the_migration_fails_once_then_works(db_url, local_store):
+    import psycopg
+
+    from memory_lib.search import Sql, run_plan
+
+    conn, other = connect(db_url), connect(db_url)
+    added = _client(conn, local_store, HashingEmbedder(TEST_DIM)).add("u1", "Likes green tea.", now=NOW)
+
+    def read():
+        row = yield Sql("SELECT * FROM memories WHERE id = %(id)s", {"id": added.memory_id}, "one")
+        return row
+
+    for _ in range(6):  # psycopg prepares it after 5 runs
+        assert run_plan(other, read())["content"] == "Likes green tea."
+    reembedding.start(conn, "hashing-lexical-v1-96", 96, actor="test")  # adds columns: SELECT * changes
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="cached plan must not change result type"):
+        run_plan(other, read())
+    assert "embedding_next" in run_plan(other, read())  # deallocated: the next run plans it again
+    conn.close()
+    other.close()
