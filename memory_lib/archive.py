@@ -42,6 +42,7 @@ from .errors import (
     IntegrityError,
     NotFoundError,
     SummarizationError,
+    embedding_mismatch_reason,
 )
 from .ledger import LedgerEntry, record_usage
 from .models import BackupObject, sha256_hex
@@ -521,12 +522,11 @@ def summary_checkpoints(
 def check_embedder(conn: psycopg.Connection, embedder: Embedder) -> None:
     """Summary embeddings are searched with the same query vector as hot memories: same model and dim."""
     shape = store_shape(conn)
+    reason = embedding_mismatch_reason(shape.embedding_model, shape.dim, embedder.model, embedder.dim)
     if embedder.dim != shape.dim:
-        raise EmbeddingMismatchError("embedder.dim", embedder.dim, f"this database holds {shape.dim}-d embeddings")
+        raise EmbeddingMismatchError("embedder.dim", embedder.dim, reason)
     if shape.embedding_model is not None and embedder.model != shape.embedding_model:
-        raise EmbeddingMismatchError(
-            "embedder.model", embedder.model, f"this database's embeddings come from {shape.embedding_model!r}"
-        )
+        raise EmbeddingMismatchError("embedder.model", embedder.model, reason)
 
 
 def embed_batch(

@@ -15,6 +15,7 @@ to share a client between threads or tasks.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -58,6 +59,7 @@ from .promotion import (
     record_access_plan,
     restore_plan,
 )
+from .reembedding import DualWriter
 from .rerank import Reranker
 from .search import (
     Phase2Mode,
@@ -95,6 +97,7 @@ __all__ = [
     "connection_pool",
 ]
 
+log = logging.getLogger(__name__)
 DEFAULT_ACTOR = "memory_lib.client"
 
 
@@ -308,6 +311,17 @@ class MemoryClient:
         self._conn = conn
         self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator, reranker)
         self._owned: list[Any] = []
+        self._dual = DualWriter()
+
+    def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
+        """During a re-embedding, fill the new rows' second vectors now (memory_lib.reembedding); the
+        backfill fills whatever this misses, so a failure here is logged, never raised."""
+        try:
+            with self._connection() as conn:
+                self._dual.fill(conn, "hot", ids)
+        except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
+            log.warning("dual write of %d memories failed; the re-embedding backfill will fill them", len(ids),
+                        exc_info=True)  # fmt: skip
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> MemoryClient:
@@ -353,7 +367,7 @@ class MemoryClient:
 
     def _run(self, plan: Plan[Any]) -> Any:
         with self._connection() as conn:
-            return run_plan(conn, plan, object_store=self._parts.object_store)
+            return run_plan(conn, plan, object_store=self._parts.object_store, embedder=self._parts.embedder)
 
     # -- write
 
@@ -382,7 +396,9 @@ class MemoryClient:
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
             ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
-        return self._run(self._parts.write_plan(memory, _now(now)))
+        result = self._run(self._parts.write_plan(memory, _now(now)))
+        self._dual_write(list(result.chunk_ids) or [result.memory_id])
+        return result
 
     # -- read
 
@@ -487,7 +503,10 @@ class MemoryClient:
         """Bring an archived memory back to the hot tier now (idempotent)."""
         plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
                             actor=self._parts.actor, now=_now(now))  # fmt: skip
-        return self._run(plan)
+        outcome = self._run(plan)
+        if outcome.restored:
+            self._dual_write([outcome.memory_id])
+        return outcome
 
     # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
 
@@ -523,8 +542,11 @@ class MemoryClient:
         row = self._run(api.current_plan(user, mid))
         memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
         embedding = self._parts.embed_one(memory.content) if new_text else None
-        return self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
-                                         actor=self._parts.actor, now=now))  # fmt: skip
+        result = self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
+                                           actor=self._parts.actor, now=now))  # fmt: skip
+        if result.outcome == "superseded":
+            self._dual_write([result.memory_id])
+        return result
 
     def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
         """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""
@@ -581,6 +603,16 @@ class AsyncMemoryClient:
         self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator, reranker)
         self._owned_pool: AsyncConnectionPool | None = None
         self._owned_db: Any = None
+        self._dual = DualWriter()
+
+    async def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
+        """MemoryClient._dual_write, on asyncio."""
+        try:
+            async with self._connection() as conn:
+                await self._dual.fill_async(conn, "hot", ids)
+        except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
+            log.warning("dual write of %d memories failed; the re-embedding backfill will fill them", len(ids),
+                        exc_info=True)  # fmt: skip
 
     @classmethod
     async def connect(cls, url: str, **kwargs: Any) -> AsyncMemoryClient:
@@ -637,7 +669,8 @@ class AsyncMemoryClient:
 
     async def _run(self, plan: Plan[Any]) -> Any:
         async with self._connection() as conn:
-            return await run_plan_async(conn, plan, object_store=self._parts.object_store)
+            return await run_plan_async(conn, plan, object_store=self._parts.object_store,
+                                        embedder=self._parts.embedder)
 
     async def _embed_one(self, text: str) -> np.ndarray:
         return await asyncio.to_thread(self._parts.embed_one, text)
@@ -664,7 +697,9 @@ class AsyncMemoryClient:
             ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
         plan = await asyncio.to_thread(self._parts.write_plan, memory, _now(now))
-        return await self._run(plan)
+        result = await self._run(plan)
+        await self._dual_write(list(result.chunk_ids) or [result.memory_id])
+        return result
 
     async def search(
         self,
@@ -750,7 +785,10 @@ class AsyncMemoryClient:
     ) -> RestoreOutcome:
         plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
                             actor=self._parts.actor, now=_now(now))  # fmt: skip
-        return await self._run(plan)
+        outcome = await self._run(plan)
+        if outcome.restored:
+            await self._dual_write([outcome.memory_id])
+        return outcome
 
     # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
 
@@ -786,8 +824,11 @@ class AsyncMemoryClient:
         row = await self._run(api.current_plan(user, mid))
         memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
         embedding = await self._embed_one(memory.content) if new_text else None
-        return await self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
-                                         actor=self._parts.actor, now=now))  # fmt: skip
+        result = await self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
+                                                 actor=self._parts.actor, now=now))  # fmt: skip
+        if result.outcome == "superseded":
+            await self._dual_write([result.memory_id])
+        return result
 
     async def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
         """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .errors import InvalidInputError, NotFoundError
-from .search import Plan, Snapshot, Sql
+from .search import LOCK_VECTOR_TABLES, Plan, Snapshot, Sql, checked_shape_plan
 from .timescope import TimeWindow
 
 __all__ = [
@@ -212,13 +212,20 @@ def consolidated_plan(
     limit: int = 10,
     window: TimeWindow | None = None,
     pool: int = 20,
+    embedding_model: str | None = None,
 ) -> Plan[list[ConsolidatedHit]]:
-    """Phase 3 for one user: the best `limit` digests and/or facts. Read-only, one snapshot."""
+    """Phase 3 for one user: the best `limit` digests and/or facts. Read-only, one snapshot. With
+    `embedding_model`, the query vector's space is checked against the active one first (as phases 1-2
+    do: a re-embedding flip between the phases must fail loudly, not compare vectors of two spaces)."""
     for kind in kinds:
         if kind not in KINDS:
             raise InvalidInputError("kinds", kind, f"must be among {KINDS}")
     params = {"user_id": user_id, "embedding": embedding, "text_query": query, "pool": max(pool, limit)}
     yield Snapshot()
+    if embedding_model is not None:
+        yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
+    else:
+        yield LOCK_VECTOR_TABLES
     rows: list[dict[str, Any]] = []
     if "digest" in kinds:
         rows += yield Sql(DIGEST_SQL, params)

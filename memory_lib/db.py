@@ -393,3 +393,21 @@ def check_schema(url: str, *, embedding_dim: int | None = None) -> int:
             f"set MEMORY_ARCHIVE_EMBEDDING_DIM={stored} (with the embedder that made its vectors) or use another database"
         )
     return stored
+
+
+def rerender_migration_checksums(conn: psycopg.Connection, embedding_dim: int) -> int:
+    """Record the applied migrations' checksums as rendered for `embedding_dim`: after a re-embedding
+    flip to another dimension (memory_lib.reembedding) the schema is the one `embedding_dim` would have
+    created, and `migrate` must see it so. Only migrations whose recorded checksum matches their
+    rendering for the current embedding_dim setting are rewritten (a changed migration stays detected).
+    Runs in the caller's transaction; returns the rows rewritten."""
+    current = stored_embedding_dim(conn)
+    old = {m.version: m.checksum for m in load_migrations(embedding_dim=current)}
+    new = {m.version: m.checksum for m in load_migrations(embedding_dim=embedding_dim)}
+    changed = 0
+    for row in conn.execute("SELECT version, checksum FROM schema_migrations").fetchall():
+        v = row["version"]
+        if v in new and old.get(v) == row["checksum"] and new[v] != row["checksum"]:
+            conn.execute("UPDATE schema_migrations SET checksum = %s WHERE version = %s", (new[v], v))
+            changed += 1
+    return changed

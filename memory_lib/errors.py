@@ -24,6 +24,14 @@ class EmbeddingMismatchError(InvalidInputError):
     """A vector whose dimension or model differs from what the store was created with."""
 
 
+def embedding_mismatch_reason(active_model: str | None, active_dim: int, model: str, dim: int) -> str:
+    """One wording for every embedding-space mismatch (query, write, archive run): both models, both dims."""
+    return (
+        f"the embedder is {model!r} ({dim}-d) but this database's active embedding space is {active_model!r} "
+        f"({active_dim}-d): configure that embedder (after a re-embedding flip, the new one)"
+    )
+
+
 class SchemaError(MemoryArchiveError):
     """The database schema is missing, half-applied or made for other settings."""
 

@@ -349,7 +349,8 @@ def escalated_search(
                                    "memory_archive.phase3.action": action, "memory_archive.phase3.evaluator": who,
                                    "memory_archive.phase3.refined_query": refined is not None}) as s:  # fmt: skip
                 consolidated = yield RunPlan(consolidated_plan(request.user_id, query, embedding, kinds=kinds,
-                                                               limit=total, window=window or parse_time_window(query, request.now)))  # fmt: skip
+                                                               limit=total, window=window or parse_time_window(query, request.now),
+                                                               embedding_model=request.embedding_model))  # fmt: skip
                 s.set({"memory_archive.candidates.consolidated": len(consolidated)})
             tiers += names
     escalation = Escalation(mode, who, action, decision.reason, refined, tuple(tiers), fallback)

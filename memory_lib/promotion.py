@@ -34,13 +34,14 @@ from .associations import LINK_USES_SQL
 from .config import PromotionConfig
 from .errors import IntegrityError, InvalidInputError, MemoryArchiveError, NotFoundError
 from .models import BackupObject, sha256_hex
-from .search import GetVerified, Plan, Sql, run_plan
+from .search import SHAPE_SQL, EmbedText, GetVerified, Plan, Sql, run_plan
 from .store import MEMORY_COLUMNS
 from .write_path import event
 
 if TYPE_CHECKING:
     import psycopg
 
+    from .embedding import Embedder
     from .objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,6 @@ LOCK_ARCHIVE_SQL = (
 LOCK_ARCHIVE_BY_ORIGINAL_SQL = (
     "SELECT * FROM archived_memories WHERE user_id = %(user_id)s AND original_id = %(original_id)s FOR UPDATE"
 )
-STORE_DIM_SQL = "SELECT value AS dim FROM memory_archive_settings WHERE key = 'embedding_dim'"
 HOT_BY_ID_SQL = "SELECT id, content FROM memories WHERE user_id = %(user_id)s AND id = %(id)s"
 # An archive id that was promoted or restored: the memory it became, when still hot.
 PROMOTED_FROM_SQL = """
@@ -136,8 +136,10 @@ def _verified_original(arch: dict[str, Any]) -> Plan[BackupObject]:
     fails raises MalformedBackupError on expand as on restore, before anything is written."""
     data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
     doc = BackupObject.from_json_bytes(data)
-    shape = yield Sql(STORE_DIM_SQL, {}, "one")
-    if shape is not None and shape["dim"] is not None:
+    shape = yield Sql(SHAPE_SQL, {}, "one")
+    # A backup of the active model must hold a vector of its dimension; one of another model (archived
+    # before a re-embedding flip) is re-embedded when restored (restore_rows_plan).
+    if shape["dim"] is not None and shape["model"] in (None, arch["original_embedding_model"]):
         doc.check_dimension(int(shape["dim"]))
     if doc.original_id != arch["original_id"] or doc.user_id != arch["user_id"]:
         raise IntegrityError(
@@ -158,12 +160,19 @@ def restore_rows_plan(
     details: dict[str, Any] | None = None,
 ) -> Plan[None]:
     """Move a locked archive row back to `memories` from its verified backup (archive.restore_archive's
-    statements, inside the caller's transaction)."""
+    statements, inside the caller's transaction). A backup whose vector is of another embedding space
+    than the active one (archived before a re-embedding flip) comes back with its text re-embedded by
+    the runner's embedder (EmbedText); the backup object stays as it is."""
+    embedding, model = doc.embedding_array(), arch["original_embedding_model"]
+    shape = yield Sql(SHAPE_SQL, {}, "one")
+    if shape["model"] is not None and (model != shape["model"] or embedding.size != int(shape["dim"])):
+        embedding = yield EmbedText(doc.content, shape["model"], int(shape["dim"]))
+        model = shape["model"]
     yield Sql(
         RESTORE_INSERT_SQL,
         {"id": doc.original_id, "user_id": doc.user_id, "content": doc.content,
-         "content_sha256": sha256_hex(doc.content), "embedding": doc.embedding_array(),
-         "embedding_model": arch["original_embedding_model"], "embedding_dim": len(doc.embedding),
+         "content_sha256": sha256_hex(doc.content), "embedding": embedding,
+         "embedding_model": model, "embedding_dim": int(embedding.size),
          "entity_links": doc.entity_links, "metadata": Jsonb(doc.metadata), "domain": arch["original_domain"],
          "category": arch["original_category"], "importance_score": doc.importance_score,
          "access_count": arch["access_count"], "last_accessed_at": arch["last_accessed_at"],
@@ -315,9 +324,12 @@ def sweep_promotions(
     as_of: datetime,
     actor: str,
     limit: int = 10_000,
+    embedder: Embedder | None = None,
 ) -> SweepReport:
     """Promote every archived memory expanded `expansions_to_promote` times within the window ending
-    at `as_of`. One transaction per promotion; a failure is reported and the sweep goes on."""
+    at `as_of`. One transaction per promotion; a failure is reported and the sweep goes on. `embedder`
+    (the active space's) re-embeds a backup from before a re-embedding flip; without it such a promotion
+    fails, reported, and is retried by the next sweep."""
     as_of = validation.timestamp("as_of", as_of)
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     limit = validation.row_limit("limit", limit, maximum=1_000_000)
@@ -330,7 +342,7 @@ def sweep_promotions(
         archive_id = row["archive_id"]
         try:
             plan = promote_plan(row["user_id"], archive_id, config=config, actor=actor, now=as_of)
-            if run_plan(conn, plan, object_store=object_store):
+            if run_plan(conn, plan, object_store=object_store, embedder=embedder):
                 report.promoted.append(archive_id)
             else:
                 report.skipped += 1

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from . import packs
+from .embedding import Embedder
 from .errors import InvalidInputError, MemoryArchiveError, NotFoundError
 from .objectstore import ObjectStore
 from .pause import set_pause
@@ -40,18 +41,21 @@ def restore_archive(
     archive_id: uuid.UUID | None = None,
     actor: str,
     now: datetime | None = None,
+    embedder: Embedder | None = None,
 ) -> RestoreResult:
     """Bring one archived memory back to `memories` exactly as it was, in one transaction.
 
     The backup is verified against the sha256 recorded at archival before anything is written.
     Restoring a memory that is already hot is a no-op. The backup object is kept: it is the record
-    of what was archived, and the next archival overwrites it. (The statements are
+    of what was archived, and the next archival overwrites it. A backup whose vector is of another
+    embedding space than the active one (archived before a re-embedding flip) needs `embedder`, the
+    active space's: the text is re-embedded, the backup left as it is. (The statements are
     promotion.restore_plan's, shared with re-promotion and the async client.)
     """
     plan = restore_plan(
         user_id, archive_id=archive_id, original_id=original_id, actor=actor, now=now or datetime.now(UTC)
     )
-    outcome = run_plan(conn, plan, object_store=object_store)
+    outcome = run_plan(conn, plan, object_store=object_store, embedder=embedder)
     return RestoreResult(outcome.memory_id, outcome.user_id, outcome.restored)
 
 
@@ -135,6 +139,7 @@ def restore_archives(
     progress: Callable[[RestoreReport], None] | None = None,
     pause_archival: bool | None = None,
     read_workers: int = 8,
+    embedder: Embedder | None = None,
 ) -> RestoreReport:
     """Restore archived memories to `memories`: all, one user's, or the listed original ids.
 
@@ -144,13 +149,14 @@ def restore_archives(
     Each memory is restored in its own transaction after its backup is verified against the recorded
     sha256 (archive.restore_archive); a memory already hot is counted, not touched. Interrupted, a
     re-run restores what is still archived: idempotent and resumable. The backups of each chunk are
-    read ahead by `read_workers` threads (at most `chunk_size` objects held at once).
+    read ahead by `read_workers` threads (at most `chunk_size` objects held at once). `embedder`: the
+    active space's, for backups archived before a re-embedding flip (restore_archive).
     """
     prefetch = _Prefetch(store, read_workers)
     try:
         return _restore_archives(conn, prefetch, actor=actor, all_archives=all_archives, user_id=user_id,
                                  original_ids=original_ids, chunk_size=chunk_size, progress=progress,
-                                 pause_archival=pause_archival)  # fmt: skip
+                                 pause_archival=pause_archival, embedder=embedder)  # fmt: skip
     finally:
         prefetch.close()
 
@@ -166,6 +172,7 @@ def _restore_archives(
     chunk_size: int,
     progress: Callable[[RestoreReport], None] | None,
     pause_archival: bool | None,
+    embedder: Embedder | None,
 ) -> RestoreReport:
     ids = _check_selection(all_archives, user_id, original_ids)
     report = RestoreReport()
@@ -178,7 +185,7 @@ def _restore_archives(
     def restore(uid: str, oid: uuid.UUID) -> None:
         report.requested += 1
         try:
-            result = restore_archive(conn, store, user_id=uid, original_id=oid, actor=actor)
+            result = restore_archive(conn, store, user_id=uid, original_id=oid, actor=actor, embedder=embedder)
         except NotFoundError as exc:
             report.not_found += 1
             _note(report, f"{oid}: {exc}")

@@ -50,13 +50,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
+from psycopg import errors as psycopg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from . import validation, warm
 from .config import RetrievalConfig
-from .errors import EmbeddingMismatchError, InvalidInputError
+from .errors import EmbeddingMismatchError, InvalidInputError, embedding_mismatch_reason
 from .models import CATEGORIES
 from .timescope import TimeWindow, parse_time_window
 from .trace import span
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from .consolidated_search import ConsolidatedHit
+    from .embedding import Embedder
     from .escalation import Escalation
     from .objectstore import ObjectStore
 
@@ -98,7 +100,18 @@ class Snapshot:
     isolation level stands (SET TRANSACTION must come before any query). Returns None."""
 
 
-Op = Sql | GetVerified | Snapshot
+@dataclass(frozen=True, slots=True)
+class EmbedText:
+    """Embed one text with the runner's embedder, which must be `model` (`dim`-d): the active space's.
+    Restoring a memory whose backup holds a vector of another space (a re-embedding flipped since it
+    was archived) re-embeds its text this way. Returns a float32 vector; no embedder: InvalidInputError."""
+
+    text: str
+    model: str
+    dim: int
+
+
+Op = Sql | GetVerified | Snapshot | EmbedText
 Plan = Generator[Op, Any, T]
 
 
@@ -112,8 +125,41 @@ _IDLE = TransactionStatus.IDLE
 _SNAPSHOT_SQL = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
-def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None) -> T:
-    """Execute `plan` on a sync connection in one transaction (a savepoint if one is open)."""
+def _embed(embedder: Embedder | None, op: EmbedText) -> np.ndarray:
+    if embedder is None:
+        raise InvalidInputError(
+            "embedder", None, f"this operation re-embeds a text into {op.model!r} ({op.dim}-d): pass that embedder"
+        )
+    if embedder.model != op.model or embedder.dim != op.dim:
+        raise EmbeddingMismatchError(
+            "embedder.model", embedder.model, embedding_mismatch_reason(op.model, op.dim, embedder.model, embedder.dim)
+        )
+    return query_vector(embedder.embed([op.text])[0], op.dim)
+
+
+def _stale_prepared(exc: BaseException) -> bool:
+    """A statement psycopg prepared (after 5 runs) whose result columns changed since: DDL such as a
+    re-embedding's start/flip/drop (memory_lib.reembedding). Postgres refuses it on every later run."""
+    return isinstance(exc, psycopg_errors.FeatureNotSupported) and "cached plan must not change result type" in str(exc)
+
+
+_DEALLOCATE = "DEALLOCATE ALL"  # psycopg forgets its prepared statements too when it sees this succeed
+
+
+def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None,
+             embedder: Embedder | None = None) -> T:  # fmt: skip
+    """Execute `plan` on a sync connection in one transaction (a savepoint if one is open). A prepared
+    statement made stale by DDL fails this run and is deallocated, so the next run works."""
+    try:
+        return _run_plan(conn, plan, object_store=object_store, embedder=embedder)
+    except Exception as exc:
+        if _stale_prepared(exc) and conn.info.transaction_status == _IDLE:
+            conn.execute(_DEALLOCATE)
+        raise
+
+
+def _run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None,
+              embedder: Embedder | None) -> T:  # fmt: skip
     outermost = conn.info.transaction_status == _IDLE
     try:
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -133,6 +179,8 @@ def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectSto
                             if op.fetch == "one"
                             else cur.rowcount
                         )
+                    elif isinstance(op, EmbedText):
+                        result = _embed(embedder, op)
                     else:
                         result = _store(object_store).read_ref(op.storage_ref, op.sha256)
                     op = plan.send(result)
@@ -144,9 +192,23 @@ def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectSto
 
 
 async def run_plan_async(
-    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None
+    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None,
+    embedder: Embedder | None = None,
 ) -> T:
-    """Execute `plan` on an async connection in one transaction; object reads run in a thread."""
+    """Execute `plan` on an async connection in one transaction; object reads run in a thread. A stale
+    prepared statement is deallocated after failing once, as in run_plan."""
+    try:
+        return await _run_plan_async(conn, plan, object_store=object_store, embedder=embedder)
+    except Exception as exc:
+        if _stale_prepared(exc) and conn.info.transaction_status == _IDLE:
+            await conn.execute(_DEALLOCATE)
+        raise
+
+
+async def _run_plan_async(
+    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None,
+    embedder: Embedder | None,
+) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
         async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -166,6 +228,8 @@ async def run_plan_async(
                             result = await cur.fetchone()
                         else:
                             result = cur.rowcount
+                    elif isinstance(op, EmbedText):
+                        result = await asyncio.to_thread(_embed, embedder, op)
                     else:
                         result = await asyncio.to_thread(_store(object_store).read_ref, op.storage_ref, op.sha256)
                     op = plan.send(result)
@@ -697,18 +761,28 @@ SHAPE_SQL = """
            (SELECT value FROM memory_archive_settings WHERE key = 'embedding_model') AS model"""
 
 
+# A re-embedding flip (memory_lib.reembedding) renames the vector columns and changes the settings in one
+# transaction holding ACCESS EXCLUSIVE locks on these tables. Taking ACCESS SHARE on them BEFORE reading
+# the settings makes a statement wait for a flip in progress and then see its settings and columns
+# together. LOCK takes no snapshot, so in a REPEATABLE READ plan the snapshot is taken after it.
+LOCK_VECTOR_TABLES = Sql(
+    "LOCK TABLE memories, archived_memories, memory_digests, memory_facts IN ACCESS SHARE MODE", {}, "rowcount"
+)
+
+
 def checked_shape_plan(dim: int, model: str) -> Plan[dict[str, Any]]:
-    """The embedder must match the database: same dimension, and the model recorded on first write."""
+    """The embedder must match the database's active embedding space: same dimension, and the model
+    recorded on first write (or made active by a re-embedding flip). Locks the vector tables first
+    (LOCK_VECTOR_TABLES): the rest of the plan's statements see the space that was checked."""
+    yield LOCK_VECTOR_TABLES
     row = yield Sql(SHAPE_SQL, {}, "one")
     if row["dim"] is None:
         raise EmbeddingMismatchError("embedding_dim", None, "the schema is not initialized: run migrations")
-    if int(row["dim"]) != dim:
-        raise EmbeddingMismatchError("embedder.dim", dim, f"this database holds {row['dim']}-d embeddings")
-    if row["model"] is not None and row["model"] != model:
-        raise EmbeddingMismatchError(
-            "embedder.model", model, f"this database's embeddings come from {row['model']!r}"
-        )
+    if int(row["dim"]) != dim or (row["model"] is not None and row["model"] != model):
+        field, value = ("embedder.dim", dim) if int(row["dim"]) != dim else ("embedder.model", model)
+        raise EmbeddingMismatchError(field, value, embedding_mismatch_reason(row["model"], int(row["dim"]), model, dim))
     return row
+
 
 
 # --------------------------------------------------------------------------- ranking (pure)
@@ -934,6 +1008,8 @@ def search_plan(
     yield Snapshot()
     if request.embedding_model is not None:  # a query vector from another model would rank noise
         yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
+    else:
+        yield LOCK_VECTOR_TABLES
     yield Sql(SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search)}, "one")
     kind = request.embedder_kind
     upfront = phase2_reason_upfront(request, window) if archived_cap > 0 else None

@@ -13,8 +13,9 @@ from psycopg.types.json import Jsonb
 
 from . import validation
 from .db import stored_embedding_dim
-from .errors import EmbeddingMismatchError, InvalidInputError, NotFoundError
+from .errors import EmbeddingMismatchError, InvalidInputError, NotFoundError, embedding_mismatch_reason
 from .models import NewMemory, sha256_hex, validate_memory
+from .search import LOCK_VECTOR_TABLES
 
 MEMORY_COLUMNS = (
     "id, user_id, content, content_sha256, embedding, embedding_model, embedding_dim, entity_links, "
@@ -50,7 +51,7 @@ def bind_embedding_model(conn: psycopg.Connection, model: str) -> StoreShape:
     shape = store_shape(conn)
     if shape.embedding_model != model:
         raise EmbeddingMismatchError(
-            "embedding_model", model, f"this database's embeddings come from {shape.embedding_model!r}"
+            "embedding_model", model, embedding_mismatch_reason(shape.embedding_model, shape.dim, model, shape.dim)
         )
     return shape
 
@@ -82,6 +83,13 @@ def insert_memories(
     expected_model = shape.embedding_model or first_model
     valid = [_validate_at(i, m, shape, expected_model) for i, m in enumerate(items)]
     with conn.transaction():
+        # The space checked above must still be the active one (a re-embedding flip may have committed
+        # since): lock the vector tables, then read it again (search.LOCK_VECTOR_TABLES).
+        conn.execute(LOCK_VECTOR_TABLES.query)
+        current = store_shape(conn)
+        if current != shape and shape.embedding_model is not None:
+            raise EmbeddingMismatchError("embedding_model", valid[0].embedding_model, embedding_mismatch_reason(
+                current.embedding_model, current.dim, valid[0].embedding_model, shape.dim))
         bind_embedding_model(conn, valid[0].embedding_model)
         with conn.cursor() as cur, cur.copy(
             f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"

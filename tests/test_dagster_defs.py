@@ -49,7 +49,8 @@ def test_dagster_definitions_validate_cli_passes(tmp_path, with_home):
 
 
 def test_jobs_schedule_and_resources_are_wired(defs):
-    for name in ("slow_path_job", "dry_run", "rollback", "clear_archival_pause", "pause_archival", "forget_user"):
+    for name in ("slow_path_job", "dry_run", "rollback", "clear_archival_pause", "pause_archival", "forget_user",
+                 "reembedding_start", "reembedding_flip", "reembedding_flip_back", "reembedding_drop_old"):
         assert defs.resolve_job_def(name) is not None
     schedule = defs.resolve_schedule_def("slow_path")
     assert schedule.cron_schedule == f"0 {SLOW_PATH.schedule_hour} * * *"
@@ -88,6 +89,8 @@ def test_gates_are_blocking_checks(defs):
         "memory_facts_provenance": True, "key_moments_provenance": True,
         # stubs: a stub whose backup cannot be found fails its night
         "stubs_backed_up": True,
+        # re-embedding: full coverage of the second vectors (the flip job refuses on its own too)
+        "reembedding_coverage": True,
     }  # fmt: skip
     assert (
         specs["backups_round_trip"].asset_key

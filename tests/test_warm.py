@@ -47,7 +47,8 @@ def _explaining(plan, plans: list[tuple[str, dict[str, Any]]]):
     op = next(plan)
     try:
         while True:
-            if isinstance(op, Sql) and ("archived_memories" in op.query):
+            # (LOCK TABLE, search.LOCK_VECTOR_TABLES, names the table but reads nothing: no plan to explain)
+            if isinstance(op, Sql) and ("archived_memories" in op.query) and not op.query.startswith("LOCK"):
                 row = yield Sql("EXPLAIN (ANALYZE, FORMAT JSON) " + op.query, op.params, "one")
                 plans.append((op.query, row["QUERY PLAN"][0]["Plan"]))
             op = plan.send((yield op))

@@ -5,6 +5,7 @@ import dagster as dg
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
 from memory_lib import restore
+from memory_lib.embedding import Embedder, embedder_from_settings
 from memory_lib.pause import pause_status
 
 
@@ -16,6 +17,21 @@ class RollbackConfig(dg.Config):
     original_ids: list[str] = []
     pause_archival: bool | None = None  # unset: pause when restoring all, so nights do not re-archive them
     operator: str = "rollback-job"
+
+
+class _LazyEmbedder:
+    """The configured embedder (settings, as the library client's), built only when a backup from before a
+    re-embedding flip needs it: most restores reuse the backup's vector, and the local model takes seconds
+    to load."""
+
+    def __init__(self, database: DatabaseResource):
+        self._database = database
+        self._embedder: Embedder | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._embedder is None:
+            self._embedder = embedder_from_settings(self._database.settings().embedding)
+        return getattr(self._embedder, name)
 
 
 @dg.op
@@ -36,6 +52,7 @@ def restore_archives(
         report = restore.restore_archives(
             conn, store, actor=config.operator, all_archives=config.all, user_id=config.user_id,
             original_ids=config.original_ids or None, progress=progress, pause_archival=config.pause_archival,
+            embedder=_LazyEmbedder(database),
         )  # fmt: skip
         paused = pause_status(conn)
     if paused.paused:
