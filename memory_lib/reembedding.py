@@ -313,26 +313,35 @@ def start(conn: psycopg.Connection, target_model: str, target_dim: int, *, actor
 
 def abort(conn: psycopg.Connection, *, actor: str) -> Migration:
     """Give up a running (not flipped) migration: drop the `_next` columns; the active space is untouched."""
+    return _close(conn, actor, state="running", what="abort", suffix="_next", final="aborted")
+
+
+def _close(conn: psycopg.Connection, actor: str, *, state: str, what: str, suffix: str, final: str) -> Migration:
+    """End the open migration (abort, drop_old): drop the `suffix` columns, record `final`, one transaction."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     with conn.transaction():
         _lock_all(conn)
-        m = _require(conn, "running", "abort")
-        _drop_secondary(conn, "_next")
+        m = _require(conn, state, what)
+        _drop_secondary(conn, suffix)
         conn.execute(
-            """UPDATE embedding_migrations SET state = 'aborted', finished_at = now(), finished_by = %s
+            """UPDATE embedding_migrations SET state = %s, finished_at = now(), finished_by = %s
                WHERE id = %s""",
-            (actor, m.id),
+            (final, actor, m.id),
         )
     return _by_id(conn, m.id)
 
 
-def _require(conn: psycopg.Connection, state: str, what: str) -> Migration:
-    m = active_migration(conn, for_update=True)
+def _in_state(m: Migration | None, state: str, what: str, *, missing: str) -> Migration:
     if m is None:
-        raise ReembeddingError(f"no re-embedding is open: nothing to {what}")
+        raise ReembeddingError(missing)
     if m.state != state:
         raise ReembeddingError(f"re-embedding {m.id} is {m.state}: {what} needs it {state}")
     return m
+
+
+def _require(conn: psycopg.Connection, state: str, what: str) -> Migration:
+    return _in_state(active_migration(conn, for_update=True), state, what,
+                     missing=f"no re-embedding is open: nothing to {what}")  # fmt: skip
 
 
 def _by_id(conn: psycopg.Connection, mid: int) -> Migration:
@@ -609,28 +618,13 @@ def flip_back(conn: psycopg.Connection, *, actor: str, lock_timeout: str = "30s"
 def _require_outside(conn: psycopg.Connection, state: str, what: str) -> None:
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise ReembeddingError(f"{what} builds indexes CONCURRENTLY: call it outside a transaction")
-    m = active_migration(conn)
-    if m is None or m.state != state:
-        raise ReembeddingError(
-            f"no {state} re-embedding: nothing to {what}" if m is None else
-            f"re-embedding {m.id} is {m.state}: {what} needs it {state}"
-        )  # fmt: skip
+    _in_state(active_migration(conn), state, what, missing=f"no {state} re-embedding: nothing to {what}")
 
 
 def drop_old(conn: psycopg.Connection, *, actor: str) -> Migration:
     """After a flip, on request: drop the `_prev` columns (and their indexes, triggers); `finished`.
     From here a flip back is impossible."""
-    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
-    with conn.transaction():
-        _lock_all(conn)
-        m = _require(conn, "flipped", "drop the old vectors")
-        _drop_secondary(conn, "_prev")
-        conn.execute(
-            """UPDATE embedding_migrations SET state = 'finished', finished_at = now(), finished_by = %s
-               WHERE id = %s""",
-            (actor, m.id),
-        )
-    return _by_id(conn, m.id)
+    return _close(conn, actor, state="flipped", what="drop the old vectors", suffix="_prev", final="finished")
 
 
 # --------------------------------------------------------------------------- the clients' dual write
