@@ -209,3 +209,48 @@ def test_bulk_restore_reads_ahead_but_restores_only_verified_backups(conn, local
     assert conn.execute(
         "SELECT count(*) AS n FROM archived_memories WHERE original_id = %s", (tampered,)
     ).fetchone()["n"] == 1
+
+
+def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(conn, local_store, monkeypatch):
+    """restore_archives commits every `commit_every` restores together: a crash inside a group leaves
+    that group's memories archived (nothing half-restored), and a re-run restores each exactly once."""
+    from memory_lib import restore as restore_mod
+
+    memories = _insert(conn, 12)
+    svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
+    assert run_batch(conn, svc, CRITERIA, batch_key="night", as_of=NOW, actor="test").status.archived == 12
+    real, calls = restore_mod.restore_archive, []
+
+    def crash_on_8th(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 8:
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(restore_mod, "restore_archive", crash_on_8th)
+    with pytest.raises(RuntimeError, match="killed"):
+        restore_mod.restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False,
+                                     commit_every=5)  # fmt: skip
+    assert conn.info.transaction_status == 0  # idle: the open group was rolled back, not left open
+    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 5  # the first group only
+    monkeypatch.setattr(restore_mod, "restore_archive", real)
+    again = restore_mod.restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False,
+                                         commit_every=5)  # fmt: skip
+    assert (again.restored, again.failed) == (7, 0)
+    row = conn.execute(
+        """SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived,
+                  (SELECT count(*) FROM memory_events WHERE event_type = 'restored') AS events,
+                  (SELECT count(DISTINCT memory_id) FROM memory_events WHERE event_type = 'restored') AS distinct_events"""
+    ).fetchone()
+    assert (row["hot"], row["archived"], row["events"], row["distinct_events"]) == (12, 0, 12, 12)
+    hot = {r["id"]: r["content"] for r in conn.execute("SELECT id, content FROM memories").fetchall()}
+    assert hot == {m["id"]: m["content"] for m in memories}
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5])
+def test_bulk_restore_commit_every_is_validated(conn, local_store, bad):
+    from memory_lib.errors import InvalidInputError
+    from memory_lib.restore import restore_archives
+
+    with pytest.raises(InvalidInputError, match="commit_every"):
+        restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=bad)
