@@ -71,6 +71,10 @@ NO_PACKS = 1_000_000  # archival.pack_min_members no batch reaches
 METHODS = {"naive": "naive loop (baseline)", "batched": "run_batch × 500",
            "batched_lone": "run_batch × 500, no packs (one object per memory)"}
 DEFAULT_SIZES = (10_000,)
+# The baselines (naive loop, no packs) archive at most this many memories of a larger backlog: their rate
+# is per memory on the same full-size database, and the whole 100k backlog would take them ~35 and ~50
+# minutes. The batched run always drains the whole backlog.
+BASELINE_CAP = 10_000
 SMOKE_SIZES = (120,)
 DIM = 1536
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
@@ -215,8 +219,10 @@ _NAIVE_INSERT = """
             %(in_tok)s, %(out_tok)s, %(cost)s)"""
 
 
-def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM) -> dict[str, Any]:
-    """The baseline: one memory per step sequence and per transaction, nothing batched or parallel."""
+def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM,
+              limit: int = 10_000_000) -> dict[str, Any]:  # fmt: skip
+    """The baseline: one memory per step sequence and per transaction, nothing batched or parallel; the
+    first `limit` eligible memories (the order run_batch claims them in)."""
     criteria = ArchivalCriteria()
     summarizer, embedder = ExtractiveSummarizer(), HashingEmbedder(dim)
     steps: dict[str, float] = defaultdict(float)
@@ -224,7 +230,7 @@ def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM) -
     bytes_written = 0
     with stopwatch() as total:
         with stopwatch() as t:
-            todo = select_eligible(conn, criteria, AS_OF, limit=10_000_000)
+            todo = select_eligible(conn, criteria, AS_OF, limit=limit)
         steps["select"] += t[0]
         for item in todo:
             t0 = time.perf_counter()
@@ -353,6 +359,7 @@ def run(opts: Options) -> Report:
     sizes = opts.sizes_or(DEFAULT_SIZES, SMOKE_SIZES)
     restore_n = 20 if opts.smoke else 2000
     promote_n = 3 if opts.smoke else 20
+    batch_size = ArchivalCriteria().batch_size
     report = Report(NAME, {"sizes": sizes, "dim": DIM, "batch_size": ArchivalCriteria().batch_size,
                            "restores": restore_n, "re_promotions": promote_n})  # fmt: skip
     with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-objects-") as root, \
@@ -370,15 +377,20 @@ def run(opts: Options) -> Report:
                     db = f"{method}_{'local' if store_name == 'local dir' else 's3'}_{n}"
                     run_url = server.clone(tmpl, db)
                     store = make_store(f"{db}-{uuid.uuid4().hex[:6]}")
+                    # Baselines on a sample of a large backlog (BASELINE_CAP); the batched run drains it all.
+                    want = n if method == "batched" else min(n, BASELINE_CAP)
                     with bench_connect(run_url) as conn:
                         load_start = loadavg()
                         with rss_sampler() as rss:
-                            res = (run_naive(conn, store) if method == "naive" else
-                                   run_batched(conn, store, key=db, packs=method == "batched"))  # fmt: skip
-                        res |= {"peak_rss_mib": rss["peak_mib"], "load_start": load_start, "load_end": loadavg()}
+                            res = (run_naive(conn, store, limit=want) if method == "naive" else
+                                   run_batched(conn, store, key=db, packs=method == "batched",
+                                               max_batches=None if want == n else -(-want // batch_size)))  # fmt: skip
+                        res |= {"peak_rss_mib": rss["peak_mib"], "load_start": load_start, "load_end": loadavg(),
+                                "backlog": n, "sampled": want < n}  # fmt: skip
                         hot, archived = tier_counts(conn)
-                        if archived != n or hot != 0 or res["archived"] != n:
-                            raise AssertionError(f"{db}: expected {n} archived and 0 hot, got {archived} / {hot}")
+                        if archived != res["archived"] or hot != n - archived or res["archived"] != want:
+                            raise AssertionError(f"{db}: expected {want} archived and {n - want} hot, "
+                                                 f"got {archived} / {hot}")  # fmt: skip
                         if method != "naive":
                             res["checkpoint_bytes_per_archived"] = checkpoint_bytes(conn) / max(archived, 1)
                         if method == "batched" and store_name != "local dir":
@@ -452,7 +464,9 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
         ["object store", "method", "archived", "seconds", "memories/s", "throughput vs naive", "backup bytes/memory"],
         rows,
         "Baseline: the naive loop (read, summarize, embed, put + verify, one transaction per memory) on the same "
-        "backlog and store. Both end with every memory archived and none hot (checked).",
+        f"backlog and store. Each run ends with exactly the memories it archived gone from hot (checked); "
+        f"on a backlog over {BASELINE_CAP:,} the naive and no-packs runs archive its first {BASELINE_CAP:,} "
+        "(same database size, fewer memories), the batched run all of it.",
     ))  # fmt: skip
     step_names = ["select", "read", "summarize", "embed", "backup", "commit", "claim + gate"]
     step_rows = []
