@@ -44,6 +44,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--s3-bucket", help="archival: bucket at --s3-endpoint (created when missing)")
     p.add_argument("--stores", help="archival: object stores, comma-separated: s3,local (default s3; both with --smoke)")
     p.add_argument("--batches", type=int, help="memory: batches of 500 per run (0 = archive the whole backlog)")
+    p.add_argument("--baseline", type=int, help="archival: memories the naive and no-packs baselines archive "
+                   "(default 2500, all of a smaller backlog; their rate is per memory)")  # fmt: skip
+    p.add_argument("--phase3", action="store_true", help="locomo: also measure search phase 3 on the product's "
+                   "consolidation, settings (d) and (e) (about doubles the run)")  # fmt: skip
     p.add_argument("--workdir", type=Path, help="where temporary servers and objects live (default: system temp)")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -55,6 +59,7 @@ def options(args: argparse.Namespace) -> Options:
         embedders=tuple(e.strip() for e in args.embedder.split(",") if e.strip()) if args.embedder else None,
         s3_endpoint=args.s3_endpoint, s3_bucket=args.s3_bucket,
         stores=tuple(x.strip() for x in args.stores.split(",") if x.strip()) if args.stores else None, batches=args.batches, workdir=args.workdir,
+        baseline=args.baseline, phase3=args.phase3,
     )  # fmt: skip
 
 

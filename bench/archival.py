@@ -9,6 +9,9 @@ method and the object store differ:
   (insert archive row, audit event, delete original);
 * memory_lib.pipeline.run_batch in batches of 500 (its default workers).
 
+The batched run drains the whole backlog; the baselines (naive, and run_batch without packs) archive its
+first 2,500 memories (`--baseline N`): they work one memory at a time, so their rate is per memory.
+
 Object stores: SeaweedFS S3 on loopback (started here, or --s3-endpoint) and a local directory.
 
 The JSON's `figures` always has the same summary keys, for the largest size of the run (per size under
@@ -71,10 +74,11 @@ NO_PACKS = 1_000_000  # archival.pack_min_members no batch reaches
 METHODS = {"naive": "naive loop (baseline)", "batched": "run_batch × 500",
            "batched_lone": "run_batch × 500, no packs (one object per memory)"}
 DEFAULT_SIZES = (10_000,)
-# The baselines (naive loop, no packs) archive at most this many memories of a larger backlog: their rate
-# is per memory on the same full-size database, and the whole 100k backlog would take them ~35 and ~50
-# minutes. The batched run always drains the whole backlog.
-BASELINE_CAP = 10_000
+# The baselines (naive loop, no packs) archive the first BASELINE_CAP memories of the backlog (`--baseline`
+# to change it): they work one memory (or one object) at a time, so their rate is per memory, measured on
+# the same full-size database; the whole 10k backlog took them 165 s and 205 s, 100k would take ~30 and
+# ~35 minutes. The batched run always drains the whole backlog.
+BASELINE_CAP = 2_500
 SMOKE_SIZES = (120,)
 DIM = 1536
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
@@ -179,17 +183,21 @@ def services_for(store: ObjectStore, dim: int = DIM) -> ArchivalServices:
 
 
 def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_batches: int | None = None,
-                dim: int = DIM, packs: bool = True) -> dict[str, Any]:  # fmt: skip
-    """run_batch in batches of 500 until nothing is eligible (or max_batches). Seconds per step.
-    `packs` False: one object per memory, as when every user has fewer than pack_min_members memories
-    in a batch (the backlog here has 4 users, so ~125 per user and batch)."""
+                dim: int = DIM, packs: bool = True, limit: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """run_batch in batches of 500 until nothing is eligible (or max_batches, or `limit` memories).
+    Seconds per step. `packs` False: one object per memory, as when
+    every user has fewer than pack_min_members memories in a batch (the backlog here has 4 users, so
+    ~125 per user and batch)."""
     criteria = ArchivalCriteria() if packs else ArchivalCriteria(pack_min_members=NO_PACKS)
+
     services = services_for(store, dim)
     steps: dict[str, float] = defaultdict(float)
     archived = failed = batches = 0
     bytes_written = 0
     with stopwatch() as total:
-        while max_batches is None or batches < max_batches:
+        while (max_batches is None or batches < max_batches) and (limit is None or archived + failed < limit):
+            if limit is not None:  # the last batch claims only what is left of the limit
+                criteria = criteria.model_copy(update={"batch_size": min(500, limit - archived - failed)})
             rep = run_batch(conn, services, criteria, batch_key=f"{key}-{batches}", as_of=AS_OF, actor=ACTOR)
             if rep.claim.claimed == 0:  # the last, empty claim: its time counts, its empty steps do not
                 break
@@ -360,7 +368,10 @@ def run(opts: Options) -> Report:
     restore_n = 20 if opts.smoke else 2000
     promote_n = 3 if opts.smoke else 20
     batch_size = ArchivalCriteria().batch_size
-    report = Report(NAME, {"sizes": sizes, "dim": DIM, "batch_size": ArchivalCriteria().batch_size,
+    cap = BASELINE_CAP if opts.baseline is None else opts.baseline
+    if cap < 1:
+        raise ValueError(f"--baseline {opts.baseline}: must be a positive number of memories")
+    report = Report(NAME, {"sizes": sizes, "dim": DIM, "batch_size": batch_size, "baseline": cap,
                            "restores": restore_n, "re_promotions": promote_n})  # fmt: skip
     with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-objects-") as root, \
             object_stores(opts, root) as stores:  # fmt: skip
@@ -377,14 +388,14 @@ def run(opts: Options) -> Report:
                     db = f"{method}_{'local' if store_name == 'local dir' else 's3'}_{n}"
                     run_url = server.clone(tmpl, db)
                     store = make_store(f"{db}-{uuid.uuid4().hex[:6]}")
-                    # Baselines on a sample of a large backlog (BASELINE_CAP); the batched run drains it all.
-                    want = n if method == "batched" else min(n, BASELINE_CAP)
+                    # The baselines archive the backlog's first `cap` memories; the batched run all of it.
+                    want = n if method == "batched" else min(n, cap)
                     with bench_connect(run_url) as conn:
                         load_start = loadavg()
                         with rss_sampler() as rss:
                             res = (run_naive(conn, store, limit=want) if method == "naive" else
                                    run_batched(conn, store, key=db, packs=method == "batched",
-                                               max_batches=None if want == n else -(-want // batch_size)))  # fmt: skip
+                                               limit=None if want == n else want))  # fmt: skip
                         res |= {"peak_rss_mib": rss["peak_mib"], "load_start": load_start, "load_end": loadavg(),
                                 "backlog": n, "sampled": want < n}  # fmt: skip
                         hot, archived = tier_counts(conn)
@@ -465,8 +476,8 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
         rows,
         "Baseline: the naive loop (read, summarize, embed, put + verify, one transaction per memory) on the same "
         f"backlog and store. Each run ends with exactly the memories it archived gone from hot (checked); "
-        f"on a backlog over {BASELINE_CAP:,} the naive and no-packs runs archive its first {BASELINE_CAP:,} "
-        "(same database size, fewer memories), the batched run all of it.",
+        f"the naive and no-packs runs archive the first {report.params['baseline']:,} of a larger backlog "
+        "(their rate is per memory; same database size), the batched run all of it.",
     ))  # fmt: skip
     step_names = ["select", "read", "summarize", "embed", "backup", "commit", "claim + gate"]
     step_rows = []

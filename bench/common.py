@@ -56,6 +56,8 @@ class Options:
     stores: tuple[str, ...] | None = None  # archival: s3, local (None: s3, plus local with --smoke)
     batches: int | None = None  # memory: batches per run (None: the default; 0: drain the backlog)
     workdir: Path | None = None
+    baseline: int | None = None  # archival: memories the naive and no-packs baselines archive (None: default)
+    phase3: bool = False  # locomo: also settings (d)/(e), search phase 3 on the product's consolidation
 
     def sizes_or(self, default: Sequence[int], smoke: Sequence[int]) -> list[int]:
         if self.sizes:

@@ -306,7 +306,7 @@ def rrf_rank(*lists: list[str]) -> list[str]:
 
 
 def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: Path,
-             max_questions: int | None) -> dict[str, Any]:  # fmt: skip
+             max_questions: int | None, phase3: bool = True) -> dict[str, Any]:  # fmt: skip
     by_id = {t.memory_id: t.dia_id for t in conv.turns}
     ids = [t.dia_id for t in conv.turns]
     vectors = load_turns(conn, conv, embedder)
@@ -377,9 +377,11 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
     for q, v in zip(questions, qvecs, strict=True):
         ranked["tiered"].append(ask("tiered", q, v))
         ranked["hot_only"].append(ask("hot_only", q, v))
+    built: dict[str, int] = {}
     with stopwatch() as tc:
-        built = consolidate(conn, conv.sample_id, embedder)
-    for q, v in zip(questions, qvecs, strict=True):
+        if phase3:
+            built = consolidate(conn, conv.sample_id, embedder)
+    for q, v in zip(questions, qvecs, strict=True) if phase3 else ():
         ranked["phase3_auto"].append(ask("phase3_auto", q, v))
         ranked["phase3_always"].append(ask("phase3_always", q, v))
     return {"questions": questions, "ranked": ranked, "archived": archived, "memories": len(conv.turns),
@@ -418,10 +420,11 @@ def run(opts: Options) -> Report:
     if opts.smoke:
         convs = convs[:1]
     embedders = opts.embedders or (("hashing",) if opts.smoke else ("local", "hashing"))
+    settings = SETTINGS if opts.phase3 else tuple(s for s in SETTINGS if not s.startswith("phase3"))
     report = LocomoReport(NAME, {"data": path.name, "conversations": len(convs), "questions_per_conversation":
                                  max_questions or "all", "cutoff_days": CUTOFF_DAYS, "embedders": list(embedders),
                                  "search": adapters.search_engine(), "config": "RetrievalConfig() defaults, limit 20",
-                                 "phase2": "auto"})  # fmt: skip
+                                 "phase2": "auto", "phase3": opts.phase3})  # fmt: skip
     summary_rows: list[list[Any]] = []
     with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-locomo-") as root:
         report.machine = server.machine_info()
@@ -440,28 +443,31 @@ def run(opts: Options) -> Report:
             for i, conv in enumerate(convs):
                 db = f"locomo_{emb_name}_{i}"
                 with bench_connect(server.create(db, embedder.dim)) as conn:
-                    res = evaluate(conn, conv, embedder, root / emb_name, max_questions)
+                    res = evaluate(conn, conv, embedder, root / emb_name, max_questions, phase3=opts.phase3)
                 server.drop(db)
                 memories += res["memories"]
                 archived += res["archived"]
                 copies += res["summary_copies"]
                 built.update(res["consolidation"])
                 consolidate_s += res["consolidate_s"]
-                phase3_rows += _phase3_rows(res)
+                phase3_rows += _phase3_rows(res) if opts.phase3 else []
                 for s in SETTINGS:
                     latency[s] += res["latency"][s]
                     phase2_runs[s] += res["phase2_runs"][s]
                     phase3_runs[s] += res["phase3_runs"][s]
                 for key, lists in res["ranked"].items():
+                    if key not in settings and key not in BASELINES:
+                        continue
                     for q, ranked in zip(res["questions"], lists, strict=True):
                         per_cat[key][q.category].append(_recalls(ranked, q.evidence))
             _tables(report, emb_name, embedder, per_cat, latency, phase2_runs, memories, archived, convs,
-                    summary_rows, phase3_runs)  # fmt: skip
+                    summary_rows, phase3_runs, settings)  # fmt: skip
             report.figures[emb_name]["summaries_equal_to_original"] = copies / max(archived, 1)
-            report.figures[emb_name]["consolidation"] = dict(built) | {
-                "builder": f"{DIGEST_BUILDER.kind}:{DIGEST_BUILDER.model}", "extractor": FACT_EXTRACTOR.name,
-                "seconds": round(consolidate_s, 1)}  # fmt: skip
-            _phase3_table(report, emb_name, phase3_rows)
+            if opts.phase3:
+                report.figures[emb_name]["consolidation"] = dict(built) | {
+                    "builder": f"{DIGEST_BUILDER.kind}:{DIGEST_BUILDER.model}", "extractor": FACT_EXTRACTOR.name,
+                    "seconds": round(consolidate_s, 1)}  # fmt: skip
+                _phase3_table(report, emb_name, phase3_rows)
 
     report.tables.insert(0, Table(
         "LoCoMo evidence recall, overall: the library's defaults vs baselines over all turns",
@@ -545,7 +551,8 @@ def _mean(values: list[dict[str, float]], key: str) -> float:
 
 def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dict[int, list[dict[str, float]]]],
             latency: dict[str, list[float]], phase2_runs: dict[str, int], memories: int, archived: int,
-            convs: list[Conversation], summary_rows: list[list[Any]], phase3_runs: dict[str, int]) -> None:  # fmt: skip
+            convs: list[Conversation], summary_rows: list[list[Any]], phase3_runs: dict[str, int],
+            settings: tuple[str, ...] = SETTINGS) -> None:  # fmt: skip
     cats = sorted(per_cat["all_hot"])
     keys = [f"recall@{k}" for k in KS]
 
@@ -564,13 +571,13 @@ def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dic
             out["phase3_share"] = phase3_runs[s] / max(len(vals), 1)
         return out
 
-    default = {s: figure(s) for s in SETTINGS}
+    default = {s: figure(s) for s in settings}
     baselines = {b: figure(b) for b in BASELINES}
     base10, bm25_10 = default["all_hot"]["recall@10"], baselines["bm25"]["recall@10"]
     labels = {"all_hot": "a) default, all hot", "tiered": "b) default, tiered", "hot_only": "c) default, hot only",
               "phase3_auto": "d) tiered + phase 3 auto", "phase3_always": "e) tiered + phase 3 always",
               "bm25": "BM25, all turns", "dense": "dense cosine, all turns", "rrf": "RRF(BM25, dense), all turns"}
-    for s in (*SETTINGS, *BASELINES):
+    for s in (*settings, *BASELINES):
         f = default.get(s) or baselines[s]
         lat = f.get("latency_ms", {})
         summary_rows.append([emb_name, labels[s], f["questions"], *(f[k] for k in keys), f["zero_hit_share"],
@@ -579,12 +586,12 @@ def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dic
     rows = []
     for c in [*cats, None]:
         label = "overall" if c is None else f"{c} ({CATEGORY_NAMES.get(c, '?')})"
-        vals = {s: overall(s) if c is None else per_cat[s][c] for s in (*SETTINGS, *BASELINES)}
-        rows.append([label, len(vals["all_hot"])] + [_mean(vals[s], "recall@10") for s in (*SETTINGS, *BASELINES)])
+        vals = {s: overall(s) if c is None else per_cat[s][c] for s in (*settings, *BASELINES)}
+        rows.append([label, len(vals["all_hot"])] + [_mean(vals[s], "recall@10") for s in (*settings, *BASELINES)])
     report.tables.append(Table(
         f"LoCoMo evidence recall@10 by category, {emb_name} embedder {embedder.model} ({embedder.dim}-d): "
         f"{archived:,} of {memories:,} memories archived ({100 * archived / max(memories, 1):.0f}%)",
-        ["category", "questions", *[labels[s] for s in (*SETTINGS, *BASELINES)]],
+        ["category", "questions", *[labels[s] for s in (*settings, *BASELINES)]],
         rows,
         f"Baseline: BM25 over all turns. Conversations: {', '.join(c.sample_id for c in convs)}. Category names "
         "follow the common reading of LoCoMo's labels (used inconsistently in the literature).",

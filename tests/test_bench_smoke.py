@@ -77,16 +77,17 @@ def test_search_smoke(tmp_path: Path) -> None:
 
 
 def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
-    data = run_bench(tmp_path, "archival", *s3_args)
+    data = run_bench(tmp_path, "archival", *s3_args, "--baseline", "50")
     n = data["params"]["sizes"][0]
+    assert data["params"]["baseline"] == 50 < n
     throughput = rows(data, "Archival throughput")
     assert [(r["object store"].split(" ")[0], r["method"]) for r in throughput] == [
         ("S3", "naive loop (baseline)"), ("S3", "run_batch × 500"), ("S3", "run_batch × 500, no packs (one object per memory)"),
         ("local", "naive loop (baseline)"), ("local", "run_batch × 500"),
         ("local", "run_batch × 500, no packs (one object per memory)"),
     ]  # fmt: skip
-    for r in throughput:
-        assert r["archived"] == n
+    for r in throughput:  # the baselines archive the backlog's first 50 (and leave the rest hot: checked)
+        assert r["archived"] == (n if r["method"] == "run_batch × 500" else 50)
         assert finite_positive(r["memories/s"]) and finite_positive(r["throughput vs naive"])
         assert r["backup bytes/memory"] > 1536 * 4  # the float32 embedding as JSON decimals, at least
     steps = rows(data, "Archival: share of time per step")
@@ -161,8 +162,19 @@ def test_memory_smoke(tmp_path: Path, s3_args: list[str]) -> None:
 
 
 @pytest.mark.skipif(not LOCOMO_DEFAULT.exists(), reason="LoCoMo dev split not present in ../shared/data")
+def test_locomo_smoke_without_phase3(tmp_path: Path) -> None:
+    """`make bench`'s LoCoMo: settings (a)-(c) and the baselines; phase 3 only with --phase3."""
+    data = run_bench(tmp_path, "locomo", "--queries", "10")
+    summary = rows(data, "LoCoMo evidence recall, overall")
+    assert [r["setting"][:2] for r in summary] == ["a)", "b)", "c)", "BM", "de", "RR"]
+    assert data["params"]["phase3"] is False and "consolidation" not in data["figures"]["hashing"]
+    assert set(data["default"]) == {"all_hot", "tiered", "hot_only"}
+    assert all(r["questions"] == 10 for r in summary)
+
+
+@pytest.mark.skipif(not LOCOMO_DEFAULT.exists(), reason="LoCoMo dev split not present in ../shared/data")
 def test_locomo_smoke(tmp_path: Path) -> None:
-    data = run_bench(tmp_path, "locomo")
+    data = run_bench(tmp_path, "locomo", "--phase3")
     summary = rows(data, "LoCoMo evidence recall, overall")
     assert [r["setting"][:2] for r in summary] == ["a)", "b)", "c)", "d)", "e)", "BM", "de", "RR"]
     for r in summary:
