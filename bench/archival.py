@@ -390,7 +390,7 @@ def run(opts: Options) -> Report:
                     store = make_store(f"{db}-{uuid.uuid4().hex[:6]}")
                     # The baselines archive the backlog's first `cap` memories; the batched run all of it.
                     want = n if method == "batched" else min(n, cap)
-                    with bench_connect(run_url) as conn:
+                    with bench_connect(run_url, prepare=True) as conn:
                         load_start = loadavg()
                         with rss_sampler() as rss:
                             res = (run_naive(conn, store, limit=want) if method == "naive" else

@@ -216,13 +216,16 @@ def stopwatch() -> Iterator[list[float]]:
 # --------------------------------------------------------------------------- Postgres
 
 
-def bench_connect(url: str) -> psycopg.Connection:
-    """Autocommit, dict rows, pgvector types, and no server-side prepared statements.
+def bench_connect(url: str, *, prepare: bool = False) -> psycopg.Connection:
+    """Autocommit, dict rows, pgvector types; server-side prepared statements only with `prepare`.
 
     psycopg prepares a statement after 5 runs and reuses its plan, even one made under
-    `SET enable_indexscan = off`; with prepare_threshold=None every execution is planned afresh.
+    `SET enable_indexscan = off`; with prepare_threshold=None every execution is planned afresh. The
+    search benchmark compares plans, so it never prepares; benchmarks that time the product's own
+    work (archival, restore, LoCoMo searches) pass `prepare=True`, as the product's connections
+    (memory_lib.db.connect: psycopg's default threshold) prepare.
     """
-    conn = psycopg.connect(url, autocommit=True, row_factory=dict_row, prepare_threshold=None)
+    conn = psycopg.connect(url, autocommit=True, row_factory=dict_row, prepare_threshold=5 if prepare else None)
     register_vector(conn)
     return conn
 

@@ -306,7 +306,7 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
     reps: list[Representation] = []
     for i, conv in enumerate(convs):
         db = f"fp_locomo_{i}"
-        with bench_connect(server.create(db, embedder.dim)) as conn:
+        with bench_connect(server.create(db, embedder.dim), prepare=True) as conn:
             load_turns(conn, conv, embedder)
             _archive_old(conn, conv, embedder, LocalObjectStore(root / f"locomo-{i}", "bench"))
             rows = conn.execute("SELECT id, summary FROM archived_memories ORDER BY id").fetchall()

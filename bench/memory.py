@@ -86,7 +86,7 @@ def _child(argv: list[str]) -> int:
         store = LocalObjectStore(Path(args.local_root), "bench")
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(args.dim), store)
     criteria = ArchivalCriteria(batch_size=args.batch_size)
-    conn = bench_connect(args.url)
+    conn = bench_connect(args.url, prepare=True)
     rss_ready = psutil.Process().memory_info().rss
     archived = nights = 0
     with stopwatch() as t:
