@@ -41,8 +41,8 @@ def restore_archives(
     database: DatabaseResource,
     object_store: ObjectStoreResource,
 ) -> None:
-    """Each memory restored in its own transaction after its backup's sha256 is verified; memories
-    already hot are counted, not touched. Interrupted or partly failed: run it again."""
+    """Each memory restored in its own savepoint after its backup's sha256 is verified, committed 50 at
+    a time; memories already hot are counted, not touched. Interrupted or partly failed: run it again."""
     store = object_store.get_store()
     with database.connect() as conn:
 
