@@ -131,13 +131,17 @@ def put_unit(store: ObjectStore, unit: Unit) -> list[StoredMember]:
     ]
 
 
+SPAN_DENSITY = 0.25  # read_members: one GET over a pack's wanted members when they fill a quarter of it
+
+
 def read_members(
     store: ObjectStore, wanted: Sequence[tuple[str, str]], *, workers: int = 8,
     on_error: Callable[[BaseException], BaseException] | None = None,
 ) -> list[bytes | BaseException]:  # fmt: skip
     """The bytes of each (ref, sha256), or the exception reading or checking it raised, in order.
 
-    Each object is read once for all the members asked of it (a whole GET of a pack); a whole-object
+    Each pack is read once for all the members asked of it (one ranged GET from the first to the last)
+    when they fill at least SPAN_DENSITY of that range, else one ranged GET per member; a whole-object
     ref is the store's get_verified. Every member is checked against its own sha256 and size."""
     by_key: dict[str, list[int]] = {}
     located: list[tuple[str, tuple[int, int] | None]] = []
@@ -158,8 +162,15 @@ def read_members(
             except Exception as exc:
                 done.append((i, exc))
         if parts:
+            spans = [located[i][1] for i in parts]
+            lo = min(s[0] for s in spans)  # type: ignore[index]
+            hi = max(s[0] + s[1] for s in spans)  # type: ignore[index]
+            # One ranged GET over the members when they fill enough of it (a night's commit or a
+            # user's restore asks for most of a pack); a few scattered members are read one range each,
+            # not the whole pack for them (a restore of ids picked across many packs).
+            dense = len(parts) > 1 and sum(s[1] for s in spans) >= SPAN_DENSITY * (hi - lo)  # type: ignore[index]
             try:
-                data = store.get(key) if len(parts) > 1 else None
+                data = store.get_range(key, lo, hi - lo) if dense else None
             except Exception as exc:
                 return done + [(i, exc) for i in parts]
             for i in parts:
@@ -168,7 +179,8 @@ def read_members(
                     if data is None:
                         done.append((i, store.read_ref(ref, sha)))
                     else:
-                        done.append((i, member_bytes(data, ref, located[i][1], sha)))  # type: ignore[arg-type]
+                        start, size = located[i][1]  # type: ignore[misc]
+                        done.append((i, member_bytes(data, ref, (start - lo, size), sha)))
                 except Exception as exc:
                     done.append((i, exc))
         return done

@@ -114,6 +114,35 @@ def test_a_damaged_member_fails_its_own_checks_and_no_neighbours(conn, s3_store)
     assert sorted(gone.missing) == sorted(r["storage_ref"] for r in rows) and gone.mismatched == []
 
 
+def test_read_members_reads_a_dense_set_in_one_range_and_scattered_members_one_range_each(conn, s3_store):
+    """A restore of ids picked across packs asks for a few members of each: they are read one range each,
+    not the whole pack; most of a pack is one ranged GET. Every member is checked on either path."""
+    _archive(conn, s3_store, make_memories(3 * PER_USER, dim=TEST_DIM, users=("alice",)))
+    rows = sorted(_rows(conn), key=lambda r: s3_store.locate(r["storage_ref"])[1][0])  # pack order
+    assert len({s3_store.key_from_ref(r["storage_ref"]) for r in rows}) == 1
+    sent: list[str] = []
+    s3_store.client.meta.events.register(
+        "provide-client-params.s3.GetObject", lambda params, **_: sent.append(params.get("Range", "whole"))
+    )
+    wanted = [(r["storage_ref"], r["backup_sha256"]) for r in rows]
+    scattered = [wanted[0], wanted[len(wanted) // 2], wanted[-1]]  # 3 of 36: far below SPAN_DENSITY
+    got = packs.read_members(s3_store, scattered)
+    assert [sha256_hex(g) for g in got] == [w[1] for w in scattered]
+    assert len(sent) == 3 and all(r.startswith("bytes=") for r in sent)  # one member's range each
+    sent.clear()
+    first_half = wanted[: len(wanted) // 2]
+    got = packs.read_members(s3_store, first_half)
+    assert [sha256_hex(g) for g in got] == [w[1] for w in first_half]
+    lo, _ = s3_store.locate(first_half[0][0])[1]
+    last_start, last_size = s3_store.locate(first_half[-1][0])[1]
+    assert sent == [f"bytes={lo}-{last_start + last_size - 1}"]  # one range, from the first to the last
+    bad = [(ref, "0" * 64) for ref, _ in first_half[:2]] + first_half[2:]
+    got = packs.read_members(s3_store, bad)  # a wrong sha256 fails its member only, on the dense path
+    assert [isinstance(g, IntegrityError) for g in got] == [True, True] + [False] * (len(first_half) - 2)
+    got = packs.read_members(s3_store, [(scattered[0][0], "0" * 64), scattered[1]])
+    assert isinstance(got[0], IntegrityError) and sha256_hex(got[1]) == scattered[1][1]
+
+
 def test_a_ref_names_a_byte_range_or_is_refused(s3_store):
     ref = s3_store.member_ref("test/packs/n/abc.jsonl", 10, 5)
     assert ref.endswith("#bytes=10-14") and s3_store.locate(ref) == ("test/packs/n/abc.jsonl", (10, 5))
