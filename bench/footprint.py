@@ -314,7 +314,7 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
             reps = variants(embedder.dim)
             for rep in reps:
                 fill_variant(conn, rep, embedder.dim, [r["id"] for r in rows], svecs)
-            conn.execute("ANALYZE archived_memories")
+            conn.execute("VACUUM (ANALYZE) archived_memories")  # the fills rewrote every row (locomo.settle)
             by_id = {t.memory_id: t.dia_id for t in conv.turns}
             questions = conv.questions[:max_questions] if max_questions else conv.questions
             qvecs = np.asarray(embedder.embed([q.text for q in questions]), dtype=np.float32)

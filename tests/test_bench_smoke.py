@@ -239,3 +239,27 @@ def test_cli_rejects_bad_sizes_and_lists_benchmarks() -> None:
     proc = subprocess.run([sys.executable, "-m", "bench", "search", "--size", "ten"], cwd=REPO_ROOT,
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2 and "--size 'ten'" in proc.stderr
+
+
+def test_memo_embedder_returns_the_inner_vectors_and_embeds_each_text_once() -> None:
+    from bench.common import MemoEmbedder
+    from memory_lib.embedding import HashingEmbedder
+
+    calls: list[list[str]] = []
+
+    class Counting(HashingEmbedder):
+        def embed(self, texts):
+            calls.append(list(texts))
+            return super().embed(texts)
+
+    inner = HashingEmbedder(64)
+    memo = MemoEmbedder(Counting(64), limit=3)
+    first = memo.embed(["a b", "c d", "a b"])
+    assert first.shape == (3, 64) and (first == inner.embed(["a b", "c d", "a b"])).all()
+    again = memo.embed(["c d", "e f"])
+    assert (again == inner.embed(["c d", "e f"])).all()
+    assert calls == [["a b", "c d"], ["e f"]]  # each text once; the memo is full at 3
+    memo.embed(["g h", "g h"])
+    memo.embed(["g h"])
+    assert calls[-2:] == [["g h"], ["g h"]]  # past the limit: embedded again, still correct
+    assert memo.dim == 64 and memo.embed([]).shape == (0, 64)
