@@ -109,6 +109,7 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
                 "peak_rss_mib"):
         assert finite_positive(fig[key]), key
     assert fig["ratio_vs_naive"] == pytest.approx(fig["rate_per_s"] / fig["naive_rate_per_s"])
+    assert 0 <= fig["rss_growth_mib"] <= fig["peak_rss_mib"]
     assert fig["load"]["cpu_count"] >= 1 and len(fig["load"]["loadavg_end"]) == 3
     assert fig["machine"]["nproc"] >= 1
     summary = rows(data, "Archival summary")
