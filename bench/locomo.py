@@ -487,7 +487,7 @@ def run(opts: Options) -> Report:
         summary_rows,
         f"Baselines: BM25 and exact dense cosine over every turn, same questions, same run. (a) all hot = default "
         f"RetrievalConfig before archival; (b) tiered = after archiving every memory older than {CUTOFF_DAYS} days "
-        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off; (d)/(e) = (b) consolidated by the product "
+        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off; with --phase3, (d)/(e) = (b) consolidated by the product "
         "(consolidate_month with ExtractiveDigestBuilder + RuleFactExtractor for every month, build_level 3 for "
         "every year), searched by MemoryClient.search with phase3 auto (offline heuristic) (d) or always (e); "
         "scoring rule: RRF(phase 1-2 hits, the turns behind the result's fact hits, by expand_digest), digests "
