@@ -190,11 +190,10 @@ def services_for(store: ObjectStore, dim: int = DIM) -> ArchivalServices:
 def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_batches: int | None = None,
                 dim: int = DIM, packs: bool = True, limit: int | None = None) -> dict[str, Any]:  # fmt: skip
     """run_batch in batches of 500 until nothing is eligible (or max_batches, or `limit` memories).
-    Seconds per step. `packs` False: one object per memory, as when
-    every user has fewer than pack_min_members memories in a batch (the backlog here has 4 users, so
-    ~125 per user and batch)."""
+    Seconds per step. `packs` False: one object per memory, as when every user has fewer than
+    pack_min_members memories in a batch (the backlog here has 4 users, so ~125 per user and batch)."""
     criteria = ArchivalCriteria() if packs else ArchivalCriteria(pack_min_members=NO_PACKS)
-
+    full = criteria.batch_size
     services = services_for(store, dim)
     steps: dict[str, float] = defaultdict(float)
     archived = failed = batches = 0
@@ -202,7 +201,7 @@ def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_b
     with stopwatch() as total:
         while (max_batches is None or batches < max_batches) and (limit is None or archived + failed < limit):
             if limit is not None:  # the last batch claims only what is left of the limit
-                criteria = criteria.model_copy(update={"batch_size": min(500, limit - archived - failed)})
+                criteria = criteria.model_copy(update={"batch_size": min(full, limit - archived - failed)})
             rep = run_batch(conn, services, criteria, batch_key=f"{key}-{batches}", as_of=AS_OF, actor=ACTOR)
             if rep.claim.claimed == 0:  # the last, empty claim: its time counts, its empty steps do not
                 break
