@@ -187,9 +187,9 @@ def services_for(store: ObjectStore, dim: int = DIM) -> ArchivalServices:
     return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim), store)
 
 
-def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_batches: int | None = None,
-                dim: int = DIM, packs: bool = True, limit: int | None = None) -> dict[str, Any]:  # fmt: skip
-    """run_batch in batches of 500 until nothing is eligible (or max_batches, or `limit` memories).
+def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, dim: int = DIM, packs: bool = True,
+                limit: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """run_batch in batches of 500 until nothing is eligible (or `limit` memories are archived or failed).
     Seconds per step. `packs` False: one object per memory, as when every user has fewer than
     pack_min_members memories in a batch (the backlog here has 4 users, so ~125 per user and batch)."""
     criteria = ArchivalCriteria() if packs else ArchivalCriteria(pack_min_members=NO_PACKS)
@@ -199,7 +199,7 @@ def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, max_b
     archived = failed = batches = 0
     bytes_written = 0
     with stopwatch() as total:
-        while (max_batches is None or batches < max_batches) and (limit is None or archived + failed < limit):
+        while limit is None or archived + failed < limit:
             if limit is not None:  # the last batch claims only what is left of the limit
                 criteria = criteria.model_copy(update={"batch_size": min(full, limit - archived - failed)})
             rep = run_batch(conn, services, criteria, batch_key=f"{key}-{batches}", as_of=AS_OF, actor=ACTOR)

@@ -289,7 +289,7 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
     from memory_lib.objectstore import LocalObjectStore
     from memory_lib.search import SearchRequest, run_plan, search_plan
 
-    from .locomo import DEFAULT, TOP, _archive_old, _recalls, load_conversations, load_turns
+    from .locomo import DEFAULT, TOP, _archive_old, _recalls, load_conversations, load_turns, settle
 
     path = opts.data or LOCOMO_DEFAULT
     if not path.exists():
@@ -314,7 +314,7 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
             reps = variants(embedder.dim)
             for rep in reps:
                 fill_variant(conn, rep, embedder.dim, [r["id"] for r in rows], svecs)
-            conn.execute("VACUUM (ANALYZE) archived_memories")  # the fills rewrote every row (locomo.settle)
+            settle(conn)  # the fills rewrote every archived row
             by_id = {t.memory_id: t.dia_id for t in conv.turns}
             questions = conv.questions[:max_questions] if max_questions else conv.questions
             qvecs = np.asarray(embedder.embed([q.text for q in questions]), dtype=np.float32)
