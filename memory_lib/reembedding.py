@@ -596,22 +596,23 @@ def _swap(conn: psycopg.Connection, m: Migration, *, to_state: str, actor: str, 
 def flip(conn: psycopg.Connection, *, actor: str, lock_timeout: str = "30s") -> Migration:
     """Make the target space active: searches and writes use the new vectors from the commit on. Refused
     unless every row has its `_next` vector. Builds the missing indexes first (CONCURRENTLY)."""
-    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
-    _require_outside(conn, "running", "flip")
-    ensure_indexes(conn)
-    with conn.transaction():
-        return _swap(conn, _require(conn, "running", "flip"), to_state="flipped", actor=actor,
-                     lock_timeout=lock_timeout)  # fmt: skip
+    return _flip(conn, "running", "flipped", "flip", actor=actor, lock_timeout=lock_timeout)
 
 
 def flip_back(conn: psycopg.Connection, *, actor: str, lock_timeout: str = "30s") -> Migration:
     """Make the source space active again (the migration is `running` again). Refused unless every row
     has its `_prev` vector (writes made while flipped are dual-written or backfilled into it)."""
+    return _flip(conn, "flipped", "running", "flip back", actor=actor, lock_timeout=lock_timeout)
+
+
+def _flip(conn: psycopg.Connection, from_state: str, to_state: str, what: str, *, actor: str,
+          lock_timeout: str) -> Migration:  # fmt: skip
+    """flip and flip_back: the indexes built (CONCURRENTLY, outside a transaction), then the swap."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
-    _require_outside(conn, "flipped", "flip back")
+    _require_outside(conn, from_state, what)
     ensure_indexes(conn)
     with conn.transaction():
-        return _swap(conn, _require(conn, "flipped", "flip back"), to_state="running", actor=actor,
+        return _swap(conn, _require(conn, from_state, what), to_state=to_state, actor=actor,
                      lock_timeout=lock_timeout)  # fmt: skip
 
 
