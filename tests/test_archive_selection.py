@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import zlib
 from datetime import timedelta
 
 import psycopg
@@ -19,7 +20,9 @@ from tests.support.factories import NOW, make_memories
 
 
 def _one(label: str, **fields):
-    mem = make_memories(1, dim=TEST_DIM, seed=hash(label) % 1000, access_count=0, last_accessed_at=None)[0]
+    # A stable seed per label: hash() of a str changes with every process (PYTHONHASHSEED), and two labels
+    # of nine sharing hash % 1000 (a few % of runs) gave two cases the same id.
+    mem = make_memories(1, dim=TEST_DIM, seed=zlib.crc32(label.encode()), access_count=0, last_accessed_at=None)[0]
     mem.update(fields, content=f"{label}: a memory about Project Quill and Lucia Romero.")
     return label, mem
 
