@@ -83,3 +83,45 @@ class ConfigError(MemoryArchiveError, ValueError):
         self.variable = variable
         self.value = value
         super().__init__(message)
+
+
+class EmbeddedServerError(MemoryArchiveError):
+    """The embedded Postgres did not start after its retries. The message carries pg_ctl's own output
+    (exit code, stdout, stderr) of each attempt and the data dir's state: PG_VERSION, postmaster.pid and
+    whether its pid is alive, and the tail of the server log when there is one."""
+
+
+# What the server needs for each extension the migrations create, when it does not offer it at all.
+_EXTENSION_PACKAGES = {
+    "vector": "pgvector (>= 0.7) installed on the server (e.g. the postgresql-<major>-pgvector package)",
+    "btree_gin": "the Postgres contrib extensions installed on the server (e.g. the postgresql-contrib package)",
+}
+_MANAGED = "on a managed Postgres (RDS, Cloud SQL, Azure, Supabase, Neon) enable the {name} extension"
+
+
+class MissingExtensionError(SchemaError):
+    """An extension the schema needs is not in the database and this role cannot create it: either the
+    server does not offer it at all (pg_available_extensions), or it does and the role lacks the privilege.
+    Nothing has been written."""
+
+    def __init__(self, extension: str, database: str, role: str, *, available: bool):
+        self.extension = extension
+        self.database = database
+        self.role = role
+        self.available = available
+        name = "pgvector" if extension == "vector" else extension
+        managed = _MANAGED.format(name=name)
+        if available:
+            message = (
+                f'{name} is not installed in database "{database}" and role "{role}" may not create it: ask a '
+                f'superuser to run CREATE EXTENSION {extension}; in database "{database}" (then run '
+                f"`memory-archive migrate` again); {managed}"
+            )
+        else:
+            needs = _EXTENSION_PACKAGES.get(extension, f"the {extension} extension installed on the server")
+            message = (
+                f'{name} is not available on the Postgres server of database "{database}" (no {extension} in '
+                f"pg_available_extensions): the server needs {needs}, then run `memory-archive migrate` again; "
+                f"{managed}"
+            )
+        super().__init__(message)

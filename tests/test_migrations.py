@@ -19,9 +19,13 @@ def _tables(url: str) -> set[str]:
 def test_rerun_is_a_noop(empty_database):
     applied = migrate(empty_database, embedding_dim=32)
     assert applied[0] == "001_memory_tiers"
-    assert {"memories", "archived_memories", "memory_events", "archival_attempts", "schema_migrations"} <= _tables(
-        empty_database
-    )
+    assert {
+        "memories",
+        "archived_memories",
+        "memory_events",
+        "archival_attempts",
+        "schema_migrations",
+    } <= _tables(empty_database)
     assert migrate(empty_database, embedding_dim=32) == []
 
 
@@ -35,7 +39,12 @@ def test_failing_migration_rolls_back_whole(empty_database, tmp_path):
         migrate(empty_database, embedding_dim=32, directory=migrations)
     assert "half_done" not in _tables(empty_database)
     with psycopg.connect(empty_database) as c:
-        cols = {r[0] for r in c.execute("SELECT column_name FROM information_schema.columns WHERE table_name='memories'")}
+        cols = {
+            r[0]
+            for r in c.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name='memories'"
+            )
+        }
         versions = [r[0] for r in c.execute("SELECT version FROM schema_migrations ORDER BY 1")]
     assert "oops" not in cols
     assert 900 not in versions and 1 in versions  # earlier migrations stay applied
@@ -67,7 +76,11 @@ def test_audit_log_is_append_only(conn):
     conn.execute(
         "INSERT INTO memory_events (memory_id, user_id, event_type, actor) VALUES (gen_random_uuid(), 'u', 'created', 't')"
     )
-    for sql in ("UPDATE memory_events SET actor = 'x'", "DELETE FROM memory_events", "TRUNCATE memory_events"):
+    for sql in (
+        "UPDATE memory_events SET actor = 'x'",
+        "DELETE FROM memory_events",
+        "TRUNCATE memory_events",
+    ):
         with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
             conn.execute(sql)
 
@@ -98,7 +111,9 @@ def test_a_missing_migrations_folder_is_an_error(tmp_path, empty_database):
 def _settings(url: str, tmp_path, dim: int = 32):
     from memory_lib.config import EmbeddingConfig, Settings
 
-    return Settings(database_url=url, state_dir=tmp_path, embedding=EmbeddingConfig(provider="hashing", dim=dim))
+    return Settings(
+        database_url=url, state_dir=tmp_path, embedding=EmbeddingConfig(provider="hashing", dim=dim)
+    )
 
 
 def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_database, tmp_path):
@@ -129,7 +144,9 @@ def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path)
 
     only_first = tmp_path / "sql"
     only_first.mkdir()
-    first, *rest = sorted((p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
+    first, *rest = sorted(
+        (p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
+    )
     (only_first / first.name).write_text(first.read_text())
     migrate(empty_database, embedding_dim=32, directory=only_first)
     lacking = ", ".join(p.name.removesuffix(".sql") for p in rest)
@@ -178,8 +195,132 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
             migrator.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_ID,))
             with MemoryClient.from_settings(_settings(app_url, tmp_path, dim=64)) as memory:
                 added = memory.add("alice", "Prefers a cortado in the morning")
-                assert [h.id for h in memory.search("alice", "cortado in the morning").hot] == [added.memory_id]
+                assert [h.id for h in memory.search("alice", "cortado in the morning").hot] == [
+                    added.memory_id
+                ]
     finally:
         with psycopg.connect(databases.server_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
             admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+# --------------------------------------------------------------------------- a role that may not create extensions
+
+
+@pytest.fixture
+def limited_role(databases, empty_database):
+    """A login role (no superuser) with CREATE on `empty_database` and its public schema, as a DBA would
+    give an application's migrator; yields (superuser url, the role's url, role, database name)."""
+    import uuid
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    role = f"migrator_{uuid.uuid4().hex[:8]}"
+    dbname = conninfo_to_dict(empty_database)["dbname"]
+    with psycopg.connect(empty_database, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f'GRANT CREATE ON DATABASE "{dbname}" TO {role}')
+        admin.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+    try:
+        yield empty_database, make_conninfo(empty_database, user=role), role, dbname
+    finally:  # the role owns objects in the database: drop the database first
+        with psycopg.connect(databases.server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _extensions(url: str) -> set[str]:
+    with psycopg.connect(url) as c:
+        return {r[0] for r in c.execute("SELECT extname FROM pg_extension")}
+
+
+def test_a_role_that_may_not_create_extensions_migrates_once_the_dba_created_pgvector(limited_role):
+    from memory_lib.db import check_schema
+
+    admin_url, role_url, role, _ = limited_role
+    with psycopg.connect(role_url, autocommit=True) as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        c.execute("CREATE EXTENSION vector")  # the premise: this role may not
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION vector")
+    assert migrate(role_url, embedding_dim=32)[0] == "001_memory_tiers"
+    assert check_schema(role_url, embedding_dim=32) == 32
+    assert migrate(role_url, embedding_dim=32) == []
+    assert {"vector", "btree_gin"} <= _extensions(admin_url)  # btree_gin is trusted: the role created it
+    with psycopg.connect(admin_url) as c:
+        assert (
+            c.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'memories'").fetchone()[0] == role
+        )
+
+
+def test_missing_pgvector_is_one_clear_error_and_writes_nothing(limited_role, monkeypatch, tmp_path, capsys):
+    from memory_lib.cli import main
+    from memory_lib.errors import MissingExtensionError
+
+    admin_url, role_url, role, dbname = limited_role
+    with pytest.raises(MissingExtensionError) as caught:
+        migrate(role_url, embedding_dim=32)
+    assert str(caught.value).startswith(
+        f'pgvector is not installed in database "{dbname}" and role "{role}" may not create it: ask a superuser '
+        f'to run CREATE EXTENSION vector; in database "{dbname}"'
+    )
+    assert (
+        "on a managed Postgres (RDS, Cloud SQL, Azure, Supabase, Neon) enable the pgvector extension"
+        in str(caught.value)
+    )
+    assert caught.value.available and caught.value.extension == "vector"
+    assert _tables(admin_url) == set()  # not even schema_migrations
+    assert _extensions(admin_url) == {"plpgsql"}  # nor btree_gin, which the role could have created
+
+    for name, value in {"DATABASE_URL": role_url, "MEMORY_ARCHIVE_EMBEDDING_DIM": "32",
+                        "MEMORY_ARCHIVE_EMBEDDER": "hashing", "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+                        "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects")}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    assert main(["migrate"]) != 0
+    out = capsys.readouterr()
+    assert out.out == "" and "Traceback" not in out.err
+    assert out.err.count("\n") == 1 and "ask a superuser to run CREATE EXTENSION vector;" in out.err
+    assert _tables(admin_url) == set()
+
+
+def test_an_extension_the_server_does_not_offer_is_named_and_nothing_is_written(empty_database, tmp_path):
+    """Even a superuser cannot create an extension the server lacks: the error says the server needs it."""
+    from memory_lib.errors import MissingExtensionError
+
+    migrations = tmp_path / "sql"
+    shutil.copytree(MIGRATIONS_DIR, migrations)
+    (migrations / "900_needs_more.sql").write_text("CREATE EXTENSION IF NOT EXISTS no_such_extension;\n")
+    with pytest.raises(
+        MissingExtensionError, match=r"no_such_extension is not available on the Postgres server"
+    ):
+        migrate(empty_database, embedding_dim=32, directory=migrations)
+    assert _tables(empty_database) == set()
+    assert _extensions(empty_database) == {"plpgsql"}  # vector was not created either
+
+
+def test_the_missing_extension_messages_say_who_must_do_what():
+    from memory_lib.errors import MissingExtensionError
+
+    absent = str(MissingExtensionError("vector", "mem", "app", available=False))
+    assert absent.startswith('pgvector is not available on the Postgres server of database "mem"')
+    assert "the server needs pgvector (>= 0.7) installed" in absent
+    assert "enable the pgvector extension" in absent
+    denied = str(MissingExtensionError("btree_gin", "mem", "app", available=True))
+    assert denied.startswith('btree_gin is not installed in database "mem" and role "app" may not create it')
+    assert "CREATE EXTENSION btree_gin;" in denied
+    assert "\n" not in absent + denied
+
+
+def test_a_role_without_create_on_the_schema_is_told_what_to_grant(limited_role):
+    admin_url, role_url, role, dbname = limited_role
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION vector")
+        admin.execute(f"REVOKE CREATE ON SCHEMA public FROM {role}")
+    with pytest.raises(SchemaError) as caught:
+        migrate(role_url, embedding_dim=32)
+    assert str(caught.value) == (
+        f'creating table schema_migrations needs a privilege role "{role}" lacks in database "{dbname}" '
+        "(permission denied for schema public): run `memory-archive migrate` as the database owner, or grant "
+        "the role CREATE on the database and on schema public"
+    )
+    assert _tables(admin_url) == set()
