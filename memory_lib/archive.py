@@ -319,7 +319,8 @@ def _summarize_via_batches(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Submit `submit` as one provider batch, poll it and the submissions `waiting` memories are in,
     apply what ended (memory_lib.batches). Returns the attempts to summarize synchronously instead
-    (their batch expired or was canceled, or the provider refused the batch); memories of a batch
+    (their batch expired or was canceled, the provider refused it, or showed none for it past
+    batches.LOOKUP_WINDOW: memory_lib.batches says which failures are which); memories of a batch
     still running when the wait ends stay claimed with their submission, counted in result.waiting."""
     api = batches.BatchClient(summarizer)
     by_key: dict[str, dict[uuid.UUID, dict[str, Any]]] = {}
@@ -344,21 +345,26 @@ def _summarize_via_batches(
 
     sent_now: set[str] = set()
 
+    def release(key: str, why: str) -> None:
+        """The provider has no batch for `key`: its memories are summarized one by one instead."""
+        batches.mark(conn, key, "failed", why)
+        batches.release_memories(conn, key, list(by_key[key]))
+        fallback.extend(by_key.pop(key).values())
+
     def send(key: str, attempts: list[dict[str, Any]]) -> None:
         sent_now.add(key)
         try:
             batches.record_submitted(conn, key, api.create(key, requests_for(attempts)))
         except SummarizationError as exc:
-            if getattr(exc.__cause__, "status_code", None) is None:
-                # No answer (timeout, connection): the batch may exist. Left 'submitting': the next
-                # run adopts it or, when the provider has none, submits.
-                log.warning("submission %s: no answer from the provider (%s); left for the next run", key, exc)
+            why = batches.describe_submit_failure(exc)
+            if not batches.not_created(exc):
+                # The batch may exist (a timeout, a 5xx). Left 'submitting' with why: the next run
+                # adopts it or, when the provider has none, submits (released past LOOKUP_WINDOW).
+                batches.mark(conn, key, "submitting", why)
+                log.warning("submission %s: %s; left for the next run", key, why)
                 return
-            # The provider refused the batch: nothing was created, summarize these one by one.
-            batches.mark(conn, key, "failed", str(exc)[:500])
-            batches.release_memories(conn, key, [a["memory_id"] for a in attempts])
-            fallback.extend(attempts)
-            by_key.pop(key, None)
+            log.warning("submission %s: %s; its memories are summarized synchronously", key, why)
+            release(key, why)
 
     if submit:
         ids = [a["memory_id"] for a in submit]
@@ -370,7 +376,22 @@ def _summarize_via_batches(
     subs = {s["submission_key"]: s for s in batches.open_submissions(conn, set(by_key))}
     for key, sub in list(subs.items()):
         unresolved = sub["status"] == "submitting" and sub["provider_batch_id"] is None
-        if unresolved and key in by_key and key not in sent_now and batches.adopt_or_forget(conn, api, sub) is None:
+        if not (unresolved and key in by_key and key not in sent_now):
+            continue
+        lookup_failed = None
+        try:
+            if batches.adopt_or_forget(conn, api, sub) is not None:
+                continue
+        except SummarizationError as exc:  # cannot tell whether the provider has it
+            lookup_failed = f"looking its batch up at the provider failed: {' '.join(str(exc).split())}"
+        if batches.past_lookup_window(sub):  # bounded: released, whether or not the provider answered
+            hours = batches.LOOKUP_WINDOW.total_seconds() / 3600
+            release(key, f"{'the provider shows no batch for it' if lookup_failed is None else lookup_failed} "
+                         f"{hours:g} h after it was submitted (last error: {sub['error'] or 'none recorded'})"[:500])  # fmt: skip
+        elif lookup_failed is not None:  # left for the next run
+            batches.mark(conn, key, "submitting", lookup_failed[:500])
+            log.warning("submission %s: %s", key, lookup_failed)
+        else:
             send(key, list(by_key[key].values()))  # the provider has no batch for it: never submitted
     subs = {s["submission_key"]: s for s in batches.open_submissions(conn, set(by_key))}
 

@@ -1,4 +1,4 @@
-"""`memory-archive`: migrate, inspect, archive, restore, sweep and pause from a shell, without Dagster.
+"""`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede and pause from a shell.
 
 Every subcommand runs the same memory_lib code as the Dagster Slow Path (pipeline.run_batch for
 `archive`), prints one JSON line on stdout, and exits 0 on success, 1 when the run failed its gate
@@ -22,6 +22,7 @@ import click
 import psycopg
 
 from .archive import ArchivalServices
+from .batches import submission_stats
 from .claims import Holder, attempt_counts, released_memories
 from .config import Settings
 from .db import migrate_database, open_database, open_ready_database
@@ -33,6 +34,7 @@ from .pipeline import run_batch
 from .restore import restore_archives
 from .shards import Shard
 from .store import tier_stats
+from .unsupersede import unsupersede as unsupersede_memories
 
 EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED = 1, 2, 3
 
@@ -98,7 +100,8 @@ def migrate_cmd(ctx: click.Context) -> None:
 @click.pass_context
 @_guarded
 def stats(ctx: click.Context) -> None:
-    """Memories per tier, bytes on disk, the eligible backlog, and claims: open, failed, released."""
+    """Memories per tier, bytes on disk, the eligible backlog, claims (open, failed, released), and LLM
+    batch submissions by status (count, oldest age in seconds, memories held; the stalled ones named)."""
     with _connection(ctx) as (settings, conn):
         s = tier_stats(conn)
         _emit({
@@ -106,6 +109,7 @@ def stats(ctx: click.Context) -> None:
             "eligible": eligible_counts(conn, settings.archival, datetime.now(UTC)),
             "attempts": attempt_counts(conn),
             "released": [dict(r) for r in released_memories(conn, limit=10)],
+            "llm_batches": submission_stats(conn),
             "paused": pause_status(conn).paused,
         })  # fmt: skip
 
@@ -135,6 +139,7 @@ def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard:
             "taken_over": claim.taken_over if claim else 0, "archived": report.status.archived,
             "failed": report.status.failed, "failed_by_step": report.status.failed_by_step,
             "gate_passed": report.gate_passed, "ok": report.ok, "problem": report.problem,
+            "stalled": report.stalled, "why": report.why,
         })  # fmt: skip
     if report.paused is not None and report.paused.paused and claim is None:
         _fail(report.paused.describe(), EXIT_PAUSED)
@@ -175,6 +180,19 @@ def sweep(ctx: click.Context, remove: bool) -> None:
         report = sweep_orphans(conn, store, remove=remove)
         _emit({"listed": report.listed, "orphans": len(report.orphans), "removed": len(report.removed),
                "kept": report.kept, "orphan_keys": report.orphans[:20]})  # fmt: skip
+
+
+@cli.command()
+@click.option("--user-id", help="Only this user's memories.")
+@click.option("--apply", is_flag=True, help="Make them live again (default: a dry run that writes nothing).")
+@click.pass_context
+@_guarded
+def unsupersede(ctx: click.Context, user_id: str | None, apply: bool) -> None:
+    """List the memories add's former near-duplicate rule superseded (hidden from search); --apply makes
+    them live again, one 'updated' event each, except those whose text a live memory already holds."""
+    with _connection(ctx) as (_, conn):
+        report = unsupersede_memories(conn, user_id=user_id, apply=apply, actor="cli")
+        _emit(report.to_json())
 
 
 @cli.group()

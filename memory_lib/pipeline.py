@@ -8,7 +8,10 @@ order in one process. The gate is decided by gate.error_gate alone. Invariants:
 * no original is deleted unless the batch's backups round-tripped and its error rate passed the gate;
 * a failed fidelity check or gate (before or after commit) pauses archival;
 * a batch whose commit left it above the error rate, or that archived nothing of what it claimed,
-  is a failed run (BatchReport.ok is False, with `problem` saying why);
+  or whose memories wait in a stalled LLM batch submission, is a failed run (BatchReport.ok is False,
+  with `problem` saying why);
+* a batch that archived nothing or less than half of what it claimed says why (BatchReport.stalled,
+  BatchReport.why: memory_lib.stalls), whether or not that failed the run;
 * two runs of one batch take turns stage by stage (claims.working_on), so a night (or a night's
   shard) launched twice still archives each memory once.
 """
@@ -21,7 +24,7 @@ from datetime import date, datetime
 
 import psycopg
 
-from . import archive
+from . import archive, stalls
 from .archive import ArchivalServices, BatchStatus, StepResult
 from .claims import ClaimResult, Holder, claim_batch, finish_batch, working_on
 from .config import ArchivalCriteria
@@ -159,6 +162,7 @@ class BatchReport:
     integrity: IntegrityReport | None = None
     committed: CommittedBackups | None = None
     paused: PauseState | None = None  # the pause that stopped or was set by this batch
+    stall: stalls.Stall | None = None  # why the batch archived nothing or little, when it did
 
     @property
     def claim(self) -> ClaimResult | None:
@@ -178,7 +182,14 @@ class BatchReport:
 
     @property
     def problem(self) -> str | None:
-        """Why this batch is a failed run, or None when it did its job (or had nothing to do)."""
+        """Why this batch is a failed run, or None when it did its job (or had nothing to do); with
+        why it archived little (`why`) when it stalled."""
+        failure, why = self._failure(), self.why
+        if failure is None:
+            return why if self.stall is not None and self.stall.failure else None
+        return f"{failure}; {why}" if why and why not in failure else failure
+
+    def _failure(self) -> str | None:
         skipped = next((o.skipped for o in self.outcomes if o.skipped), None)
         if skipped:
             return skipped
@@ -192,6 +203,15 @@ class BatchReport:
             return (f"{self.batch_key}: {len(self.committed.missing)} committed backups missing, "
                     f"{len(self.committed.mismatched)} differ")  # fmt: skip
         return None
+
+    @property
+    def stalled(self) -> bool:
+        return self.stall is not None and self.stall.stalled
+
+    @property
+    def why(self) -> str | None:
+        """Why the batch archived nothing or less than half of what it claimed (None when it did not)."""
+        return self.stall.why if self.stall is not None else None
 
     @property
     def ok(self) -> bool:
@@ -238,6 +258,7 @@ def run_batch(
             set_pause(conn, reason=report.problem or "tier integrity failed", actor=actor, batch_key=batch_key,
                       details={"check": "tiers_consistent"})  # fmt: skip
     report.status = archive.batch_status(conn, batch_key)
+    report.stall = stalls.diagnose(conn, batch_key)
     if report.problem is not None:
         report.paused = pause_status(conn)
     return report

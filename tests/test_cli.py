@@ -36,6 +36,7 @@ def test_archive_and_restore_from_the_shell(env, capsys):
     out = _json(capsys)
     assert {k: out[k] for k in ("claimed", "archived", "failed", "gate_passed", "ok", "problem")} == {
         "claimed": 5, "archived": 5, "failed": 0, "gate_passed": True, "ok": True, "problem": None}  # fmt: skip
+    assert (out["stalled"], out["why"]) == (False, None)
     assert main(["restore", "--all", "--user-id", "alice"]) == 0
     restored = _json(capsys)
     assert restored["restored"] == restored["requested"] > 0

@@ -160,3 +160,51 @@ def test_a_night_failing_its_gate_is_alerted_with_its_night_and_then_its_pause(
         assert webhook.received[-1]["event"] == "archival_paused"
         assert webhook.received[-1]["batch_key"] == nights.batch_key_for(NIGHT)
         assert paused.asset_events[0].metadata["paused"].value is True
+
+
+def test_a_night_stalled_behind_an_llm_batch_submission_fails_its_run_and_is_alerted(
+    conn, db_url, history, tmp_path, fake_llm, llm_keys, webhook
+):
+    from memory_assets.defs.slow_path.partitions import SLOW_PATH
+    from memory_assets.resources import ArchivalCriteriaResource, ObjectStoreResource
+    from memory_lib import batches
+
+    store = ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
+
+    # An earlier run's submission of most of the night got no answer and the provider has no batch for
+    # it; creates still fail. The run archives the rest, yet the night is stalled: its run fails.
+    night = nights.claim_night(conn, NIGHT, ArchivalCriteriaResource().get_criteria(), SLOW_PATH.timezone)
+    key = nights.batch_key_for(NIGHT)
+    ids = [r["memory_id"] for r in conn.execute(
+        "SELECT memory_id FROM archival_attempts WHERE batch_key = %s ORDER BY memory_id", (key,)).fetchall()]  # fmt: skip
+    assert night.claim.claimed == len(ids) > 5
+    stuck = ids[3:]
+    submission = batches.submission_key(key, stuck)
+    batches.record_intent(conn, key, submission, "anthropic", "claude-3-haiku-20240307", stuck)
+    batches.mark(conn, submission, "submitting", "outcome unknown: HTTP 500 InternalServerError")
+    fake_llm.batch_create_status = 500
+    llm = SummarizerResource(provider="anthropic", base_url=fake_llm.base_url, requests_per_second=1000.0,
+                             max_retries=0, batch_threshold=10)  # fmt: skip
+    with dg.instance_for_test() as instance:
+        result = materialize(resources(db_url, store, summarizer=llm), instance=instance)
+        assert not result.success
+        meta = {e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
+                for e in result.get_asset_materialization_events()}  # fmt: skip
+        assert meta["memory_summaries"]["stalled"] is True
+        assert meta["memory_summaries"]["held_by_llm_batches"] == len(stuck)
+        rows = meta["archive_rows"]  # the night did archive the rest: recorded, with why it stalled
+        assert rows["archived"] == 3 and rows["stalled"] is True
+        assert f"{len(stuck)} memories held by LLM batch {submission} in status 'submitting'" in rows["why"]
+
+        context = dg.build_run_status_sensor_context(
+            sensor_name="archival_failure_alert", dagster_event=result.get_run_failure_event(),
+            dagster_instance=instance, dagster_run=result.dagster_run, resources={"alerts": AlertResource()},
+        ).for_run_failure()  # fmt: skip
+        archival_failure_alert(context)
+    [alert] = webhook.received
+    assert alert["event"] == "run_failure" and alert["partition"] == NIGHT.isoformat()
+    [step] = [s for s in alert["failed_steps"] if "archive_rows" in s["step"]]
+    assert (
+        "stalled in an LLM batch submission" in step["error"] and f"LLM batch {submission}" in step["error"]
+    )
+    assert not pause_switch.pause_status(conn).paused  # the next run resolves the submission: no pause

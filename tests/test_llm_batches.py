@@ -3,14 +3,21 @@ submit -> poll -> results, a partial failure, an expired batch, and a crash betw
 
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import timedelta
+
 import pytest
 
 from memory_lib import batches
 from memory_lib.archive import ArchivalServices, batch_status, summarize_batch
 from memory_lib.claims import claim_batch
+from memory_lib.cli import main
 from memory_lib.config import ArchivalCriteria
 from memory_lib.embedding import HashingEmbedder
+from memory_lib.errors import SummarizationError
 from memory_lib.ledger import usage_of_batches
+from memory_lib.pause import clear_pause
 from memory_lib.pipeline import run_batch
 from memory_lib.pricing import DEFAULT_PRICES, Usage, cost_usd
 from memory_lib.store import insert_memories
@@ -27,7 +34,8 @@ N = 24
 def _summarizer(provider: str, server: FakeLLMServer, **kw):
     cls = AnthropicSummarizer if provider == "anthropic" else OpenAISummarizer
     kw = {"batch_threshold": 10, "batch_poll_seconds": 0.01, "batch_wait_seconds": 30.0} | kw
-    return cls(FAKE_API_KEY, base_url=server.base_url, model=MODEL[provider], max_retries=0, **kw)
+    kw.setdefault("max_retries", 0)
+    return cls(FAKE_API_KEY, base_url=server.base_url, model=MODEL[provider], **kw)
 
 
 def _setup(conn, n: int = N):
@@ -151,3 +159,245 @@ def test_below_the_threshold_summaries_stay_synchronous(conn, local_store, fake_
     claim_batch(conn, "night", criteria, NOW)
     result = summarize_batch(conn, "night", _summarizer("anthropic", fake_llm), criteria)
     assert result.succeeded == 8 and fake_llm.batch_creates() == 0 and _sync_calls(fake_llm) == 8
+
+
+# --------------------------------------------------------------------------- failed submissions
+
+
+def _one_each(conn, memories) -> None:
+    """None lost, none duplicated: each memory exactly once in hot or archive."""
+    ids = [m["id"] for m in memories]
+    hot = conn.execute("SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", (ids,)).fetchone()["n"]
+    rows = conn.execute(
+        "SELECT original_id FROM archived_memories WHERE original_id = ANY(%s)", (ids,)
+    ).fetchall()
+    assert len(rows) == len({r["original_id"] for r in rows}) and hot + len(rows) == len(ids)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_refused_submission_releases_its_memories_says_why_and_the_next_run_archives_them(
+    conn, local_store, fake_llm, provider
+):
+    memories = _setup(conn)
+    # A bad key: the provider refuses the batch (401) and every single request too.
+    fake_llm.batch_create_status = 401
+    fake_llm.fail_fraction, fake_llm.fail_status = 1.0, 401
+    services = ArchivalServices(_summarizer(provider, fake_llm), HashingEmbedder(dim=TEST_DIM), local_store)
+
+    report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
+
+    assert not report.ok and report.archived == 0 and report.stalled
+    assert "archived 0 of 24 claimed" in report.why
+    assert "the provider rejected the submission" in report.why and "invalid x-api-key" in report.why
+    assert "24 memories failed (summarize: 24)" in report.why and "401" in report.why
+    assert report.why in report.problem  # the CLI's `problem` carries it
+    [sub] = conn.execute("SELECT * FROM llm_batches").fetchall()
+    assert sub["status"] == "failed" and sub["provider_batch_id"] is None and "HTTP 401" in sub["error"]
+    assert fake_llm.batches_created() == 0
+    held = conn.execute(
+        "SELECT count(*) AS n FROM archival_attempts WHERE llm_submission IS NOT NULL"
+    ).fetchone()
+    assert held["n"] == 0  # released: no memory waits in the refused submission
+    assert batches.held_submissions(conn) == []
+
+    # The key is fixed and the pause the failed gate set is cleared: the next run archives them all.
+    fake_llm.batch_create_status, fake_llm.fail_fraction = None, 0.0
+    clear_pause(conn, reason="key fixed", actor="test")
+    again = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
+    assert again.ok and batch_status(conn, "night").archived == N and not again.stalled and again.why is None
+    assert fake_llm.batches_created() == 1
+    assert conn.execute("SELECT status FROM llm_batches").fetchone()["status"] == "collected"
+    _one_each(conn, memories)
+
+
+@pytest.mark.parametrize("fault", ["timeout", "500 after create"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_ambiguous_submission_is_kept_and_the_next_run_adopts_it(
+    conn, local_store, fake_llm, provider, fault
+):
+    memories = _setup(conn)
+    if fault == "timeout":
+        fake_llm.batch_create_delay_seconds = (
+            2.0  # the batch is made, the answer comes after the client gave up
+        )
+        kw = {"timeout": 0.5}
+    else:
+        fake_llm.batch_create_status, fake_llm.batch_create_creates = 500, True
+        kw = {"max_retries": 3}  # a create that may have succeeded is not retried: no second batch
+    services = ArchivalServices(
+        _summarizer(provider, fake_llm, **kw), HashingEmbedder(dim=TEST_DIM), local_store
+    )
+
+    report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
+
+    assert not report.ok and report.archived == 0 and fake_llm.batches_created() == 1
+    [sub] = conn.execute("SELECT * FROM llm_batches").fetchall()
+    assert sub["status"] == "submitting" and sub["provider_batch_id"] is None
+    assert sub["error"].startswith("outcome unknown (the provider may have created the batch")
+    assert (
+        f"24 memories held by LLM batch {sub['submission_key']} in status 'submitting' since " in report.why
+    )
+    [held] = batches.held_submissions(conn, "night")
+    assert held.stalled and held.memories == N
+
+    # The next run looks the provider's batch up and adopts it: no second batch, no single requests.
+    fake_llm.batch_create_delay_seconds, fake_llm.batch_create_status = 0.0, None
+    clear_pause(conn, reason="provider answered again", actor="test")
+    again = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
+    assert again.ok and batch_status(conn, "night").archived == N
+    assert fake_llm.batches_created() == 1 and _sync_calls(fake_llm) == 0
+    assert conn.execute("SELECT status, error FROM llm_batches").fetchone() == {
+        "status": "collected",
+        "error": None,
+    }
+    _one_each(conn, memories)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_intent_the_provider_never_got_is_resubmitted_then_released_past_the_lookup_window(
+    conn, local_store, fake_llm, provider
+):
+    _setup(conn)
+    criteria = ArchivalCriteria()
+    claim_batch(conn, "night", criteria, NOW)
+    fake_llm.batch_create_status = 503  # no batch made, yet a 5xx leaves it unknown to us
+    first = summarize_batch(conn, "night", _summarizer(provider, fake_llm), criteria)
+    assert (first.succeeded, first.waiting) == (0, N)
+    # Within the lookup window: the provider shows no batch for it, so it is submitted again.
+    second = summarize_batch(conn, "night", _summarizer(provider, fake_llm), criteria)
+    assert (second.succeeded, second.waiting) == (0, N) and fake_llm.batch_creates() == 2
+    [sub] = conn.execute("SELECT * FROM llm_batches").fetchall()
+    assert sub["status"] == "submitting" and "HTTP 503" in sub["error"]
+
+    # Past the window (the next night): looked up, not found, released to synchronous summaries.
+    conn.execute(
+        "UPDATE llm_batches SET created_at = now() - %s", (batches.LOOKUP_WINDOW + timedelta(minutes=1),)
+    )
+    third = summarize_batch(conn, "night", _summarizer(provider, fake_llm), criteria)
+    assert (third.succeeded, third.waiting) == (N, 0) and fake_llm.batch_creates() == 2
+    assert _sync_calls(fake_llm) == N and fake_llm.batches_created() == 0
+    sub = conn.execute("SELECT * FROM llm_batches").fetchone()
+    assert sub["status"] == "failed" and "shows no batch for it 12 h after it was submitted" in sub["error"]
+    assert "HTTP 503" in sub["error"]  # the last error is kept in the why
+    assert batches.held_submissions(conn) == []
+
+
+def test_a_lookup_that_fails_leaves_the_intent_with_why(conn, local_store, fake_llm):
+    _setup(conn)
+    criteria = ArchivalCriteria()
+    claim_batch(conn, "night", criteria, NOW)
+    fake_llm.batch_create_status = 500
+    summarize_batch(conn, "night", _summarizer("anthropic", fake_llm), criteria)
+    down = AnthropicSummarizer(FAKE_API_KEY, base_url="http://127.0.0.1:9", model=MODEL["anthropic"], max_retries=0,
+                               batch_threshold=10, batch_poll_seconds=0.01)  # fmt: skip
+    result = summarize_batch(conn, "night", down, criteria)  # the lookup cannot connect: no crash
+    assert (result.succeeded, result.failed, result.waiting) == (0, 0, N)
+    sub = conn.execute("SELECT status, error FROM llm_batches").fetchone()
+    assert sub["status"] == "submitting" and sub["error"].startswith(
+        "looking its batch up at the provider failed"
+    )
+    # Past the lookup window it is released all the same (its memories then fail here: no connection).
+    conn.execute("UPDATE llm_batches SET created_at = now() - interval '13 hours'")
+    later = summarize_batch(conn, "night", down, criteria)
+    assert (later.failed, later.waiting) == (N, 0)
+    sub = conn.execute("SELECT status, error FROM llm_batches").fetchone()
+    assert sub["status"] == "failed" and sub["error"].startswith(
+        "looking its batch up at the provider failed"
+    )
+    assert " 12 h after it was submitted" in sub["error"]
+
+
+def test_which_failures_leave_no_batch(fake_llm):
+    """Refused (4xx) or never connected: no batch. A timeout or a 5xx: maybe one."""
+    requests = [(uuid.uuid4(), {"model": MODEL["anthropic"], "max_tokens": 10,
+                                "messages": [{"role": "user", "content": "x"}]})]  # fmt: skip
+
+    def fail(summarizer) -> Exception:
+        with pytest.raises(SummarizationError) as err:
+            batches.BatchClient(summarizer).create("night:x", requests)
+        return err.value
+
+    refused = AnthropicSummarizer(
+        FAKE_API_KEY, base_url="http://127.0.0.1:9", model=MODEL["anthropic"], max_retries=0
+    )
+    exc = fail(refused)
+    assert batches.not_created(exc) and batches.describe_submit_failure(exc).startswith(
+        "the submission did not reach the provider")  # fmt: skip
+    fake_llm.batch_create_status = 403
+    exc = fail(_summarizer("anthropic", fake_llm))
+    assert batches.not_created(exc) and "rejected the submission" in batches.describe_submit_failure(exc)
+    fake_llm.batch_create_status = 502
+    assert not batches.not_created(fail(_summarizer("anthropic", fake_llm)))
+    fake_llm.batch_create_status, fake_llm.batch_create_delay_seconds = None, 1.0
+    assert not batches.not_created(fail(_summarizer("anthropic", fake_llm, timeout=0.2)))
+
+
+@pytest.mark.parametrize("provider", ["openai"])
+def test_a_failed_file_upload_leaves_no_batch(conn, local_store, fake_llm, provider, monkeypatch):
+    _setup(conn)
+    criteria = ArchivalCriteria()
+    claim_batch(conn, "night", criteria, NOW)
+    summarizer = _summarizer(provider, fake_llm)
+
+    def timeout(*args, **kwargs):
+        raise TimeoutError("upload timed out")
+
+    monkeypatch.setattr(summarizer.client.files, "create", timeout)
+    result = summarize_batch(conn, "night", summarizer, criteria)
+    assert result.succeeded == N and _sync_calls(fake_llm) == N  # no batch without its file: synchronously
+    sub = conn.execute("SELECT status, error FROM llm_batches").fetchone()
+    assert sub["status"] == "failed" and sub["error"].startswith("the submission did not reach the provider")
+
+
+def test_stats_show_a_stuck_batch_with_its_age_and_memories(conn, local_store, fake_llm, cli_env, capsys):
+    _setup(conn)
+    criteria = ArchivalCriteria()
+    claim_batch(conn, "night", criteria, NOW)
+    fake_llm.batch_create_status = 500
+    summarize_batch(conn, "night", _summarizer("anthropic", fake_llm), criteria)
+    conn.execute("UPDATE llm_batches SET created_at = now() - interval '3 hours'")
+
+    stats = batches.submission_stats(conn)
+    assert stats["by_status"]["submitting"]["memories_held"] == N
+    assert stats["by_status"]["submitting"]["submissions"] == 1
+    assert 3 * 3600 <= stats["by_status"]["submitting"]["oldest_age_seconds"] < 3 * 3600 + 60
+    [holding] = stats["holding"]
+    assert holding["stalled"] and holding["memories"] == N and "HTTP 500" in holding["error"]
+    assert stats["stalled"][0].startswith(f"{N} memories held by LLM batch night:")
+
+    assert main(["stats"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["llm_batches"]
+    assert out["by_status"]["submitting"]["memories_held"] == N
+    assert out["by_status"]["submitting"]["oldest_age_seconds"] >= 3 * 3600
+    assert out["holding"][0]["stalled"] is True and out["stalled"] == stats["stalled"]
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_memories_stuck_behind_a_submission_fail_the_run_that_archives_the_rest(
+    conn, local_store, fake_llm, provider
+):
+    """The night after a submission failed without an answer, the run takes its memories over and
+    archives the new ones: not ok while the old ones wait, and released once past the lookup window."""
+    memories = make_memories(N + 5, dim=TEST_DIM)
+    insert_memories(conn, memories[:N], actor="test")
+    fake_llm.batch_create_status = 500  # no batch made; to us the outcome is unknown
+    services = ArchivalServices(_summarizer(provider, fake_llm), HashingEmbedder(dim=TEST_DIM), local_store)
+    first = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
+    assert not first.ok and first.archived == 0
+    clear_pause(conn, reason="archived nothing: looked into it", actor="test")
+
+    insert_memories(conn, memories[N:], actor="test")
+    second = run_batch(conn, services, ArchivalCriteria(), batch_key="night-2", as_of=NOW, actor="test")
+    assert second.claim.taken_over == N and second.archived == 5  # the new ones, synchronously
+    assert not second.ok and second.stalled and second.gate_passed
+    assert "night-2: archived 5 of 29 claimed; 24 memories held by LLM batch night-1:" in second.problem
+    assert "in status 'submitting' since" in second.why and "HTTP 500" in second.why
+
+    # The next night, past the lookup window: the provider has no batch for it, so it is released.
+    conn.execute(
+        "UPDATE llm_batches SET created_at = now() - %s", (batches.LOOKUP_WINDOW + timedelta(hours=1),)
+    )
+    third = run_batch(conn, services, ArchivalCriteria(), batch_key="night-3", as_of=NOW, actor="test")
+    assert third.ok and third.archived == N and not third.stalled, third.problem
+    assert fake_llm.batches_created() == 0
+    _one_each(conn, memories)

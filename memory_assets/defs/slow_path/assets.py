@@ -34,7 +34,7 @@ from memory_assets.resources import (
     SummarizerResource,
     store_kind,
 )
-from memory_lib import eligibility, integrity, ledger, nights, pipeline, retrievability
+from memory_lib import batches, eligibility, integrity, ledger, nights, pipeline, retrievability, stalls
 from memory_lib import pause as pause_switch
 from memory_lib.claims import attempt_counts
 from memory_lib.config import Settings
@@ -151,7 +151,8 @@ def memory_summaries(
     A night with more than llm.batch_threshold memories goes through the provider's batch API at half
     price: this step submits it and polls it up to llm.batch_wait_seconds (memory_lib.batches says why
     this step polls rather than a sensor); what is still running then waits for the next run. Metadata:
-    the night's LLM ledger (tokens, cost per model and mode), not this run's totals."""
+    the night's LLM ledger (tokens, cost per model and mode), not this run's totals, and the memories
+    still held by LLM batches (`stalled` and `why` when one of them is stalled: memory_lib.stalls)."""
     started = time.monotonic()
     criteria = archival.get_criteria()
     llm = summarizer.get_summarizer()
@@ -175,6 +176,7 @@ def memory_summaries(
                 "summarized": sum(r.succeeded for r in o.results if r.step == "summarize"),
                 # Left claimed in a provider batch still running; the next run of the night collects them.
                 "waiting_in_llm_batch": t.waiting,
+                **_held_metadata(conn, o.batch_key),
                 "embedded": sum(r.succeeded for r in o.results if r.step == "embed"),
                 "summarizer": f"{llm.kind}:{llm.model}",
                 "embedder": emb.model,
@@ -269,10 +271,13 @@ def archive_rows(
     tier integrity (every memory in exactly one tier, every committed backup present). A failure
     pauses archival; a night that failed the gate after commit fails the asset (the nights before it
     are recorded as materialized: they did archive). Then the retrievability probe: a sample of the
-    night's archive rows searched with their own first sentence (memory_lib.retrievability), kept on
+    night's searchable archive rows (superseded originals, hidden from search, are never sampled)
+    searched with their own first sentence (memory_lib.retrievability), kept on
     the batch for the archive_retrievable check; a night below the floor pauses archival once the
     run's nights are done (later nights and runs archive nothing until an operator clears it).
-    Freshness: a night not archived within 26 h."""
+    Each night says whether it stalled and why (memory_lib.stalls); a night whose memories wait in a
+    stalled LLM batch submission fails the step (alerted by archival_failure_alert) without a pause:
+    the next run resolves the submission. Freshness: a night not archived within 26 h."""
     started = time.monotonic()
     criteria = archival.get_criteria()
     store = object_store.get_store()
@@ -281,6 +286,7 @@ def archive_rows(
     shard = run_shard(context)
     by_night: dict[date, dict[str, object]] = {}
     failing: list[tuple[date, str]] = []
+    stalled: list[tuple[date, str]] = []  # gate passed, yet memories wait in a stalled LLM batch submission
     unfindable: list[str] = []
     with database.connect() as conn:
         for night in run:
@@ -289,10 +295,15 @@ def archive_rows(
             meta: dict[str, object] = {**_step_metadata(t), "archived": t.succeeded}
             if not o.skipped:
                 after = pipeline.gate_stage(conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True)
+                stall = stalls.diagnose(conn, o.batch_key)
                 if not after.passed:
-                    failing.append((night, after.describe()))
+                    failing.append((night, after.describe() + (f"; {stall.why}" if stall.why else "")))
+                elif stall.failure:
+                    stalled.append((night, stall.why or o.batch_key))
                 _audit_tiers(conn, o.batch_key, store)
                 meta |= _probe_retrievability(conn, o.batch_key, store, embedder, retrieval, unfindable)
+                meta |= {"stalled": stall.stalled, "held_by_llm_batches": sum(h.memories for h in stall.held)}
+                meta |= {"why": stall.why} if stall.why else {}
             by_night[night] = _shard_meta(conn, night, shard) | meta | _archived_by(conn, o.batch_key)
         if unfindable:  # after the run's nights: the pause blocks the nights after this run
             pause_switch.set_pause(
@@ -307,17 +318,23 @@ def archive_rows(
         "archive_table_bytes": stats.archived_bytes,
     }
     _log_run(context, started, "committed")
-    if failing:
-        # The nights that passed did archive: record them, then fail the step for the others.
+    if failing or stalled:
+        # The nights that passed did archive (a stalled one too): record them, then fail the step.
         bad = {n for n, _ in failing}
         for night, meta in by_night.items():
             if night not in bad:
                 yield dg.AssetMaterialization(asset_key=context.asset_key, partition=str(night), metadata=meta)
+        text = []
+        if failing:
+            text.append(f"{len(failing)} night(s) failed the gate after commit; first: {failing[0][1]}. "
+                        "Failed memories stay hot and archival is paused.")  # fmt: skip
+        if stalled:
+            text.append(f"{len(stalled)} night(s) have memories stalled in an LLM batch submission; first: "
+                        f"{stalled[0][1]}. The next run looks the submission up or releases it.")  # fmt: skip
         raise dg.Failure(
-            description=f"{len(failing)} night(s) failed the gate after commit; first: {failing[0][1]}. "
-            "Failed memories stay hot and archival is paused.",
-            metadata={"nights_failing": markdown_table(["night", "gate after commit"],
-                                                       [[str(n), d] for n, d in failing[:30]], width=300)},
+            description=" ".join(text),
+            metadata={"nights_failing": markdown_table(["night", "why"],
+                                                       [[str(n), d] for n, d in (failing + stalled)[:30]], width=300)},
         )  # fmt: skip
     record_nights(context, by_night)
     yield dg.MaterializeResult()
@@ -348,6 +365,14 @@ def _audit_tiers(conn, batch_key: str, store) -> None:
         conn, reason=f"{batch_key}: tier integrity failed: " + ", ".join(f"{k}={v}" for k, v in audit.problems().items()),
         actor=nights.ACTOR, batch_key=batch_key, details={"check": "tiers_consistent"},
     )  # fmt: skip
+
+
+def _held_metadata(conn, batch_key: str) -> dict[str, object]:
+    """The night's memories still waiting in LLM batch submissions; `why` names the stalled ones."""
+    held = batches.held_submissions(conn, batch_key)
+    stuck = [h.describe() for h in held if h.stalled]
+    meta: dict[str, object] = {"held_by_llm_batches": sum(h.memories for h in held), "stalled": bool(stuck)}
+    return meta | ({"why": "; ".join(stuck)} if stuck else {})
 
 
 def _shard_meta(conn, night: date, shard) -> dict[str, object]:
