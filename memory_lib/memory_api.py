@@ -46,7 +46,11 @@ DEFAULT_PAGE = 50
 @dataclass(frozen=True)
 class MemoryRecord:
     """One memory as stored. Hot: `content` is its text. Archived: `content` is None (the original is
-    in the backup: client.expand) and `summary` its summary; `archive_id` names the archive row."""
+    in the backup: client.expand) and `summary` its summary; `archive_id` names the archive row.
+
+    The supersede chain both ways: `superseded_by` is the memory that replaced this one, `supersedes`
+    (get only; None in list pages) the one this memory replaced, hot or archived (the most recently
+    updated when several were), so a reader can walk from any version to the next and the previous."""
 
     id: uuid.UUID
     user_id: str
@@ -73,6 +77,7 @@ class MemoryRecord:
     ttl_days: int | None = None
     expires_at: datetime | None = None
     archive_reason: str | None = None
+    supersedes: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +116,23 @@ _ARCHIVED_COLUMNS = """'archived' AS tier, a.original_id AS id, a.user_id, NULL:
     a.original_updated_at AS updated_at, a.original_superseded_by AS superseded_by, a.id AS archive_id,
     a.archived_at, a.original_embedding_model AS embedding_model, NULL::integer AS ttl_days,
     NULL::timestamptz AS expires_at, a.archive_reason"""
+# `supersedes`: the memory (hot, or an archived original) this one replaced, by reverse lookup of
+# superseded_by, so it is the chain as it stands (a version made live again no longer counts).
 GET_SQL = f"""
-    SELECT {_HOT_COLUMNS} FROM memories m WHERE m.user_id = %(user_id)s AND m.id = %(id)s
-    UNION ALL
-    SELECT {_ARCHIVED_COLUMNS} FROM archived_memories a
-    WHERE a.user_id = %(user_id)s AND (a.original_id = %(id)s OR a.id = %(id)s)
-    LIMIT 1"""
+    SELECT g.*, (
+        SELECT s.id FROM (
+            SELECT p.id, p.updated_at FROM memories p WHERE p.user_id = %(user_id)s AND p.superseded_by = g.id
+            UNION ALL
+            SELECT pa.original_id, pa.original_updated_at FROM archived_memories pa
+            WHERE pa.user_id = %(user_id)s AND pa.original_superseded_by = g.id
+        ) s ORDER BY s.updated_at DESC, s.id LIMIT 1) AS supersedes
+    FROM (
+        SELECT {_HOT_COLUMNS} FROM memories m WHERE m.user_id = %(user_id)s AND m.id = %(id)s
+        UNION ALL
+        SELECT {_ARCHIVED_COLUMNS} FROM archived_memories a
+        WHERE a.user_id = %(user_id)s AND (a.original_id = %(id)s OR a.id = %(id)s)
+        LIMIT 1
+    ) g"""
 HISTORY_SQL = """
     WITH target AS (
         SELECT %(id)s::uuid AS memory_id
@@ -140,7 +156,7 @@ def _record(row: dict[str, Any]) -> MemoryRecord:
         access_count=row["access_count"], last_accessed_at=row["last_accessed_at"], created_at=row["created_at"],
         updated_at=row["updated_at"], superseded_by=row["superseded_by"], archive_id=row["archive_id"],
         archived_at=row["archived_at"], embedding_model=row["embedding_model"], ttl_days=row["ttl_days"],
-        expires_at=row["expires_at"], archive_reason=row["archive_reason"],
+        expires_at=row["expires_at"], archive_reason=row["archive_reason"], supersedes=row.get("supersedes"),
     )  # fmt: skip
 
 

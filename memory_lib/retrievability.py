@@ -9,6 +9,11 @@ memory's own user) with limit `k`. A memory is found when its archive row is amo
 `share_found` below `floor` (RetrievalConfig.retrievability_floor, 0.9) means the summaries no longer
 carry what made the memories findable (an empty or generic summary, a summary embedded by another
 model): the gate fails and archival pauses. A night with nothing archived passes (nothing to lose).
+
+Only rows search can return are probed and counted: an archive row whose original was superseded
+(original_superseded_by set) is hidden from search by design, so it is never sampled, and `archived`
+counts the night's live (searchable) archive rows. A night whose archive holds superseded rows only
+has nothing to probe and passes.
 """
 
 from __future__ import annotations
@@ -43,18 +48,21 @@ __all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights
 _SAMPLE_SQL = """
     SELECT a.id AS archive_id, a.original_id, a.user_id, a.storage_ref, a.backup_sha256
     FROM archived_memories a
-    WHERE a.metadata ->> 'batch_key' = %(batch_key)s
+    WHERE a.metadata ->> 'batch_key' = %(batch_key)s AND a.original_superseded_by IS NULL
     ORDER BY md5(a.original_id::text), a.original_id
     LIMIT %(n)s"""
-_COUNT_SQL = "SELECT count(*) AS n FROM archived_memories WHERE metadata ->> 'batch_key' = %(batch_key)s"
+# The night's searchable archive rows: superseded originals are hidden from search, so never probed.
+_COUNT_SQL = """
+    SELECT count(*) AS n FROM archived_memories
+    WHERE metadata ->> 'batch_key' = %(batch_key)s AND original_superseded_by IS NULL"""
 
 
 @dataclass(frozen=True)
 class NightRetrievability:
-    """One night's result. share_found is None when nothing of the night is archived."""
+    """One night's result. share_found is None when nothing searchable of the night is archived."""
 
     batch_key: str
-    archived: int
+    archived: int  # the night's archive rows search can return (superseded originals left out)
     sampled: int
     found: int
     floor: float
@@ -73,7 +81,7 @@ class NightRetrievability:
 
     def describe(self) -> str:
         if self.share_found is None:
-            return f"{self.batch_key}: nothing archived"
+            return f"{self.batch_key}: nothing searchable archived"
         return (
             f"{self.batch_key}: {self.found}/{self.sampled} sampled archived memories found in the top {self.k} "
             f"by their first sentence ({100 * self.share_found:.0f}%, floor {100 * self.floor:.0f}%)"
@@ -116,7 +124,8 @@ def probe_night(
     k: int = 10,
     now: datetime | None = None,
 ) -> NightRetrievability:
-    """Search a sample of the night's archived memories with their own first sentence (read-only)."""
+    """Search a sample of the night's searchable (not superseded) archived memories with their own first
+    sentence (read-only)."""
     if not isinstance(batch_key, str) or not batch_key.strip():
         raise InvalidInputError("batch_key", batch_key, "must be a non-empty string like 'night-2025-06-01'")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1000:

@@ -37,6 +37,9 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   "in May 2023", "yesterday"). No absolute cosine cut-off by default (scales differ per embedder);
   optional per-tier floors drop vector-only candidates below them (full-text matches are always kept).
 * At most `limit` hits (hot_limit / archived_limit cap each tier), best first.
+* Superseded memories (hot superseded_by, archived original_superseded_by) are never returned, unless
+  an audit asks for them (include_superseded=True): then they are candidates too, counted in the BM25
+  statistics, and each such hit names its replacement (SearchHit.superseded_by).
 """
 
 from __future__ import annotations
@@ -340,6 +343,9 @@ class SearchRequest:
     limit: int | None = None  # hits in all (config.limit when None)
     embedder_kind: str | None = None  # "semantic" or "lexical" (Embedder.kind): sets the default vector weight
     debug: bool = False  # fill SearchResult.debug (SearchDebug); off: no record is built
+    # Audits: superseded memories (hot superseded_by, archived original_superseded_by) are candidates too,
+    # and counted in the full-text statistics. Default False: search returns live memories only.
+    include_superseded: bool = False
 
     @property
     def limits(self) -> tuple[int, int, int]:
@@ -415,6 +421,9 @@ class SearchHit:
     # Set on archived memories surfaced by association (follow_links, memory_lib.associations): the
     # hot hit whose entity_links name this memory. None for hits the search itself ranked.
     linked_from: uuid.UUID | None = None
+    # The memory that replaced this one, hot or archived: only set on hits of a search with
+    # include_superseded=True (a default search returns live memories only).
+    superseded_by: uuid.UUID | None = None
 
     @property
     def id(self) -> uuid.UUID:
@@ -619,8 +628,12 @@ class _Tier:
 
 
 # BM25 statistics of the query's terms over ALL the user's memories (both tiers): computed once per
-# statement, shared by the tiers when one statement searches both.
-_BM25_PRELUDE = f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
+# statement, shared by the tiers when one statement searches both. Document frequencies count live
+# memories, or every memory with include_superseded (the rows that statement can return).
+def _bm25_prelude(include_superseded: bool = False) -> str:
+    hot_live, archived_live = ("", "") if include_superseded else (
+        "AND sm.superseded_by IS NULL ", "AND sa.original_superseded_by IS NULL ")  # fmt: skip
+    return f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
         SELECT DISTINCT quote_literal(l)::tsquery AS tq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
         WHERE NOT %(websearch)s AND %(bm25)s
@@ -636,9 +649,9 @@ _BM25_PRELUDE = f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATER
     ), df AS MATERIALIZED (
         SELECT t.tq,
                (SELECT count(*) FROM (SELECT 1 FROM memories sm WHERE sm.user_id = %(user_id)s
-                    AND sm.superseded_by IS NULL AND sm.content_tsv @@ t.tq LIMIT %(df_cap)s) AS s)::float8
+                    {hot_live}AND sm.content_tsv @@ t.tq LIMIT %(df_cap)s) AS s)::float8
              + (SELECT count(*) FROM (SELECT 1 FROM archived_memories sa WHERE sa.user_id = %(user_id)s
-                    AND sa.original_superseded_by IS NULL AND {_ARCHIVED_TSV.format(a="sa")} @@ t.tq
+                    {archived_live}AND {_ARCHIVED_TSV.format(a="sa")} @@ t.tq
                     LIMIT %(df_cap)s) AS s)
                AS df
         FROM terms t
@@ -651,6 +664,9 @@ _BM25_PRELUDE = f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATER
                     THEN (SELECT tsq FROM q)
                     ELSE (SELECT string_agg(df.tq::text, ' | ')::tsquery FROM df WHERE df < %(df_cap)s) END AS tsq
     )"""
+
+
+_BM25_PRELUDE = _bm25_prelude()
 
 
 def _tier_ctes(t: _Tier) -> str:
@@ -698,13 +714,13 @@ def _tier_select(t: _Tier) -> str:
     WHERE {a}.user_id = %(user_id)s"""
 
 
-def _tier_sql(t: _Tier) -> str:
-    return f"WITH {_BM25_PRELUDE}, {_tier_ctes(t)}\n    {_tier_select(t)}"
+def _tier_sql(t: _Tier, include_superseded: bool = False) -> str:
+    return f"WITH {_bm25_prelude(include_superseded)}, {_tier_ctes(t)}\n    {_tier_select(t)}"
 
 
-def _both_tiers_sql(hot: _Tier, archived: _Tier) -> str:
+def _both_tiers_sql(hot: _Tier, archived: _Tier, include_superseded: bool = False) -> str:
     """Both tiers in one statement: the BM25 statistics once, one round trip, one plan. Rows carry `tier`."""
-    return f"""WITH {_BM25_PRELUDE}, {_tier_ctes(hot)}, {_tier_ctes(archived)}
+    return f"""WITH {_bm25_prelude(include_superseded)}, {_tier_ctes(hot)}, {_tier_ctes(archived)}
     SELECT 'hot' AS tier, h.* FROM ({_tier_select(hot)}) h
     UNION ALL
     SELECT 'archived' AS tier, x.* FROM ({_tier_select(archived)}) x"""
@@ -723,20 +739,21 @@ _HOT_TIER = _Tier(
     live="m.superseded_by IS NULL", filters=_HOT_FILTERS,
     select="""m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
            m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
-           NULL::timestamptz AS archived_at, m.metadata -> 'chunk' AS chunk""",
+           NULL::timestamptz AS archived_at, m.metadata -> 'chunk' AS chunk, m.superseded_by""",
     pool="pool",
 )  # fmt: skip
 HOT_SEARCH_SQL = _tier_sql(_HOT_TIER)
 
-def _archived_tier(arm: VectorArm, pool: str) -> _Tier:
+def _archived_tier(arm: VectorArm, pool: str, include_superseded: bool = False) -> _Tier:
     return _Tier(table="archived_memories", alias="a", arm=arm, tsv=_ARCHIVED_TSV.format(a="a"),
-                 live="a.original_superseded_by IS NULL", filters=_ARCHIVED_FILTERS, select=_ARCHIVED_SELECT,
-                 pool=pool)  # fmt: skip
+                 live="true" if include_superseded else "a.original_superseded_by IS NULL",
+                 filters=_ARCHIVED_FILTERS, select=_ARCHIVED_SELECT, pool=pool)  # fmt: skip
 
 
-def archived_search_sql(arm: VectorArm) -> str:
-    """Phase 2's statement for one way of storing summary vectors (ARCHIVED_VECTORS is the schema's)."""
-    return _tier_sql(_archived_tier(arm, "pool"))
+def archived_search_sql(arm: VectorArm, *, include_superseded: bool = False) -> str:
+    """Phase 2's statement for one way of storing summary vectors (ARCHIVED_VECTORS is the schema's);
+    include_superseded: superseded archive rows are candidates too."""
+    return _tier_sql(_archived_tier(arm, "pool", include_superseded), include_superseded)
 
 
 # A stub shows its stub text (memory_lib.stubs.stub_text); its full-text entry is the whole summary's.
@@ -744,7 +761,8 @@ _ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id,
            CASE WHEN a.stubbed_at IS NULL THEN a.summary ELSE '[archived] ' || left(a.summary, 200) END AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
-           a.storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk"""
+           a.storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk,
+           a.original_superseded_by AS superseded_by"""
 ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
 # tiers go in one statement: same candidates and ranking, BM25 statistics counted once.
@@ -754,6 +772,24 @@ BOTH_TIERS_SQL = _both_tiers_sql(_HOT_TIER, _archived_tier(ARCHIVED_VECTORS, "ar
 HOT_SCOPED_SQL = warm.scope_sql(HOT_SEARCH_SQL)
 ARCHIVED_SCOPED_SQL = warm.scope_sql(ARCHIVED_SEARCH_SQL)
 BOTH_TIERS_SCOPED_SQL = warm.scope_sql(BOTH_TIERS_SQL)
+# search(include_superseded=True), for audits: each statement above reading superseded memories too
+# (hot and archived), its full-text statistics counting them as well. Keyed by the default statement.
+_HOT_TIER_ALL = replace(_HOT_TIER, live="true")
+_ARCHIVED_ALL_SQL = archived_search_sql(ARCHIVED_VECTORS, include_superseded=True)
+_BOTH_ALL_SQL = _both_tiers_sql(_HOT_TIER_ALL, _archived_tier(ARCHIVED_VECTORS, "archived_pool", True), True)
+WITH_SUPERSEDED_SQL = {
+    HOT_SEARCH_SQL: _tier_sql(_HOT_TIER_ALL, True),
+    ARCHIVED_SEARCH_SQL: _ARCHIVED_ALL_SQL,
+    BOTH_TIERS_SQL: _BOTH_ALL_SQL,
+    HOT_SCOPED_SQL: warm.scope_sql(_tier_sql(_HOT_TIER_ALL, True)),
+    ARCHIVED_SCOPED_SQL: warm.scope_sql(_ARCHIVED_ALL_SQL),
+    BOTH_TIERS_SCOPED_SQL: warm.scope_sql(_BOTH_ALL_SQL),
+}
+
+
+def _statement(sql: str, request: SearchRequest) -> str:
+    """The statement to run: `sql` itself, or its include_superseded twin when the request asks for it."""
+    return WITH_SUPERSEDED_SQL[sql] if request.include_superseded else sql
 
 
 SHAPE_SQL = """
@@ -891,7 +927,8 @@ def rank_candidates(
             chunk_index=chunk["index"] if chunk else None,
             chunk_count=chunk["count"] if chunk else None,
         )
-        hits.append(SearchHit(source, row["text"], scores, provenance))
+        superseded_by = row.get("superseded_by")
+        hits.append(SearchHit(source, row["text"], scores, provenance, superseded_by=superseded_by))
     seen: set[uuid.UUID] = set()
     unique = []
     for hit in sort_hits(hits):  # the best hit of each memory, and of each long text's chunks
@@ -1018,7 +1055,8 @@ def search_plan(
         pools = {"pool": candidate_pool(hot_cap, cfg), "archived_pool": candidate_pool(archived_cap, cfg)}
         with span("retrieve", {"memory_archive.phase": "1+2", "memory_archive.tiers": ["hot", "archived"],
                                "memory_archive.phase2.reason": upfront}) as s:  # fmt: skip
-            both = yield Sql(BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, params | pools)
+            both_sql = _statement(BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, request)
+            both = yield Sql(both_sql, params | pools)
             tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
             for row in both:
                 tiers[row.pop("tier")].append(row)
@@ -1028,7 +1066,7 @@ def search_plan(
     hot_rows: list[dict[str, Any]] = []
     with span("retrieve", {"memory_archive.phase": "1", "memory_archive.tiers": ["hot"]}) as s:
         if hot_cap > 0:
-            hot_sql = HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL
+            hot_sql = _statement(HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, request)
             hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
         hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
                                    now=request.now, window=window, embedder_kind=kind)  # fmt: skip
@@ -1039,9 +1077,11 @@ def search_plan(
         with span("retrieve", {"memory_archive.phase": "2", "memory_archive.tiers": ["archived"],
                                "memory_archive.phase2.reason": reason}) as s:  # fmt: skip
             pool = candidate_pool(archived_cap, cfg)
-            sql = ARCHIVED_SEARCH_SQL if archived_vectors is ARCHIVED_VECTORS else archived_search_sql(archived_vectors)
-            if scope is not None:
-                sql = ARCHIVED_SCOPED_SQL if sql is ARCHIVED_SEARCH_SQL else warm.scope_sql(sql)
+            if archived_vectors is ARCHIVED_VECTORS:
+                sql = _statement(ARCHIVED_SEARCH_SQL if scope is None else ARCHIVED_SCOPED_SQL, request)
+            else:
+                sql = archived_search_sql(archived_vectors, include_superseded=request.include_superseded)
+                sql = sql if scope is None else warm.scope_sql(sql)
             archived_rows = yield Sql(sql, params | {"pool": pool})
             archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
             s.set({"memory_archive.candidates.archived": len(archived_rows),

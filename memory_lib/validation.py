@@ -304,5 +304,6 @@ class SearchParams(BaseModel):
     phase3: Annotated[str, rule(choice, options=("auto", "always", "never"))] = "auto"
     record_access: Annotated[bool, rule(boolean)] = False
     follow_links: Annotated[bool, rule(boolean)] = False
+    include_superseded: Annotated[bool, rule(boolean)] = False
     debug: Annotated[bool | None, rule(optional_boolean)] = None
     now: Annotated[datetime | None, rule(optional_timestamp)] = None

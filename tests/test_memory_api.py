@@ -186,3 +186,47 @@ def test_update_to_a_case_change_or_to_another_live_memorys_text(api):
     assert [m.id for m in api.list("u1").items] == [b]
     live = api.conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1' AND superseded_by IS NULL")
     assert live.fetchone()["n"] == 1
+
+
+
+def _audit(api: Api, user: str, query: str, **kw: Any) -> dict[uuid.UUID, Any]:
+    """search(include_superseded=True) hits by memory id."""
+    hits = api.search(user, query, include_superseded=True, now=NOW, **kw)
+    return {h.provenance.memory_id: h for h in hits}
+
+
+def test_search_include_superseded_and_get_show_the_chain_never_another_users(api):
+    later = OLD + timedelta(minutes=1)
+    first = api.add("u1", "Keeps the canoe at the Riverside boathouse", importance=0.1, now=OLD).memory_id
+    newer = api.update("u1", first, "Keeps the canoe at the Harbor marina", now=later).memory_id
+    theirs = api.add("u2", "Keeps the canoe at the Riverside boathouse", importance=0.1, now=OLD).memory_id
+    their_newer = api.update("u2", theirs, "Keeps the kayak in the garage", now=later).memory_id
+    query = "canoe Riverside boathouse"
+
+    default = api.search("u1", query, phase2="never", now=NOW)
+    assert [h.provenance.memory_id for h in default.hits] == [newer]
+    assert all(h.superseded_by is None for h in default.hits)
+    audit = _audit(api, "u1", query, phase2="never")
+    assert set(audit) == {first, newer}
+    assert (audit[first].superseded_by, audit[newer].superseded_by) == (newer, None)
+    theirs_audit = _audit(api, "u2", query)
+    assert theirs in theirs_audit and not set(theirs_audit) & {first, newer}
+    with pytest.raises(InvalidInputError) as e:
+        api.search("u1", query, include_superseded="yes")
+    assert e.value.field == "include_superseded"
+
+    old, new = api.get("u1", first), api.get("u1", newer)
+    assert (old.superseded_by, old.supersedes) == (newer, None)
+    assert (new.superseded_by, new.supersedes) == (None, first)
+    assert [e.event_type for e in api.history("u1", first)] == ["created", "superseded"]
+    assert api.get("u2", first) is None and api.get("u2", their_newer).supersedes == theirs
+
+    # Archived (a superseded memory is archived the next night): the same, from archive rows.
+    _archive(api)
+    archived = api.get("u1", first)
+    assert (archived.tier, archived.superseded_by) == ("archived", newer)
+    assert api.get("u1", newer).supersedes == first
+    assert first not in {h.provenance.memory_id for h in api.search("u1", query, phase2="always", now=NOW)}
+    audit = _audit(api, "u1", query, phase2="always")
+    assert audit[first].source == "archived" and audit[first].superseded_by == newer
+    assert not {theirs, their_newer} & set(audit)

@@ -139,3 +139,53 @@ def test_dagster_check_passes_then_fails_and_blocks_later_nights_when_summaries_
     archived_after = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
     assert archived_after == archived_before  # paused: the next night archives nothing
     assert pause.skipped_nights(conn, nights.batch_key_for(NIGHT + timedelta(days=1)))
+
+
+class _RecordingStore:
+    """The object store, recording which backups the probe read (its sample)."""
+
+    def __init__(self, store):
+        self.store, self.read = store, []
+
+    def read_ref(self, ref: str, sha256: str) -> bytes:
+        self.read.append(ref)
+        return self.store.read_ref(ref, sha256)
+
+
+def _supersede_archived(conn, key: str, *, first: int | None = None) -> set[str]:
+    """Mark the night's archive rows as superseded originals (the `first` in the probe's sample order, or
+    all); returns their storage refs."""
+    rows = conn.execute(
+        """UPDATE archived_memories a SET original_superseded_by = gen_random_uuid()
+           WHERE a.original_id IN (SELECT original_id FROM archived_memories WHERE metadata ->> 'batch_key' = %s
+                                   ORDER BY md5(original_id::text), original_id LIMIT %s)
+           RETURNING a.storage_ref""", (key, first),
+    ).fetchall()  # fmt: skip
+    return {r["storage_ref"] for r in rows}
+
+
+def test_probe_never_samples_superseded_archive_rows(conn, db_url, store_resource):
+    load_history(conn, TEST_DIM)
+    assert _materialize(db_url, store_resource).success
+    key = nights.batch_key_for(NIGHT)
+    embedder = HashingEmbedder(TEST_DIM)
+    total = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE metadata ->> 'batch_key' = %s",
+                         (key,)).fetchone()["n"]  # fmt: skip
+    assert total > 8
+
+    # A mixed night: the first rows of the sample order are superseded; the probe skips them, so the
+    # same sample size reaches further, and the count says how many search can return.
+    hidden = _supersede_archived(conn, key, first=4)
+    store = _RecordingStore(store_resource.get_store())
+    mixed = probe_night(conn, embedder, store, key, now=END, sample_size=total)
+    assert (mixed.archived, mixed.sampled) == (total - 4, total - 4) and mixed.passed, mixed.missed
+    assert len(store.read) == total - 4 and not hidden & set(store.read)
+    small = probe_night(conn, embedder, store, key, now=END, sample_size=3)
+    assert small.archived == total - 4 and small.sampled == 3
+
+    # Superseded rows only: nothing to probe, the night passes.
+    _supersede_archived(conn, key)
+    store = _RecordingStore(store_resource.get_store())
+    only = probe_night(conn, embedder, store, key, now=END)
+    assert (only.archived, only.sampled, only.found, only.share_found, only.passed) == (0, 0, 0, None, True)
+    assert store.read == [] and "nothing searchable" in only.describe()

@@ -325,3 +325,14 @@ class _RenamedEmbedder(HashingEmbedder):
     def __init__(self) -> None:
         super().__init__(TEST_DIM)
         self.model = "some-other-model"
+
+
+def test_each_search_statement_has_an_include_superseded_twin_without_the_live_predicates():
+    from memory_lib import search
+
+    defaults = (search.HOT_SEARCH_SQL, search.ARCHIVED_SEARCH_SQL, search.BOTH_TIERS_SQL, search.HOT_SCOPED_SQL,
+                search.ARCHIVED_SCOPED_SQL, search.BOTH_TIERS_SCOPED_SQL)  # fmt: skip
+    assert set(search.WITH_SUPERSEDED_SQL) == set(defaults)
+    for sql in defaults:
+        twin = search.WITH_SUPERSEDED_SQL[sql]
+        assert "superseded_by IS NULL" in sql and "superseded_by IS NULL" not in twin  # tiers and BM25 df

@@ -1,8 +1,9 @@
 """The retrievability gate: can each night's archived memories still be found by two-phase search?
 
 Blocking, ERROR severity, on archive_rows, one result per night, read-only. archive_rows probes each
-night after its commit (a sample of the night's archive rows searched with their own first sentence,
-memory_lib.retrievability) and keeps the result on the batch; a night below
+night after its commit (a sample of the night's searchable archive rows, superseded originals never
+sampled, searched with their own first sentence, memory_lib.retrievability) and keeps the result on
+the batch (`archived`: the night's searchable rows); a night below
 RetrievalConfig.retrievability_floor (0.9) has already paused archival there. This check reports that
 result: the share found in the top 10, the floor, and examples of what was missed.
 """
