@@ -1,6 +1,6 @@
 """`python -m bench NAME [--size N[,N...]] [--smoke] [--json PATH]`: run benchmarks, print markdown, write JSON.
 
-NAME is one of search, archival, footprint, memory, locomo, or all.
+NAME is one of search, archival, footprint, memory, locomo, write_path, or all.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .common import RESULTS_DIR, Options, Report, write_json
 
-BENCHMARKS = ("search", "archival", "footprint", "memory", "locomo")
+BENCHMARKS = ("search", "archival", "footprint", "memory", "locomo", "write_path")
 
 
 def _sizes(text: str) -> list[int]:

@@ -155,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         items = list(
             generate_history(end=history_end, days=args.days, per_day=args.per_day, users=args.users)
         )
+        # The history's last day goes through MemoryClient.add below, as an agent writes; the days before
+        # it are loaded like an existing memory table being imported, with their access history (access
+        # counts and last reads, which `add` does not write: they come from reads).
+        last_day = history_end - timedelta(days=1)
+        today = [m for m in items if m.created_at >= last_day]
+        items = [m for m in items if m.created_at < last_day]
         vectors = embedder.embed([m.content for m in items])
         # Bulk load: building the HNSW index once after the COPY is several times faster than
         # inserting into it row by row; it is rebuilt from its own definition, so it is the migration's.
@@ -177,6 +183,15 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute("SET maintenance_work_mem = '256MB'")
         conn.execute(hnsw)
         conn.execute("RESET maintenance_work_mem")
+        writer = MemoryClient(conn, embedder=embedder, settings=Settings.from_env(), actor="demo-agent")
+        outcomes = Counter(
+            writer.add(m.user_id, m.content, category=m.category, domain=m.domain, importance=m.importance_score,
+                       metadata=m.metadata, entity_links=m.entity_links, now=m.created_at).outcome
+            for m in today
+        )  # fmt: skip
+        print(f"the last day's {len(today)} memories written with MemoryClient.add (add-only): "
+              + ", ".join(f"{outcomes[o]} {o}" for o in ("created", "duplicate", "merged", "superseded")))  # fmt: skip
+        items += today
         users = Counter(m.user_id for m in items)
         print(f"{len(items)} memories of {len(users)} users over {args.days} days "
               f"({items[0].created_at:%Y-%m-%d} .. {items[-1].created_at:%Y-%m-%d}) in {time.monotonic() - t:.0f} s")  # fmt: skip

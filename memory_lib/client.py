@@ -77,7 +77,16 @@ from .search import (
 )
 from .trace import SpanHandle, span
 from .validation import SearchParams
-from .write_path import AddResult, PreparedMemory, add_chunks_plan, add_plan, prepare_memory
+from .write_judge import Candidate, LLMWriteJudge, Verdict, write_judge_from_settings
+from .write_path import (
+    AddResult,
+    PreparedMemory,
+    add_chunks_plan,
+    add_plan,
+    judge_candidates_plan,
+    near_duplicate_thresholds,
+    prepare_memory,
+)
 
 __all__ = [
     "AddResult",
@@ -135,21 +144,47 @@ class _Parts:
     token_counter: TokenCounter
     evaluator: Evaluator  # phase 3's escalation decision (memory_lib.escalation)
     reranker: Reranker | None = None  # reorders every search's hits when given (memory_lib.rerank)
+    judge: LLMWriteJudge | None = None  # the write judge (WriteConfig.judge; memory_lib.write_judge)
 
     def embed_one(self, text: str) -> np.ndarray:
         return query_vector(self.embedder.embed([text])[0], self.embedder.dim)
 
-    def write_plan(self, memory: PreparedMemory, now: datetime) -> Plan[AddResult]:
-        """Chunk (memory_lib.chunking) and embed a prepared memory; the plan that stores it."""
+    def prepare_write(self, memory: PreparedMemory, supersedes: uuid.UUID | None) -> _Write:
+        """Chunk (memory_lib.chunking) and embed a prepared memory: no database yet."""
         cfg, e = self.settings.chunking, self.embedder
         size, overlap = chunking.chunk_limits(cfg.max_tokens, cfg.overlap_tokens, getattr(e, "max_tokens", None))
         chunks = chunking.split(memory.content, max_tokens=size, overlap=overlap)
-        common = {"embedding_model": e.model, "actor": self.actor, "now": now}
         if len(chunks) == 1:
-            return add_plan(memory, self.embed_one(memory.content), config=self.settings.retrieval,
-                            embedder_kind=getattr(e, "kind", None), **common)  # fmt: skip
-        vectors = e.embed([c.text for c in chunks])
-        return add_chunks_plan(memory, chunks, [query_vector(v, e.dim) for v in vectors], **common)
+            return _Write(memory, chunks, [self.embed_one(memory.content)], supersedes)
+        if supersedes is not None:
+            raise InvalidInputError("supersedes", str(supersedes), f"a text this long is stored as {len(chunks)} chunks, "
+                                    "and chunks never supersede a memory: update() the memory with a shorter text")  # fmt: skip
+        return _Write(memory, chunks, [query_vector(v, e.dim) for v in e.embed([c.text for c in chunks])], None)
+
+    def judge_plan(self, w: _Write) -> Plan[list[Candidate]] | None:
+        """The read that finds what the LLM judge must see; None when no judge is asked (none configured,
+        the caller named what the text supersedes, or a long text)."""
+        if self.judge is None or w.supersedes is not None or len(w.chunks) > 1:
+            return None
+        e = self.embedder
+        return judge_candidates_plan(
+            w.memory, w.vectors[0], embedding_model=e.model, k=self.settings.write.judge_candidates,
+            thresholds=near_duplicate_thresholds(self.settings.retrieval, e.model, getattr(e, "kind", None)),
+        )  # fmt: skip
+
+    def verdict(self, w: _Write, candidates: list[Candidate]) -> Verdict | None:
+        """The LLM judge's verdict (it never raises: a failure is a failed verdict, and the text is added)."""
+        return self.judge.judge(w.memory.content, candidates) if self.judge is not None and candidates else None
+
+    def write_plan(self, w: _Write, now: datetime, verdict: Verdict | None = None) -> Plan[AddResult]:
+        """The plan that stores a prepared write (memory_lib.write_path)."""
+        e = self.embedder
+        common = {"embedding_model": e.model, "actor": self.actor, "now": now}
+        if len(w.chunks) == 1:
+            return add_plan(w.memory, w.vectors[0], config=self.settings.retrieval, write=self.settings.write,
+                            embedder_kind=getattr(e, "kind", None), supersedes=w.supersedes, verdict=verdict,
+                            **common)  # fmt: skip
+        return add_chunks_plan(w.memory, w.chunks, w.vectors, **common)
 
     def search_params(self, filters: SearchFilters | None, **kwargs: Any) -> SearchParams:
         """Every search argument validated before the query is embedded (memory_lib.validation)."""
@@ -170,6 +205,7 @@ class _Parts:
             limit=params.limit, archived_limit=params.archived_limit, embedding_model=self.embedder.model,
             embedder_kind=getattr(self.embedder, "kind", None),
             debug=self.settings.retrieval.debug if params.debug is None else params.debug,
+            include_superseded=params.include_superseded,
         )  # fmt: skip
 
     def search_attrs(self, params: SearchParams) -> dict[str, Any]:
@@ -290,7 +326,19 @@ def _parts(
     evaluator = evaluator or evaluator_from_settings(settings.retrieval.phase3_evaluator, settings.llm)
     if reranker is not None and not callable(getattr(reranker, "rerank", None)):
         raise InvalidInputError("reranker", reranker, "must have a rerank(query, hits) method (memory_lib.rerank)")
-    return _Parts(embedder, object_store, settings, actor, token_counter or approx_token_count, evaluator, reranker)
+    judge = write_judge_from_settings(settings.write, settings.llm)
+    return _Parts(embedder, object_store, settings, actor, token_counter or approx_token_count, evaluator, reranker,
+                  judge)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A text on its way in: validated, chunked and embedded."""
+
+    memory: PreparedMemory
+    chunks: list[chunking.Chunk]
+    vectors: list[np.ndarray]
+    supersedes: uuid.UUID | None
 
 
 class MemoryClient:
@@ -385,18 +433,24 @@ class MemoryClient:
         entity_links: list[uuid.UUID] | None = None,
         allow_secrets: bool = False,
         ttl_days: int | None = None,
+        supersedes: uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> AddResult:
-        """Remember `content` for `user_id`: a new memory, the same one again, or an update that
-        supersedes a near-duplicate; a long text as chunks sharing a parent id. ttl_days: None (no
-        TTL), 0 (pinned canonical fact) or N days, after which the nightly run archives it
-        (reason ttl_expired). See memory_lib.write_path."""
+        """Remember `content` for `user_id`. Add-only: a new memory, unless it is the same text again or a
+        restatement of a live memory (merged); it replaces a live memory only when that is known:
+        `supersedes=<id>`, the LLM judge when one is configured, or the opt-in state rule. A long text
+        is stored as chunks sharing a parent id. ttl_days: None (no TTL), 0 (pinned canonical fact) or
+        N days, after which the nightly run archives it (reason ttl_expired). See memory_lib.write_path."""
+        target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
         memory = prepare_memory(
             user_id, content, category=category, domain=domain, importance=importance, tags=tags,
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
             ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
-        result = self._run(self._parts.write_plan(memory, _now(now)))
+        w = self._parts.prepare_write(memory, target)
+        find = self._parts.judge_plan(w)
+        verdict = self._parts.verdict(w, self._run(find)) if find is not None else None
+        result = self._run(self._parts.write_plan(w, _now(now), verdict))
         self._dual_write(list(result.chunk_ids) or [result.memory_id])
         return result
 
@@ -417,6 +471,7 @@ class MemoryClient:
         text_query: str | None = None,
         record_access: bool = False,
         follow_links: bool = False,
+        include_superseded: bool = False,
         debug: bool | None = None,
         now: datetime | None = None,
     ) -> SearchResult:
@@ -426,6 +481,8 @@ class MemoryClient:
         (memory_lib.associations), each labelled with the hot memory that links to it. With debug=True
         (default: retrieval.debug) `result.debug` records the candidates, their scores and the chosen ids
         (memory_lib.search.SearchDebug); a client given a `reranker` returns the hits in its order.
+        include_superseded=True (audits) returns superseded memories too, each hit's `superseded_by`
+        naming the memory that replaced it; by default search returns live memories only.
 
         Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
         MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
@@ -434,7 +491,7 @@ class MemoryClient:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now, follow_links=follow_links, debug=debug,
+            now=now, follow_links=follow_links, debug=debug, include_superseded=include_superseded,
         )  # fmt: skip
         with span("memory_archive.search", self._parts.search_attrs(params)) as s:
             request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
@@ -689,15 +746,21 @@ class AsyncMemoryClient:
         entity_links: list[uuid.UUID] | None = None,
         allow_secrets: bool = False,
         ttl_days: int | None = None,
+        supersedes: uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> AddResult:
+        target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
         memory = prepare_memory(
             user_id, content, category=category, domain=domain, importance=importance, tags=tags,
             metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
             ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
         )  # fmt: skip
-        plan = await asyncio.to_thread(self._parts.write_plan, memory, _now(now))
-        result = await self._run(plan)
+        w = await asyncio.to_thread(self._parts.prepare_write, memory, target)
+        find = self._parts.judge_plan(w)
+        verdict = None
+        if find is not None:
+            verdict = await asyncio.to_thread(self._parts.verdict, w, await self._run(find))
+        result = await self._run(self._parts.write_plan(w, _now(now), verdict))
         await self._dual_write(list(result.chunk_ids) or [result.memory_id])
         return result
 
@@ -716,13 +779,14 @@ class AsyncMemoryClient:
         text_query: str | None = None,
         record_access: bool = False,
         follow_links: bool = False,
+        include_superseded: bool = False,
         debug: bool | None = None,
         now: datetime | None = None,
     ) -> SearchResult:
         params = self._parts.search_params(
             filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
             include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now, follow_links=follow_links, debug=debug,
+            now=now, follow_links=follow_links, debug=debug, include_superseded=include_superseded,
         )  # fmt: skip
         with span("memory_archive.search", self._parts.search_attrs(params)) as s:
             request = self._parts.search_request(params, filters, await self._embed_one(params.query))

@@ -201,13 +201,14 @@ class RetrievalConfig(BaseModel):
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
     near_duplicate_threshold: float | None = Field(
         None, ge=0.0, le=1.0,
-        description="Cosine at which a new text is the same fact as a live memory (vector test). None: the "
-        "embedder's calibrated value (memory_lib.near_duplicates: hashing 0.65, MiniLM 0.80, OpenAI 0.85).",
+        description="Cosine from which a new text with the same names, numbers, dates and negations as a live "
+        "memory restates it and is merged (semantic embedders). None: the embedder's calibrated value "
+        "(memory_lib.near_duplicates: hashing off, MiniLM 0.95, OpenAI 0.95).",
     )  # fmt: skip
     near_duplicate_floor: float | None = Field(
         None, ge=0.0, le=1.0,
-        description="Cosine from which the lexical test (one changed slot) decides. None: calibrated "
-        "(hashing 0.40, MiniLM 0.55, OpenAI 0.55).",
+        description="Cosine from which a live memory is a candidate for the LLM write judge. "
+        "None: calibrated (hashing 0.25, MiniLM 0.55, OpenAI 0.55).",
     )  # fmt: skip
     candidates_per_hit: int = Field(4, ge=1, description="Each search arm fetches limit x this before fusion.")
     min_candidates: int = Field(20, ge=1, description="...and at least this many.")
@@ -323,6 +324,29 @@ class RetentionConfig(BaseModel):
     stub_after_days: int = Field(
         180, ge=1, description="Days an archived memory goes unexpanded before it becomes a stub (seed 001's "
         "cold_storage_ttl_days): its summary vector dropped, its full text kept, its original still backed up.")
+
+
+class WriteConfig(BaseModel):
+    """How `add` treats a text close to a live memory of its user (memory_lib.write_path). Add-only by
+    default: a new memory unless it restates a live one; a live memory is replaced only when that is known."""
+
+    model_config = _STRICT
+
+    judge: Literal["auto", "llm", "off"] = Field(
+        "auto",
+        description="Ask the LLM whether a new text duplicates, updates or contradicts a close live memory: "
+        "'auto' when an LLM key is set (llm.provider not 'extractive'), 'llm' always (a key is required), "
+        "'off' never. Any failure of the judge adds the memory.",
+    )
+    state_rule: bool = Field(
+        False,
+        description="Offline: a new value of a state predicate ('lives in', 'works at', 'prefers', ...) for the same "
+        "subject supersedes the old one. Off by default: it also fires on distinct events phrased like states.",
+    )
+    judge_candidates: int = Field(
+        3, ge=1, le=10,
+        description="Closest live memories checked by the restatement and state rules and shown to the judge.",
+    )  # fmt: skip
 
 
 class LLMConfig(BaseModel):
@@ -557,6 +581,7 @@ class Settings(BaseSettings):
     context: ContextBudget = ContextBudget()
     secrets: SecretDetectionConfig = SecretDetectionConfig()
     chunking: ChunkingConfig = ChunkingConfig()
+    write: WriteConfig = WriteConfig()
     llm: LLMConfig = LLMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     object_store: ObjectStoreConfig = ObjectStoreConfig()

@@ -19,7 +19,7 @@ import psycopg
 
 from .summarize import Summary
 
-__all__ = ["LedgerEntry", "ModelUsage", "record_usage", "usage_by_model", "usage_of_batches"]
+__all__ = ["INSERT_SQL", "LedgerEntry", "ModelUsage", "entry_params", "record_usage", "usage_by_model", "usage_of_batches"]
 
 
 @dataclass(frozen=True)
@@ -32,25 +32,33 @@ class LedgerEntry:
     purpose: str = "summary"
 
 
+INSERT_SQL = """
+    INSERT INTO llm_usage (batch_key, memory_id, user_id, purpose, provider, model, mode, request_id, outcome,
+        input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, cost_usd, priced)
+    VALUES (%(batch_key)s, %(memory_id)s, %(user_id)s, %(purpose)s, %(provider)s, %(model)s, %(mode)s,
+        %(request_id)s, %(outcome)s, %(input_tokens)s, %(output_tokens)s, %(cache_creation_input_tokens)s,
+        %(cache_read_input_tokens)s, %(cost_usd)s, %(priced)s)
+    ON CONFLICT (request_id) WHERE mode = 'batch' DO NOTHING"""
+
+
+def entry_params(e: LedgerEntry) -> dict[str, object]:
+    """INSERT_SQL's parameters for one entry (plans write ledger rows in their own transaction)."""
+    s = e.spent
+    return {
+        "batch_key": e.batch_key, "memory_id": e.memory_id, "user_id": e.user_id, "purpose": e.purpose,
+        "provider": s.kind, "model": s.model, "mode": s.mode, "request_id": s.request_id, "outcome": e.outcome,
+        "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
+        "cache_creation_input_tokens": s.cache_creation_input_tokens,
+        "cache_read_input_tokens": s.cache_read_input_tokens, "cost_usd": s.cost_usd, "priced": s.priced,
+    }  # fmt: skip
+
+
 def record_usage(conn: psycopg.Connection, entries: Sequence[LedgerEntry]) -> None:
     """Append `entries` to the ledger in one transaction."""
     if not entries:
         return
-    rows = [
-        (e.batch_key, e.memory_id, e.user_id, e.purpose, e.spent.kind, e.spent.model, e.spent.mode,
-         e.spent.request_id, e.outcome, e.spent.input_tokens, e.spent.output_tokens,
-         e.spent.cache_creation_input_tokens, e.spent.cache_read_input_tokens, e.spent.cost_usd, e.spent.priced)
-        for e in entries
-    ]  # fmt: skip
     with conn.transaction(), conn.cursor() as cur:
-        cur.executemany(
-            """INSERT INTO llm_usage (batch_key, memory_id, user_id, purpose, provider, model, mode, request_id,
-                   outcome, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens,
-                   cost_usd, priced)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-               ON CONFLICT (request_id) WHERE mode = 'batch' DO NOTHING""",
-            rows,
-        )
+        cur.executemany(INSERT_SQL, [entry_params(e) for e in entries])
 
 
 @dataclass(frozen=True)

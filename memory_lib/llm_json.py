@@ -77,6 +77,11 @@ class JsonLLM:
         return f"JsonLLM({self.kind}, model={self.model!r})"
 
     def complete(self, prompt: str, schema: type[M]) -> tuple[M, JsonUsage]:
+        text, usage = self.complete_text(prompt)
+        return parse_json_object(text, schema, model=self.model), usage
+
+    def complete_text(self, prompt: str) -> tuple[str | None, JsonUsage]:
+        """The answer's text and what it cost, unparsed (a caller that must bill a malformed answer)."""
         p: Any = self._provider
         if isinstance(p, AnthropicSummarizer):
             response: Any = p._call(lambda: p._client.messages.with_raw_response.create(
@@ -98,9 +103,8 @@ class JsonLLM:
             text = response.choices[0].message.content
             usage = response.usage
             tokens_in, tokens_out = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
-        parsed = parse_json_object(text, schema, model=self.model)
         model = getattr(response, "model", None) or self.model
-        return parsed, JsonUsage(model, tokens_in, tokens_out, estimate_cost_usd(self.model, tokens_in, tokens_out))
+        return text, JsonUsage(model, tokens_in, tokens_out, estimate_cost_usd(self.model, tokens_in, tokens_out))
 
 
 def json_llm_from_settings(llm: LLMConfig, env: Mapping[str, str] | None = None) -> JsonLLM | None:

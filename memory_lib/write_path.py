@@ -1,25 +1,32 @@
-"""The write path (seed 004 "Write Path"): normalize, refuse secrets, chunk, upsert, supersede, TTL.
+"""The write path: normalize, refuse secrets, chunk, upsert, add-only by default, supersede when known, TTL.
 
 `add` for one user, in one transaction under a per-user advisory lock:
 
 1. The same normalized text again (dedupe key = sha256 of user_id and the NFKC, whitespace-collapsed,
    casefolded text) is the same memory: its access count and updated_at are bumped (and its expiry
    renewed when a ttl_days is given), nothing else.
-2. Otherwise the nearest live hot memory of that user (chunks of long texts excluded) and the
-   embedder's calibrated near-duplicate rule (memory_lib.near_duplicates: a vector test backed by a
-   lexical one): the same words -> merged into the old memory; the same fact with a changed value (a
-   number, a name, "cortado" -> "flat white") -> inserted, superseding the old memory (superseded_by +
-   a 'superseded' event). Either way one live memory remains.
-3. Otherwise a new memory.
+2. `supersedes=<id>`: the caller says the text replaces that live memory of theirs: it is inserted
+   and the old one superseded (superseded_by + a 'superseded' event with reason 'explicit').
+3. A restatement of one of the user's closest live memories (memory_lib.near_duplicates: the same
+   words, or for a semantic embedder a close paraphrase with the same names, numbers, dates and
+   negations) is merged into it.
+4. When known, a close live memory is superseded: the LLM judge's verdict (memory_lib.write_judge,
+   asked by the client before this transaction; 'duplicate' merges, 'updates'/'contradicts'
+   supersede) or, opted in, the offline state rule ("lives in Lisbon" -> "lives in Porto").
+5. Otherwise a new memory: add-only. Distinct events and texts that differ in a name, number, date,
+   place or object are never merged or superseded by default.
+
+A superseded memory stays as history (get/history show the chain; search skips it unless
+include_superseded=True). Supersede keeps the old memory's pin and, unless a new one is given, its TTL.
 
 A text longer than the chunk size (memory_lib.chunking: 512 tokens, or the embedder's limit) is
 stored as chunks sharing a parent id (metadata.chunk), in one transaction: all or none. The same long
 text again is a duplicate of its parent; chunks never merge with or supersede other memories.
 
-TTL (seed 004 "Retention & Lifecycle"): ttl_days=None keeps a memory until the archival criteria take
-it; ttl_days=0 pins it (a canonical fact); ttl_days=N > 0 sets expires_at = the write + N days, after
-which the nightly Slow Path archives it with reason 'ttl_expired' (memory_lib.eligibility): archived,
-never dropped. A pinned memory never expires.
+TTL: ttl_days=None keeps a memory until the archival criteria take it; ttl_days=0 pins it (a
+canonical fact); ttl_days=N > 0 sets expires_at = the write + N days, after which the nightly Slow
+Path archives it with reason 'ttl_expired' (memory_lib.eligibility): archived, never dropped. A
+pinned memory never expires.
 
 Text that looks like a credential is refused (InvalidInputError on field "content", the secret
 itself never echoed) unless the caller passes allow_secrets=True: it is checked before the text is
@@ -43,12 +50,24 @@ from psycopg.types.json import Jsonb
 
 from . import validation
 from .chunking import Chunk
-from .config import RetrievalConfig, SecretDetectionConfig
+from .config import RetrievalConfig, SecretDetectionConfig, WriteConfig
 from .errors import InvalidInputError
+from .ledger import INSERT_SQL as LEDGER_SQL
+from .ledger import LedgerEntry, entry_params
 from .models import NewMemory, sha256_hex, validate_memory
-from .near_duplicates import LexicalChange, Thresholds, content_words, decide, lexical_change
+from .near_duplicates import (
+    LexicalChange,
+    Thresholds,
+    content_words,
+    lexical_change,
+    restatement,
+    salient_tokens,
+    state_change,
+)
 from .search import Plan, Sql, checked_shape_plan, normalize_tags
 from .store import MEMORY_COLUMNS
+from .summarize import Summary
+from .write_judge import Candidate, Verdict
 
 __all__ = ["LexicalChange", "content_words", "lexical_change"]  # re-exported: the lexical guard lives there
 
@@ -216,6 +235,8 @@ def prepare_memory(
 
 
 Outcome = Literal["created", "duplicate", "merged", "superseded"]
+# Why a memory was merged or superseded: a restatement, the caller, the LLM judge, the opt-in state rule.
+Reason = Literal["duplicate", "restatement", "explicit", "llm", "state_rule"]
 
 
 @dataclass(frozen=True)
@@ -223,11 +244,13 @@ class AddResult:
     memory_id: uuid.UUID  # the live memory holding this text now (a long text: its first chunk)
     outcome: Outcome
     previous_id: uuid.UUID | None = None  # the duplicate, merged-into or superseded memory
-    similarity: float | None = None  # cosine to previous_id for near-duplicates
+    similarity: float | None = None  # cosine to previous_id
     change: LexicalChange | None = None
     parent_id: uuid.UUID | None = None  # a long text stored as chunks: their shared parent id
     chunk_ids: tuple[uuid.UUID, ...] = ()  # ...and the chunks' memory ids, in order
     expires_at: datetime | None = None  # when the memory is archived by its TTL (None: never by TTL)
+    reason: Reason | None = None  # why it was merged or superseded (None: created)
+    judge: dict[str, Any] | None = None  # the LLM judge's verdict, when one was asked
 
 
 BIND_MODEL_SQL = """
@@ -244,7 +267,11 @@ FIND_EXACT_SQL = """
 NEAREST_LIVE_SQL = """
     SELECT id, content, pinned, ttl_days, 1 - (embedding <=> %(embedding)s::vector) AS similarity
     FROM memories WHERE user_id = %(user_id)s AND superseded_by IS NULL AND NOT metadata ? 'chunk'
-    ORDER BY embedding <=> %(embedding)s::vector LIMIT 1"""
+    ORDER BY embedding <=> %(embedding)s::vector LIMIT %(k)s"""
+# The memory an add replaces (explicitly or by a verdict): locked, so no other writer moves it meanwhile.
+TARGET_SQL = """
+    SELECT id, user_id, content, pinned, ttl_days, superseded_by, metadata ? 'chunk' AS is_chunk FROM memories
+    WHERE user_id = %(user_id)s AND id = %(id)s FOR UPDATE"""
 # A TTL given again renews the expiry from now; without one the memory keeps its own.
 TOUCH_SQL = """
     UPDATE memories SET access_count = access_count + 1,
@@ -311,6 +338,45 @@ def _start(memory: PreparedMemory, dim: int, embedding_model: str, actor: str, n
     return shape
 
 
+def _find_exact(memory: PreparedMemory) -> Plan[dict | None]:
+    row = yield Sql(
+        FIND_EXACT_SQL,
+        {"user_id": memory.user_id, "key": memory.dedupe_key, "sha": sha256_hex(memory.content)},
+        "one",
+    )
+    return row
+
+
+def _nearest(user_id: str, embedding: np.ndarray, k: int) -> Plan[list[dict]]:
+    rows = yield Sql(NEAREST_LIVE_SQL, {"user_id": user_id, "embedding": embedding, "k": k}, "all")
+    return rows
+
+
+def judge_candidates(rows: list[dict], content: str, thresholds: Thresholds) -> list[Candidate]:
+    """The close live memories to show the judge: none when one of them is restated (merged without
+    asking), else those at or above the embedder's candidate floor, closest first."""
+    if any(restatement(float(r["similarity"]), r["content"], content, thresholds) for r in rows):
+        return []
+    return [Candidate(r["id"], r["content"], float(r["similarity"])) for r in rows
+            if float(r["similarity"]) >= thresholds.floor]  # fmt: skip
+
+
+def judge_candidates_plan(
+    memory: PreparedMemory,
+    embedding: np.ndarray,
+    *,
+    embedding_model: str,
+    thresholds: Thresholds,
+    k: int,
+) -> Plan[list[Candidate]]:
+    """Read-only, before the add's transaction: what the LLM judge must see ([] when the text is a
+    duplicate or a restatement, or nothing is close): the judge's call holds no lock."""
+    yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
+    if (yield from _find_exact(memory)) is not None:
+        return []
+    return judge_candidates((yield from _nearest(memory.user_id, embedding, k)), memory.content, thresholds)
+
+
 def add_plan(
     memory: PreparedMemory,
     embedding: np.ndarray,
@@ -320,9 +386,13 @@ def add_plan(
     actor: str,
     now: datetime,
     embedder_kind: str | None = None,
+    write: WriteConfig | None = None,
+    supersedes: uuid.UUID | None = None,
+    verdict: Verdict | None = None,
 ) -> Plan[AddResult]:
-    """Add one text that fits one memory (see the module docstring). Near-duplicates by the embedder's
-    calibrated thresholds (memory_lib.near_duplicates; RetrievalConfig overrides them)."""
+    """Add one text that fits one memory (see the module docstring). `verdict`: the LLM judge's, asked
+    by the client over judge_candidates_plan's candidates; it is applied only to a memory still live."""
+    write = write or WriteConfig()
     user_id = memory.user_id
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     now = validation.timestamp("now", now)
@@ -331,54 +401,130 @@ def add_plan(
         dim=int(np.asarray(embedding).size), embedding_model=embedding_model,
     )  # fmt: skip
     yield from _start(memory, int(valid.embedding.size), embedding_model, actor, now)
+    judged = verdict.details() if verdict is not None else None
+    yield from _bill(verdict, memory, now)
 
-    exact = yield Sql(
-        FIND_EXACT_SQL,
-        {"user_id": user_id, "key": memory.dedupe_key, "sha": sha256_hex(memory.content)},
-        "one",
-    )
+    target = None
+    if supersedes is not None:
+        target = yield from _live_target(user_id, supersedes, field="supersedes")
+    exact = yield from _find_exact(memory)
     if exact is not None:
+        if target is not None and exact["id"] != target["id"]:  # the new text is live already: it replaces target
+            yield Sql(SUPERSEDE_SQL, {"user_id": user_id, "old_id": target["id"], "new_id": exact["id"], "now": now},
+                      "rowcount")  # fmt: skip
+            yield _superseded_event(target, exact["id"], memory.content, "explicit", None, actor, now, judged)
+            return AddResult(exact["id"], "superseded", target["id"], reason="explicit",
+                             change=lexical_change(target["content"], memory.content))  # fmt: skip
         expires = yield from _touch(memory, [exact["id"]], now)
         yield event(exact["id"], user_id, "updated", actor, now, {"reason": "duplicate_add"})
-        return AddResult(exact["id"], "duplicate", exact["id"], 1.0, expires_at=expires)
+        return AddResult(exact["id"], "duplicate", exact["id"], 1.0, expires_at=expires, reason="duplicate")
+    if target is not None:
+        return (yield from _supersede(valid, memory, target, None, "explicit", actor, now, judged))
 
-    nearest = yield Sql(NEAREST_LIVE_SQL, {"user_id": user_id, "embedding": valid.embedding}, "one")
-    decision = "new"
-    if nearest is not None:
-        similarity = float(nearest["similarity"])
-        thresholds = near_duplicate_thresholds(config, embedding_model, embedder_kind)
-        decision, change = decide(similarity, nearest["content"], memory.content, thresholds)
-    if decision == "merge":
-        expires = yield from _touch(memory, [nearest["id"]], now)
-        yield event(nearest["id"], user_id, "updated", actor, now,
-                    {"reason": "near_duplicate_add", "similarity": round(similarity, 4)})  # fmt: skip
-        return AddResult(nearest["id"], "merged", nearest["id"], similarity, change, expires_at=expires)
-    if decision == "supersede":
-        # An update keeps the old memory's pin (the fact it replaces was pinned for a reason) and its
-        # TTL policy unless a new one is given.
-        pinned = valid.pinned or nearest["pinned"]
-        ttl = memory.ttl_days if memory.ttl_days is not None else nearest["ttl_days"]
-        update = PreparedMemory(memory.fields, memory.content, memory.dedupe_key, ttl)
-        new_id = yield from _insert(valid, update, actor, now, pinned=pinned, supersedes=nearest["id"])
-        yield Sql(
-            SUPERSEDE_SQL,
-            {"user_id": user_id, "old_id": nearest["id"], "new_id": new_id, "now": now},
-            "rowcount",
-        )
-        yield event(nearest["id"], user_id, "superseded", actor, now,
-                    {"superseded_by": str(new_id), "similarity": round(similarity, 4),
-                     "removed": list(change.removed), "added": list(change.added)})  # fmt: skip
-        return AddResult(new_id, "superseded", nearest["id"], similarity, change,
-                         expires_at=update.expires_at(now, pinned=pinned))  # fmt: skip
+    thresholds = near_duplicate_thresholds(config, embedding_model, embedder_kind)
+    rows = yield from _nearest(user_id, valid.embedding, write.judge_candidates)
+    for row in rows:
+        similarity = float(row["similarity"])
+        if restatement(similarity, row["content"], memory.content, thresholds):
+            return (yield from _merge(memory, row["id"], similarity, "restatement", actor, now, judged))
 
-    new_id = yield from _insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=None)
-    return AddResult(new_id, "created", expires_at=memory.expires_at(now))
+    if verdict is not None and not verdict.failed and verdict.target is not None:
+        locked = yield from _live_target(user_id, verdict.target, field=None)
+        # A merge never drops a name, number, date or negation, whoever proposes it.
+        if locked is not None and not (
+            verdict.decision == "duplicate" and salient_tokens(locked["content"]) != salient_tokens(memory.content)
+        ):
+            similarity = next((float(r["similarity"]) for r in rows if r["id"] == locked["id"]), None)
+            if verdict.decision == "duplicate":
+                return (yield from _merge(memory, locked["id"], similarity, "llm", actor, now, judged))
+            return (yield from _supersede(valid, memory, locked, similarity, "llm", actor, now, judged))
+    if write.state_rule:
+        for row in rows:
+            similarity = float(row["similarity"])
+            if state_change(row["content"], memory.content) is not None:
+                locked = yield from _live_target(user_id, row["id"], field=None)
+                if locked is not None:
+                    return (yield from _supersede(valid, memory, locked, similarity, "state_rule", actor, now, judged))
+
+    new_id = yield from _insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=None, judge=judged)
+    return AddResult(new_id, "created", expires_at=memory.expires_at(now), judge=judged)
+
+
+def _live_target(user_id: str, memory_id: uuid.UUID, *, field: str | None) -> Plan[dict | None]:
+    """The live, unchunked hot memory `memory_id` of the user, locked. field=None: None when it is not
+    (a verdict's target that moved meanwhile); else InvalidInputError naming `field`."""
+    row = yield Sql(TARGET_SQL, {"user_id": user_id, "id": memory_id}, "one")
+    problem = (
+        "is not a hot memory of this user (archived ones: restore first)" if row is None
+        else f"was superseded already, by {row['superseded_by']}" if row["superseded_by"] is not None
+        else "is a chunk of a long text: chunks are never superseded" if row["is_chunk"]
+        else None
+    )  # fmt: skip
+    if problem is None:
+        return row
+    if field is None:
+        return None
+    raise InvalidInputError(field, str(memory_id), problem)
+
+
+def _merge(
+    memory: PreparedMemory, into: uuid.UUID, similarity: float | None, reason: Reason, actor: str, now: datetime,
+    judged: dict[str, Any] | None,
+) -> Plan[AddResult]:  # fmt: skip
+    expires = yield from _touch(memory, [into], now)
+    details: dict[str, Any] = {"reason": "near_duplicate_add", "rule": reason}
+    if similarity is not None:
+        details["similarity"] = round(similarity, 4)
+    if judged is not None:
+        details["judge"] = judged
+    yield event(into, memory.user_id, "updated", actor, now, details)
+    return AddResult(into, "merged", into, similarity, expires_at=expires, reason=reason, judge=judged)
+
+
+def _supersede(
+    valid: NewMemory, memory: PreparedMemory, old: dict, similarity: float | None, reason: Reason, actor: str,
+    now: datetime, judged: dict[str, Any] | None,
+) -> Plan[AddResult]:  # fmt: skip
+    """Insert the new memory and supersede `old` (locked, live). The new one keeps the old one's pin (it
+    was pinned for a reason) and its TTL policy unless a new one is given."""
+    pinned = valid.pinned or old["pinned"]
+    ttl = memory.ttl_days if memory.ttl_days is not None else old["ttl_days"]
+    update = PreparedMemory(memory.fields, memory.content, memory.dedupe_key, ttl)
+    new_id = yield from _insert(valid, update, actor, now, pinned=pinned, supersedes=old["id"], judge=judged)
+    yield Sql(SUPERSEDE_SQL, {"user_id": memory.user_id, "old_id": old["id"], "new_id": new_id, "now": now}, "rowcount")
+    yield _superseded_event(old, new_id, memory.content, reason, similarity, actor, now, judged)
+    return AddResult(new_id, "superseded", old["id"], similarity, lexical_change(old["content"], memory.content),
+                     expires_at=update.expires_at(now, pinned=pinned), reason=reason, judge=judged)  # fmt: skip
+
+
+def _superseded_event(
+    old: dict, new_id: uuid.UUID, content: str, reason: Reason, similarity: float | None, actor: str, now: datetime,
+    judged: dict[str, Any] | None,
+) -> Sql:  # fmt: skip
+    change = lexical_change(old["content"], content)
+    details: dict[str, Any] = {"superseded_by": str(new_id), "reason": reason, "removed": list(change.removed),
+                               "added": list(change.added)}  # fmt: skip
+    if similarity is not None:
+        details["similarity"] = round(similarity, 4)
+    if judged is not None:
+        details["judge"] = judged
+    return event(old["id"], old["user_id"], "superseded", actor, now, details)
+
+
+def _bill(verdict: Verdict | None, memory: PreparedMemory, now: datetime) -> Plan[None]:
+    """The judge's answer in the ledger (llm_usage), in the add's transaction."""
+    if verdict is None or verdict.usage is None:
+        return
+    u = verdict.usage
+    spent = Summary("", u.model, verdict.provider, u.input_tokens, u.output_tokens, u.cost_usd, mode="sync")
+    entry = LedgerEntry(spent, "failed" if verdict.failed else "ok", user_id=memory.user_id, purpose="write_judge")
+    yield Sql(LEDGER_SQL, entry_params(entry), "rowcount")
 
 
 def near_duplicate_thresholds(config: RetrievalConfig, embedding_model: str, kind: str | None) -> Thresholds:
     from .near_duplicates import thresholds_for
 
-    return thresholds_for(embedding_model, kind, vector=config.near_duplicate_threshold,
+    return thresholds_for(embedding_model, kind, paraphrase=config.near_duplicate_threshold,
                           floor=config.near_duplicate_floor)  # fmt: skip
 
 
@@ -437,6 +583,7 @@ def _insert(
     *,
     pinned: bool,
     supersedes: uuid.UUID | None,
+    judge: dict[str, Any] | None = None,
 ) -> Plan[uuid.UUID]:
     yield Sql(
         INSERT_SQL,
@@ -456,5 +603,7 @@ def _insert(
         details["ttl_days"] = memory.ttl_days
     if "chunk" in valid.metadata:
         details["parent_id"] = valid.metadata["chunk"]["parent_id"]
+    if judge is not None:
+        details["judge"] = judge
     yield event(valid.id, valid.user_id, "created", actor, now, details)
     return valid.id

@@ -121,8 +121,7 @@ def _summary(result) -> list[tuple]:
 
 
 def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_store):
-    retrieval = RetrievalConfig(hot_similarity_threshold=0.2, archived_similarity_threshold=0.2,
-                                near_duplicate_threshold=0.35)  # fmt: skip
+    retrieval = RetrievalConfig(hot_similarity_threshold=0.2, archived_similarity_threshold=0.2)
     sync = _client(conn, local_store, retrieval)
     texts = ["Prefers cortado in the morning", "Kayak trip on the Douro with Tiago", "Refund for ORD-4417 approved",
              "Dentist appointment moved to Tuesday", "Garden tomatoes need compost"]  # fmt: skip
@@ -141,6 +140,7 @@ def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_s
             adds = [await client.add("u2", t, now=NOW) for t in
                     ("Prefers cortado in the morning", "prefers cortado in the  morning",
                      "Prefers flat white in the morning")]  # fmt: skip
+            adds.append(await client.add("u2", "Prefers oat milk", supersedes=adds[2].memory_id, now=NOW))
             archive_id = searches[0].archived[0].id
             expansion = await client.expand("u1", archive_id, now=NOW)
             touched = await client.record_access("u1", [h.id for h in searches[1]], now=NOW)
@@ -155,9 +155,9 @@ def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_s
     assert a_context == sync.build_context("u1", "kayak", ["hello"], phase2="always", now=NOW)
     s_adds = [sync.add("u3", t, now=NOW) for t in
               ("Prefers cortado in the morning", "prefers cortado in the  morning", "Prefers flat white in the morning")]  # fmt: skip
-    assert (
-        [a.outcome for a in a_adds] == [s.outcome for s in s_adds] == ["created", "duplicate", "superseded"]
-    )
+    s_adds.append(sync.add("u3", "Prefers oat milk", supersedes=s_adds[2].memory_id, now=NOW))
+    assert [a.outcome for a in a_adds] == [s.outcome for s in s_adds] == ["created", "duplicate", "created", "superseded"]
+    assert [a.reason for a in a_adds] == [s.reason for s in s_adds] == [None, "duplicate", None, "explicit"]
     s_expansion = sync.expand("u1", a_expansion.archive_id, now=NOW + timedelta(seconds=1))
     assert s_expansion.content == a_expansion.content and s_expansion.original == a_expansion.original
     assert (a_expansion.expansions_in_window, s_expansion.expansions_in_window) == (1, 2)

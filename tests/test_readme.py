@@ -27,6 +27,24 @@ def test_library_example_runs(monkeypatch, db_url, tmp_path, capsys):
     assert "'recent_turns'" in out or "recent_turns" in out
 
 
+def test_memory_api_example_runs(db_url, local_store, capsys):
+    """The "Memory API" snippet as written, with `memory` and `user` as the library example makes them."""
+    from memory_lib.client import MemoryClient
+    from memory_lib.config import Settings
+    from memory_lib.db import connect
+    from memory_lib.embedding import HashingEmbedder
+
+    text = README.read_text()
+    section = text[text.index("### Memory API") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    with connect(db_url) as conn:
+        memory = MemoryClient(conn, embedder=HashingEmbedder(64), object_store=local_store, settings=Settings())
+        exec(compile(code, "README.md", "exec"), {"memory": memory, "user": "user-42"})
+        assert capsys.readouterr().out.strip() == "['created', 'superseded']"
+        rows = conn.execute("SELECT content, superseded_by IS NULL AS live FROM memories").fetchall()
+        assert rows == []  # delete forgets the memory and the versions it superseded
+
+
 @pytest.mark.slow
 def test_library_example_against_the_demo_data(tmp_path):
     """The README's "against the demo data" steps: a (small) demo, its demo.env loaded, the example run

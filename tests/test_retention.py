@@ -15,7 +15,7 @@ from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
 from memory_lib import nights, retention
 from memory_lib.archive import ArchivalServices
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetentionConfig, RetrievalConfig, Settings
+from memory_lib.config import ArchivalCriteria, RetentionConfig, Settings
 from memory_lib.eligibility import REASON_RETENTION, REASON_SUPERSEDED, select_eligible
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.store import insert_memories
@@ -213,12 +213,13 @@ def test_default_policy_is_adr004_and_ignores_the_floor(conn):
 
 @pytest.mark.parametrize("policy", ["adr004", "retention"])
 def test_superseded_memory_is_archived_the_next_night_with_reason_superseded(conn, local_store, policy):
-    settings = Settings(retrieval=RetrievalConfig(near_duplicate_threshold=0.35))
+    settings = Settings()
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
     day = NIGHT0
     start = as_of(day) - timedelta(hours=15)  # 09:00 on NIGHT0
     old = client.add("u1", "User prefers cortado in the morning", now=start)
-    new = client.add("u1", "User prefers flat white in the morning", now=start + timedelta(hours=6))
+    new = client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
+                     now=start + timedelta(hours=6))  # fmt: skip
     assert new.outcome == "superseded" and new.previous_id == old.memory_id
     criteria = ArchivalCriteria(policy=policy)
     # The night before it was superseded archives nothing.
@@ -233,11 +234,12 @@ def test_superseded_memory_is_archived_the_next_night_with_reason_superseded(con
 
 
 def test_superseded_memories_come_first_in_a_full_batch(conn):
-    settings = Settings(retrieval=RetrievalConfig(near_duplicate_threshold=0.35))
+    settings = Settings()
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
     insert_memories(conn, make_memories(5, dim=TEST_DIM, now=as_of(NIGHT0), importance=0.0), actor="test")
-    client.add("u1", "User prefers cortado in the morning", now=as_of(NIGHT0) - timedelta(hours=5))
-    new = client.add("u1", "User prefers flat white in the morning", now=as_of(NIGHT0) - timedelta(hours=4))
+    old = client.add("u1", "User prefers cortado in the morning", now=as_of(NIGHT0) - timedelta(hours=5))
+    new = client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
+                     now=as_of(NIGHT0) - timedelta(hours=4))  # fmt: skip
     rows = select_eligible(conn, ArchivalCriteria(), as_of(NIGHT0), limit=1)
     assert [(r["id"], r["reason"]) for r in rows] == [(new.previous_id, REASON_SUPERSEDED)]
 
@@ -283,10 +285,11 @@ def test_asset_materializes_each_night_with_its_own_numbers_in_one_ranged_run(co
 
 def test_a_superseded_memory_used_since_is_not_sent_back(conn):
     """A superseded memory re-promoted by its expansions (each an access) stays hot the next night."""
-    settings = Settings(retrieval=RetrievalConfig(near_duplicate_threshold=0.35))
+    settings = Settings()
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
     old = client.add("u1", "User prefers cortado in the morning", now=as_of(NIGHT0) - timedelta(hours=9))
-    client.add("u1", "User prefers flat white in the morning", now=as_of(NIGHT0) - timedelta(hours=8))
+    client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
+               now=as_of(NIGHT0) - timedelta(hours=8))  # fmt: skip
     assert [r["reason"] for r in select_eligible(conn, ArchivalCriteria(), as_of(NIGHT0), limit=5)] == [
         REASON_SUPERSEDED
     ]

@@ -20,15 +20,10 @@ from memory_lib.write_path import dedupe_key, find_secret, lexical_change, norma
 from tests.conftest import TEST_DIM
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
-# The hashing embedder is lexical: one changed word in a short sentence scores ~0.4-0.75, where a
-# semantic model scores > 0.92. Tests lower the threshold to exercise the guard with it.
-LEXICAL_NEAR_DUP = 0.35
 
 
 def _client(conn, **retrieval) -> MemoryClient:
-    settings = Settings(
-        retrieval=RetrievalConfig(**({"near_duplicate_threshold": LEXICAL_NEAR_DUP} | retrieval))
-    )
+    settings = Settings(retrieval=RetrievalConfig(**retrieval))
     return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
 
 
@@ -147,18 +142,22 @@ def test_same_text_for_another_user_is_their_own_memory(conn):
 
 
 def test_near_duplicate_with_the_same_words_is_merged(conn):
-    client = _client(conn, near_duplicate_threshold=0.92)
+    client = _client(conn)
     first = client.add("u1", "User prefers cortado in the morning.", now=T0)
     merged = client.add("u1", "The user prefers cortado in the morning", now=T0 + timedelta(hours=1))
     assert merged.outcome == "merged" and merged.memory_id == first.memory_id
-    assert merged.similarity is not None and merged.similarity >= 0.92
+    assert merged.reason == "restatement" and merged.similarity is not None
     assert [r["id"] for r in _live(conn, "u1")] == [first.memory_id]
 
 
-def test_changed_value_supersedes_the_old_memory(conn):
+def test_changed_value_is_a_new_memory_unless_told_it_supersedes(conn):
     client = _client(conn)
     old = client.add("u1", "User prefers cortado in the morning", now=T0)
-    new = client.add("u1", "User prefers flat white in the morning", now=T0 + timedelta(days=1))
+    other = client.add("u2", "User prefers cortado in the morning", now=T0)
+    kept = client.add("u2", "User prefers flat white in the morning", now=T0 + timedelta(days=1))
+    assert kept.outcome == "created" and len(_live(conn, "u2")) == 2 and other.outcome == "created"
+    new = client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
+                     now=T0 + timedelta(days=1))  # fmt: skip
     assert new.outcome == "superseded" and new.previous_id == old.memory_id
     assert new.change is not None and new.change.added == ("flat", "white")
     rows = {r["id"]: r for r in _live(conn, "u1")}
@@ -170,13 +169,15 @@ def test_changed_value_supersedes_the_old_memory(conn):
         (old.memory_id,),
     ).fetchone()["details"]
     assert detail["superseded_by"] == str(new.memory_id) and detail["removed"] == ["cortado"]
+    assert detail["reason"] == "explicit"
     # Search sees only the current fact.
     hits = client.search(
         "u1", "what does the user prefer in the morning", phase2="never", now=T0 + timedelta(days=1)
     )
     assert [h.provenance.memory_id for h in hits] == [new.memory_id]
     # Going back to the old value supersedes again: the old text is not "still there".
-    back = client.add("u1", "User prefers cortado in the morning", now=T0 + timedelta(days=2))
+    back = client.add("u1", "User prefers cortado in the morning", supersedes=new.memory_id,
+                      now=T0 + timedelta(days=2))  # fmt: skip
     assert back.outcome == "superseded" and back.previous_id == new.memory_id
     assert sum(r["superseded_by"] is None for r in _live(conn, "u1")) == 1
 
@@ -191,8 +192,8 @@ def test_unrelated_text_is_a_new_memory(conn):
 
 def test_superseding_a_pinned_memory_keeps_the_pin(conn):
     client = _client(conn)
-    client.add("u1", "Emergency contact is Maria", pinned=True, now=T0)
-    new = client.add("u1", "Emergency contact is Joana", now=T0)
+    old = client.add("u1", "Emergency contact is Maria", pinned=True, now=T0)
+    new = client.add("u1", "Emergency contact is Joana", supersedes=old.memory_id, now=T0)
     assert new.outcome == "superseded"
     assert {r["id"]: r["pinned"] for r in _live(conn, "u1")}[new.memory_id] is True
 

@@ -205,49 +205,43 @@ def test_the_same_text_with_a_ttl_renews_the_expiry(conn):
     assert (row["ttl_days"], row["expires_at"]) == (10, t + timedelta(days=11))
 
 
-# --------------------------------------------------------------------------- near-duplicates, default settings
+# --------------------------------------------------------------------------- the README example, default settings
 
 README_OLD = "Prefers a cortado in the morning"
 README_NEW = "Prefers a flat white in the morning"
 
 
-def _supersedes_with(client: MemoryClient, conn) -> None:
+def _readme_example(client: MemoryClient, conn) -> None:
+    """Add-only by default: a changed value is a second memory until the caller says what it replaces."""
     t = datetime(2026, 3, 1, 9, tzinfo=UTC)
     old = client.add("alice", README_OLD, now=t)
-    new = client.add("alice", README_NEW, now=t + timedelta(hours=1))
+    kept = client.add("bob", README_OLD, now=t)
+    both = client.add("bob", README_NEW, now=t + timedelta(hours=1))
+    assert both.outcome == "created" and kept.outcome == "created"
+    new = client.add("alice", README_NEW, supersedes=old.memory_id, now=t + timedelta(hours=1))
     assert new.outcome == "superseded" and new.previous_id == old.memory_id, new
     assert new.change is not None and new.change.added == ("flat", "white")
-    live = conn.execute("SELECT content FROM memories WHERE superseded_by IS NULL").fetchall()
+    live = conn.execute("SELECT content FROM memories WHERE superseded_by IS NULL AND user_id = 'alice'").fetchall()
     assert [r["content"] for r in live] == [README_NEW]
     # Unrelated and related-but-different facts stay separate memories.
     assert client.add("alice", "Drinks green tea in the evening", now=t).outcome == "created"
     assert client.add("alice", "ORD-4471 refund requested", now=t).outcome == "created"
-    assert client.add("alice", "ORD-4147 refund requested", now=t).outcome == "created"  # another subject
+    assert client.add("alice", "ORD-4147 refund requested", now=t).outcome == "created"  # another order
 
 
-def test_the_readme_example_supersedes_with_the_default_hashing_embedder(make_conn):
+def test_the_readme_example_with_the_default_hashing_embedder(make_conn):
     """Settings() untouched: the default embedder (hashing, 1536-d) and its calibrated thresholds."""
     settings = Settings()
     assert settings.embedding.provider == "auto" and settings.retrieval.near_duplicate_threshold is None
     conn = make_conn(settings.embedding.dim)
     client = MemoryClient(conn, embedder=HashingEmbedder(settings.embedding.dim), settings=settings, actor="t")
-    _supersedes_with(client, conn)
+    _readme_example(client, conn)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="needs the local extra")
-def test_the_readme_example_supersedes_with_the_local_embedder(make_conn):
+def test_the_readme_example_with_the_local_embedder(make_conn):
     from memory_lib.embedding import LOCAL_MODEL_DIM, LocalEmbedder
 
     conn = make_conn(LOCAL_MODEL_DIM)
     client = MemoryClient(conn, embedder=LocalEmbedder(), settings=Settings(), actor="t")
-    _supersedes_with(client, conn)
-
-
-def test_the_shipped_thresholds_hold_on_the_labelled_pairs():
-    """The calibration bench's labelled set: the shipped hashing thresholds keep what they were chosen for."""
-    from bench.near_duplicates import cosines, score
-    from memory_lib.near_duplicates import thresholds_for
-
-    embedder = HashingEmbedder(1536)
-    result = score(cosines(embedder), thresholds_for(embedder.model, embedder.kind))
-    assert result == {"right": 39, "missed": 7, "false_same": 2}
+    _readme_example(client, conn)

@@ -12,9 +12,13 @@ of the request text. Faults are switched on by setting attributes at any time:
 - `empty_summary_fraction`: selected contents get an empty summary text.
 - `summary_override`, `omit_text_block`, `embedding_dim_override`: malformed answers.
 - `delay_seconds`: sleep before answering (client timeouts).
+- `batch_create_status` / `batch_create_creates` / `batch_create_delay_seconds`: batch creates refused
+  (401: a bad key), failing after the batch was made (a 500 after create), or answered late.
 - `evaluator_decision`: what a search-escalation evaluator prompt (memory_lib.escalation, "You are
   evaluating memory search results") gets back: a dict is sent as its JSON, a string verbatim (malformed
   answers). None: {"sufficient": false, "action": "search_facts"} for a "who is" query, else "return".
+- `judge_decision`: what a write-judge prompt (memory_lib.write_judge) gets back, the same way; None: a
+  rule standing in for a model (see `_judgement`).
 
 No key is checked: tests pass an obviously fake one such as "test-key-not-a-secret".
 """
@@ -40,6 +44,7 @@ import numpy as np
 
 FAKE_API_KEY = "test-key-not-a-secret"
 EVALUATOR_MARKER = "You are evaluating memory search results."
+JUDGE_MARKER = "You decide how a new memory relates to the memories a user already has."
 DEFAULT_EMBEDDING_DIM = 1536
 _SENTENCE = re.compile(r"\S.*?(?:[.!?](?=\s|$)|$)", re.DOTALL)
 
@@ -157,6 +162,7 @@ class FakeLLMServer:
         self.embedding_dim_override: int | None = None
         self.delay_seconds = 0.0
         self.evaluator_decision: dict[str, Any] | str | None = None
+        self.judge_decision: dict[str, Any] | str | None = None  # write-judge answers (see _judgement)
         self.html_responses = 0  # the next N answers are a proxy's HTML error page with status 200
         self.requests: list[RecordedRequest] = []
         # Batch APIs (Anthropic Message Batches, OpenAI Batch API + files). See batch_post/batch_get.
@@ -164,6 +170,11 @@ class FakeLLMServer:
         self.batch_outcome = "ended"  # of batches created from now on: "ended", "expired" or "canceled"
         self.hold_batches = False  # batches stay in progress (a run that stops waiting)
         self.batch_error_when_contains: str | None = None  # these memories' results are errored
+        # Batch creates answered with this HTTP status (401: a bad key); `batch_create_creates` makes the
+        # batch first (a 500 after create); `batch_create_delay_seconds` answers a create late (timeouts).
+        self.batch_create_status: int | None = None
+        self.batch_create_creates = False
+        self.batch_create_delay_seconds = 0.0
         self.batch_results_usage: list[tuple[str, dict[str, Any]]] = []  # (provider, usage) of results served
         self._batches: dict[str, dict[str, Any]] = {}
         self._files: dict[str, bytes] = {}
@@ -214,6 +225,7 @@ class FakeLLMServer:
         with self._lock:
             self.fail_fraction = 0.0
             self.fail_status = 500
+            self.fail_when_contains = None
             self.transient_failures = 0
             self.transient_status = 429
             self.empty_summary_fraction = 0.0
@@ -225,11 +237,15 @@ class FakeLLMServer:
             self.embedding_dim_override = None
             self.delay_seconds = 0.0
             self.evaluator_decision = None
+            self.judge_decision = None
             self.html_responses = 0
             self.batch_polls_before_end = 1
             self.batch_outcome = "ended"
             self.hold_batches = False
             self.batch_error_when_contains = None
+            self.batch_create_status = None
+            self.batch_create_creates = False
+            self.batch_create_delay_seconds = 0.0
             self.batch_results_usage.clear()
             self._batches.clear()
             self._files.clear()
@@ -269,13 +285,31 @@ class FakeLLMServer:
             kind, batch_id = "openai", f"batch_fake{next(self._ids):06d}"
         else:
             return 404, b'{"error": "no route"}', "application/json"
+        fault = self._batch_create_fault(path)
+        if fault is not None and not self.batch_create_creates:
+            return fault
         with self._lock:
             self._batches[batch_id] = {
                 "id": batch_id, "kind": kind, "requests": requests, "created_at": now, "polls": 0,
                 "outcome": self.batch_outcome, "results": None, "metadata": body.get("metadata") or {},
                 "input_file_id": body.get("input_file_id"),
             }  # fmt: skip
-        return self._json(self._batch_object(self._batches[batch_id], poll=False))
+        if self.batch_create_delay_seconds > 0:
+            time.sleep(self.batch_create_delay_seconds)
+        return fault or self._json(self._batch_object(self._batches[batch_id], poll=False))
+
+    def _batch_create_fault(self, path: str) -> tuple[int, bytes, str] | None:
+        status = self.batch_create_status
+        if status is None:
+            return None
+        message = "invalid x-api-key" if status == 401 else "batch create failure injected"
+        _, payload = self._error("/v1/messages" if path.startswith("/v1/messages") else path, status, message)
+        return status, json.dumps(payload).encode(), "application/json"
+
+    def batches_created(self) -> int:
+        """Batches that exist at the fake provider (a refused create makes none)."""
+        with self._lock:
+            return len(self._batches)
 
     def batch_get(self, path: str) -> tuple[int, bytes, str]:
         parts = path.strip("/").split("/")  # v1 messages batches ID [results] | v1 batches ID | v1 files ID content
@@ -517,6 +551,32 @@ class FakeLLMServer:
         with self._lock:
             return sum(1 for r in self.requests if EVALUATOR_MARKER in json.dumps(r.body))
 
+    def _judgement(self, prompt: str) -> str:
+        """A write-judge prompt (memory_lib.write_judge): `judge_decision` when set (a dict as its JSON, a
+        string verbatim), else a rule standing in for a model: 'duplicate' of a stored memory with the same
+        words, 'updates' one whose state the new text changes (memory_lib.near_duplicates.state_change),
+        else 'new'."""
+        from memory_lib.near_duplicates import content_words, state_change
+
+        if isinstance(self.judge_decision, str):
+            return self.judge_decision
+        if self.judge_decision is not None:
+            return json.dumps(self.judge_decision)
+        stored = re.findall(r"^\[(\d+)\] <stored>(.*)</stored>$", prompt, re.MULTILINE)
+        new = memory_content(prompt)
+        for number, text in stored:
+            if content_words(text) == content_words(new):
+                return json.dumps({"decision": "duplicate", "target": int(number), "reason": "same words"})
+        for number, text in stored:
+            if state_change(text, new) is not None:
+                return json.dumps({"decision": "updates", "target": int(number), "reason": "state changed"})
+        return json.dumps({"decision": "new", "target": None, "reason": "another memory"})
+
+    def judge_requests(self) -> int:
+        """Requests that were write-judge prompts."""
+        with self._lock:
+            return sum(1 for r in self.requests if JUDGE_MARKER in json.dumps(r.body))
+
     def _summary_for(self, content: str) -> str:
         if EVALUATOR_MARKER in content:
             return self._evaluation(content)
@@ -532,6 +592,9 @@ class FakeLLMServer:
         """The model's text: the summary JSON when the prompt asks for it, else the plain summary."""
         if self.raw_output_override is not None:
             return self.raw_output_override
+        prompt = self._prompt_of(body)
+        if JUDGE_MARKER in prompt:
+            return self._judgement(prompt)
         summary = self._summary_for(content)
         if not wants_json(self._prompt_of(body)):
             return summary
