@@ -63,6 +63,7 @@ from .near_duplicates import (
     restatement,
     salient_tokens,
     state_change,
+    thresholds_for,
 )
 from .search import Plan, Sql, checked_shape_plan, normalize_tags
 from .store import MEMORY_COLUMNS
@@ -402,7 +403,7 @@ def add_plan(
     )  # fmt: skip
     yield from _start(memory, int(valid.embedding.size), embedding_model, actor, now)
     judged = verdict.details() if verdict is not None else None
-    yield from _bill(verdict, memory, now)
+    yield from _bill(verdict, memory)
 
     target = None
     if supersedes is not None:
@@ -511,7 +512,7 @@ def _superseded_event(
     return event(old["id"], old["user_id"], "superseded", actor, now, details)
 
 
-def _bill(verdict: Verdict | None, memory: PreparedMemory, now: datetime) -> Plan[None]:
+def _bill(verdict: Verdict | None, memory: PreparedMemory) -> Plan[None]:
     """The judge's answer in the ledger (llm_usage), in the add's transaction."""
     if verdict is None or verdict.usage is None:
         return
@@ -522,8 +523,7 @@ def _bill(verdict: Verdict | None, memory: PreparedMemory, now: datetime) -> Pla
 
 
 def near_duplicate_thresholds(config: RetrievalConfig, embedding_model: str, kind: str | None) -> Thresholds:
-    from .near_duplicates import thresholds_for
-
+    """The embedder's calibrated thresholds with RetrievalConfig's overrides."""
     return thresholds_for(embedding_model, kind, paraphrase=config.near_duplicate_threshold,
                           floor=config.near_duplicate_floor)  # fmt: skip
 
