@@ -28,6 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .config import ArchivalCriteria
+from .db import pid_alive
 from .eligibility import ELIGIBLE_SQL, ORDER_SQL, REASON_SQL, criteria_params
 from .errors import InvalidInputError
 from .shards import ALL, Shard, shard_filter
@@ -58,16 +59,6 @@ class Holder:
         return cls(owner, socket.gethostname(), os.getpid() if track_pid else None)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _dead_holders(conn: psycopg.Connection) -> list[str]:
     """Unfinished batches whose holder process on this host no longer exists."""
     rows = conn.execute(
@@ -75,7 +66,7 @@ def _dead_holders(conn: psycopg.Connection) -> list[str]:
            WHERE finished_at IS NULL AND lease_pid IS NOT NULL AND lease_host = %s""",
         (socket.gethostname(),),
     ).fetchall()
-    return [r["batch_key"] for r in rows if r["lease_pid"] != os.getpid() and not _pid_alive(r["lease_pid"])]
+    return [r["batch_key"] for r in rows if r["lease_pid"] != os.getpid() and not pid_alive(r["lease_pid"])]
 
 
 def claim_batch(

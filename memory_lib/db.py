@@ -226,7 +226,8 @@ def _clear_half_made(ps: ModuleType, pgdata: Path) -> bool:
     return True
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -266,7 +267,7 @@ def embedded_pgdata_state(pgdata: Path, *, log_lines: int = 20) -> str:
             parts.append(f"postmaster.pid unreadable: {pidfile[:100]!r}")
         else:
             status = lines[7].strip() if len(lines) > 7 else "not written yet"
-            alive = "alive" if _pid_alive(abs(pid)) else "not running (a stale file)"
+            alive = "alive" if pid_alive(abs(pid)) else "not running (a stale file)"
             who = f"pid {pid}" if pid > 0 else f"single-user (initdb) backend {-pid}"
             parts.append(f"postmaster.pid names {who}, {alive}, status {status}")
     text = read(pgdata / "log")
