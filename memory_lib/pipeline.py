@@ -258,7 +258,7 @@ def run_batch(
             set_pause(conn, reason=report.problem or "tier integrity failed", actor=actor, batch_key=batch_key,
                       details={"check": "tiers_consistent"})  # fmt: skip
     report.status = archive.batch_status(conn, batch_key)
-    report.stall = stalls.diagnose(conn, batch_key)
+    report.stall = stalls.diagnose(conn, batch_key, report.status)
     if report.problem is not None:
         report.paused = pause_status(conn)
     return report

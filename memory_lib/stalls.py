@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from . import batches
-from .archive import batch_status
+from .archive import BatchStatus, batch_status
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,10 @@ def _top_error(conn: psycopg.Connection, batch_key: str) -> dict | None:
     ).fetchone()
 
 
-def diagnose(conn: psycopg.Connection, batch_key: str) -> Stall:
-    """The batch's stall, from the database (every run of the batch so far)."""
-    status = batch_status(conn, batch_key)
+def diagnose(conn: psycopg.Connection, batch_key: str, status: BatchStatus | None = None) -> Stall:
+    """The batch's stall, from the database (every run of the batch so far); `status`: the batch's
+    archive.batch_status when the caller has just read it."""
+    status = status if status is not None else batch_status(conn, batch_key)
     claimed, archived = status.attempted, status.archived
     held = batches.held_submissions(conn, batch_key)
     stalled = any(h.stalled for h in held) or (claimed > 0 and 2 * archived < claimed)
