@@ -42,9 +42,11 @@ from typing import Any
 
 import numpy as np
 
+from memory_lib.near_duplicates import content_words, state_change
+from memory_lib.write_judge import JUDGE_MARKER  # the prompt the write judge sends
+
 FAKE_API_KEY = "test-key-not-a-secret"
 EVALUATOR_MARKER = "You are evaluating memory search results."
-JUDGE_MARKER = "You decide how a new memory relates to the memories a user already has."
 DEFAULT_EMBEDDING_DIM = 1536
 _SENTENCE = re.compile(r"\S.*?(?:[.!?](?=\s|$)|$)", re.DOTALL)
 
@@ -556,8 +558,6 @@ class FakeLLMServer:
         string verbatim), else a rule standing in for a model: 'duplicate' of a stored memory with the same
         words, 'updates' one whose state the new text changes (memory_lib.near_duplicates.state_change),
         else 'new'."""
-        from memory_lib.near_duplicates import content_words, state_change
-
         if isinstance(self.judge_decision, str):
             return self.judge_decision
         if self.judge_decision is not None:
