@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import validation
 from .config import ArchivalCriteria
 from .db import pid_alive
 from .eligibility import ELIGIBLE_SQL, ORDER_SQL, REASON_SQL, criteria_params
@@ -85,8 +86,7 @@ def claim_batch(
     memories. Idempotent: a batch is claimed once; claiming it again renews its lease and returns
     what it holds. Concurrent claimers never share a memory (SKIP LOCKED and the one-open index).
     """
-    if not isinstance(batch_key, str) or not batch_key.strip() or "\x00" in batch_key:
-        raise InvalidInputError("batch_key", batch_key, "must be a non-empty string")
+    batch_key = validation.batch_key("batch_key", batch_key)
     as_of = as_of.astimezone(UTC)
     limit = criteria.batch_size if limit is None else limit
     if not isinstance(limit, int) or not 0 <= limit <= criteria.batch_size:

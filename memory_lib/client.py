@@ -41,6 +41,7 @@ from .context import (
     approx_token_count,
     assemble_context,
     check_assembly_options,
+    check_counter,
     check_max_tokens,
     prepare_items,
     prepare_turns,
@@ -327,8 +328,8 @@ def _parts(
     if reranker is not None and not callable(getattr(reranker, "rerank", None)):
         raise InvalidInputError("reranker", reranker, "must have a rerank(query, hits) method (memory_lib.rerank)")
     judge = write_judge_from_settings(settings.write, settings.llm)
-    return _Parts(embedder, object_store, settings, actor, token_counter or approx_token_count, evaluator, reranker,
-                  judge)  # fmt: skip
+    counter = approx_token_count if token_counter is None else check_counter(token_counter, "token_counter")
+    return _Parts(embedder, object_store, settings, actor, counter, evaluator, reranker, judge)
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,21 @@ snippets), and all of them within total - reserve (8000 - 1500), or a smaller `m
 Near-duplicates are dropped first (recent turns win over snippets, snippets over summaries). When
 the parts together exceed the total, trimming goes in the seed's order: snippets (worst first), then
 recent turns (oldest first), then summaries (lowest level first, oldest first within a level). Every block keeps its provenance and its
-token count. Token counting is pluggable; the default is an offline approximation (no tokenizer
-download) that errs on the high side.
+token count. Token counting is pluggable (a count must be an integer >= 0); the default is an
+offline approximation (no tokenizer download) that errs on the high side.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
+
+import numpy as np
 
 from . import validation
 from .config import ContextBudget
@@ -226,8 +229,37 @@ def check_max_tokens(max_tokens: object) -> int | None:
 def check_assembly_options(budget: object, counter: object) -> None:
     if budget is not None and not isinstance(budget, ContextBudget):
         raise InvalidInputError("budget", budget, "must be a ContextBudget")
-    if counter is not None and not callable(counter):
-        raise InvalidInputError("counter", counter, "must be a callable returning a token count")
+    if counter is not None:
+        check_counter(counter)
+
+
+# Counted once when a counter is given: a counter that cannot count fails before any search or write.
+_PROBE_TEXT = "The user prefers a cortado before 10 am."
+
+
+def check_counter(counter: object, field: str = "counter") -> TokenCounter:
+    """`counter`, checked on a probe text and wrapped so every count it returns is checked too."""
+    if not callable(counter):
+        raise InvalidInputError(field, counter, "must be a callable returning a token count")
+    checked = counter if isinstance(counter, _CheckedCounter) else _CheckedCounter(counter, field)
+    checked(_PROBE_TEXT)
+    return checked
+
+
+class _CheckedCounter:
+    """A token count is an integer >= 0: anything else would break the budget arithmetic, so it raises
+    InvalidInputError naming the counter's field and the value it returned."""
+
+    def __init__(self, counter: Callable[[str], object], field: str):
+        self.counter, self.field = counter, field
+
+    def __call__(self, text: str) -> int:
+        n = self.counter(text)
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 0:
+            raise InvalidInputError(
+                self.field, n, f"returned for a text of {len(text)} characters: a token count must be an integer >= 0"
+            )
+        return int(n)
 
 
 class _DuplicateFilter:
@@ -274,7 +306,8 @@ def assemble_context(
     """Pack the three parts within their budgets. `recent_turns` are in conversation order (oldest
     first); `snippets` best first; `summaries` in any order (they are ordered by created_at, an item
     without one counting as newest)."""
-    check_assembly_options(budget, counter)
+    check_assembly_options(budget, None)
+    counter = check_counter(counter)  # every count it returns is checked
     budget = budget or ContextBudget()
     available = budget.total - budget.reserve
     if check_max_tokens(max_tokens) is not None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
 
-from .errors import IntegrityError, InvalidInputError, ObjectNotFoundError, ObjectStoreError
+from .errors import ConfigError, IntegrityError, InvalidInputError, ObjectNotFoundError, ObjectStoreError
 from .models import sha256_hex
 
 if TYPE_CHECKING:
@@ -184,12 +184,38 @@ def _check_stored(obj: StoredObject, sha256: str, size: int) -> None:
         raise IntegrityError(f"{obj.key} (sha256)", sha256, obj.sha256)
 
 
+LOCAL_ROOT_FIELD = "object_store.local_root"
+LOCAL_ROOT_VARIABLE = "MEMORY_ARCHIVE_LOCAL_ROOT"
+# Kernel pseudo-filesystems: a directory there is never a place for files, whatever access() says.
+_PSEUDO_FS = (Path("/proc"), Path("/sys"))
+
+
+def local_root_problem(root: Path) -> str | None:
+    """Why the absolute path `root` cannot be a local store's root, or None: it is a writable directory,
+    or one can be created there. Reads the file system only, creates nothing."""
+    for pseudo in _PSEUDO_FS:
+        if root.is_relative_to(pseudo):
+            return f"is under {pseudo}, a kernel pseudo-filesystem: choose a writable directory"
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        if existing == root:
+            return "is an existing file, not a directory"
+        return f"cannot be created: {existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "is not writable" if existing == root else f"cannot be created: {existing} is not writable"
+    return None
+
+
 class LocalObjectStore(_BaseStore):
     """Objects as files under `root`; ref `file://<abs root>/<key>`."""
 
     def __init__(self, root: Path, prefix: str = "memory-archive"):
         super().__init__(prefix)
         self.root = Path(root).resolve()
+        if (problem := local_root_problem(self.root)) is not None:
+            raise InvalidInputError(LOCAL_ROOT_FIELD, str(root), problem)
 
     def _path(self, key: str) -> Path:
         path = self.root / _check_key(key)
@@ -531,6 +557,21 @@ def object_store_from_settings(settings: Settings) -> ObjectStore:
         client = s3_client(cfg.endpoint_url, cfg.region_name, connect_timeout=cfg.connect_timeout_seconds,
                            read_timeout=cfg.read_timeout_seconds, max_attempts=cfg.max_attempts)  # fmt: skip
         return S3ObjectStore(client, cfg.bucket, cfg.prefix)
-    root = settings.local_object_root
-    root.mkdir(parents=True, exist_ok=True)
-    return LocalObjectStore(root, cfg.prefix)
+    return open_local_store(settings.local_object_root, cfg.prefix)
+
+
+def open_local_store(root: Path, prefix: str = "memory-archive") -> LocalObjectStore:
+    """The local store at `root`, created if missing. A root that is not (and cannot become) a writable
+    directory raises ConfigError naming MEMORY_ARCHIVE_LOCAL_ROOT and the path; nothing is written."""
+    try:
+        store = LocalObjectStore(root, prefix)
+        _makedirs(store.root)
+        return store
+    except InvalidInputError as exc:
+        reason = exc.reason
+    except OSError as exc:
+        reason = f"cannot be created: {exc.strerror or exc}"
+    raise ConfigError(
+        f"invalid {LOCAL_ROOT_VARIABLE}={str(root)!r} ({LOCAL_ROOT_FIELD}): {reason}",
+        variable=LOCAL_ROOT_VARIABLE, value=str(root),
+    )  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from . import packs
+from . import packs, validation
 from .embedding import Embedder
 from .errors import InvalidInputError, MemoryArchiveError, NotFoundError
 from .objectstore import ObjectStore
@@ -62,7 +62,9 @@ def restore_archive(
 def archived_ids(
     conn: psycopg.Connection, *, user_id: str | None = None, limit: int | None = None
 ) -> list[tuple[str, uuid.UUID]]:
-    """(user_id, original_id) of archived memories, oldest archive first."""
+    """(user_id, original_id) of archived memories, oldest archive first. `limit`: an integer >= 0 (None: all)."""
+    user_id = None if user_id is None else validation.user(user_id)
+    limit = validation.row_limit("limit", limit, maximum=2**63 - 1)
     rows = conn.execute(
         """SELECT user_id, original_id FROM archived_memories
            WHERE (%(u)s::text IS NULL OR user_id = %(u)s) ORDER BY archived_at, original_id LIMIT %(n)s""",
@@ -158,6 +160,8 @@ def restore_archives(
     """
     if isinstance(commit_every, bool) or not isinstance(commit_every, int) or commit_every < 1:
         raise InvalidInputError("commit_every", commit_every, "must be a positive integer")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InvalidInputError("chunk_size", chunk_size, "must be a positive integer")
     prefetch = _Prefetch(store, read_workers)
     try:
         with _Group(conn, commit_every) as group:
@@ -230,10 +234,10 @@ def _restore_archives(
             result = restore_archive(conn, store, user_id=uid, original_id=oid, actor=actor, embedder=embedder)
         except NotFoundError as exc:
             report.not_found += 1
-            _note(report, f"{oid}: {exc}")
+            _note(report, _named(oid, str(exc)))
         except (MemoryArchiveError, psycopg.Error) as exc:
             report.failed += 1
-            _note(report, f"{oid}: {type(exc).__name__}: {exc}")
+            _note(report, _named(oid, f"{type(exc).__name__}: {exc}"))
         else:
             if result.restored:
                 report.restored += 1
@@ -268,7 +272,7 @@ def _restore_archives(
                 report.not_found += 1
                 _note(
                     report,
-                    f"{oid}: no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else ""),
+                    _named(oid, "no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else "")),
                 )
             else:
                 restore(owner, oid)
@@ -320,6 +324,12 @@ def _check_selection(
         except ValueError:
             raise InvalidInputError(f"original_ids[{i}]", value, "is not a UUID") from None
     return list(dict.fromkeys(ids))
+
+
+def _named(oid: uuid.UUID, message: str) -> str:
+    """A report line names the field and the value: original_id=<uuid>."""
+    name = f"original_id={oid}"
+    return message if name in message else f"{name}: {message}"
 
 
 def _note(report: RestoreReport, message: str) -> None:

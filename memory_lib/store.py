@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,8 @@ def insert_memories(
     """Validate every memory first, then write them all in one transaction with 'created' events.
 
     Any invalid memory (or actor, or now) raises InvalidInputError naming the field (a note on the
-    error says which memory: "in memories[3]") before anything is written.
+    error says which memory: "in memories[3]") before anything is written. So does an id given twice,
+    or already a memory's (hot, or archived as original_id).
     """
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     now = validation.optional_timestamp("now", now) or datetime.now(UTC)
@@ -82,6 +84,7 @@ def insert_memories(
     )
     expected_model = shape.embedding_model or first_model
     valid = [_validate_at(i, m, shape, expected_model) for i, m in enumerate(items)]
+    positions = _unique_ids(valid)
     with conn.transaction():
         # The space checked above must still be the active one (a re-embedding flip may have committed
         # since): lock the vector tables, then read it again (search.LOCK_VECTOR_TABLES).
@@ -90,14 +93,20 @@ def insert_memories(
         if current != shape and shape.embedding_model is not None:
             raise EmbeddingMismatchError("embedding_model", valid[0].embedding_model, embedding_mismatch_reason(
                 current.embedding_model, current.dim, valid[0].embedding_model, shape.dim))
-        bind_embedding_model(conn, valid[0].embedding_model)
-        with conn.cursor() as cur, cur.copy(
-            f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(_COPY_TYPES)
-            for m in valid:
-                copy.write_row(_copy_row(m, shape.dim, now))
         ids = [m.id for m in valid]
+        _refuse_taken_ids(conn, ids, positions)
+        bind_embedding_model(conn, valid[0].embedding_model)
+        try:
+            with conn.cursor() as cur, cur.copy(
+                f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(_COPY_TYPES)
+                for m in valid:
+                    copy.write_row(_copy_row(m, shape.dim, now))
+        except psycopg.errors.UniqueViolation as exc:  # a concurrent insert of the same id committed first
+            if exc.diag.constraint_name != "memories_pkey":
+                raise
+            raise _taken_id_error(exc, positions) from None
         conn.execute(
             """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
                SELECT id, user_id, 'created', %s, jsonb_build_object('category', category)
@@ -113,6 +122,43 @@ def _validate_at(index: int, memory: object, shape: StoreShape, model: str | Non
     except InvalidInputError as exc:
         exc.add_note(f"in memories[{index}]")
         raise
+
+
+def _unique_ids(valid: Sequence[NewMemory]) -> dict[uuid.UUID, int]:
+    """id -> its position in `memories`; one id twice in a call is refused."""
+    positions: dict[uuid.UUID, int] = {}
+    for i, m in enumerate(valid):
+        if m.id in positions:
+            error = InvalidInputError("id", m.id, f"memories[{i}] has the same id as memories[{positions[m.id]}]")
+            error.add_note(f"in memories[{i}]")
+            raise error
+        positions[m.id] = i
+    return positions
+
+
+def _refuse_taken_ids(conn: psycopg.Connection, ids: list[uuid.UUID], positions: Mapping[uuid.UUID, int]) -> None:
+    """An id is one memory's, hot or archived (archived_memories.original_id), for good."""
+    row = conn.execute(
+        """SELECT id, 'a hot memory' AS tier FROM memories WHERE id = ANY(%(ids)s)
+           UNION ALL SELECT original_id, 'an archived memory' FROM archived_memories WHERE original_id = ANY(%(ids)s)
+           LIMIT 1""",
+        {"ids": ids},
+    ).fetchone()
+    if row is not None:
+        i = positions[row["id"]]
+        error = InvalidInputError("id", row["id"], f"memories[{i}] has the id of {row['tier']} already stored")
+        error.add_note(f"in memories[{i}]")
+        raise error
+
+
+def _taken_id_error(exc: psycopg.errors.UniqueViolation, positions: Mapping[uuid.UUID, int]) -> InvalidInputError:
+    found = re.search(r"\(id\)=\(([0-9a-f-]{36})\)", exc.diag.message_detail or "")
+    taken = uuid.UUID(found.group(1)) if found else None
+    where = f"memories[{positions[taken]}]" if taken in positions else "a memory of this call"
+    error = InvalidInputError("id", taken, f"{where} has the id of a hot memory stored meanwhile")
+    if taken in positions:
+        error.add_note(f"in memories[{positions[taken]}]")
+    return error
 
 
 def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:

@@ -137,6 +137,13 @@ def text_sequence(field: str, value: object, *, max_chars: int = MAX_LABEL_CHARS
     return items
 
 
+def batch_key(field: str, value: object) -> str:
+    """An archival batch's key: storable text with a visible character (an empty key is never 'the default')."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(field, value, "must be a non-empty string")
+    return text(field, value, max_chars=MAX_LABEL_CHARS)
+
+
 # --------------------------------------------------------------------------- scalars
 
 

@@ -15,6 +15,7 @@ import json
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,16 +25,17 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
 from memory_lib.archive import ArchivalServices
+from memory_lib.cli import main
 from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.context import ContextItem
+from memory_lib.config import ArchivalCriteria, ObjectStoreConfig, RetrievalConfig, Settings
+from memory_lib.context import ContextItem, assemble_context
 from memory_lib.db import connect
 from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import IntegrityError, InvalidInputError
+from memory_lib.errors import ConfigError, IntegrityError, InvalidInputError, NotFoundError
 from memory_lib.models import sha256_hex
-from memory_lib.objectstore import LocalObjectStore
+from memory_lib.objectstore import LocalObjectStore, object_store_from_settings
 from memory_lib.pipeline import run_batch
-from memory_lib.restore import restore_archive
+from memory_lib.restore import archived_ids, restore_archive, restore_archives
 from memory_lib.search import SearchFilters, run_plan
 from memory_lib.store import insert_memories
 from memory_lib.summarize import ExtractiveSummarizer
@@ -392,3 +394,156 @@ def test_a_date_string_in_search_filters_is_refused_naming_the_field():
     with pytest.raises(InvalidInputError) as info:
         SearchFilters(since="2024-01-01")
     assert info.value.field == "filters.since"
+
+
+# --------------------------------------------------------------------------- duplicate ids, limits, counters
+
+
+EXTRA_LIBRARY_ROWS: list[tuple[str, str, Callable[[World], Any]]] = [
+    ("insert: one id twice in a call", "id", lambda w: _insert(w, _memory(), _memory(content="another text"))),
+    ("insert: the id of a hot memory", "id", lambda w: _insert(w, _memory(id=_hot(w)))),
+    ("insert: the id of an archived memory", "id", lambda w: _insert(w, _memory(), _memory(
+        id=w.original_ids["good"], content="another text"))),
+    ("archived_ids: limit=-1", "limit", lambda w: archived_ids(w.conn, limit=-1)),
+    ("archived_ids: limit='5'", "limit", lambda w: archived_ids(w.conn, limit="5")),
+    ("archived_ids: limit=True", "limit", lambda w: archived_ids(w.conn, limit=True)),
+    ("archived_ids: blank user_id", "user_id", lambda w: archived_ids(w.conn, user_id=" ")),
+    ("restore_archives: chunk_size=0", "chunk_size",
+     lambda w: restore_archives(w.conn, w.store, actor="t", original_ids=[w.original_ids["good"]], chunk_size=0)),
+    ("restore_archives: chunk_size=-1", "chunk_size",
+     lambda w: restore_archives(w.conn, w.store, actor="t", user_id="u1", chunk_size=-1)),
+    ("build_context: a counter returning -1", "counter",
+     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: -1, record_access=True)),
+    ("build_context: a counter returning 2.5", "counter",
+     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: 2.5, record_access=True)),
+    ("build_context: a counter returning '3'", "counter",
+     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: "3", record_access=True)),
+    ("build_context: a counter returning None", "counter",
+     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: None, record_access=True)),
+    ("client: a token_counter returning -5", "token_counter",
+     lambda w: MemoryClient(w.conn, embedder=HashingEmbedder(TEST_DIM), object_store=w.store, actor="test",
+                            token_counter=lambda t: -5)),
+    ("client: a token_counter that is not callable", "token_counter",
+     lambda w: MemoryClient(w.conn, embedder=HashingEmbedder(TEST_DIM), object_store=w.store, actor="test",
+                            token_counter=42)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "field", "call"), EXTRA_LIBRARY_ROWS, ids=[r[0] for r in EXTRA_LIBRARY_ROWS])
+def test_duplicate_ids_limits_and_counters_are_refused_and_nothing_written(world, name, field, call):
+    before = world.state()
+    with pytest.raises(InvalidInputError) as info:
+        call(world)
+    assert info.value.field == field, str(info.value)
+    assert str(info.value).startswith(f"invalid {field}=")
+    assert world.state() == before
+
+
+def test_a_duplicate_id_names_the_id_and_its_position(world):
+    hot = _hot(world)
+    with pytest.raises(InvalidInputError) as info:
+        _insert(world, _memory(), _memory(id=hot, content="another text"))
+    assert info.value.value == hot and str(hot) in str(info.value)
+    assert "memories[1]" in str(info.value) and "in memories[1]" in info.value.__notes__
+    with pytest.raises(InvalidInputError, match=r"memories\[2\].*memories\[0\]"):
+        _insert(world, _memory(), _memory(id=uuid.uuid4()), _memory(content="another text"))
+
+
+def test_a_counter_that_goes_negative_later_is_refused_naming_what_it_returned():
+    def counter(text: str) -> int:
+        return -7 if "bad" in text else len(text.split())
+
+    with pytest.raises(InvalidInputError) as info:
+        assemble_context(recent_turns=["fine", "a bad turn"], counter=counter)
+    assert (info.value.field, info.value.value) == ("counter", -7)
+    assert str(info.value).startswith("invalid counter=-7: ")
+    assemble_context(recent_turns=["fine"], counter=lambda t: np.int64(3))  # integers of any kind count
+
+
+def test_restore_of_an_unknown_original_id_names_the_field(world):
+    before = world.state()
+    unknown = uuid.uuid4()
+    report = restore_archives(world.conn, world.store, actor="t", original_ids=[unknown])
+    assert (report.requested, report.not_found) == (1, 1)
+    assert any(f"original_id={unknown}" in e for e in report.errors), report.errors
+    with pytest.raises(NotFoundError, match=f"original_id={unknown}"):
+        world.client().restore("u1", original_id=unknown)
+    assert world.state() == before
+
+
+# --------------------------------------------------------------------------- the local object store's root
+
+
+def _root_cases(tmp_path: Path) -> dict[str, Path]:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    return {"an existing file": a_file, "under an existing file": a_file / "objects",
+            "under /proc": Path("/proc/memory-archive-objects"), "/proc itself": Path("/proc")}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["an existing file", "under an existing file", "under /proc", "/proc itself"])
+def test_a_local_root_that_cannot_be_a_writable_directory_is_refused(tmp_path, case):
+    root = _root_cases(tmp_path)[case]
+    with pytest.raises(InvalidInputError) as info:
+        LocalObjectStore(root)
+    assert info.value.field == "object_store.local_root" and info.value.value == str(root)
+    with pytest.raises(ConfigError) as config_info:
+        object_store_from_settings(Settings(object_store=ObjectStoreConfig(local_root=root)))
+    message = str(config_info.value)
+    assert "MEMORY_ARCHIVE_LOCAL_ROOT" in message and repr(str(root)) in message and "\n" not in message
+    assert (config_info.value.variable, config_info.value.value) == ("MEMORY_ARCHIVE_LOCAL_ROOT", str(root))
+
+
+def test_a_local_root_that_does_not_exist_yet_is_created(tmp_path):
+    store = object_store_from_settings(Settings(object_store=ObjectStoreConfig(local_root=tmp_path / "a" / "b")))
+    assert store.root.is_dir()
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def _archive_state(url: str) -> dict[str, Any]:
+    with connect(url) as conn:
+        return conn.execute(
+            """SELECT (SELECT count(*) FROM archival_batches) AS batches,
+                      (SELECT count(*) FROM archival_attempts) AS attempts,
+                      (SELECT count(*) FROM archived_memories) AS archived,
+                      (SELECT count(*) FROM memory_events) AS events"""
+        ).fetchone()
+
+
+def _old_memories(url: str) -> None:
+    with connect(url) as conn:
+        insert_memories(conn, make_memories(4, dim=TEST_DIM, age_days=400, now=datetime.now(UTC)), actor="test")
+
+
+@pytest.mark.parametrize("key", ["", "   ", "\t"])
+def test_cli_archive_refuses_an_empty_batch_key(cli_env, capsys, key):
+    _old_memories(cli_env)
+    before = _archive_state(cli_env)
+    assert main(["archive", "--batch-key", key]) == 2
+    err = capsys.readouterr().err
+    assert "--batch-key" in err and f"batch_key={key!r}" in err and "Traceback" not in err
+    assert _archive_state(cli_env) == before
+
+
+def test_cli_archive_refuses_a_local_root_that_is_a_file(cli_env, capsys, monkeypatch, tmp_path):
+    _old_memories(cli_env)
+    root = tmp_path / "a-file"
+    root.write_text("not a directory")
+    monkeypatch.setenv("MEMORY_ARCHIVE_LOCAL_ROOT", str(root))
+    before = _archive_state(cli_env)
+    assert main(["archive"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "MEMORY_ARCHIVE_LOCAL_ROOT" in err and repr(str(root)) in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert _archive_state(cli_env) == before
+    assert root.read_text() == "not a directory"
+
+
+def test_cli_restore_of_an_unknown_original_id_names_the_field(cli_env, capsys):
+    unknown = uuid.uuid4()
+    assert main(["restore", "--original-id", str(unknown)]) == 1
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["not_found"] == 1
+    assert any(f"original_id={unknown}" in e for e in out["errors"]), out["errors"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, date, datetime
 
 import numpy as np
@@ -10,6 +12,7 @@ from pydantic import ValidationError
 
 from memory_lib import validation
 from memory_lib.config import ArchivalCriteria, Settings
+from memory_lib.db import connect
 from memory_lib.errors import ConfigError, EmbeddingMismatchError, InvalidInputError
 from memory_lib.store import insert_memories
 from tests.conftest import TEST_DIM
@@ -238,3 +241,40 @@ def test_bulk_insert_accepts_iso_timestamps_with_an_offset(conn):
     [memory_id] = insert_memories(conn, [memory], actor="test")
     row = conn.execute("SELECT created_at FROM memories WHERE id = %s", (memory_id,)).fetchone()
     assert row["created_at"] == datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def test_an_id_inserted_concurrently_is_refused_naming_it(db_url):
+    """The check before the insert cannot see another transaction's uncommitted row: the unique
+    violation when it commits is the same InvalidInputError, and nothing of this call is written."""
+    first, second = connect(db_url), connect(db_url)
+    [memory] = make_memories(1, dim=TEST_DIM)
+    other = make_memories(2, dim=TEST_DIM, seed=5)[1]
+    outcome: list[BaseException | None] = []
+    try:
+        with first.transaction():
+            insert_memories(first, [memory], actor="test")
+            worker = threading.Thread(target=lambda: outcome.append(_try_insert(second, [other, memory])))
+            worker.start()
+            for _ in range(200):  # until the second insert waits for this transaction
+                waiting = first.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                        " AND datname = current_database()").fetchone()["n"]  # fmt: skip
+                if waiting:
+                    break
+                time.sleep(0.02)
+        worker.join(timeout=30)
+        [error] = outcome
+        assert isinstance(error, InvalidInputError), repr(error)
+        assert (error.field, error.value) == ("id", memory["id"])
+        assert "memories[1]" in str(error)
+        assert _counts(first) == (1, 1)
+    finally:
+        first.close()
+        second.close()
+
+
+def _try_insert(conn, memories) -> BaseException | None:
+    try:
+        insert_memories(conn, memories, actor="test")
+    except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        return exc
+    return None
