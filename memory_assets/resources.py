@@ -23,8 +23,9 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
 from memory_lib.db import Database, check_schema, connect, open_database, prepare_database
 from memory_lib.embedding import Embedder, embedder_from_settings
-from memory_lib.errors import InvalidInputError, ObjectStoreError, SchemaError
+from memory_lib.errors import InvalidInputError, SchemaError
 from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
+from memory_lib.preflight import check_embedding_key, check_llm_key, check_object_store
 from memory_lib.summarize import Summarizer, summarizer_from_settings
 
 
@@ -106,42 +107,14 @@ class DatabaseResource(dg.ConfigurableResource):
             conn.close()
 
 
-def check_bucket(client: Any, bucket: str, endpoint: str | None) -> str:
-    """HEAD the bucket and return its versioning status: 'Enabled', 'Suspended', 'Off' or 'unknown'
-    (credentials without s3:GetBucketVersioning). A missing or forbidden bucket raises ObjectStoreError
-    naming it. Run before any PUT: SeaweedFS (and some MinIO set-ups) create a missing bucket on the
-    first PUT, so a typo in the bucket name would otherwise archive into a new, unversioned bucket."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    where = f"bucket {bucket!r} at {endpoint or 'AWS S3'}"
-    try:
-        client.head_bucket(Bucket=bucket)
-    except ClientError as exc:
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if status == 404:
-            raise ObjectStoreError(
-                f"{where} does not exist: create it (versioning on) before archiving; "
-                "nothing was written (object_store.bucket, MEMORY_ARCHIVE_BUCKET)"
-            ) from None
-        if status == 403:
-            raise ObjectStoreError(f"{where}: access denied (HTTP 403) to these credentials") from None
-        raise ObjectStoreError(f"{where}: HEAD bucket failed: {exc}") from None
-    except BotoCoreError as exc:  # endpoint unreachable, timeouts after the retries
-        raise ObjectStoreError(f"{where}: {exc}") from None
-    try:
-        return client.get_bucket_versioning(Bucket=bucket).get("Status") or "Off"
-    except ClientError:
-        return "unknown"
-
-
 class ObjectStoreResource(dg.ConfigurableResource):
     """Where backups go: a local folder, or an S3-compatible bucket through dagster-aws's S3Resource
     (its endpoint_url reaches R2, MinIO or SeaweedFS). Unset fields come from settings.
 
-    At the start of a run (setup_for_execution), an S3 bucket is checked: it must exist (else the run
-    fails before any step, naming the bucket), and its versioning status is logged, with a warning
-    when it is off: versioning keeps the object a backup was verified against even if it is
-    overwritten before its original is deleted (the verify → commit race)."""
+    At the start of a run (setup_for_execution) the store is checked by memory_lib.preflight, as the CLI
+    does: an S3 bucket must exist and accept the credentials, a local root must be a writable directory
+    (else the run fails before any step, naming what to fix); the bucket's versioning status is logged,
+    as a warning when it is not Enabled."""
 
     kind: str | None = Field(default=None, description="'local' or 's3'; unset: settings.")
     local_root: str | None = None
@@ -173,19 +146,16 @@ class ObjectStoreResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         cfg = self.config()
-        if cfg.kind != "s3":
-            return
-        assert cfg.bucket is not None  # ObjectStoreConfig requires it for kind='s3'
-        client, endpoint = self._s3(cfg)
-        self._versioning = check_bucket(client, cfg.bucket, endpoint)
+        client, endpoint = self._s3(cfg) if cfg.kind == "s3" else (None, None)
+        found = check_object_store(cfg, self._local_root(cfg), client=client, endpoint=endpoint)
+        self._versioning = found.versioning
         log = context.log or logging.getLogger(__name__)
-        if self._versioning == "Enabled":
-            log.info(f"bucket {cfg.bucket!r}: exists, versioning Enabled")
-        else:
-            log.warning(
-                f"bucket {cfg.bucket!r}: versioning {self._versioning}: turn it on, so an object overwritten "
-                "between its verification and the deletion of its original can still be recovered"
-            )
+        log.info(found.describe())
+        for warning in found.warnings:
+            log.warning(warning)
+
+    def _local_root(self, cfg: ObjectStoreConfig) -> Path:
+        return Path(cfg.local_root) if cfg.local_root else Settings.from_env().local_object_root
 
     @property
     def versioning(self) -> str | None:
@@ -199,9 +169,9 @@ class ObjectStoreResource(dg.ConfigurableResource):
             assert cfg.bucket is not None  # ObjectStoreConfig requires it for kind='s3'
             client, _ = self._s3(cfg)
             return S3ObjectStore(client, cfg.bucket, cfg.prefix)
-        root = cfg.local_root or Settings.from_env().local_object_root
-        Path(root).mkdir(parents=True, exist_ok=True)
-        return LocalObjectStore(Path(root), cfg.prefix)
+        root = self._local_root(cfg)
+        root.mkdir(parents=True, exist_ok=True)
+        return LocalObjectStore(root, cfg.prefix)
 
 
 def store_kind() -> str:
@@ -237,6 +207,9 @@ class SummarizerResource(dg.ConfigurableResource):
             self._config = _merged(LLMConfig, Settings.from_env().llm, _set_fields(self, names), "llm")
         return self._config
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        check_llm_key(self.llm_config())  # a malformed key fails the run here, not once per memory
+
     def get_summarizer(self) -> Summarizer:
         # One summarizer per process: its rate limiter then spans every night of the step.
         if self._summarizer is None:
@@ -258,6 +231,9 @@ class EmbedderResource(dg.ConfigurableResource):
     def config(self) -> EmbeddingConfig:
         names = ("provider", "dim", "base_url", "openai_model", "local_model")
         return _merged(EmbeddingConfig, Settings.from_env().embedding, _set_fields(self, names), "embedding")
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        check_embedding_key(self.config())
 
     def get_embedder(self) -> Embedder:
         if self._embedder is None:

@@ -1,9 +1,17 @@
 """`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede and pause from a shell.
 
 Every subcommand runs the same memory_lib code as the Dagster Slow Path (pipeline.run_batch for
-`archive`), prints one JSON line on stdout, and exits 0 on success, 1 when the run failed its gate
-(or archived nothing of what it claimed), 2 on bad input or configuration, 3 while archival is paused.
-Logs go to stderr, quiet by default (`-v` for progress, `-vv` for debug).
+`archive`) and prints one JSON line on stdout. `archive`, `restore` and `sweep` first run
+memory_lib.preflight, as the Dagster resources do: a missing bucket, refused credentials or a malformed
+API key is refused before anything is claimed or written. Exit status, one meaning each:
+
+  0  success
+  1  the run failed: its gate, nothing archived of what it claimed, a failed restore, a backup failing its check
+  2  bad input or configuration (InvalidInputError, ConfigError incl. PreflightError, SchemaError), fix and rerun
+  3  archival is paused
+  4  a component is unavailable: database unreachable, object store or LLM outage; retry later
+
+Errors are one line on stderr. Logs go to stderr, quiet by default (`-v` for progress, `-vv` for debug).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,22 +30,45 @@ from typing import Any
 import click
 import psycopg
 
+from . import validation
 from .archive import ArchivalServices
 from .batches import submission_stats
 from .claims import Holder, attempt_counts, released_memories
 from .config import Settings
 from .db import migrate_database, open_database, open_ready_database
 from .eligibility import eligible_counts
-from .errors import MemoryArchiveError
+from .errors import (
+    ConfigError,
+    DeadlineExceeded,
+    EmbeddedServerError,
+    EmbeddingError,
+    IntegrityError,
+    InvalidInputError,
+    MemoryArchiveError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    SchemaError,
+    SummarizationError,
+)
 from .integrity import sweep_orphans
 from .pause import clear_pause, pause_history, pause_status, set_pause
 from .pipeline import run_batch
+from .preflight import preflight
 from .restore import restore_archives
 from .shards import Shard
 from .store import tier_stats
 from .unsupersede import unsupersede as unsupersede_memories
 
-EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED = 1, 2, 3
+EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED, EXIT_UNAVAILABLE = 1, 2, 3, 4
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE = (ObjectStoreError, SummarizationError, EmbeddingError, EmbeddedServerError, DeadlineExceeded)
+
+# Postgres refusing the connection's settings (not an outage): wrong role, password, database or pg_hba rule.
+_DATABASE_REFUSED = re.compile(
+    r'password authentication failed|role "[^"]*" does not exist|database "[^"]*" does not exist|no pg_hba\.conf entry'
+)
 
 
 def _emit(payload: dict[str, Any]) -> None:
@@ -57,16 +89,33 @@ def _connection(ctx: click.Context) -> Iterator[tuple[Settings, psycopg.Connecti
         yield settings, conn
 
 
+def exit_code(exc: BaseException) -> int:
+    """The exit status of an error that ended a command (see the module docstring). Configuration wins
+    over the component it concerns: a missing bucket is an ObjectStoreConfigError, exit 2, not 4."""
+    if isinstance(exc, IntegrityError | ObjectNotFoundError):
+        return EXIT_FAILED  # stored data failed its check or is gone: the run failed, nothing shown as valid
+    if isinstance(exc, ConfigError | InvalidInputError | SchemaError):
+        return EXIT_INPUT
+    if isinstance(exc, _UNAVAILABLE):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, psycopg.OperationalError):
+        return EXIT_INPUT if _DATABASE_REFUSED.search(str(exc)) else EXIT_UNAVAILABLE
+    return EXIT_INPUT
+
+
 def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
-    """Our own errors (bad input, configuration, schema) become one line on stderr, never a traceback."""
+    """Our own errors and an unreachable database become one line on stderr and the exit status of
+    exit_code, never a traceback."""
 
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             fn(*args, **kwargs)
         except MemoryArchiveError as exc:
-            _fail(str(exc))
+            _fail(str(exc), exit_code(exc))
         except psycopg.OperationalError as exc:
-            _fail(f"cannot reach the database: {' '.join(str(exc).split())[:300]}")
+            code = exit_code(exc)
+            what = "the database refused these settings" if code == EXIT_INPUT else "cannot reach the database"
+            _fail(f"{what}: {' '.join(str(exc).split())[:300]}", code)
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
@@ -84,6 +133,15 @@ def cli(ctx: click.Context, verbose: int) -> None:
         ctx.obj = Settings.from_env()
     except (MemoryArchiveError, ValueError) as exc:
         _fail(f"configuration error: {' '.join(str(exc).split())[:500]}")
+
+
+def _preflight(settings: Settings, *, llm: bool = False) -> None:
+    """memory_lib.preflight before a command touches the store (`llm`: it summarizes and embeds); its
+    warnings go to stderr, one line each."""
+    found = preflight(settings, llm=llm)
+    log.info("preflight: %s", found.describe())
+    for warning in found.warnings:
+        click.echo(f"memory-archive: warning: {warning}", err=True)
 
 
 @cli.command("migrate")
@@ -114,8 +172,19 @@ def stats(ctx: click.Context) -> None:
         })  # fmt: skip
 
 
+def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Given, the key must have a visible character: an empty one is refused, never the default (exit 2)."""
+    if value is None:
+        return None
+    try:
+        return validation.batch_key("batch_key", value)
+    except InvalidInputError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 @cli.command()
-@click.option("--batch-key", help="Default: adhoc-<UTC timestamp>. A batch killed mid-run is taken over by the next.")
+@click.option("--batch-key", callback=_batch_key_option,
+              help="Default: adhoc-<UTC timestamp>. A batch killed mid-run is taken over by the next.")
 @click.option("--limit", type=click.IntRange(min=0), help="At most this many (default: archival.batch_size).")
 @click.option("--shard", default="0/1", show_default=True,
               help="i/n: only the users of shard i of n (stable hash of user_id); run n of them at once to scale out.")
@@ -124,6 +193,7 @@ def stats(ctx: click.Context) -> None:
 def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard: str) -> None:
     """Archive one batch of eligible memories through the whole pipeline (pause, fidelity and gate included)."""
     part = Shard.parse(shard)  # before connecting: bad input writes nothing
+    _preflight(ctx.obj, llm=True)
     now = datetime.now(UTC)
     key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}{part.batch_suffix()}"
     with _connection(ctx) as (settings, conn):
@@ -156,6 +226,7 @@ def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard:
 @_guarded
 def restore(ctx: click.Context, user_id: str | None, original_id: tuple[uuid.UUID, ...], all_archives: bool) -> None:
     """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup."""
+    _preflight(ctx.obj)
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
         report = restore_archives(
@@ -175,6 +246,7 @@ def restore(ctx: click.Context, user_id: str | None, original_id: tuple[uuid.UUI
 @_guarded
 def sweep(ctx: click.Context, remove: bool) -> None:
     """Report backup objects that no attempt or archive row records (a run killed between put and checkpoint)."""
+    _preflight(ctx.obj)
     with _connection(ctx) as (settings, conn):
         store = ArchivalServices.from_settings(settings).object_store
         report = sweep_orphans(conn, store, remove=remove)

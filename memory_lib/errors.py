@@ -85,6 +85,17 @@ class ConfigError(MemoryArchiveError, ValueError):
         super().__init__(message)
 
 
+class PreflightError(ConfigError):
+    """A check run before any work (memory_lib.preflight) refused the configuration: a missing bucket,
+    credentials the store refuses, an unwritable local root, an API key of the wrong shape. Nothing was
+    read or written. The message never carries a secret."""
+
+
+class ObjectStoreConfigError(PreflightError, ObjectStoreError):
+    """The object store refuses this configuration (no such bucket, credentials refused): a setting to fix,
+    not an outage to wait out."""
+
+
 class EmbeddedServerError(MemoryArchiveError):
     """The embedded Postgres did not start after its retries. The message carries pg_ctl's own output
     (exit code, stdout, stderr) of each attempt and the data dir's state: PG_VERSION, postmaster.pid and

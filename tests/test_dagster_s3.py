@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -40,6 +41,26 @@ def test_a_missing_bucket_fails_the_setup_naming_it_and_is_not_created(seaweed):
     assert isinstance(cause, ObjectStoreError)
     assert f"bucket '{bucket}' at {seaweed.endpoint_url} does not exist" in str(cause)
     assert not bucket_exists(seaweed, bucket)  # checked before any PUT: SeaweedFS did not auto-create it
+
+
+def test_the_resource_and_the_cli_refuse_a_missing_bucket_through_one_preflight(seaweed):
+    from memory_lib.config import ObjectStoreConfig
+    from memory_lib.errors import ObjectStoreConfigError
+    from memory_lib.objectstore import s3_client
+    from memory_lib.preflight import check_object_store
+
+    bucket = f"missing-{os.urandom(4).hex()}"
+    with pytest.raises(dg.DagsterResourceFunctionError) as err, dg.build_resources(
+        {"object_store": s3_resource(seaweed, bucket)}
+    ):
+        pass
+    client = s3_client(seaweed.endpoint_url, seaweed.region, seaweed.access_key, seaweed.secret_key)
+    with pytest.raises(ObjectStoreConfigError) as lib:
+        check_object_store(ObjectStoreConfig(kind="s3", bucket=bucket), Path("unused"), client=client,
+                           endpoint=seaweed.endpoint_url)  # fmt: skip
+    assert type(err.value.__cause__) is ObjectStoreConfigError and str(err.value.__cause__) == str(lib.value)
+    assert "MEMORY_ARCHIVE_BUCKET" in str(lib.value)
+    assert not bucket_exists(seaweed, bucket)
 
 
 def test_a_run_on_a_missing_bucket_fails_before_any_step(seaweed):
