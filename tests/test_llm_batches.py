@@ -17,7 +17,7 @@ from memory_lib.config import ArchivalCriteria
 from memory_lib.embedding import HashingEmbedder
 from memory_lib.errors import SummarizationError
 from memory_lib.ledger import usage_of_batches
-from memory_lib.pause import clear_pause
+from memory_lib.pause import clear_pause, pause_status
 from memory_lib.pipeline import run_batch
 from memory_lib.pricing import DEFAULT_PRICES, Usage, cost_usd
 from memory_lib.store import insert_memories
@@ -400,4 +400,26 @@ def test_memories_stuck_behind_a_submission_fail_the_run_that_archives_the_rest(
     third = run_batch(conn, services, ArchivalCriteria(), batch_key="night-3", as_of=NOW, actor="test")
     assert third.ok and third.archived == N and not third.stalled, third.problem
     assert fake_llm.batches_created() == 0
+    _one_each(conn, memories)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_night_that_waits_on_its_llm_batch_passes_the_gate_and_the_next_archives_it(
+    conn, local_store, fake_llm, provider
+):
+    """The provider has not answered by the end of the night: the run archives nothing, and says so, but
+    waiting is not failing: the gate passes and archival is not paused. The next night collects it."""
+    memories = _setup(conn)
+    fake_llm.hold_batches = True
+    services = ArchivalServices(_summarizer(provider, fake_llm, batch_wait_seconds=0.05),
+                                HashingEmbedder(dim=TEST_DIM), local_store)  # fmt: skip
+    first = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
+    assert first.archived == 0 and first.gate_passed and first.gate.waiting == N
+    assert not pause_status(conn).paused
+    assert f"{N} wait in an LLM batch submission" in first.gate.describe()
+
+    fake_llm.hold_batches = False
+    second = run_batch(conn, services, ArchivalCriteria(), batch_key="night-2", as_of=NOW, actor="test")
+    assert second.ok and second.archived == N, second.problem
+    assert fake_llm.batch_creates() == 1
     _one_each(conn, memories)
