@@ -45,6 +45,7 @@ from .errors import (
     embedding_mismatch_reason,
 )
 from .ledger import LedgerEntry, record_usage
+from .locks import lock_users
 from .models import BackupObject, sha256_hex
 from .objectstore import ObjectStore, object_store_from_settings
 from .statuses import AttemptStatus, Step
@@ -780,6 +781,9 @@ def _commit_chunk(
 ) -> None:
     ids = [a["memory_id"] for a in chunk]
     with conn.transaction():
+        # The users' write locks before any row lock (memory_lib.locks): a forget of the same user
+        # waits for this commit, or this commit finds the rows it erased gone.
+        lock_users(conn, (a["user_id"] for a in chunk))
         rows = conn.execute(
             f"""SELECT {MEMORY_COLUMNS}, {ROW_XMIN} FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE""",
             (ids,), binary=True,

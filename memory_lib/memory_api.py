@@ -24,12 +24,12 @@ from psycopg.types.json import Jsonb
 
 from . import validation
 from .errors import InvalidInputError, MemoryArchiveError, NotFoundError
+from .locks import USER_LOCK_SQL
 from .models import sha256_hex, validate_memory
 from .search import Plan, Snapshot, Sql, checked_shape_plan
 from .write_path import (
     BIND_MODEL_SQL,
     SUPERSEDE_SQL,
-    USER_LOCK_SQL,
     PreparedMemory,
     _insert,
     _touch,

@@ -33,6 +33,7 @@ from . import validation
 from .associations import LINK_USES_SQL
 from .config import PromotionConfig
 from .errors import IntegrityError, InvalidInputError, MemoryArchiveError, NotFoundError
+from .locks import USER_LOCK_SQL
 from .models import BackupObject, sha256_hex
 from .search import SHAPE_SQL, EmbedText, GetVerified, Plan, Sql, run_plan
 from .store import MEMORY_COLUMNS
@@ -205,6 +206,7 @@ def expand_plan(
     archive_id = validation.uuid_value("archive_id", archive_id)
     now = validation.timestamp("now", now)
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.locks: before the row lock
     arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
     if arch is None:
         # Already promoted (an agent may hold a hit from before): the hot memory is the original.
@@ -233,6 +235,7 @@ def promote_plan(
     user_id: str, archive_id: uuid.UUID, *, config: PromotionConfig, actor: str, now: datetime
 ) -> Plan[bool]:
     """Promote one archive row if the rule holds at `now` (re-checked under the row lock)."""
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.locks: before the row lock
     arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
     if arch is None:
         return False  # promoted or restored meanwhile
@@ -261,6 +264,7 @@ def restore_plan(
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     if (archive_id is None) == (original_id is None):
         raise InvalidInputError("archive_id/original_id", (archive_id, original_id), "give exactly one")
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.locks: before the row lock
     if archive_id is not None:
         archive_id = validation.uuid_value("archive_id", archive_id)
         arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
@@ -293,6 +297,7 @@ def record_access_plan(user_id: str, ids: Sequence[uuid.UUID], *, now: datetime)
     if not ids:
         return 0
     params = {"user_id": user_id, "ids": ids, "now": now}
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.locks: before the row locks
     hot = yield Sql(ACCESS_HOT_SQL, params, "rowcount")
     archived = yield Sql(ACCESS_ARCHIVED_SQL, params, "rowcount")
     if archived:

@@ -263,6 +263,8 @@ def _restore_archives(
                 {"ids": ids, "u": user_id},
             ).fetchall()
         }
+        # In user order: a group's transaction takes its users' write locks ascending (memory_lib.locks).
+        ids = sorted(ids, key=lambda o: (owners.get(o) or hot.get(o) or "", o))
         for i, oid in enumerate(ids):
             if i % chunk_size == 0:
                 store.load(archives[o] for o in ids[i : i + chunk_size] if o in archives)
@@ -293,11 +295,13 @@ def _restore_archives(
             if not page:
                 break
             store.load(page)
-            for r in page:
+            # A group never spans pages, and within a page goes in user order: its transaction takes
+            # the users' write locks ascending (memory_lib.locks).
+            for r in sorted(page, key=lambda r: (r["user_id"], r["original_id"])):
                 restore(r["user_id"], r["original_id"])
             cursor = (page[-1]["archived_at"], page[-1]["original_id"])
+            group.commit()
             if progress:
-                group.commit()
                 progress(report)
     group.commit()
     report.seconds = time.monotonic() - started

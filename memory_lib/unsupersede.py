@@ -6,7 +6,7 @@ Those supersedes are recognized by their audit event: the memory's latest 'super
 memory's current `superseded_by` and has no `reason` (every supersede written since names one: update,
 explicit, llm, state_rule; a redacted event is left alone, its reason is gone).
 
-For each user (one transaction per user, under the user's write lock, write_path.USER_LOCK_SQL): the
+For each user (one transaction per user, under the user's write lock, memory_lib.locks): the
 hidden hot rows (`superseded_by` set) and archive rows (`original_superseded_by` set), oldest first.
 Applied, each is made live again (the column cleared; a hot row's updated_at moves to now) with one
 'updated' event, details {"reason": "unsupersede", "was_superseded_by": "<id>"}. A memory whose text a
@@ -31,7 +31,7 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
 from . import validation
-from .write_path import USER_LOCK_SQL
+from .locks import USER_LOCK_SQL
 
 __all__ = ["HiddenMemory", "UnsupersedeReport", "UserUnsupersede", "find_hidden", "unsupersede"]
 

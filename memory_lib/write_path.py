@@ -54,6 +54,7 @@ from .config import RetrievalConfig, SecretDetectionConfig, WriteConfig
 from .errors import InvalidInputError
 from .ledger import INSERT_SQL as LEDGER_SQL
 from .ledger import LedgerEntry, entry_params
+from .locks import USER_LOCK_SQL
 from .models import NewMemory, sha256_hex, validate_memory
 from .near_duplicates import (
     LexicalChange,
@@ -257,7 +258,6 @@ class AddResult:
 BIND_MODEL_SQL = """
     INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_model', %(model)s)
     ON CONFLICT (key) DO NOTHING"""
-USER_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || %(user_id)s, 0))"
 # Rows written by other paths have no dedupe key: match them by the exact content's sha256.
 FIND_EXACT_SQL = """
     SELECT id, expires_at FROM memories
