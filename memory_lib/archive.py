@@ -609,8 +609,15 @@ def backup_batch(
     deadline = _start_step(conn, batch_key, criteria)
     todo = _pending(conn, batch_key, AttemptStatus.EMBEDDED, ", a.claimed_at")
     originals = fetch_memories(conn, [r["memory_id"] for r in todo], with_xmin=True)
+    started_before = conn.execute(
+        """UPDATE archival_batches b SET backup_started_at = coalesce(b.backup_started_at, now())
+           FROM (SELECT backup_started_at FROM archival_batches WHERE batch_key = %s) AS before
+           WHERE b.batch_key = %s RETURNING before.backup_started_at AS at""",
+        (batch_key, batch_key),
+    ).fetchone()
     try:
-        integrity.purge_unrecorded_packs(conn, batch_key, object_store)
+        if started_before is not None and started_before["at"] is not None:
+            integrity.purge_unrecorded_packs(conn, batch_key, object_store, sorted({r["user_id"] for r in todo}))
     except Exception as exc:  # hygiene, not this night's work: the puts below report a store that is down
         log.warning("backup of %s: could not look for a dead run's packs (%s); `sweep` removes them later",
                     batch_key, exc)  # fmt: skip

@@ -3,15 +3,21 @@
 Order, so that a run killed at any point is completed by running it again (same user, same memory):
 
 1. A `forget_requests` row is recorded (committed) with the manifest: the memory ids it covers and the
-   backup object keys they have or had. An unfinished request of the same scope is resumed, not doubled.
+   backup object keys that can hold their bytes, recorded by a row or not: the keys their rows name,
+   the lone backups named by their ids, and the packs found by listing the user's pack folder in every
+   version (memory_lib.packs). For one memory, a pack there that no row records is read to see
+   whether it holds the memory; for a whole user, every pack there is taken, and a pack written before
+   owner tags that no row records is read to see whose it is. An unfinished request of the same scope
+   is resumed, not doubled.
 2. Objects: every version and delete marker of each key is deleted (memory_lib.object_versions), and the
    dry run's scratch copies of those memories. Status 'objects_deleted'.
-3. Rows, in one transaction under the user's write lock (memory_lib.write_path's): the memories are
+3. Rows, in one transaction under the user's write lock (memory_lib.locks): the memories are
    deleted from every table of `erased_tables()`; their audit events are redacted through the database's
    one controlled path (`redact_memory_events`, migration 014: the append-only trigger allows nothing
    else); a 'forgotten' tombstone per memory is appended (ids, content sha256, backup sha256, actor, time;
    no content). Memories the user added since step 1 are included. Status 'rows_deleted'.
-4. Objects again (a backup written by an archival run racing step 2 is caught), then status 'done'.
+4. Objects again (a backup written by an archival run racing step 2 is caught; for a whole user, every
+   pack in the user's folder is listed again), then status 'done'.
 
 Scope of one memory: the memory and the earlier versions it superseded (they hold its older text); the
 versions that superseded it stay. `delete(user, id)` on the clients is this forget of one memory.
@@ -31,16 +37,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
 from . import packs, validation
 from .consolidation import drop_from_consolidation_plan
 from .errors import InvalidInputError, NotFoundError
-from .object_versions import list_versions, purge
+from .locks import USER_LOCK_SQL
+from .object_versions import ObjectVersion, list_folders, list_versions, purge, read_version
 from .objectstore import ObjectStore
 from .search import Plan, Sql, run_plan, run_plan_async
-from .write_path import USER_LOCK_SQL
 
 # Deleted by forget, in this order (memory_retention references memories): table -> its memory id column.
 _ERASED: dict[str, str] = {
@@ -199,7 +206,24 @@ def forget_steps(
                 keys.add(store.key_from_ref(ref))
         return sorted(keys)
 
-    opened = yield ("plan", _open_plan(user, target, who, when, keys_for))
+    # Packs no row may record (a run killed between put and checkpoint): listed, and read when the
+    # listing cannot tell whose they are or which memories they hold.
+    mine, untagged = yield ("call", lambda: _listed_packs(store, user, untagged=target is None))
+    unrecorded = yield ("plan", _unrecorded_plan(store, user, mine, untagged))
+    to_read = unrecorded if target is not None else [k for k in unrecorded if packs.owner_of(store, k) is None]
+    members = yield ("call", lambda: _pack_members(store, to_read))
+    found = (set(mine) if target is None else set()) | {
+        k for k, held in members.items() if any(u == user for u, _ in held)
+    }
+
+    def with_found(ids: Iterable[uuid.UUID], refs: Iterable[str]) -> list[str]:
+        wanted = set(ids)
+        extra = found if target is None else {
+            k for k in found if any(u == user and i in wanted for u, i in members[k])
+        }  # fmt: skip
+        return sorted(set(keys_for(wanted, refs)) | extra)
+
+    opened = yield ("plan", _open_plan(user, target, who, when, with_found))
     if isinstance(opened, ForgetResult):
         return opened
     request, resumed = opened
@@ -213,8 +237,9 @@ def forget_steps(
         versions += yield ("call", lambda: purge_objects(store, request["object_keys"], request["memory_ids"]))
         request = yield ("plan", _status_plan(request["id"], "objects_deleted", versions))
     if request["status"] == "objects_deleted":
-        request = yield ("plan", _rows_plan(request, who, when, keys_for))
-    swept = yield ("call", lambda: purge_objects(store, request["object_keys"], request["memory_ids"]))
+        request = yield ("plan", _rows_plan(request, who, when, with_found))
+    again = [] if target is not None else (yield ("call", lambda: _listed_packs(store, user, untagged=False)))[0]
+    swept = yield ("call", lambda: purge_objects(store, [*request["object_keys"], *again], request["memory_ids"]))
     done = yield ("plan", _done_plan(request["id"], swept))
     return ForgetResult(
         done["id"], user, done["memory_id"], tuple(done["memory_ids"]), done["object_versions_deleted"],
@@ -417,6 +442,63 @@ def _done_plan(request_id: uuid.UUID, versions: int) -> Plan[dict[str, Any]]:
 # --------------------------------------------------------------------------- objects
 
 
+def _listed_packs(store: ObjectStore, user: str, *, untagged: bool = True) -> tuple[list[str], list[str]]:
+    """(the keys in the user's pack folder, the keys of packs written before owner tags when
+    `untagged`), in any version: a key whose current version is a delete marker still holds bytes.
+    The user's folder is one listing; the packs before tags, one per folder of theirs."""
+    mine = {v.key for v in list_versions(store, packs.owner_prefix(store, user)) if packs.is_pack_key(v.key)}
+    old: set[str] = set()
+    if untagged:
+        for folder in list_folders(store, packs.packs_prefix(store)):
+            if not folder.rstrip("/").rsplit("/", 1)[-1].startswith(packs.OWNER_MARK):
+                old |= {v.key for v in list_versions(store, folder) if packs.is_pack_key(v.key)}
+    return sorted(mine), sorted(old)
+
+
+def _unrecorded_plan(store: ObjectStore, user: str, mine: list[str], untagged: list[str]) -> Plan[list[str]]:
+    """The keys among `mine` that no row of the user records, and among `untagged` that no row at all
+    records (a pack holds one user's memories: one recorded by a row is that row's user's)."""
+    refs = {store.ref_for(k): k for k in [*mine, *untagged]}
+    if not refs:
+        return []
+    rows = yield Sql(
+        """SELECT backup_key AS key, NULL AS ref, user_id FROM archival_attempts WHERE backup_key = ANY(%(keys)s)
+           UNION SELECT NULL, split_part(storage_ref, '#', 1), user_id FROM archived_memories
+                 WHERE split_part(storage_ref, '#', 1) = ANY(%(refs)s)""",
+        {"keys": list(refs.values()), "refs": list(refs)}, "all",
+    )  # fmt: skip
+    old = set(untagged)
+    recorded = set()
+    for r in rows:
+        key = r["key"] or refs[r["ref"]]
+        if key in old or r["user_id"] == user:
+            recorded.add(key)
+    return sorted(k for k in refs.values() if k not in recorded)
+
+
+def _pack_members(store: ObjectStore, keys: Iterable[str]) -> dict[str, set[tuple[str, uuid.UUID]]]:
+    """key -> (user_id, memory id) of every member of every stored version of these packs."""
+    out: dict[str, set[tuple[str, uuid.UUID]]] = {}
+    for key in keys:
+        held: set[tuple[str, uuid.UUID]] = set()
+        for v in list_versions(store, key):
+            if v.key == key and not v.delete_marker:
+                held |= _members_of(store, v)
+        out[key] = held
+    return out
+
+
+def _members_of(store: ObjectStore, version: ObjectVersion) -> set[tuple[str, uuid.UUID]]:
+    held = set()
+    for line in read_version(store, version).splitlines():
+        try:
+            doc = orjson.loads(line)
+            held.add((str(doc["user_id"]), uuid.UUID(str(doc["original_id"]))))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue  # not a backup document: nothing of a user's to find in it
+    return held
+
+
 def _scratch_prefix(store: ObjectStore) -> str:
     # memory_lib.dry_run writes round-trip copies under <prefix>/dry-run/<token>/memories/<id>.json and
     # deletes them; on a versioned bucket their bytes stay as noncurrent versions.
@@ -467,8 +549,9 @@ def user_id_tables(conn: psycopg.Connection) -> list[str]:
 def remaining(conn: psycopg.Connection, store: ObjectStore, user_id: str) -> Leftovers:
     """Everything of `user_id` still stored after forget_user: the user's rows in every table with a
     user_id (listed in erased_tables() or not) except the retained audit tables; audit events still
-    carrying content; and every version of every backup key the user's forget requests covered, and
-    of the dry run's copies of those memories."""
+    carrying content; every version of every backup key the user's forget requests covered, and of the
+    dry run's copies of those memories; and, from the bucket itself, every version of every pack in the
+    user's folder and of every pack no row records that holds a memory of the user."""
     user = validation.user(user_id)
     tables = user_id_tables(conn)
     rows = {}
@@ -490,6 +573,9 @@ def remaining(conn: psycopg.Connection, store: ObjectStore, user_id: str) -> Lef
     ).fetchone()
     ids = [i for i in manifest["ids"] if i is not None]
     keys = {k for k in manifest["keys"] if k is not None} | {store.key_for(i) for i in ids}
+    mine, untagged = _listed_packs(store, user)
+    legacy = run_plan(conn, _unrecorded_plan(store, user, [], untagged))
+    keys |= set(mine) | {k for k, held in _pack_members(store, legacy).items() if any(u == user for u, _ in held)}
     objects = []
     for key in sorted(keys):
         objects += [f"{v.key}@{v.version_id}" for v in list_versions(store, key) if v.key == key]

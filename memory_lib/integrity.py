@@ -3,11 +3,12 @@ that still exist, and backup objects that nothing records (the sweep)."""
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,10 +18,12 @@ from psycopg.types.json import Jsonb
 from . import packs
 from .errors import IntegrityError, ObjectNotFoundError
 from .models import to_float32
-from .object_versions import purge
+from .object_versions import list_versions, make_current, purge
 from .objectstore import ObjectStore, StoredObject
 from .statuses import OPEN_STATUSES
 from .store import MEMORY_COLUMNS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,14 +118,18 @@ def orphaned_backups(
     return [k for k in keys if k not in known]
 
 
-def purge_unrecorded_packs(conn: psycopg.Connection, batch_key: str, store: ObjectStore) -> list[str]:
-    """Delete, every version, the packs of `batch_key` that no attempt and no archive row records: a
-    dead run's puts whose checkpoints never landed. Called by the batch's backup step under the
-    batch's lease, so no live run is between its put and its checkpoint. Without this, a pack whose
-    members a re-run wrote again differently (a memory edited in between) would keep copies that no
-    row leads forget to."""
+def purge_unrecorded_packs(
+    conn: psycopg.Connection, batch_key: str, store: ObjectStore, user_ids: Sequence[str]
+) -> list[str]:
+    """Delete, every version, the packs of `batch_key` in the folders of `user_ids` (and of the layout
+    before owner tags) that no attempt and no archive row records: a dead run's puts whose checkpoints
+    never landed. Called by the batch's backup step under the batch's lease when an earlier run
+    started it, so no live run is between its put and its checkpoint. (forget finds such packs by
+    listing the user's folder either way: this is the storage they would waste.)"""
+    folders = [f"packs/{packs.owner_tag(u)}/{batch_key}/" for u in sorted(set(user_ids))] + [f"packs/{batch_key}/"]
     # A batch key may hold '/': keep only the packs directly in this batch's folder.
-    keys = [k for k in store.list(f"packs/{batch_key}/") if packs.is_pack_key(k) and packs.batch_of(store, k) == batch_key]
+    keys = [k for folder in folders for k in store.list(folder)
+            if packs.is_pack_key(k) and packs.batch_of(store, k) == batch_key]  # fmt: skip
     orphans = orphaned_backups(conn, store, keys=keys)
     for key in orphans:
         purge(store, key)
@@ -157,8 +164,9 @@ class CommittedBackups:
 
     committed: int  # archive rows written by these batches
     checked: int  # of them checked (all up to the sample size, a random sample above it)
-    missing: list[str]  # storage refs with no object
-    mismatched: list[str]  # storage refs whose object differs from the recorded sha256/size
+    missing: list[str]  # storage refs with no object (after recovery)
+    mismatched: list[str]  # storage refs whose object differs from the recorded sha256/size (after recovery)
+    recovered: list[str] = field(default_factory=list)  # refs found missing or different, then recovered
 
     @property
     def passed(self) -> bool:
@@ -204,6 +212,12 @@ def audit_batch(
     archived checkpoint rows (prune_archived_attempts); a failed one keeps them for the investigation."""
     report = integrity_report(conn, [batch_key])
     committed = verify_committed(conn, store, [batch_key], sample_max=AUDIT_SAMPLE if sample_max is None else sample_max)
+    if not committed.passed:
+        recovered = recover_from_versions(conn, store, committed.missing + committed.mismatched)
+        committed = replace(
+            committed, missing=[r for r in committed.missing if r not in recovered],
+            mismatched=[r for r in committed.mismatched if r not in recovered], recovered=sorted(recovered),
+        )  # fmt: skip
     at = datetime.now(UTC)
     conn.execute(
         "UPDATE archival_batches SET tier_audit = %s WHERE batch_key = %s",
@@ -294,6 +308,39 @@ def verify_committed(
     return CommittedBackups(len(rows), len(sample), missing, mismatched)
 
 
+def recover_from_versions(conn: psycopg.Connection, store: ObjectStore, refs: Sequence[str]) -> set[str]:
+    """Put back the backups of archive rows whose object was deleted or overwritten after commit's
+    verification (the verify -> commit race: the original is gone, so the backup is the only copy).
+    On a versioned bucket the verified bytes are still the version the row recorded
+    (`backup_version_id`): that version is copied on top, then each member is read back against its
+    sha256. Returns the refs recovered; without versioning there is nothing to recover from (the
+    preflight warns about it)."""
+    if not refs:
+        return set()
+    rows = conn.execute(
+        "SELECT storage_ref, backup_sha256, backup_version_id FROM archived_memories WHERE storage_ref = ANY(%s)",
+        (list(refs),),
+    ).fetchall()
+    restored: dict[tuple[str, str], bool] = {}
+    recovered: set[str] = set()
+    for r in rows:
+        key, version = store.key_from_ref(r["storage_ref"]), r["backup_version_id"]
+        if version is None:
+            continue
+        if (key, version) not in restored:
+            restored[key, version] = make_current(store, key, version)
+        if not restored[key, version]:
+            continue
+        try:
+            store.read_ref(r["storage_ref"], r["backup_sha256"])
+        except (ObjectNotFoundError, IntegrityError):
+            continue
+        recovered.add(r["storage_ref"])
+    if recovered:
+        log.warning("recovered %d backups from their recorded object versions", len(recovered))
+    return recovered
+
+
 @dataclass(frozen=True)
 class SweepReport:
     """Backup objects (lone and packs) that no attempt and no archive row records."""
@@ -304,14 +351,30 @@ class SweepReport:
     kept: dict[str, str]  # orphan key -> why it was not removed
 
 
+def _keys_in_any_version(store: ObjectStore) -> list[str]:
+    """Every backup key with a stored version, current or not (a key whose current version is a delete
+    marker still holds its bytes on a versioned bucket); the current keys for a store without versions."""
+    try:
+        found = {v.key for prefix in BACKUP_PREFIXES for v in list_versions(store, _full_key(store, prefix))}
+    except TypeError:
+        return backup_keys(store)
+    return sorted(k for k in found if packs.is_pack_key(k) or _memory_id_of(k) is not None)
+
+
+def _full_key(store: ObjectStore, name: str) -> str:
+    return f"{store.prefix}/{name}" if store.prefix else name
+
+
 def sweep_orphans(conn: psycopg.Connection, store: ObjectStore, *, remove: bool = False) -> SweepReport:
-    """Find (and with `remove`, delete) backup objects without a record.
+    """Find (and with `remove`, delete every version of) backup objects without a record.
 
     An orphan comes from a run killed between an object's put and its checkpoint. It is removed only
     when its memory is hot and in no open attempt (the next archival writes it again) or gone from
-    both tiers; an object an archive row points to is never an orphan.
+    both tiers; an object an archive row points to is never an orphan. Removal purges every version
+    and delete marker of the key (memory_lib.object_versions): a delete alone would leave the bytes in
+    a noncurrent version on a versioned bucket.
     """
-    listed = backup_keys(store)
+    listed = _keys_in_any_version(store)
     orphans = orphaned_backups(conn, store, keys=listed)
     removed: list[str] = []
     kept: dict[str, str] = {}
@@ -332,6 +395,6 @@ def sweep_orphans(conn: psycopg.Connection, store: ObjectStore, *, remove: bool 
                 kept[key] = "its memory is in an open attempt: the run will write it again"
                 continue
             if remove:
-                store.delete(key)
+                purge(store, key)
                 removed.append(key)
     return SweepReport(len(listed), orphans, removed, kept)

@@ -98,3 +98,52 @@ def _real_key_of_tmp(key: str) -> str | None:
 
 def _is_local_tmp_of(candidate: str, key: str) -> bool:
     return _real_key_of_tmp(candidate) == key
+
+
+def read_version(store: ObjectStore, version: ObjectVersion) -> bytes:
+    """The bytes of one stored version (not a delete marker): what erasure reads of an object that no
+    row records, to know whose it is, even when its current version is a delete marker."""
+    if version.delete_marker:
+        raise ValueError(f"{version.key}@{version.version_id} is a delete marker: it holds no bytes")
+    if isinstance(store, S3ObjectStore):
+        extra = {"VersionId": version.version_id} if version.version_id else {}
+        with _s3_errors("get version", store.bucket, version.key):
+            body: bytes = store.client.get_object(Bucket=store.bucket, Key=version.key, **extra)["Body"].read()
+        return body
+    if isinstance(store, LocalObjectStore):
+        return (store.root / _check_key(version.key)).read_bytes()
+    raise TypeError(f"{type(store).__name__} cannot read object versions: erasure needs a local or S3 store")
+
+
+def make_current(store: ObjectStore, key: str, version_id: str) -> bool:
+    """Copy the stored version `version_id` of `key` on top, as its current version (the bytes of a
+    backup deleted or overwritten after it was verified). False when the store keeps no versions or
+    that version is gone."""
+    if not isinstance(store, S3ObjectStore) or not version_id or version_id == "null":
+        return False
+    if not any(v.key == key and v.version_id == version_id and not v.delete_marker for v in list_versions(store, key)):
+        return False
+    with _s3_errors("copy version", store.bucket, key):
+        store.client.copy_object(
+            Bucket=store.bucket, Key=key, CopySource={"Bucket": store.bucket, "Key": key, "VersionId": version_id}
+        )
+    return True
+
+
+def list_folders(store: ObjectStore, prefix: str) -> list[str]:
+    """The folders directly under `prefix` (full key prefixes ending in '/') holding any version."""
+    if isinstance(store, S3ObjectStore):
+        out: set[str] = set()
+        kwargs: dict[str, Any] = {"Bucket": store.bucket, "Prefix": prefix, "Delimiter": "/"}
+        while True:
+            with _s3_errors("list folders", store.bucket, prefix):
+                page = store.client.list_object_versions(**kwargs)
+            out |= {p["Prefix"] for p in page.get("CommonPrefixes", ())}
+            if not page.get("IsTruncated"):
+                return sorted(out)
+            kwargs["KeyMarker"] = page.get("NextKeyMarker")
+            kwargs["VersionIdMarker"] = page.get("NextVersionIdMarker")
+    if isinstance(store, LocalObjectStore):
+        base = store.root / prefix
+        return sorted(f"{prefix}{p.name}/" for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    raise TypeError(f"{type(store).__name__} cannot list folders: erasure needs a local or S3 store")

@@ -8,9 +8,14 @@ Format: the members' canonical backup documents (models.BackupObject.to_json_byt
 followed by one newline: a JSON Lines file. Each member keeps its own sha256 and size in Postgres, and
 its ref names its byte range (objectstore: "<pack ref>#bytes=<first>-<last>"), so expanding or
 restoring one memory is one ranged GET checked against that member's sha256. The key is
-`<prefix>/packs/<batch key>/<sha256 of the pack>.jsonl`: written once, never overwritten, and with no
-user id in it. Invariants:
+`<prefix>/packs/u=<owner tag>/<batch key>/<sha256 of the pack>.jsonl`: written once, never
+overwritten. The owner tag is a digest of the user id (`owner_tag`), not the id: forget finds every
+pack that can hold a user's bytes by listing the user's folder, whether or not a row records it (a run
+killed between its put and its checkpoint). Packs written before the tag (`packs/<batch
+key>/<sha256>.jsonl`) are still read; forget_user finds those by their rows, or, unrecorded, by
+reading them. Invariants:
 * a pack holds the memories of one user only (forget_user deletes whole packs);
+* its owner tag is that user's;
 * a member's bytes are exactly its standalone backup document (same sha256 either way);
 * readers go through `read_members`, which reads each object once for all of its members asked for.
 """
@@ -70,7 +75,7 @@ def plan_units(
     for user_id, m in members:
         by_user.setdefault(user_id, []).append(m)
     units: list[Unit] = []
-    for group in by_user.values():
+    for user_id, group in by_user.items():
         if len(group) < min_members:
             units += [Unit(store.key_for(m.memory_id), m.data, m.sha256, (m,), (0,), False) for m in group]
             continue
@@ -78,15 +83,44 @@ def plan_units(
         size = 0
         for m in group:
             if chunk and size + len(m.data) + 1 > max_bytes:
-                units.append(_pack(store, batch_key, chunk))
+                units.append(_pack(store, batch_key, chunk, user_id))
                 chunk, size = [], 0
             chunk.append(m)
             size += len(m.data) + 1
-        units.append(_pack(store, batch_key, chunk))
+        units.append(_pack(store, batch_key, chunk, user_id))
     return units
 
 
-def _pack(store: ObjectStore, batch_key: str, members: list[Member], *, folder: str | None = None) -> Unit:
+OWNER_MARK = "u="
+
+
+def owner_tag(user_id: str) -> str:
+    """The folder of a user's packs: a digest of the user id (128 bits: two users never share one)."""
+    return OWNER_MARK + sha256_hex(user_id.encode("utf-8"))[:32]
+
+
+def owner_of(store: ObjectStore, key: str) -> str | None:
+    """The owner tag of a pack key, or None for a pack written before tags (or not a pack)."""
+    start = packs_prefix(store)
+    if not is_pack_key(key) or not key.startswith(start):
+        return None
+    first = key[len(start) :].split("/", 1)[0]
+    return first if first.startswith(OWNER_MARK) else None
+
+
+def packs_prefix(store: ObjectStore) -> str:
+    """Where every pack of the store is (a full key prefix)."""
+    return f"{store.prefix}/packs/" if store.prefix else "packs/"
+
+
+def owner_prefix(store: ObjectStore, user_id: str) -> str:
+    """The folder of every pack of `user_id` (a full key prefix)."""
+    return f"{packs_prefix(store)}{owner_tag(user_id)}/"
+
+
+def _pack(
+    store: ObjectStore, batch_key: str, members: list[Member], user_id: str = "", *, folder: str | None = None
+) -> Unit:
     offsets, parts, at = [], [], 0
     for m in members:
         offsets.append(at)
@@ -97,8 +131,7 @@ def _pack(store: ObjectStore, batch_key: str, members: list[Member], *, folder: 
     if folder is not None:
         key = f"{folder}/{digest}{SUFFIX}"
     else:
-        name = f"packs/{batch_key}/{digest}{SUFFIX}"
-        key = f"{store.prefix}/{name}" if store.prefix else name
+        key = f"{owner_prefix(store, user_id)}{batch_key}/{digest}{SUFFIX}"
     return Unit(key, data, digest, tuple(members), tuple(offsets), True)
 
 
@@ -210,12 +243,13 @@ def member_bytes(pack: bytes, ref: str, member: tuple[int, int], sha256: str) ->
 def is_pack_key(key: str) -> bool:
     """Whether `key` names a pack (written by plan_units or rewrite_without)."""
     parts = key.split("/")
-    return key.endswith(SUFFIX) and len(parts) >= 3 and parts[-3] == "packs"
+    return key.endswith(SUFFIX) and "packs" in parts[:-2]
 
 
 def batch_of(store: ObjectStore, key: str) -> str:
-    """The batch key a pack key was written for (`<prefix>/packs/<batch key>/<sha256>.jsonl`)."""
-    start = f"{store.prefix}/packs/" if store.prefix else "packs/"
+    """The batch key a pack key was written for (`<prefix>/packs/[u=<tag>/]<batch key>/<sha256>.jsonl`)."""
+    start = packs_prefix(store)
     if not is_pack_key(key) or not key.startswith(start):
         raise ValueError(f"not a pack key of this store: {key!r}")
-    return key[len(start) :].rsplit("/", 1)[0]
+    folder = key[len(start) :].rsplit("/", 1)[0]
+    return folder.split("/", 1)[1] if owner_of(store, key) else folder

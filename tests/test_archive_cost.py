@@ -56,15 +56,15 @@ def _attempt_rows(conn) -> dict[str, int]:
 def test_archiving_costs_one_put_one_get_and_one_head_per_lone_backup_on_s3(conn, s3_store):
     """A memory alone in its batch for its user (below archival.pack_min_members) is one object: PUT
     (its echoed SHA256 is the write's check), the fidelity GET (the round trip), commit's HEAD just
-    before the original is deleted; the post-commit audit HEADs a sample (all of a small batch). One
-    LIST per backup step looks for a dead run's packs. (Packs: tests/test_backup_packs.py.)"""
+    before the original is deleted; the post-commit audit HEADs a sample (all of a small batch). No
+    LIST: only a backup step that follows a dead one looks for its packs. (Packs: tests/test_backup_packs.py.)"""
     users = tuple(f"user{i:02d}" for i in range(N))
     insert_memories(conn, make_memories(N, dim=TEST_DIM, users=users), actor="test")
     sent = _count_requests(s3_store.client)
     report = run_batch(conn, _services(s3_store), CRITERIA, batch_key="night", as_of=NOW, actor="test")
     assert report.ok and report.archived == N
     audited = min(N, integrity.AUDIT_SAMPLE)
-    assert sent == Counter({"PutObject": N, "GetObject": N, "HeadObject": N + audited, "ListObjectsV2": 1})
+    assert sent == Counter({"PutObject": N, "GetObject": N, "HeadObject": N + audited})
     assert s3_store.verified_by_head == 0
 
 

@@ -245,11 +245,11 @@ _KILLER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kill_after,status", [(3, "pending"), (5, "rows_deleted")])
+@pytest.mark.parametrize("kill_after,status", [(6, "pending"), (8, "rows_deleted")])
 def test_a_killed_forget_user_is_completed_by_running_it_again(db_url, seaweed, versioned_store, kill_after, status):
-    """Killed after its objects are deleted but before its rows (step 3: the purge, after the open and the
-    pack plan), or after its rows but before the final sweep (step 5): the next forget_user resumes the
-    same request and completes it."""
+    """Killed after its objects are deleted but before its rows (step 6: the purge, after the bucket's
+    listing, the unrecorded packs' plan and read, the open and the pack plan), or after its rows but
+    before the final sweep (step 8): the next forget_user resumes the same request and completes it."""
     store = versioned_store
     with connect(db_url) as conn:
         ids = _seed(conn, store)

@@ -173,6 +173,7 @@ def tiers_consistent(
                 "backups_checked": audit.committed.checked,
                 "backups_missing": len(audit.committed.missing),
                 "backups_mismatched": len(audit.committed.mismatched),
+                "backups_recovered_from_versions": len(audit.committed.recovered),
                 "audited_at": audit.audited_at.isoformat(),
                 "nothing_to_check": audit.integrity.archived == 0 and not problems,
             }
@@ -185,6 +186,9 @@ def tiers_consistent(
                 description = f"{NOTHING}: {key} archived nothing"
             else:
                 description = f"{audit.integrity.archived} archive rows consistent"
+                if audit.committed.recovered:
+                    description += (f"; {len(audit.committed.recovered)} backups deleted or overwritten after "
+                                    "their verification were put back from their recorded versions")
             yield _evaluation(context, archive_rows, night, passed=not problems, metadata=meta,
                               description=description)  # fmt: skip
     yield dg.Output(None)
