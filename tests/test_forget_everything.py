@@ -67,14 +67,19 @@ def _counts(conn: psycopg.Connection, user: str) -> tuple[int, int]:
 # The real command, its S3 puts wrapped: after the first pack is stored, every put sleeps until the kill.
 _CLI_CHILD = textwrap.dedent(
     """
-    import sys, time
+    import sys, threading, time
     from memory_lib import objectstore
     from memory_lib.cli import main
     inner = objectstore.S3ObjectStore.put
+    lock, first = threading.Lock(), []
     def put(self, key, data, sha):
         out = inner(self, key, data, sha)
         if key.endswith(".jsonl"):
-            print("PUT", key, flush=True)
+            with lock:  # puts run in threads: one line, for the first pack stored
+                if not first:
+                    first.append(key)
+                    sys.stdout.write(f"PUT {key}\\n")
+                    sys.stdout.flush()
             time.sleep(300)
         return out
     objectstore.S3ObjectStore.put = put
@@ -104,10 +109,10 @@ def test_forget_after_a_killed_pack_write_leaves_no_byte_of_the_user(db_url, sea
                             stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     try:
         line = proc.stdout.readline().decode()  # type: ignore[union-attr]
-        assert line.startswith("PUT "), proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+    assert line.startswith("PUT "), proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
     assert proc.returncode == -signal.SIGKILL
     written = line.split()[1]
     # The dead run's pack: no row records it, it holds 50 memories of one user.
@@ -116,7 +121,10 @@ def test_forget_after_a_killed_pack_write_leaves_no_byte_of_the_user(db_url, sea
     ).fetchall()  # fmt: skip
     (victim,) = [u for u in USERS if packs.owner_tag(u) == packs.owner_of(store, written)]
     assert written.startswith(packs.owner_prefix(store, victim))
-    assert any(k.startswith(written + "@") for k in _holders(store, victim))
+    deadline = time.monotonic() + 20  # SeaweedFS may list a version a moment after its PUT returned
+    while not any(k.startswith(written + "@") for k in _holders(store, victim)):
+        assert time.monotonic() < deadline, f"{written} never listed"
+        time.sleep(0.2)
     assert not remaining(conn, store, victim).clean  # the bucket is checked, not only the manifest
 
     result = forget_user(conn, store, victim, actor="test")
