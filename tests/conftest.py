@@ -152,6 +152,19 @@ def s3_store(seaweed):
     return S3ObjectStore(seaweed.client(), bucket, prefix="test")
 
 
+@pytest.fixture
+def versioned_store(seaweed):
+    """An S3 store on a fresh SeaweedFS bucket with versioning Enabled (what erasure and recovery need)."""
+    from memory_lib.objectstore import S3ObjectStore
+
+    bucket = f"v-{uuid.uuid4().hex[:12]}"
+    seaweed.create_bucket(bucket)
+    client = seaweed.client()
+    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert client.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    return S3ObjectStore(client, bucket, prefix="test")
+
+
 @pytest.fixture(params=["local", "s3"])
 def object_store(request: pytest.FixtureRequest):
     return request.getfixturevalue(f"{request.param}_store")

@@ -3,7 +3,6 @@ read, verified, restored and forgotten on its own. Real Postgres, local director
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 
 import pytest
@@ -161,15 +160,6 @@ def _bucket_bytes(store: S3ObjectStore) -> list[bytes]:
             got = store.client.get_object(Bucket=store.bucket, Key=v.key, VersionId=v.version_id)
             out.append(got["Body"].read())
     return out
-
-
-@pytest.fixture
-def versioned_store(seaweed) -> S3ObjectStore:
-    bucket = f"pk-{uuid.uuid4().hex[:12]}"
-    seaweed.create_bucket(bucket)
-    client = seaweed.client()
-    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    return S3ObjectStore(client, bucket, prefix="test")
 
 
 def test_forgetting_one_member_rewrites_its_pack_without_it(conn, versioned_store):

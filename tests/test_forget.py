@@ -49,16 +49,6 @@ def _archive(conn, store, as_of=NOW) -> None:
     assert report.gate_passed and report.status.failed == 0
 
 
-@pytest.fixture
-def versioned_store(seaweed) -> S3ObjectStore:
-    bucket = f"fg-{uuid.uuid4().hex[:12]}"
-    seaweed.create_bucket(bucket)
-    client = seaweed.client()
-    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    assert client.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
-    return S3ObjectStore(client, bucket, prefix="test")
-
-
 def _all_versions(store: S3ObjectStore) -> set[tuple[str, str | None]]:
     return {(v.key, v.version_id) for v in list_versions(store, "")}
 

@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-import uuid
 from datetime import UTC, datetime
 
 import psycopg
@@ -34,15 +33,6 @@ from tests.support.factories import NOW, make_memories
 
 USERS = tuple(f"user-{c}" for c in "abcdefgh")
 CRITERIA = ArchivalCriteria()
-
-
-@pytest.fixture
-def versioned_store(seaweed) -> S3ObjectStore:
-    bucket = f"fe-{uuid.uuid4().hex[:12]}"
-    seaweed.create_bucket(bucket)
-    client = seaweed.client()
-    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    return S3ObjectStore(client, bucket, prefix="test")
 
 
 def _bytes_of_every_version(store: S3ObjectStore) -> dict[str, bytes]:
