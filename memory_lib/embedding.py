@@ -289,13 +289,18 @@ class LocalEmbedder:
 # --------------------------------------------------------------------------------------------------
 
 
+def embedding_provider(cfg: EmbeddingConfig, env: Mapping[str, str]) -> str:
+    """The provider `cfg.provider` names; "auto": OpenAI when OPENAI_API_KEY is set, else hashing."""
+    if cfg.provider != "auto":
+        return cfg.provider
+    return "openai" if env.get("OPENAI_API_KEY", "").strip() else "hashing"
+
+
 def embedder_from_settings(cfg: EmbeddingConfig, env: Mapping[str, str] | None = None) -> Embedder:
-    """The embedder `cfg.provider` asks for; "auto" picks OpenAI when OPENAI_API_KEY is set, else hashing."""
+    """The embedder `cfg.provider` asks for (embedding_provider: "auto" picks OpenAI, else hashing)."""
     env = os.environ if env is None else env
     openai_key = env.get("OPENAI_API_KEY", "").strip() or None
-    provider = cfg.provider
-    if provider == "auto":
-        provider = "openai" if openai_key else "hashing"
+    provider = embedding_provider(cfg, env)
     if provider == "openai":
         if not openai_key:
             raise InvalidInputError(

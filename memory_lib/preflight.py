@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from .config import EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
+from .embedding import embedding_provider
 from .errors import ObjectStoreConfigError, ObjectStoreError, PreflightError
 from .objectstore import LOCAL_ROOT_FIELD, LOCAL_ROOT_VARIABLE, local_root_problem, s3_client
+from .summarize import llm_provider
 
 BUCKET_SETTING = "MEMORY_ARCHIVE_BUCKET (object_store.bucket)"
 UNVERSIONED = (
@@ -141,14 +143,6 @@ def _key(env: Mapping[str, str], name: str) -> str | None:
     return (env.get(name) or "").strip() or None
 
 
-def llm_provider(llm: LLMConfig, env: Mapping[str, str]) -> str:
-    """The summarizer's (and write judge's) provider, as memory_lib.summarize picks it: 'auto' is Anthropic
-    when its key is set, else OpenAI when its key is set, else extractive."""
-    if llm.provider != "auto":
-        return llm.provider
-    return "anthropic" if _key(env, "ANTHROPIC_API_KEY") else "openai" if _key(env, "OPENAI_API_KEY") else "extractive"
-
-
 def _check_key_shape(provider: str, env: Mapping[str, str], base_url: object) -> None:
     """A set key of the wrong shape is refused; the message shows no more than its first 3 characters."""
     name, prefix, vendor = _KEY_SHAPES[provider]
@@ -176,7 +170,7 @@ def check_llm_key(llm: LLMConfig, env: Mapping[str, str] | None = None) -> None:
 def check_embedding_key(embedding: EmbeddingConfig, env: Mapping[str, str] | None = None) -> None:
     """OPENAI_API_KEY has OpenAI's shape when the embedder is OpenAI's (explicitly, or 'auto' with the key)."""
     env = os.environ if env is None else env
-    if embedding.provider == "openai" or (embedding.provider == "auto" and _key(env, "OPENAI_API_KEY")):
+    if embedding_provider(embedding, env) == "openai":
         _check_key_shape("openai", env, embedding.base_url)
 
 

@@ -945,14 +945,22 @@ def _api_key(env: Mapping[str, str], name: str) -> str | None:
     return value.strip() or None
 
 
+def llm_provider(llm: LLMConfig, env: Mapping[str, str]) -> str:
+    """The provider `llm.provider` names; "auto": Anthropic when its key is set, else OpenAI when its key
+    is set, else extractive."""
+    if llm.provider != "auto":
+        return llm.provider
+    if _api_key(env, "ANTHROPIC_API_KEY"):
+        return "anthropic"
+    return "openai" if _api_key(env, "OPENAI_API_KEY") else "extractive"
+
+
 def summarizer_from_settings(llm: LLMConfig, env: Mapping[str, str] | None = None) -> Summarizer:
-    """The summarizer `llm.provider` asks for; "auto" picks Anthropic, then OpenAI, then extractive."""
+    """The summarizer `llm.provider` asks for (llm_provider: "auto" picks Anthropic, OpenAI, extractive)."""
     env = os.environ if env is None else env
     anthropic_key = _api_key(env, "ANTHROPIC_API_KEY")
     openai_key = _api_key(env, "OPENAI_API_KEY")
-    provider = llm.provider
-    if provider == "auto":
-        provider = "anthropic" if anthropic_key else "openai" if openai_key else "extractive"
+    provider = llm_provider(llm, env)
     common: dict[str, Any] = dict(
         base_url=llm.base_url,
         max_output_tokens=llm.max_output_tokens,
