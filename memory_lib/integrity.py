@@ -322,20 +322,22 @@ def recover_from_versions(conn: psycopg.Connection, store: ObjectStore, refs: Se
         (list(refs),),
     ).fetchall()
     restored: dict[tuple[str, str], bool] = {}
-    recovered: set[str] = set()
+    put_back = []
     for r in rows:
         key, version = store.key_from_ref(r["storage_ref"]), r["backup_version_id"]
         if version is None:
             continue
         if (key, version) not in restored:
             restored[key, version] = make_current(store, key, version)
-        if not restored[key, version]:
-            continue
-        try:
-            store.read_ref(r["storage_ref"], r["backup_sha256"])
-        except (ObjectNotFoundError, IntegrityError):
-            continue
-        recovered.add(r["storage_ref"])
+        if restored[key, version]:
+            put_back.append(r)
+    # Read back as every other check does: one read per pack for all of its members, each checked.
+    read = packs.read_members(store, [(r["storage_ref"], r["backup_sha256"]) for r in put_back])
+    recovered = {r["storage_ref"] for r, got in zip(put_back, read, strict=True)
+                 if not isinstance(got, ObjectNotFoundError | IntegrityError)}  # fmt: skip
+    for got in read:
+        if isinstance(got, BaseException) and not isinstance(got, ObjectNotFoundError | IntegrityError):
+            raise got  # the store down: raises, as verify_committed does
     if recovered:
         log.warning("recovered %d backups from their recorded object versions", len(recovered))
     return recovered
