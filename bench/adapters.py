@@ -10,10 +10,12 @@ from typing import Any, Literal
 import numpy as np
 import psycopg
 
-from memory_lib.config import PromotionConfig, RetrievalConfig
-from memory_lib.nights import run_night
-from memory_lib.promotion import expand_plan
-from memory_lib.search import SearchRequest, run_plan, search_plan
+from memory_lib.archival.nights import run_night
+from memory_lib.core.config import PromotionConfig, RetrievalConfig
+from memory_lib.core.plans import run_plan
+from memory_lib.lifecycle.promotion import expand_plan
+from memory_lib.retrieval.search import search_plan
+from memory_lib.retrieval.types import SearchRequest
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Hit:
 
 
 def search_engine() -> str:
-    return "memory_lib.search (two-phase hybrid)"
+    return "memory_lib.retrieval.search (two-phase hybrid)"
 
 
 def search(
@@ -62,11 +64,11 @@ def expand_or_promote(
 
 
 def promotion_engine() -> str:
-    return "memory_lib.promotion.expand_plan (3rd expansion in 30 days promotes)"
+    return "memory_lib.lifecycle.promotion.expand_plan (3rd expansion in 30 days promotes)"
 
 
 def archival_engine() -> str:
-    return "memory_lib.nights.run_night"
+    return "memory_lib.archival.nights.run_night"
 
 
 def archival_night(conn: psycopg.Connection, services: Any, criteria: Any, night: Any) -> int:

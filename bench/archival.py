@@ -7,7 +7,7 @@ method and the object store differ:
 
 * naive baseline: one memory at a time: read, summarize, embed, put + verify, then one transaction
   (insert archive row, audit event, delete original);
-* memory_lib.pipeline.run_batch in batches of 500 (its default workers).
+* memory_lib.archival.pipeline.run_batch in batches of 500 (its default workers).
 
 The batched run drains the whole backlog; the baselines (naive, and run_batch without packs) archive its
 first 2,500 memories (`--baseline N`): they work one memory at a time, so their rate is per memory.
@@ -37,15 +37,15 @@ import psutil
 import psycopg
 from psycopg.types.json import Jsonb
 
-from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria
-from memory_lib.eligibility import select_eligible
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.models import BackupObject, sha256_hex
-from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
-from memory_lib.pipeline import run_batch
-from memory_lib.store import MEMORY_COLUMNS
-from memory_lib.summarize import ExtractiveSummarizer, SummaryInput, extract_key_entities
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.models import BackupObject, sha256_hex
+from memory_lib.lifecycle.eligibility import select_eligible
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer, SummaryInput, extract_key_entities
+from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
+from memory_lib.storage.store import MEMORY_COLUMNS
 
 from . import adapters
 from .common import (
@@ -306,7 +306,7 @@ def tier_counts(conn: psycopg.Connection) -> tuple[int, int]:
 
 def measure_bulk_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
     """restore_archives over `count` archived memories (one transaction each, backups read ahead)."""
-    from memory_lib.restore import restore_archives
+    from memory_lib.lifecycle.restore import restore_archives
 
     ids = [r["original_id"] for r in conn.execute(
         "SELECT original_id FROM archived_memories ORDER BY original_id DESC LIMIT %s", (count,)
@@ -320,7 +320,7 @@ def measure_bulk_restore(conn: psycopg.Connection, store: ObjectStore, count: in
 
 def measure_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
     """restore_archive one memory per call: its latency."""
-    from memory_lib.restore import restore_archive
+    from memory_lib.lifecycle.restore import restore_archive
 
     rows = conn.execute(
         "SELECT user_id, original_id FROM archived_memories ORDER BY original_id LIMIT %s", (count,)

@@ -32,7 +32,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from memory_lib.db import EmbeddedPostgres, migrate
+from memory_lib.storage.db import EmbeddedPostgres, migrate
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -223,7 +223,7 @@ def bench_connect(url: str, *, prepare: bool = False) -> psycopg.Connection:
     `SET enable_indexscan = off`; with prepare_threshold=None every execution is planned afresh. The
     search benchmark compares plans, so it never prepares; benchmarks that time the product's own
     work (archival, restore, LoCoMo searches) pass `prepare=True`, as the product's connections
-    (memory_lib.db.connect: psycopg's default threshold) prepare.
+    (memory_lib.storage.db.connect: psycopg's default threshold) prepare.
     """
     conn = psycopg.connect(url, autocommit=True, row_factory=dict_row, prepare_threshold=5 if prepare else None)
     register_vector(conn)
@@ -488,8 +488,8 @@ class Text:
 
 
 def demo_texts(n: int, *, seed: int = 7, users: int = 4) -> list[Text]:
-    """n non-core memories of memory_lib.demo_data (templated but varied: names, places, numbers)."""
-    from memory_lib.demo_data import generate_history
+    """n non-core memories of memory_assets.demo_data (templated but varied: names, places, numbers)."""
+    from memory_assets.demo_data import generate_history
 
     out: list[Text] = []
     days = max(2, math.ceil(n / 50) + 1)
@@ -536,7 +536,7 @@ class MemoEmbedder:
 def local_embedder() -> Any:
     """The packaged all-MiniLM-L6-v2 (the `local` extra), loaded once per process, its vectors memoized."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from memory_lib.embedding import LocalEmbedder
+    from memory_lib.llm.embedding import LocalEmbedder
 
     return MemoEmbedder(LocalEmbedder())
 

@@ -2,7 +2,7 @@
 1536-d and 384-d embeddings; object-store bytes per memory; and the ways to store a summary's vector
 side by side: bytes per archived memory vs LoCoMo tiered recall@10.
 
-The same memories are measured hot, then archived by memory_lib.pipeline.run_batch (offline
+The same memories are measured hot, then archived by memory_lib.archival.pipeline.run_batch (offline
 summarizer, hashing embedder, local object store). Both tables are rewritten with VACUUM FULL before
 measuring, so neither carries load-order bloat. Vectors use pgvector's 'external' storage (never
 compressed), so the figures do not depend on the vectors' values.
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from memory_lib.embedding import HashingEmbedder
+from memory_lib.llm.embedding import HashingEmbedder
 
 from .archival import load_backlog, run_batched
 from .common import (
@@ -75,7 +75,7 @@ def _per(b: dict[str, int], n: int) -> dict[str, float]:
 
 
 def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
-    from memory_lib.objectstore import LocalObjectStore
+    from memory_lib.storage.objectstore import LocalObjectStore
 
     name = f"fp_{dim}_{n}"
     url = server.create(name, dim)
@@ -108,7 +108,7 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
             ).fetchone()
             recorded = conn.execute(
                 "SELECT count(DISTINCT split_part(storage_ref, '#', 1)) AS n FROM archived_memories"
-            ).fetchone()["n"]  # objects the rows point to: lone backups and packs (memory_lib.packs)
+            ).fetchone()["n"]  # objects the rows point to: lone backups and packs (memory_lib.storage.packs)
             files = [p for p in (root / f"objects-{dim}").rglob("*") if p.suffix in (".json", ".jsonl")]
             on_disk = sum(p.stat().st_size for p in files)
             reps = representation_bytes(conn, dim, n)  # last: it rewrites archived_memories
@@ -286,8 +286,10 @@ def representation_bytes(conn: psycopg.Connection, dim: int, n: int) -> dict[str
 
 def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
     """Tiered recall@10 and phase-2 latency of every representation on LoCoMo, same questions, one run."""
-    from memory_lib.objectstore import LocalObjectStore
-    from memory_lib.search import SearchRequest, run_plan, search_plan
+    from memory_lib.core.plans import run_plan
+    from memory_lib.retrieval.search import search_plan
+    from memory_lib.retrieval.types import SearchRequest
+    from memory_lib.storage.objectstore import LocalObjectStore
 
     from .locomo import DEFAULT, TOP, _archive_old, _recalls, load_conversations, load_turns, settle
 

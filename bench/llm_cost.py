@@ -1,6 +1,6 @@
 """`python -m bench.llm_cost [--memories N] [--model M]`: recorded LLM cost per 1,000 archived memories.
 
-The demo history (memory_lib.demo_data) is archived night by night (batches of 500) through the real
+The demo history (memory_assets.demo_data) is archived night by night (batches of 500) through the real
 Anthropic SDK against the local fake server (tests/support/fake_llm.py), whose `usage` is computed from
 each prompt and answer (~4 characters per token). Batches above the threshold go through Message
 Batches, so the ledger prices them at the model's batch price. The figure is the ledger's total
@@ -15,14 +15,14 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.ledger import usage_of_batches
-from memory_lib.objectstore import LocalObjectStore
-from memory_lib.pipeline import run_batch
-from memory_lib.pricing import DEFAULT_PRICES, Usage, cost_usd
-from memory_lib.summarize import AnthropicSummarizer
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.ledger import usage_of_batches
+from memory_lib.llm.summarize import AnthropicSummarizer
+from memory_lib.storage.objectstore import LocalObjectStore
 
 from .common import bench_connect, bench_server, scratch_dir
 
@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
-    from memory_lib.demo_data import generate_history
-    from memory_lib.models import NewMemory
-    from memory_lib.store import insert_memories
+    from memory_assets.demo_data import generate_history
+    from memory_lib.core.models import NewMemory
+    from memory_lib.storage.store import insert_memories
     from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
 
     with bench_server() as server, scratch_dir(None, "ma-llmcost-") as root, FakeLLMServer() as fake:

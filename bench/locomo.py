@@ -10,11 +10,11 @@ same questions (read at run time from --data, default ../shared/data/locomo/loco
 * the library's default RetrievalConfig (the caller asks for limit=20, so recall@k is the top-k prefix),
   phase 2 in its default "auto" mode:
   (a) all hot: before anything is archived;
-  (b) tiered: everything older than CUTOFF_DAYS archived by memory_lib.archive (default offline
+  (b) tiered: everything older than CUTOFF_DAYS archived by memory_lib.archival.archive (default offline
       summarizer + summary embedding), archived hits mapped back to their turn by original_id;
   (c) hot only: the same tiered database, phase 2 off (what deleting would lose);
   (d) phase 3 auto / (e) phase 3 always: the tiered database consolidated by the product's builders
-      (`memory_lib.consolidation.consolidate_month` with ExtractiveDigestBuilder + RuleFactExtractor + the
+      (`memory_lib.consolidation.monthly.consolidate_month` with ExtractiveDigestBuilder + RuleFactExtractor + the
       run's embedder for every month, then yearly digests by `build_level(..., 3, ...)`), searched through
       `MemoryClient.search` (phase3 "auto": the default offline heuristic decides; "always": forced). The
       ranking is RRF(phase 1-2 hits, the source memories of the result's fact hits, expanded by
@@ -45,22 +45,24 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_level
+from memory_lib.consolidation.monthly.facts import RuleFactExtractor
+from memory_lib.consolidation.monthly.monthly import consolidate_month
+from memory_lib.consolidation.monthly.sources import user_months
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.consolidation import consolidate_month
-from memory_lib.consolidation_sources import user_months
-from memory_lib.digests import ExtractiveDigestBuilder, build_level
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.escalation import HeuristicEvaluator
-from memory_lib.facts import RuleFactExtractor
-from memory_lib.models import NewMemory
-from memory_lib.objectstore import LocalObjectStore
-from memory_lib.pipeline import run_batch
-from memory_lib.search import SearchRequest, run_plan, search_plan
-from memory_lib.store import insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.models import NewMemory
+from memory_lib.core.plans import run_plan
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.retrieval.escalation import HeuristicEvaluator
+from memory_lib.retrieval.search import search_plan
+from memory_lib.retrieval.types import SearchRequest
+from memory_lib.storage.objectstore import LocalObjectStore
+from memory_lib.storage.store import insert_memories
 
 from . import adapters
 from .common import (
@@ -257,7 +259,7 @@ class _QuestionVectors:
 
 
 def _reason_kind(reason: str) -> str:
-    """The heuristic's reason, without its particulars (memory_lib.escalation.HeuristicEvaluator)."""
+    """The heuristic's reason, without its particulars (memory_lib.retrieval.escalation.HeuristicEvaluator)."""
     for prefix, kind in (("asks who", "who is"), ("names a time", "names a past time"),
                          ("asks about history", "history cue"), ("phases 1-2 found nothing", "no hit"),
                          ("weak hits", "weak hits"), ("phase 1 strong", "phase 1 strong")):  # fmt: skip
@@ -491,7 +493,7 @@ def run(opts: Options) -> Report:
         "(consolidate_month with ExtractiveDigestBuilder + RuleFactExtractor for every month, build_level 3 for "
         "every year), searched by MemoryClient.search with phase3 auto (offline heuristic) (d) or always (e); "
         "scoring rule: RRF(phase 1-2 hits, the turns behind the result's fact hits, by expand_digest), digests "
-        "add no turns (a month of turns counted as found would inflate recall). Search: memory_lib.search, "
+        "add no turns (a month of turns counted as found would inflate recall). Search: memory_lib.retrieval.search, "
         "defaults, limit 20. Ratios: recall@10 / all-hot recall@10 and / BM25 recall@10.",
     ))  # fmt: skip
     skipped = sum(c.skipped_questions for c in convs)

@@ -2,7 +2,7 @@
 backlog).
 
 Each run is a fresh subprocess (`python -m bench.memory --child ...`) that imports the library,
-connects, and runs the nightly archival (memory_lib.nights.run_night: claim, summarize, embed, back
+connects, and runs the nightly archival (memory_lib.archival.nights.run_night: claim, summarize, embed, back
 up to SeaweedFS S3, verify, commit) for the same number of nights of 500, so both runs do the same
 work and only the backlog differs. `--batches 0` drains the whole backlog instead (then the larger
 run also does 10x the work: a leak would show). Peak = the child's VmHWM.
@@ -72,11 +72,11 @@ def _child(argv: list[str]) -> int:
 
     import psutil
 
-    from memory_lib.archive import ArchivalServices
-    from memory_lib.config import ArchivalCriteria
-    from memory_lib.embedding import HashingEmbedder
-    from memory_lib.objectstore import LocalObjectStore, S3ObjectStore, s3_client
-    from memory_lib.summarize import ExtractiveSummarizer
+    from memory_lib.archival.archive import ArchivalServices
+    from memory_lib.core.config import ArchivalCriteria
+    from memory_lib.llm.embedding import HashingEmbedder
+    from memory_lib.llm.summarize import ExtractiveSummarizer
+    from memory_lib.storage.objectstore import LocalObjectStore, S3ObjectStore, s3_client
 
     from . import adapters
 
@@ -112,7 +112,7 @@ def _child(argv: list[str]) -> int:
 def _store_args(opts: Options, root: Path):
     """Child arguments and environment for the object store: SeaweedFS (started here) or --s3-endpoint."""
     if opts.s3_endpoint:
-        from memory_lib.objectstore import s3_client
+        from memory_lib.storage.objectstore import s3_client
 
         from .archival import ensure_bucket
 

@@ -1,6 +1,6 @@
 """Ways to store an archived summary's vector, compared by `bench footprint`: bytes and LoCoMo recall.
 
-Each variant is a memory_lib.search.VectorArm plus the DDL that adds its columns and index to an
+Each variant is a memory_lib.retrieval.sql.VectorArm plus the DDL that adds its columns and index to an
 archived_memories table whose rows carry the summary vector in a scratch column `bench_vec` (real
 float32, filled by the benchmark). The default (007: bit + HNSW by Hamming) needs no extra column.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memory_lib.search import ARCHIVED_VECTORS, VectorArm
+from memory_lib.retrieval.sql import ARCHIVED_VECTORS, VectorArm
 
 
 def int8_codes(vecs: np.ndarray) -> list[bytes]:

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from memory_lib.config import RetrievalConfig
-from memory_lib.embedding import HashingEmbedder
+from memory_lib.core.config import RetrievalConfig
+from memory_lib.llm.embedding import HashingEmbedder
 
 from . import adapters
 from .common import (

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_lib.config import default_state_dir
+from memory_lib.core.config import default_state_dir
 
 from .common import Text, demo_texts
 

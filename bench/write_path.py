@@ -60,7 +60,7 @@ def load_pairs() -> list[dict[str, str]]:
 
 
 def _embedders(opts: Options) -> list[tuple[str, Any]]:
-    from memory_lib.embedding import HashingEmbedder
+    from memory_lib.llm.embedding import HashingEmbedder
 
     wanted = opts.embedders or (("hashing",) if opts.smoke else ("hashing", "local"))
     out: list[tuple[str, Any]] = []
@@ -76,7 +76,7 @@ def _embedders(opts: Options) -> list[tuple[str, Any]]:
 
 def _run_mode(url: str, embedder: Any, pairs: list[dict[str, str]], settings: Any) -> list[str]:
     from memory_lib.client import MemoryClient
-    from memory_lib.db import connect
+    from memory_lib.storage.db import connect
 
     outcomes = []
     with connect(url) as conn:
@@ -93,10 +93,10 @@ def _chat_turns(url: str, embedder: Any, path: Path) -> dict[str, Any]:
     remembers each turn would (user = the conversation): what stays live."""
     from bench.locomo import load_conversations
     from memory_lib.client import MemoryClient
-    from memory_lib.config import Settings
-    from memory_lib.db import connect
-    from memory_lib.errors import InvalidInputError
-    from memory_lib.write_path import normalize_text
+    from memory_lib.core.config import Settings
+    from memory_lib.core.errors import InvalidInputError
+    from memory_lib.storage.db import connect
+    from memory_lib.write.write_path import normalize_text
 
     outcomes: Counter[str] = Counter()
     distinct = 0
@@ -135,7 +135,7 @@ def _score(pairs: list[dict[str, str]], outcomes: list[str]) -> dict[str, Any]:
 def _calibration(embedder: Any, pairs: list[dict[str, str]]) -> dict[str, Any]:
     """The cosine a paraphrase threshold must stay above: the highest of a distinct pair that passes the
     restatement rule's word checks (at cosine 1.0)."""
-    from memory_lib.near_duplicates import Thresholds, restatement, thresholds_for
+    from memory_lib.write.near_duplicates import Thresholds, restatement, thresholds_for
 
     a = np.asarray(embedder.embed([p["old"] for p in pairs]), dtype=np.float64)
     b = np.asarray(embedder.embed([p["new"] for p in pairs]), dtype=np.float64)
@@ -153,7 +153,7 @@ def _calibration(embedder: Any, pairs: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def run(opts: Options) -> Report:
-    from memory_lib.config import LLMConfig, Settings, WriteConfig
+    from memory_lib.core.config import LLMConfig, Settings, WriteConfig
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import dagster as dg
 from pydantic import Field
 
-from memory_lib.config import Settings
+from memory_lib.core.config import Settings
 
 
 class AlertDeliveryError(RuntimeError):

@@ -70,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so the daemon and the Postgres server are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    from memory_lib.config import default_state_dir
+    from memory_lib.core.config import default_state_dir
 
     state = Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or default_state_dir()).resolve()
     history_end = datetime.combine(
         datetime.now(UTC).date(), datetime.min.time(), UTC
     )  # generate_history's end
 
-    from memory_lib.config import ArchivalCriteria, Settings
+    from memory_lib.core.config import ArchivalCriteria, Settings
 
     criteria = ArchivalCriteria()
     # The first night whose end is min_age_days after the history's first day: the first with candidates.
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "MEMORY_ARCHIVE_STATE_DIR": str(state),
     }
     timezone = Settings.from_env().slow_path.timezone
-    from memory_lib.nights import night_as_of
+    from memory_lib.archival.nights import night_as_of
 
     zone_today = datetime.now(UTC).astimezone(ZoneInfo(timezone)).date()
     last_night = zone_today - timedelta(days=1)
@@ -117,16 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     from memory_assets import backfill
     from memory_assets.defs.rollback.jobs import rollback
     from memory_assets.defs.slow_path.partitions import BACKFILL_NIGHTS_PER_RUN
+    from memory_assets.demo_data import generate_history
     from memory_assets.dev import DEMO_ENV, demo_env, prepare_dagster_home
     from memory_assets.resources import DatabaseResource, ObjectStoreResource
-    from memory_lib import eligibility, integrity, packs
+    from memory_lib.archival import integrity
     from memory_lib.client import MemoryClient
-    from memory_lib.db import EmbeddedPostgres, connect, migrate
-    from memory_lib.demo_data import generate_history
-    from memory_lib.embedding import HashingEmbedder
-    from memory_lib.models import BackupObject, NewMemory
-    from memory_lib.objectstore import LocalObjectStore
-    from memory_lib.store import insert_memories, tier_stats
+    from memory_lib.core.models import BackupObject, NewMemory
+    from memory_lib.lifecycle import eligibility
+    from memory_lib.llm.embedding import HashingEmbedder
+    from memory_lib.storage import packs
+    from memory_lib.storage.db import EmbeddedPostgres, connect, migrate
+    from memory_lib.storage.objectstore import LocalObjectStore
+    from memory_lib.storage.store import insert_memories, tier_stats
 
     print("memory-archive demo: the Slow Path through Dagster (offline: extractive summaries, "
           f"HashingEmbedder {args.dim}-d lexical embeddings, local object store)")  # fmt: skip
@@ -418,10 +420,10 @@ def main(argv: list[str] | None = None) -> int:
 def _consolidation(conn, embedder, timezone: str) -> bool:
     """Level-2 and level-3 digests, facts and key moments of the whole history (offline builders, through
     memory_lib, one call per month and year), the checks, and one "who is X?" answered from facts."""
-    from memory_lib.consolidation import check_provenance, consolidate_month, missing_digests
-    from memory_lib.consolidation_sources import user_months
-    from memory_lib.digests import ExtractiveDigestBuilder, build_period
-    from memory_lib.facts import RuleFactExtractor, who_is
+    from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_period
+    from memory_lib.consolidation.monthly.facts import RuleFactExtractor, who_is
+    from memory_lib.consolidation.monthly.monthly import check_provenance, consolidate_month, missing_digests
+    from memory_lib.consolidation.monthly.sources import user_months
 
     _section("Consolidation: monthly and yearly digests, facts and key moments (offline builders)")
     t = time.monotonic()
@@ -456,9 +458,9 @@ def _consolidation(conn, embedder, timezone: str) -> bool:
 
 def _fact_line(conn, user_id: str, fact: dict[str, Any], shown: int = 3) -> str:
     """One merged fact of `who_is` with its provenance: validity, and each source memory's id and tier
-    (memory_lib.consolidated_search.source_memories_plan, as a phase-3 expansion reads them)."""
-    from memory_lib.consolidated_search import source_memories_plan
-    from memory_lib.search import run_plan
+    (memory_lib.retrieval.consolidated.source_memories_plan, as a phase-3 expansion reads them)."""
+    from memory_lib.core.plans import run_plan
+    from memory_lib.retrieval.consolidated import source_memories_plan
 
     ids = fact["source_memory_ids"]
     memories, _ = run_plan(conn, source_memories_plan(user_id, ids))

@@ -20,8 +20,8 @@ DEMO_ENV = "demo.env"
 
 
 def state_dir() -> Path:
-    """MEMORY_ARCHIVE_STATE_DIR, else the library's default (memory_lib.config.default_state_dir)."""
-    from memory_lib.config import default_state_dir
+    """MEMORY_ARCHIVE_STATE_DIR, else the library's default (memory_lib.core.config.default_state_dir)."""
+    from memory_lib.core.config import default_state_dir
 
     return Path(os.getenv("MEMORY_ARCHIVE_STATE_DIR") or default_state_dir()).resolve()
 

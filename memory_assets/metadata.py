@@ -8,8 +8,8 @@ from typing import Any
 
 import dagster as dg
 
-from memory_lib.objectstore import ObjectStore
-from memory_lib.retention import TierCounts
+from memory_lib.lifecycle.retention import TierCounts
+from memory_lib.storage.objectstore import ObjectStore
 
 
 def _cell(value: Any, width: int = 160) -> str:

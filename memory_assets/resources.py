@@ -1,8 +1,8 @@
 """Dagster resources over memory_lib: Postgres, object store, summarizer, embedder, archival criteria.
 
-Every field left unset (None) comes from `memory_lib.config.Settings.from_env()`, so the environment
+Every field left unset (None) comes from `memory_lib.core.config.Settings.from_env()`, so the environment
 configures a deployment and Dagster config overrides single values. Merged values are validated by
-the pydantic models of memory_lib.config: a bad value fails the run at resource setup with an error
+the pydantic models of memory_lib.core.config: a bad value fails the run at resource setup with an error
 naming the field. API keys and database passwords never go through Dagster config: SDK keys come from
 the environment, DATABASE_URL is bound as an EnvVar (the UI shows the variable's name, not its value).
 """
@@ -20,13 +20,13 @@ import psycopg
 from dagster_aws.s3 import S3Resource
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from memory_lib.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
-from memory_lib.db import Database, check_schema, connect, open_database, prepare_database
-from memory_lib.embedding import Embedder, embedder_from_settings
-from memory_lib.errors import InvalidInputError, SchemaError
-from memory_lib.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
+from memory_lib.core.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
+from memory_lib.core.errors import InvalidInputError, SchemaError
+from memory_lib.llm.embedding import Embedder, embedder_from_settings
+from memory_lib.llm.summarize import Summarizer, summarizer_from_settings
 from memory_lib.preflight import check_embedding_key, check_llm_key, check_object_store
-from memory_lib.summarize import Summarizer, summarizer_from_settings
+from memory_lib.storage.db import Database, check_schema, connect, open_database, prepare_database
+from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
 
 
 def _merged(model: type[BaseModel], base: BaseModel, overrides: dict[str, Any], section: str) -> Any:
@@ -46,12 +46,12 @@ def _set_fields(resource: dg.ConfigurableResource, names: tuple[str, ...]) -> di
 
 class DatabaseResource(dg.ConfigurableResource):
     """Postgres + pgvector: `database_url` (DATABASE_URL), else the embedded server under the state dir,
-    database `embedded_database` (MEMORY_ARCHIVE_EMBEDDED_DB) — resolved by memory_lib.db from the same
+    database `embedded_database` (MEMORY_ARCHIVE_EMBEDDED_DB) — resolved by memory_lib.storage.db from the same
     Settings as the library and the CLI, with the fields set here on top.
 
     Each run process opens the database at setup and releases its hold on the embedded server at
     teardown (the server stops when its last holder leaves). Setup checks the schema read-only
-    (memory_lib.db.check_schema, a few catalog queries) and migrates only when that check fails, so a
+    (memory_lib.storage.db.check_schema, a few catalog queries) and migrates only when that check fails, so a
     run on an up-to-date database takes no migration lock and runs no DDL.
     """
 
@@ -181,7 +181,7 @@ def store_kind() -> str:
 
 class SummarizerResource(dg.ConfigurableResource):
     """The LLM (or offline extractive) summarizer, with the client-side rate limit and retries of
-    memory_lib.summarize. API keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY only."""
+    memory_lib.llm.summarize. API keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY only."""
 
     provider: str | None = Field(default=None, description="auto, anthropic, openai or extractive.")
     base_url: str | None = None
@@ -242,7 +242,7 @@ class EmbedderResource(dg.ConfigurableResource):
 
 
 class ArchivalCriteriaResource(dg.ConfigurableResource):
-    """Which memories are archived and the gates (memory_lib.config.ArchivalCriteria); set a field in
+    """Which memories are archived and the gates (memory_lib.core.config.ArchivalCriteria); set a field in
     the launchpad (resources.archival.config) to override it for one run."""
 
     min_age_days: int | None = None

@@ -30,14 +30,13 @@ from typing import Any
 import click
 import psycopg
 
-from . import validation
-from .archive import ArchivalServices
-from .batches import submission_stats
-from .claims import Holder, attempt_counts, released_memories
-from .config import Settings
-from .db import migrate_database, open_database, open_ready_database
-from .eligibility import eligible_counts
-from .errors import (
+from .archival.archive import ArchivalServices
+from .archival.claims import Holder, attempt_counts, released_memories
+from .archival.integrity import sweep_orphans
+from .archival.pipeline import run_batch
+from .core import validation
+from .core.config import Settings
+from .core.errors import (
     ConfigError,
     DeadlineExceeded,
     EmbeddedServerError,
@@ -50,14 +49,15 @@ from .errors import (
     SchemaError,
     SummarizationError,
 )
-from .integrity import sweep_orphans
-from .pause import clear_pause, pause_history, pause_status, set_pause
-from .pipeline import run_batch
+from .core.shards import Shard
+from .lifecycle.eligibility import eligible_counts
+from .lifecycle.pause import clear_pause, pause_history, pause_status, set_pause
+from .lifecycle.restore import restore_archives
+from .llm.batches import submission_stats
 from .preflight import preflight
-from .restore import restore_archives
-from .shards import Shard
-from .store import tier_stats
-from .unsupersede import unsupersede as unsupersede_memories
+from .storage.db import migrate_database, open_database, open_ready_database
+from .storage.store import tier_stats
+from .write.unsupersede import unsupersede as unsupersede_memories
 
 EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED, EXIT_UNAVAILABLE = 1, 2, 3, 4
 

@@ -1,7 +1,7 @@
 """The library API agents use: `MemoryClient` (sync) and `AsyncMemoryClient` (asyncio).
 
 Both take a connection or a pool, an Embedder and an ObjectStore, and run the same plans
-(memory_lib.search, write_path, promotion), so they return the same results. Every method takes the
+(memory_lib.retrieval.search, write_path, promotion), so they return the same results. Every method takes the
 user_id first and never reads or writes another user's rows.
 
     with MemoryClient.from_settings() as memory:
@@ -29,11 +29,20 @@ from pgvector.psycopg import register_vector, register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from . import chunking, stubs, telemetry, validation
-from . import memory_api as api
-from .config import ContextBudget, Settings
-from .consolidated_search import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
-from .context import (
+from .core import validation
+from .core.config import ContextBudget, Settings
+from .core.errors import InvalidInputError
+from .core.plans import Plan, query_vector, run_plan, run_plan_async
+from .core.validation import SearchParams, normalize_tags, utc_now
+from .lifecycle import stubs
+from .lifecycle.forget import ForgetResult, forget_steps, run_forget, run_forget_async
+from .lifecycle.promotion import Expansion, RestoreOutcome, expand_plan, record_access_plan, restore_plan
+from .lifecycle.reembedding import DualWriter
+from .llm.embedding import Embedder, embedder_from_settings
+from .observability import telemetry
+from .observability.trace import SpanHandle, span
+from .retrieval.consolidated import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
+from .retrieval.context import (
     AssembledContext,
     ContextItem,
     TokenCounter,
@@ -46,40 +55,23 @@ from .context import (
     prepare_items,
     prepare_turns,
 )
-from .db import check_schema
-from .embedding import Embedder, embedder_from_settings
-from .errors import InvalidInputError
-from .escalation import Evaluator, Phase3Mode, drive, drive_async, escalated_search, evaluator_from_settings
-from .forget import ForgetResult, forget_steps, run_forget, run_forget_async
-from .memory_api import MemoryEvent, MemoryPage, MemoryRecord, UpdateResult
-from .objectstore import ObjectStore, object_store_from_settings
-from .promotion import (
-    Expansion,
-    RestoreOutcome,
-    expand_plan,
-    record_access_plan,
-    restore_plan,
+from .retrieval.escalation import (
+    Evaluator,
+    Phase3Mode,
+    drive,
+    drive_async,
+    escalated_search,
+    evaluator_from_settings,
 )
-from .reembedding import DualWriter
-from .rerank import Reranker
-from .search import (
-    Phase2Mode,
-    Plan,
-    SearchFilters,
-    SearchHit,
-    SearchRequest,
-    SearchResult,
-    finish_debug,
-    normalize_tags,
-    query_vector,
-    run_plan,
-    run_plan_async,
-    utc_now,
-)
-from .trace import SpanHandle, span
-from .validation import SearchParams
-from .write_judge import Candidate, LLMWriteJudge, Verdict, write_judge_from_settings
-from .write_path import (
+from .retrieval.rerank import Reranker
+from .retrieval.types import Phase2Mode, SearchFilters, SearchHit, SearchRequest, SearchResult, finish_debug
+from .storage.db import check_schema
+from .storage.objectstore import ObjectStore, object_store_from_settings
+from .write import chunking
+from .write import memory_api as api
+from .write.memory_api import MemoryEvent, MemoryPage, MemoryRecord, UpdateResult
+from .write.write_judge import Candidate, LLMWriteJudge, Verdict, write_judge_from_settings
+from .write.write_path import (
     AddResult,
     PreparedMemory,
     add_chunks_plan,
@@ -112,7 +104,7 @@ DEFAULT_ACTOR = "memory_lib.client"
 
 
 def connection_pool(url: str, *, min_size: int = 1, max_size: int = 4, **kwargs: Any) -> ConnectionPool:
-    """A pool of connections configured like memory_lib.db.connect (autocommit, dict rows, pgvector).
+    """A pool of connections configured like memory_lib.storage.db.connect (autocommit, dict rows, pgvector).
 
     The schema is checked first: on a database that was never migrated the pool would otherwise retry
     registering the missing `vector` type until its timeout; this raises SchemaError at once instead.
@@ -143,15 +135,15 @@ class _Parts:
     settings: Settings
     actor: str
     token_counter: TokenCounter
-    evaluator: Evaluator  # phase 3's escalation decision (memory_lib.escalation)
-    reranker: Reranker | None = None  # reorders every search's hits when given (memory_lib.rerank)
-    judge: LLMWriteJudge | None = None  # the write judge (WriteConfig.judge; memory_lib.write_judge)
+    evaluator: Evaluator  # phase 3's escalation decision (memory_lib.retrieval.escalation)
+    reranker: Reranker | None = None  # reorders every search's hits when given (memory_lib.retrieval.rerank)
+    judge: LLMWriteJudge | None = None  # the write judge (WriteConfig.judge; memory_lib.write.write_judge)
 
     def embed_one(self, text: str) -> np.ndarray:
         return query_vector(self.embedder.embed([text])[0], self.embedder.dim)
 
     def prepare_write(self, memory: PreparedMemory, supersedes: uuid.UUID | None) -> _Write:
-        """Chunk (memory_lib.chunking) and embed a prepared memory: no database yet."""
+        """Chunk (memory_lib.write.chunking) and embed a prepared memory: no database yet."""
         cfg, e = self.settings.chunking, self.embedder
         size, overlap = chunking.chunk_limits(cfg.max_tokens, cfg.overlap_tokens, getattr(e, "max_tokens", None))
         chunks = chunking.split(memory.content, max_tokens=size, overlap=overlap)
@@ -178,7 +170,7 @@ class _Parts:
         return self.judge.judge(w.memory.content, candidates) if self.judge is not None and candidates else None
 
     def write_plan(self, w: _Write, now: datetime, verdict: Verdict | None = None) -> Plan[AddResult]:
-        """The plan that stores a prepared write (memory_lib.write_path)."""
+        """The plan that stores a prepared write (memory_lib.write.write_path)."""
         e = self.embedder
         common = {"embedding_model": e.model, "actor": self.actor, "now": now}
         if len(w.chunks) == 1:
@@ -188,7 +180,7 @@ class _Parts:
         return add_chunks_plan(w.memory, w.chunks, w.vectors, **common)
 
     def search_params(self, filters: SearchFilters | None, **kwargs: Any) -> SearchParams:
-        """Every search argument validated before the query is embedded (memory_lib.validation)."""
+        """Every search argument validated before the query is embedded (memory_lib.core.validation)."""
         params = validation.validated(SearchParams, kwargs)
         if filters is not None:
             if not isinstance(filters, SearchFilters):
@@ -231,8 +223,8 @@ class _Parts:
         return replace(result, hits=hits)
 
     def finish_search(self, result: SearchResult, s: SpanHandle) -> SearchResult:
-        """The debug record completed (memory_lib.search.finish_debug); the search span's outcome: ids,
-        tiers and final scores only (memory_lib.trace: never a text)."""
+        """The debug record completed (memory_lib.retrieval.types.finish_debug); the search span's outcome: ids,
+        tiers and final scores only (memory_lib.observability.trace: never a text)."""
         result = finish_debug(result, self.reranker_name)
         if s.recording:
             esc = result.escalation
@@ -286,7 +278,7 @@ class _Parts:
         active_digests: Sequence[ConsolidatedHit] = (),
     ) -> AssembledContext:
         """Summaries: the caller's, the active digests and phase 3's digest hits (levels 2+), archived hits
-        (level 1); snippets: phase 3's facts, then hot hits (memory_lib.context orders and trims by level)."""
+        (level 1); snippets: phase 3's facts, then hot hits (memory_lib.retrieval.context orders and trims by level)."""
         digests = {d.id: d for d in [*active_digests, *(h for h in result.consolidated if h.kind == "digest")]}
         facts = [ContextItem.from_consolidated(h) for h in result.consolidated if h.kind == "fact"]
         with span("pack") as s:
@@ -326,7 +318,7 @@ def _parts(
     settings = settings or Settings()
     evaluator = evaluator or evaluator_from_settings(settings.retrieval.phase3_evaluator, settings.llm)
     if reranker is not None and not callable(getattr(reranker, "rerank", None)):
-        raise InvalidInputError("reranker", reranker, "must have a rerank(query, hits) method (memory_lib.rerank)")
+        raise InvalidInputError("reranker", reranker, "must have a rerank(query, hits) method (memory_lib.retrieval.rerank)")
     judge = write_judge_from_settings(settings.write, settings.llm)
     counter = approx_token_count if token_counter is None else check_counter(token_counter, "token_counter")
     return _Parts(embedder, object_store, settings, actor, counter, evaluator, reranker, judge)
@@ -363,7 +355,7 @@ class MemoryClient:
         self._dual = DualWriter()
 
     def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
-        """During a re-embedding, fill the new rows' second vectors now (memory_lib.reembedding); the
+        """During a re-embedding, fill the new rows' second vectors now (memory_lib.lifecycle.reembedding); the
         backfill fills whatever this misses, so a failure here is logged, never raised."""
         try:
             with self._connection() as conn:
@@ -376,7 +368,7 @@ class MemoryClient:
     def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> MemoryClient:
         """Open the configured database (migrated already: no DDL, no lock; SchemaError otherwise), its
         embedder and object store; close() releases them."""
-        from .db import open_ready_database
+        from .storage.db import open_ready_database
 
         settings = settings or Settings.from_env()
         db = open_ready_database(settings)
@@ -441,7 +433,7 @@ class MemoryClient:
         restatement of a live memory (merged); it replaces a live memory only when that is known:
         `supersedes=<id>`, the LLM judge when one is configured, or the opt-in state rule. A long text
         is stored as chunks sharing a parent id. ttl_days: None (no TTL), 0 (pinned canonical fact) or
-        N days, after which the nightly run archives it (reason ttl_expired). See memory_lib.write_path."""
+        N days, after which the nightly run archives it (reason ttl_expired). See memory_lib.write.write_path."""
         target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
         memory = prepare_memory(
             user_id, content, category=category, domain=domain, importance=importance, tags=tags,
@@ -476,16 +468,16 @@ class MemoryClient:
         debug: bool | None = None,
         now: datetime | None = None,
     ) -> SearchResult:
-        """Hot memories first, archived summaries when needed (see memory_lib.search). With
+        """Hot memories first, archived summaries when needed (see memory_lib.retrieval.search). With
         record_access=True the hits count as used (access_count, last_accessed_at). With
         follow_links=True, `result.associated` holds the archived memories the hot hits link to
-        (memory_lib.associations), each labelled with the hot memory that links to it. With debug=True
+        (memory_lib.retrieval.associations), each labelled with the hot memory that links to it. With debug=True
         (default: retrieval.debug) `result.debug` records the candidates, their scores and the chosen ids
-        (memory_lib.search.SearchDebug); a client given a `reranker` returns the hits in its order.
+        (memory_lib.retrieval.types.SearchDebug); a client given a `reranker` returns the hits in its order.
         include_superseded=True (audits) returns superseded memories too, each hit's `superseded_by`
         naming the memory that replaced it; by default search returns live memories only.
 
-        Every argument is checked first (memory_lib.validation): `query` and `text_query` are at most
+        Every argument is checked first (memory_lib.core.validation): `query` and `text_query` are at most
         MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
         offset; limits are integers in 0..1000; flags are real booleans; `filters` is a SearchFilters
         whose values are re-checked (domains and tags must be storable text)."""
@@ -505,7 +497,7 @@ class MemoryClient:
 
     def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
         """The verified original of an archived memory; re-promotes it on the Nth expansion in the window.
-        A stub that stays archived gets its summary vector back (its summary re-embedded, memory_lib.stubs):
+        A stub that stays archived gets its summary vector back (its summary re-embedded, memory_lib.lifecycle.stubs):
         after the expansion's commit, so a crash in between leaves a stub the next expansion restores."""
         p = self._parts
         when = _now(now)
@@ -566,7 +558,7 @@ class MemoryClient:
             self._dual_write([outcome.memory_id])
         return outcome
 
-    # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
+    # -- the memory API (memory_lib.write.memory_api) and erasure (memory_lib.lifecycle.forget)
 
     def get(self, user_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
         """The memory (hot, or archived: by its id or archive id) of this user, or None."""
@@ -592,7 +584,7 @@ class MemoryClient:
         now: datetime | None = None,
     ) -> UpdateResult:
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
-        fields change in place. Audited either way (see memory_lib.memory_api)."""
+        fields change in place. Audited either way (see memory_lib.write.memory_api)."""
         changes = {"content": content, "category": category, "domain": domain, "importance": importance,
                    "tags": tags, "metadata": metadata, "pinned": pinned}  # fmt: skip
         user, mid = self._parts.update_inputs(user_id, memory_id, changes)
@@ -607,7 +599,7 @@ class MemoryClient:
         return result
 
     def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
-        """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""
+        """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.lifecycle.forget)."""
         return self.forget(user_id, memory_id, now=now)
 
     def forget(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
@@ -685,7 +677,7 @@ class AsyncMemoryClient:
     @classmethod
     async def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> AsyncMemoryClient:
         """Like MemoryClient.from_settings: the migrated database of `settings`, checked, never changed."""
-        from .db import open_ready_database
+        from .storage.db import open_ready_database
 
         settings = settings or Settings.from_env()
         db = await asyncio.to_thread(open_ready_database, settings)
@@ -855,7 +847,7 @@ class AsyncMemoryClient:
             await self._dual_write([outcome.memory_id])
         return outcome
 
-    # -- the memory API (memory_lib.memory_api) and erasure (memory_lib.forget)
+    # -- the memory API (memory_lib.write.memory_api) and erasure (memory_lib.lifecycle.forget)
 
     async def get(self, user_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
         """The memory (hot, or archived: by its id or archive id) of this user, or None."""
@@ -881,7 +873,7 @@ class AsyncMemoryClient:
         now: datetime | None = None,
     ) -> UpdateResult:
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
-        fields change in place. Audited either way (see memory_lib.memory_api)."""
+        fields change in place. Audited either way (see memory_lib.write.memory_api)."""
         changes = {"content": content, "category": category, "domain": domain, "importance": importance,
                    "tags": tags, "metadata": metadata, "pinned": pinned}  # fmt: skip
         user, mid = self._parts.update_inputs(user_id, memory_id, changes)
@@ -896,7 +888,7 @@ class AsyncMemoryClient:
         return result
 
     async def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
-        """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.forget)."""
+        """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.lifecycle.forget)."""
         return await self.forget(user_id, memory_id, now=now)
 
     async def forget(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
@@ -937,7 +929,7 @@ def _ids(ids: Sequence[uuid.UUID | SearchHit]) -> list[uuid.UUID]:
 
 
 def _now(now: datetime | str | None) -> datetime:
-    """`now` as aware UTC (an ISO 8601 string with an offset is accepted, see memory_lib.validation)."""
+    """`now` as aware UTC (an ISO 8601 string with an offset is accepted, see memory_lib.core.validation)."""
     return utc_now(validation.optional_timestamp("now", now))
 
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
-from .embedding import embedding_provider
-from .errors import ObjectStoreConfigError, ObjectStoreError, PreflightError
-from .objectstore import LOCAL_ROOT_FIELD, LOCAL_ROOT_VARIABLE, local_root_problem, s3_client
-from .summarize import llm_provider
+from .core.config import EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
+from .core.errors import ObjectStoreConfigError, ObjectStoreError, PreflightError
+from .llm.embedding import embedding_provider
+from .llm.summarize import llm_provider
+from .storage.objectstore import LOCAL_ROOT_FIELD, LOCAL_ROOT_VARIABLE, local_root_problem, s3_client
 
 BUCKET_SETTING = "MEMORY_ARCHIVE_BUCKET (object_store.bucket)"
 UNVERSIONED = (

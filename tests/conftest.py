@@ -17,7 +17,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from psycopg.conninfo import make_conninfo
 
-from memory_lib.db import EmbeddedPostgres, connect, migrate
+from memory_lib.storage.db import EmbeddedPostgres, connect, migrate
 from tests.support.fake_llm import FakeLLMServer
 
 # CI replays a fixed set of examples (a run there must be reproducible); locally, hypothesis keeps
@@ -138,14 +138,14 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def local_store(tmp_path: Path):
-    from memory_lib.objectstore import LocalObjectStore
+    from memory_lib.storage.objectstore import LocalObjectStore
 
     return LocalObjectStore(tmp_path / "objects", prefix="test")
 
 
 @pytest.fixture
 def s3_store(seaweed):
-    from memory_lib.objectstore import S3ObjectStore
+    from memory_lib.storage.objectstore import S3ObjectStore
 
     bucket = f"b-{uuid.uuid4().hex[:12]}"
     seaweed.create_bucket(bucket)
@@ -155,7 +155,7 @@ def s3_store(seaweed):
 @pytest.fixture
 def versioned_store(seaweed):
     """An S3 store on a fresh SeaweedFS bucket with versioning Enabled (what erasure and recovery need)."""
-    from memory_lib.objectstore import S3ObjectStore
+    from memory_lib.storage.objectstore import S3ObjectStore
 
     bucket = f"v-{uuid.uuid4().hex[:12]}"
     seaweed.create_bucket(bucket)

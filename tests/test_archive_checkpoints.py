@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from memory_lib import archive
-from memory_lib.archive import (
+from memory_lib.archival import archive
+from memory_lib.archival.archive import (
     ArchivalServices,
     backup_batch,
     batch_status,
@@ -19,11 +19,11 @@ from memory_lib.archive import (
     embed_batch,
     summarize_batch,
 )
-from memory_lib.claims import claim_batch
-from memory_lib.config import ArchivalCriteria
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.archival.claims import claim_batch
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories
 
@@ -57,7 +57,7 @@ class NaNEmbedder:
 
 
 def _insert(conn, n: int = N) -> list:
-    from memory_lib.store import insert_memories
+    from memory_lib.storage.store import insert_memories
 
     memories = make_memories(n, dim=TEST_DIM)
     insert_memories(conn, memories, actor="test")
@@ -182,7 +182,7 @@ def test_an_update_after_backup_is_caught_whether_or_not_it_changes_the_backup(c
     # Backed up again from the edited row, then archived with the edit.
     backup_batch(conn, "night", local_store, CRITERIA)
     commit_batch(conn, "night", local_store, CRITERIA, actor="test")
-    from memory_lib.models import BackupObject
+    from memory_lib.core.models import BackupObject
 
     doc = BackupObject.from_json_bytes(local_store.get(local_store.key_for(edited)))
     assert doc.content.endswith(" (edited)")
@@ -192,7 +192,7 @@ def test_an_update_after_backup_is_caught_whether_or_not_it_changes_the_backup(c
 def test_bulk_restore_reads_ahead_but_restores_only_verified_backups(conn, local_store):
     """restore_archives reads backups ahead in threads: a tampered one still fails its memory only
     (nothing of it written), the others are restored exactly as they were."""
-    from memory_lib.restore import restore_archives
+    from memory_lib.lifecycle.restore import restore_archives
 
     memories = _insert(conn, 12)
     svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
@@ -214,7 +214,7 @@ def test_bulk_restore_reads_ahead_but_restores_only_verified_backups(conn, local
 def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(conn, local_store, monkeypatch):
     """restore_archives commits every `commit_every` restores together: a crash inside a group leaves
     that group's memories archived (nothing half-restored), and a re-run restores each exactly once."""
-    from memory_lib import restore as restore_mod
+    from memory_lib.lifecycle import restore as restore_mod
 
     memories = _insert(conn, 12)
     svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
@@ -249,8 +249,8 @@ def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(co
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5])
 def test_bulk_restore_commit_every_is_validated(conn, local_store, bad):
-    from memory_lib.errors import InvalidInputError
-    from memory_lib.restore import restore_archives
+    from memory_lib.core.errors import InvalidInputError
+    from memory_lib.lifecycle.restore import restore_archives
 
     with pytest.raises(InvalidInputError, match="commit_every"):
         restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=bad)

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from memory_lib import integrity
-from memory_lib.archive import (
+from memory_lib.archival import integrity
+from memory_lib.archival.archive import (
     ArchivalServices,
     backup_batch,
     batch_status,
@@ -17,14 +17,14 @@ from memory_lib.archive import (
     embed_batch,
     summarize_batch,
 )
-from memory_lib.claims import claim_batch
-from memory_lib.config import ArchivalCriteria
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import IntegrityError
-from memory_lib.models import sha256_hex
-from memory_lib.pipeline import run_batch
-from memory_lib.store import insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.archival.claims import claim_batch
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.errors import IntegrityError
+from memory_lib.core.models import sha256_hex
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.backups import members_sharing
 from tests.support.factories import NOW, make_memories
@@ -126,7 +126,7 @@ def test_a_night_stopped_before_commit_keeps_its_checkpoint_rows(conn, local_sto
 def test_a_night_whose_audit_fails_keeps_its_checkpoint_rows(conn, local_store, monkeypatch):
     """A committed backup object gone before the audit (here a pack: every member of it is missing):
     the audit fails and keeps every row as evidence."""
-    import memory_lib.pipeline as pipeline
+    import memory_lib.archival.pipeline as pipeline
 
     insert_memories(conn, make_memories(N, dim=TEST_DIM), actor="test")
     lost: list[str] = []

@@ -12,25 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from memory_lib.config import ArchivalCriteria
-from memory_lib.models import BackupObject, sha256_hex
-from memory_lib.pipeline import run_batch
-from memory_lib.store import insert_memories
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.models import BackupObject, sha256_hex
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.backups import object_refs
 from tests.support.factories import NOW, make_memories, services
 
 N = 300
-USERS = tuple(f"user{i:02d}" for i in range(30))  # 10 memories each: one backup pack per user (memory_lib.packs)
+USERS = tuple(f"user{i:02d}" for i in range(30))  # 10 memories each: one backup pack per user (memory_lib.storage.packs)
 
 # The child archives with a pause at one point: a put that sleeps, or a commit held by a DB trigger.
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from memory_lib.pipeline import run_batch
-    from memory_lib.config import ArchivalCriteria
-    from memory_lib.db import connect
-    from memory_lib.objectstore import LocalObjectStore
+    from memory_lib.archival.pipeline import run_batch
+    from memory_lib.core.config import ArchivalCriteria
+    from memory_lib.storage.db import connect
+    from memory_lib.storage.objectstore import LocalObjectStore
     from tests.support.factories import NOW, services
     url, root, dim, slow_put_after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     store = LocalObjectStore(__import__("pathlib").Path(root), prefix="crash")
@@ -118,7 +118,7 @@ def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point
             time.sleep(0.05)
         conn.execute("DROP TRIGGER slow_commit ON archived_memories")
 
-    from memory_lib.objectstore import LocalObjectStore
+    from memory_lib.storage.objectstore import LocalObjectStore
 
     store = LocalObjectStore(root, prefix="crash")
     _check_invariants(conn, store, ids)

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from memory_lib.archive import ArchivalServices, batch_status
-from memory_lib.config import ArchivalCriteria
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.objectstore import ObjectStore, StoredObject
-from memory_lib.pipeline import run_batch
-from memory_lib.store import insert_memories, tier_stats
-from memory_lib.summarize import AnthropicSummarizer, ExtractiveSummarizer
+from memory_lib.archival.archive import ArchivalServices, batch_status
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer
+from memory_lib.storage.objectstore import ObjectStore, StoredObject
+from memory_lib.storage.store import insert_memories, tier_stats
 from tests.conftest import TEST_DIM
 from tests.support.backups import backup_ref, object_refs, tamper
 from tests.support.factories import NOW, make_memories
@@ -123,8 +123,8 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
     try:
         if step == "verify":
             # Tamper with the marked backup between its upload and the commit.
-            from memory_lib.archive import backup_batch, commit_batch, embed_batch, summarize_batch
-            from memory_lib.claims import claim_batch
+            from memory_lib.archival.archive import backup_batch, commit_batch, embed_batch, summarize_batch
+            from memory_lib.archival.claims import claim_batch
 
             claim_batch(conn, "night", criteria, NOW)
             summarize_batch(conn, "night", summarizer, criteria)
@@ -184,8 +184,8 @@ def test_error_rate_above_gate_deletes_nothing(conn, local_store):
 
 
 def test_memory_changed_after_backup_is_backed_up_again(conn, local_store):
-    from memory_lib.archive import backup_batch, commit_batch, embed_batch, summarize_batch
-    from memory_lib.claims import claim_batch
+    from memory_lib.archival.archive import backup_batch, commit_batch, embed_batch, summarize_batch
+    from memory_lib.archival.claims import claim_batch
 
     memories = make_memories(5, dim=TEST_DIM)
     insert_memories(conn, memories, actor="test")
@@ -203,7 +203,7 @@ def test_memory_changed_after_backup_is_backed_up_again(conn, local_store):
     backup_batch(conn, "night", local_store, criteria)
     commit_batch(conn, "night", local_store, criteria, actor="test")
     assert tier_stats(conn).archived == 5
-    from memory_lib.models import BackupObject
+    from memory_lib.core.models import BackupObject
 
     data = local_store.get(local_store.key_for(changed))
     assert BackupObject.from_json_bytes(data).metadata["edited"] is True

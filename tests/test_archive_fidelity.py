@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from memory_lib.config import ArchivalCriteria
-from memory_lib.models import BackupObject, sha256_hex
-from memory_lib.pipeline import run_batch
-from memory_lib.restore import archived_ids, restore_archive
-from memory_lib.store import insert_memories, tier_stats
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.models import BackupObject, sha256_hex
+from memory_lib.lifecycle.restore import archived_ids, restore_archive
+from memory_lib.storage.store import insert_memories, tier_stats
 from tests.support.factories import NOW, make_memories, services, snapshot
 
 DIM = 1536  # the seed's default dimension
@@ -35,7 +35,7 @@ def test_thousand_memories_round_trip_through_s3(make_conn, s3_store):
         "SELECT original_id, storage_ref, backup_sha256, backup_size_bytes, archived_at, archive_reason,"
         " storage_verified FROM archived_memories"
     ).fetchall()
-    # Three users' memories of two nights: one pack per user and night (memory_lib.packs), nothing else.
+    # Three users' memories of two nights: one pack per user and night (memory_lib.storage.packs), nothing else.
     assert keys == {s3_store.key_from_ref(r["storage_ref"]) for r in rows} and len(keys) == 6
     for row in rows:
         data = s3_store.read_ref(row["storage_ref"], row["backup_sha256"])  # the member's own ranged GET

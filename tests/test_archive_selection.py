@@ -9,12 +9,17 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from memory_lib.claims import claim_batch
-from memory_lib.config import ArchivalCriteria
-from memory_lib.db import connect
-from memory_lib.eligibility import REASON_FORCE_AGE, REASON_LOW_IMPORTANCE, eligible_counts, select_eligible
-from memory_lib.errors import InvalidInputError
-from memory_lib.store import insert_memories
+from memory_lib.archival.claims import claim_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.lifecycle.eligibility import (
+    REASON_FORCE_AGE,
+    REASON_LOW_IMPORTANCE,
+    eligible_counts,
+    select_eligible,
+)
+from memory_lib.storage.db import connect
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from memory_lib.errors import IntegrityError, InvalidInputError
-from memory_lib.models import BackupObject, MalformedBackupError
+from memory_lib.core.errors import IntegrityError, InvalidInputError
+from memory_lib.core.models import BackupObject, MalformedBackupError
 
 SEED_FIELDS = {
     "schema_version", "original_id", "content", "embedding", "entity_links", "metadata", "importance_score",

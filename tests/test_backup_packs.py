@@ -1,4 +1,4 @@
-"""Backup packs (memory_lib.packs): a user's memories of one batch share one object, each member still
+"""Backup packs (memory_lib.storage.packs): a user's memories of one batch share one object, each member still
 read, verified, restored and forgotten on its own. Real Postgres, local directory and SeaweedFS."""
 
 from __future__ import annotations
@@ -7,19 +7,20 @@ from collections import Counter
 
 import pytest
 
-from memory_lib import integrity, packs
-from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import IntegrityError, InvalidInputError
-from memory_lib.forget import forget_memory, forget_steps, forget_user, remaining, run_forget
-from memory_lib.models import BackupObject, sha256_hex, to_float32
-from memory_lib.object_versions import list_versions
-from memory_lib.objectstore import S3ObjectStore
-from memory_lib.pipeline import run_batch
-from memory_lib.restore import restore_archives
-from memory_lib.store import fetch_memories, insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.archival import integrity
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.errors import IntegrityError, InvalidInputError
+from memory_lib.core.models import BackupObject, sha256_hex, to_float32
+from memory_lib.lifecycle.forget import forget_memory, forget_steps, forget_user, remaining, run_forget
+from memory_lib.lifecycle.restore import restore_archives
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage import packs
+from memory_lib.storage.object_versions import list_versions
+from memory_lib.storage.objectstore import S3ObjectStore
+from memory_lib.storage.store import fetch_memories, insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories
 
@@ -192,7 +193,7 @@ def test_a_forget_killed_after_rewriting_the_pack_completes_when_run_again(conn,
     _archive(conn, store, history)
     forgotten = history[0]["id"]
     steps = forget_steps(store, "alice", forgotten, actor="test")
-    from memory_lib.search import run_plan
+    from memory_lib.core.plans import run_plan
 
     step = next(steps)
     while True:  # run until the rewritten pack is written, then stop: the rows still name the old one
@@ -228,8 +229,8 @@ def test_a_dead_runs_unrecorded_pack_is_purged_by_the_next_backup_step(conn, ver
     """A run killed between a pack's PUT and its checkpoints leaves a pack no row records. If a member
     changes before the re-run, the re-run's pack differs; the stale one (with the old content) is
     deleted, every version, so that no copy escapes forget."""
-    from memory_lib.archive import backup_batch, embed_batch, summarize_batch
-    from memory_lib.claims import claim_batch
+    from memory_lib.archival.archive import backup_batch, embed_batch, summarize_batch
+    from memory_lib.archival.claims import claim_batch
 
     store = versioned_store
     history = make_memories(PER_USER, dim=TEST_DIM, users=("alice",))

@@ -24,23 +24,24 @@ import pytest
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
 from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.config import ArchivalCriteria, ObjectStoreConfig, RetrievalConfig, Settings
-from memory_lib.context import ContextItem, assemble_context
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import ConfigError, IntegrityError, InvalidInputError, NotFoundError
-from memory_lib.models import sha256_hex
-from memory_lib.objectstore import LocalObjectStore, object_store_from_settings
-from memory_lib.pipeline import run_batch
-from memory_lib.restore import archived_ids, restore_archive, restore_archives
-from memory_lib.search import SearchFilters, run_plan
-from memory_lib.store import insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
-from memory_lib.validation import MAX_QUERY_CHARS
-from memory_lib.write_path import add_plan, prepare_memory
+from memory_lib.core.config import ArchivalCriteria, ObjectStoreConfig, RetrievalConfig, Settings
+from memory_lib.core.errors import ConfigError, IntegrityError, InvalidInputError, NotFoundError
+from memory_lib.core.models import sha256_hex
+from memory_lib.core.plans import run_plan
+from memory_lib.core.validation import MAX_QUERY_CHARS
+from memory_lib.lifecycle.restore import archived_ids, restore_archive, restore_archives
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.retrieval.context import ContextItem, assemble_context
+from memory_lib.retrieval.types import SearchFilters
+from memory_lib.storage.db import connect
+from memory_lib.storage.objectstore import LocalObjectStore, object_store_from_settings
+from memory_lib.storage.store import insert_memories
+from memory_lib.write.write_path import add_plan, prepare_memory
 from tests.conftest import TEST_DIM
 from tests.support.factories import make_memories
 

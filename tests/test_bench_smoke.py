@@ -244,7 +244,7 @@ def test_cli_rejects_bad_sizes_and_lists_benchmarks() -> None:
 
 def test_memo_embedder_returns_the_inner_vectors_and_embeds_each_text_once() -> None:
     from bench.common import MemoEmbedder
-    from memory_lib.embedding import HashingEmbedder
+    from memory_lib.llm.embedding import HashingEmbedder
 
     calls: list[list[str]] = []
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from memory_lib.cli import main
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.store import insert_memories
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.storage.db import connect
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import make_memories
 

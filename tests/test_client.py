@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.config import ArchivalCriteria, EmbeddingConfig, RetrievalConfig, Settings
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError, NotFoundError
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, EmbeddingConfig, RetrievalConfig, Settings
+from memory_lib.core.errors import InvalidInputError, NotFoundError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_lib.config import (
+from memory_lib.core.config import (
     ENV_ALIASES,
     ArchivalCriteria,
     Settings,
@@ -18,7 +18,7 @@ from memory_lib.config import (
     nested_env_name,
     setting_paths,
 )
-from memory_lib.errors import ConfigError, MemoryArchiveError
+from memory_lib.core.errors import ConfigError, MemoryArchiveError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,7 @@ def test_readme_defaults_are_the_models():
         path = tuple(_code(row["setting"]).split("."))
         field = _field(path)
         if field.default_factory is not None:  # state_dir, llm.prices: described in words
-            assert ("memory_lib/pricing.py" if path == ("llm", "prices") else ".state") in row["default"]
+            assert ("memory_lib/core/pricing.py" if path == ("llm", "prices") else ".state") in row["default"]
             continue
         default, shown = field.default, _code(row["default"])
         if default is None:
@@ -309,8 +309,8 @@ def test_state_dir_is_the_same_from_any_folder(tmp_path, monkeypatch):
 
 
 def test_llm_prices_from_the_environment_replace_the_table():
-    from memory_lib.config import Settings
-    from memory_lib.errors import ConfigError
+    from memory_lib.core.config import Settings
+    from memory_lib.core.errors import ConfigError
 
     table = '{"claude-3-haiku": {"input": 0.25, "output": 1.25, "batch_input": 0.125, "batch_output": 0.625}}'
     settings = Settings.from_env({"MEMORY_ARCHIVE_LLM__PRICES": table})

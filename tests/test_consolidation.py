@@ -11,26 +11,26 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria
-from memory_lib.consolidation import (
+from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_level
+from memory_lib.consolidation.monthly.facts import RuleFactExtractor, build_facts, facts_about, who_is
+from memory_lib.consolidation.monthly.monthly import (
     check_provenance,
     consolidate_month,
     drop_memory_from_consolidation,
     missing_digests,
     rebuild_for_user,
 )
-from memory_lib.consolidation_sources import period_bounds, user_months
-from memory_lib.digests import ExtractiveDigestBuilder, build_level
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.facts import RuleFactExtractor, build_facts, facts_about, who_is
-from memory_lib.models import NewMemory
-from memory_lib.pipeline import run_batch
-from memory_lib.restore import restore_archive
-from memory_lib.store import insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.consolidation.monthly.sources import period_bounds, user_months
+
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.core.models import NewMemory
+from memory_lib.lifecycle.restore import restore_archive
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import END
 

@@ -10,11 +10,11 @@ import pytest
 from memory_assets.defs.consolidation import assets, checks
 from memory_assets.defs.consolidation.jobs import consolidation_job
 from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
-from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import END
 

@@ -10,16 +10,16 @@ import json
 from datetime import UTC, date, datetime
 
 import pytest
+from memory_lib.consolidation.monthly.digests import LLMDigestBuilder, build_level
+from memory_lib.consolidation.monthly.facts import LLMFactExtractor, build_facts
 
-from memory_lib.config import LLMConfig
-from memory_lib.digests import LLMDigestBuilder, build_level
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import SummarizationError
-from memory_lib.facts import LLMFactExtractor, build_facts
-from memory_lib.llm_json import JsonLLM, json_llm_from_settings
-from memory_lib.models import NewMemory
-from memory_lib.store import insert_memories
-from memory_lib.summarize import AnthropicSummarizer, OpenAISummarizer
+from memory_lib.core.config import LLMConfig
+from memory_lib.core.errors import SummarizationError
+from memory_lib.core.models import NewMemory
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.json_answers import JsonLLM, json_llm_from_settings
+from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.fake_llm import FAKE_API_KEY
 

@@ -12,17 +12,17 @@ import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_level
+from memory_lib.consolidation.monthly.facts import RuleFactExtractor
+from memory_lib.consolidation.monthly.monthly import check_provenance, consolidate_month, missing_digests
+from memory_lib.consolidation.monthly.sources import period_bounds
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.consolidation import check_provenance, consolidate_month, missing_digests
-from memory_lib.consolidation_sources import period_bounds
-from memory_lib.digests import ExtractiveDigestBuilder, build_level
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.facts import RuleFactExtractor
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 
 EMB = HashingEmbedder(TEST_DIM)

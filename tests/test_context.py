@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
-from memory_lib.context import ContextItem, approx_token_count, assemble_context
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.pipeline import run_batch
-from memory_lib.search import Provenance
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.retrieval.context import ContextItem, approx_token_count, assemble_context
+from memory_lib.retrieval.types import Provenance
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

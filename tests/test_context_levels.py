@@ -6,14 +6,14 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, ContextBudget
-from memory_lib.context import ContextItem, assemble_context
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, ContextBudget
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.retrieval.context import ContextItem, assemble_context
 from tests.conftest import TEST_DIM
 from tests.support.consolidation import insert_digest, insert_fact
 

@@ -13,8 +13,8 @@ import pytest
 from memory_assets.alerts import AlertDeliveryError, AlertResource
 from memory_assets.defs.slow_path.sensors import ARCHIVAL_PAUSE, archival_failure_alert, archival_pause_sensor
 from memory_assets.resources import DatabaseResource, SummarizerResource
-from memory_lib import nights
-from memory_lib import pause as pause_switch
+from memory_lib.archival import nights
+from memory_lib.lifecycle import pause as pause_switch
 from tests.test_slow_path_dagster import (  # noqa: F401
     NIGHT,
     local_store_resource,
@@ -167,7 +167,7 @@ def test_a_night_stalled_behind_an_llm_batch_submission_fails_its_run_and_is_ale
 ):
     from memory_assets.defs.slow_path.partitions import SLOW_PATH
     from memory_assets.resources import ArchivalCriteriaResource, ObjectStoreResource
-    from memory_lib import batches
+    from memory_lib.llm import batches
 
     store = ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
 

@@ -17,8 +17,8 @@ import pytest
 from memory_assets.definitions import defs as load_defs
 from memory_assets.defs.slow_path.partitions import SLOW_PATH
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
-from memory_lib import pause
-from memory_lib.errors import InvalidInputError
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.lifecycle import pause
 from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parent.parent

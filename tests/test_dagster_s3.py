@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from dagster_aws.s3 import S3Resource
 
 from memory_assets.resources import ObjectStoreResource
-from memory_lib.errors import ObjectStoreError
+from memory_lib.core.errors import ObjectStoreError
 
 
 def s3_resource(seaweed, bucket: str) -> ObjectStoreResource:
@@ -44,10 +44,10 @@ def test_a_missing_bucket_fails_the_setup_naming_it_and_is_not_created(seaweed):
 
 
 def test_the_resource_and_the_cli_refuse_a_missing_bucket_through_one_preflight(seaweed):
-    from memory_lib.config import ObjectStoreConfig
-    from memory_lib.errors import ObjectStoreConfigError
-    from memory_lib.objectstore import s3_client
+    from memory_lib.core.config import ObjectStoreConfig
+    from memory_lib.core.errors import ObjectStoreConfigError
     from memory_lib.preflight import check_object_store
+    from memory_lib.storage.objectstore import s3_client
 
     bucket = f"missing-{os.urandom(4).hex()}"
     with pytest.raises(dg.DagsterResourceFunctionError) as err, dg.build_resources(

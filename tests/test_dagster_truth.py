@@ -15,9 +15,9 @@ import yaml
 
 from memory_assets.defs.slow_path import assets, checks
 from memory_assets.resources import DatabaseResource, ObjectStoreResource, SummarizerResource
-from memory_lib import nights
-from memory_lib import pause as pause_switch
-from memory_lib.db import check_schema
+from memory_lib.archival import nights
+from memory_lib.lifecycle import pause as pause_switch
+from memory_lib.storage.db import check_schema
 from tests.conftest import TEST_DIM
 from tests.support.backups import edit_content
 from tests.support.dagster_helpers import last_night, table_fingerprint

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.demo_data import generate_history
+from memory_assets.demo_data import generate_history
 
 END = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from memory_lib.db import EmbeddedPostgres
+    from memory_lib.storage.db import EmbeddedPostgres
     pg = EmbeddedPostgres(__import__("pathlib").Path(sys.argv[1]))
     print(pg.start(), flush=True)
     if sys.argv[2] == "hang":
@@ -80,8 +80,8 @@ def test_library_cli_and_dagster_reach_the_same_embedded_database(tmp_path, monk
     from memory_assets.resources import DatabaseResource
     from memory_lib.cli import main
     from memory_lib.client import MemoryClient
-    from memory_lib.config import Settings
-    from memory_lib.errors import SchemaError
+    from memory_lib.core.config import Settings
+    from memory_lib.core.errors import SchemaError
 
     state = tmp_path / "state"
     monkeypatch.delenv("DATABASE_URL", raising=False)
@@ -119,7 +119,7 @@ SERVE = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from memory_lib.db import EmbeddedPostgres
+    from memory_lib.storage.db import EmbeddedPostgres
     pg = EmbeddedPostgres(Path(sys.argv[1]))
     print(pg.start(), flush=True)
     sys.stdin.readline()
@@ -173,7 +173,7 @@ def test_servers_started_at_once_in_several_processes_all_come_up(tmp_path):
 def test_servers_started_at_once_in_threads_all_come_up(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from memory_lib.db import EmbeddedPostgres
+    from memory_lib.storage.db import EmbeddedPostgres
 
     servers = [EmbeddedPostgres(tmp_path / f"pg{i}") for i in range(3)]
     try:
@@ -192,7 +192,7 @@ def test_servers_started_at_once_in_threads_all_come_up(tmp_path):
 
 
 def test_a_failed_attempt_is_retried_with_a_longer_pg_ctl_wait(tmp_path, monkeypatch):
-    from memory_lib import db
+    from memory_lib.storage import db
 
     calls: list[list[str]] = []
     real = db._run_pg_ctl
@@ -221,8 +221,8 @@ def test_a_failed_attempt_is_retried_with_a_longer_pg_ctl_wait(tmp_path, monkeyp
 def test_a_start_that_fails_says_why_with_pg_ctl_output_and_the_data_dir_state(tmp_path):
     """A bad postgresql.conf line, then a server log that cannot be created: the wheel alone raised a
     FileNotFoundError from reading that log in the second case, hiding pg_ctl's error."""
-    from memory_lib.db import EmbeddedPostgres
-    from memory_lib.errors import EmbeddedServerError
+    from memory_lib.core.errors import EmbeddedServerError
+    from memory_lib.storage.db import EmbeddedPostgres
 
     pgdata = tmp_path / "pg"
     first = EmbeddedPostgres(pgdata)

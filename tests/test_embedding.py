@@ -12,9 +12,9 @@ import numpy as np
 import openai
 import pytest
 
-from memory_lib.config import EmbeddingConfig
-from memory_lib.embedding import HashingEmbedder, OpenAIEmbedder, embedder_from_settings
-from memory_lib.errors import EmbeddingError, InvalidInputError
+from memory_lib.core.config import EmbeddingConfig
+from memory_lib.core.errors import EmbeddingError, InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder, OpenAIEmbedder, embedder_from_settings
 from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_embedding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_hashing_is_the_same_in_another_process():
     # Python's hash() of a str changes with PYTHONHASHSEED; the embedder must not.
     text = RELATED[0][0]
     code = (
-        "import sys; from memory_lib.embedding import HashingEmbedder; "
+        "import sys; from memory_lib.llm.embedding import HashingEmbedder; "
         f"sys.stdout.buffer.write(HashingEmbedder(384).embed([{text!r}]).tobytes())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
@@ -187,7 +187,7 @@ def test_explicit_providers():
     importlib.util.find_spec("sentence_transformers") is not None, reason="the local extra is installed"
 )
 def test_local_embedder_without_the_extra_says_how_to_install_it():
-    from memory_lib.embedding import LocalEmbedder
+    from memory_lib.llm.embedding import LocalEmbedder
 
     with pytest.raises(ImportError, match=r"memory-archive\[local\]"):
         LocalEmbedder()
@@ -195,7 +195,7 @@ def test_local_embedder_without_the_extra_says_how_to_install_it():
 
 def test_local_embedder_paraphrases_are_closer():
     pytest.importorskip("sentence_transformers")
-    from memory_lib.embedding import LocalEmbedder
+    from memory_lib.llm.embedding import LocalEmbedder
 
     embedder = LocalEmbedder()
     assert (embedder.model, embedder.dim, embedder.kind) == ("all-MiniLM-L6-v2", 384, "semantic")

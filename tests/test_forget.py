@@ -16,20 +16,20 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder
+from memory_lib.consolidation.monthly.facts import RuleFactExtractor
+from memory_lib.consolidation.monthly.monthly import consolidate_month
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.consolidation import consolidate_month
-from memory_lib.db import connect
-from memory_lib.digests import ExtractiveDigestBuilder
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.facts import RuleFactExtractor
-from memory_lib.forget import erased_tables, remaining, retained_tables, user_id_tables
-from memory_lib.object_versions import list_versions
-from memory_lib.objectstore import S3ObjectStore
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.lifecycle.forget import erased_tables, remaining, retained_tables, user_id_tables
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.db import connect
+from memory_lib.storage.object_versions import list_versions
+from memory_lib.storage.objectstore import S3ObjectStore
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -174,7 +174,7 @@ def test_every_table_with_a_user_id_is_covered_by_forget(conn):
     tables = set(user_id_tables(conn))
     assert {"memories", "archived_memories", "memory_events", "archival_attempts"} <= tables
     covered = set(erased_tables()) | set(retained_tables())
-    assert tables - covered == set(), "add the table to memory_lib.forget's erased or retained tables"
+    assert tables - covered == set(), "add the table to memory_lib.lifecycle.forget's erased or retained tables"
     assert covered - tables == set()
 
 
@@ -213,10 +213,10 @@ def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, 
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    from memory_lib.db import connect
-    from memory_lib.forget import forget_steps
-    from memory_lib.objectstore import S3ObjectStore
-    from memory_lib.search import run_plan
+    from memory_lib.storage.db import connect
+    from memory_lib.lifecycle.forget import forget_steps
+    from memory_lib.storage.objectstore import S3ObjectStore
+    from memory_lib.retrieval.search import run_plan
     from tests.support.seaweedfs import S3Endpoint
 
     url, endpoint, key, secret, bucket, kill_after = sys.argv[1:7]

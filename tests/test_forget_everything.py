@@ -15,19 +15,19 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from memory_lib import packs
-from memory_lib.archive import backup_batch, commit_batch, embed_batch, summarize_batch
-from memory_lib.claims import claim_batch
+from memory_lib.archival.archive import backup_batch, commit_batch, embed_batch, summarize_batch
+from memory_lib.archival.claims import claim_batch
 from memory_lib.cli import main
-from memory_lib.config import ArchivalCriteria
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.forget import forget_user, remaining
-from memory_lib.models import BackupObject, sha256_hex
-from memory_lib.object_versions import list_versions, read_version
-from memory_lib.objectstore import S3ObjectStore
-from memory_lib.store import fetch_memories, insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.models import BackupObject, sha256_hex
+from memory_lib.lifecycle.forget import forget_user, remaining
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage import packs
+from memory_lib.storage.db import connect
+from memory_lib.storage.object_versions import list_versions, read_version
+from memory_lib.storage.objectstore import S3ObjectStore
+from memory_lib.storage.store import fetch_memories, insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories
 
@@ -255,9 +255,9 @@ def test_a_forget_that_wins_leaves_the_commit_nothing_to_write(conn, versioned_s
 def _archive_with_a_loss_at_commit(conn, store, monkeypatch, *, overwrite: bool):
     """Archive a batch; between commit's verification and its transaction, one backup object is deleted
     (or overwritten with other bytes): the original is gone, the row names an object that is not there."""
-    from memory_lib import archive
-    from memory_lib.archive import ArchivalServices
-    from memory_lib.pipeline import run_batch
+    from memory_lib.archival import archive
+    from memory_lib.archival.archive import ArchivalServices
+    from memory_lib.archival.pipeline import run_batch
 
     inner = archive._commit_chunk
     lost: list[str] = []
@@ -281,7 +281,7 @@ def _archive_with_a_loss_at_commit(conn, store, monkeypatch, *, overwrite: bool)
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["deleted", "overwritten"])
 def test_the_nightly_audit_puts_back_a_backup_lost_after_verification(conn, versioned_store, monkeypatch, overwrite):
-    from memory_lib.integrity import recorded_audit
+    from memory_lib.archival.integrity import recorded_audit
 
     store = versioned_store
     report, key = _archive_with_a_loss_at_commit(conn, store, monkeypatch, overwrite=overwrite)
@@ -296,7 +296,7 @@ def test_the_nightly_audit_puts_back_a_backup_lost_after_verification(conn, vers
 
 
 def test_without_versioning_a_lost_backup_is_reported_not_recovered(conn, s3_store, monkeypatch):
-    from memory_lib.integrity import recorded_audit
+    from memory_lib.archival.integrity import recorded_audit
 
     report, key = _archive_with_a_loss_at_commit(conn, s3_store, monkeypatch, overwrite=False)
     audit = recorded_audit(conn, "night-1")

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from memory_lib import validation
-from memory_lib.config import ArchivalCriteria, Settings
-from memory_lib.db import connect
-from memory_lib.errors import ConfigError, EmbeddingMismatchError, InvalidInputError
-from memory_lib.store import insert_memories
+from memory_lib.core import validation
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.errors import ConfigError, EmbeddingMismatchError, InvalidInputError
+from memory_lib.storage.db import connect
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import make_memories
 
@@ -123,7 +123,7 @@ def test_settings_from_env_validates():
     assert "hunter2" not in repr(Settings.from_env({"DATABASE_URL": "postgresql://u:hunter2@h/db"}))
 
 
-# --------------------------------------------------------------------------- the shared rules (memory_lib.validation)
+# --------------------------------------------------------------------------- the shared rules (memory_lib.core.validation)
 
 
 @pytest.mark.parametrize(

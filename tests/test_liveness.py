@@ -21,19 +21,20 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memory_lib import archive, claims, nights, pause
-from memory_lib.archive import ArchivalServices
-from memory_lib.claims import attempt_counts, released_memories
+from memory_lib.archival import archive, claims, nights
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.claims import attempt_counts, released_memories
+from memory_lib.archival.integrity import sweep_orphans
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
-from memory_lib.config import ArchivalCriteria
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.integrity import sweep_orphans
-from memory_lib.objectstore import LocalObjectStore, S3ObjectStore, s3_client
-from memory_lib.pipeline import run_batch
-from memory_lib.statuses import ArchiveReason, AttemptStatus, PauseAction
-from memory_lib.store import insert_memories
-from memory_lib.summarize import AnthropicSummarizer, ExtractiveSummarizer, SummarizationError
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.statuses import ArchiveReason, AttemptStatus, PauseAction
+from memory_lib.lifecycle import pause
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer, SummarizationError
+from memory_lib.storage.db import connect
+from memory_lib.storage.objectstore import LocalObjectStore, S3ObjectStore, s3_client
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories
 from tests.support.fake_llm import FAKE_API_KEY
@@ -337,7 +338,7 @@ def test_sweep_removes_a_dead_runs_pack_only_when_its_batch_has_no_open_attempts
 
 
 def test_html_with_status_200_is_retried_then_a_clear_error(fake_llm):
-    from memory_lib.summarize import SummaryInput
+    from memory_lib.llm.summarize import SummaryInput
 
     summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=2, retry_wait_max=0.01)
     item = SummaryInput("Omar paid 120 euros for electricity in May 2024.", NOW)

@@ -9,19 +9,19 @@ from datetime import timedelta
 
 import pytest
 
-from memory_lib import batches
-from memory_lib.archive import ArchivalServices, batch_status, summarize_batch
-from memory_lib.claims import claim_batch
+from memory_lib.archival.archive import ArchivalServices, batch_status, summarize_batch
+from memory_lib.archival.claims import claim_batch
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
-from memory_lib.config import ArchivalCriteria
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import SummarizationError
-from memory_lib.ledger import usage_of_batches
-from memory_lib.pause import clear_pause, pause_status
-from memory_lib.pipeline import run_batch
-from memory_lib.pricing import DEFAULT_PRICES, Usage, cost_usd
-from memory_lib.store import insert_memories
-from memory_lib.summarize import AnthropicSummarizer, OpenAISummarizer
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.errors import SummarizationError
+from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
+from memory_lib.lifecycle.pause import clear_pause, pause_status
+from memory_lib.llm import batches
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.ledger import usage_of_batches
+from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories
 from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer

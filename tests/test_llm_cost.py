@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from memory_lib.archive import ArchivalServices, batch_status
-from memory_lib.config import ArchivalCriteria
-from memory_lib.dry_run import dry_run
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.ledger import usage_of_batches
-from memory_lib.pipeline import run_batch
-from memory_lib.pricing import DEFAULT_PRICES, Usage, cost_usd
-from memory_lib.store import insert_memories
-from memory_lib.summarize import AnthropicSummarizer, OpenAISummarizer
+from memory_lib.archival.archive import ArchivalServices, batch_status
+from memory_lib.archival.dry_run import dry_run
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.ledger import usage_of_batches
+from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import END, load_history
 from tests.support.factories import NOW, make_memories
@@ -109,7 +109,7 @@ def test_unknown_model_is_ledgered_as_unpriced(conn, local_store, fake_llm):
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_dry_run_projection_within_20_percent_of_the_ledger(conn, local_store, fake_llm, provider):
-    load_history(conn, TEST_DIM)  # the demo's history (memory_lib.demo_data): varied templates and users
+    load_history(conn, TEST_DIM)  # the demo's history (memory_assets.demo_data): varied templates and users
     services = _services(provider, fake_llm, local_store)
     criteria = ArchivalCriteria(batch_size=500)
     report = dry_run(conn, services, criteria, as_of=END, sample_size=50)

@@ -8,7 +8,8 @@ import dagster as dg
 import pytest
 
 from memory_assets.resources import SummarizerResource
-from memory_lib import ledger, nights
+from memory_lib.archival import nights
+from memory_lib.llm import ledger
 from tests.test_slow_path_dagster import NIGHT, SLOW_PATH_DEFS, resources
 
 

@@ -7,8 +7,8 @@ import shutil
 import psycopg
 import pytest
 
-from memory_lib.db import MIGRATIONS_DIR, migrate
-from memory_lib.errors import SchemaError
+from memory_lib.core.errors import SchemaError
+from memory_lib.storage.db import MIGRATIONS_DIR, migrate
 
 
 def _tables(url: str) -> set[str]:
@@ -92,7 +92,7 @@ def test_shipped_migrations_are_the_sql_folder():
     """The package's migrations (importlib.resources) are the top-level sql/ files, byte for byte."""
     from pathlib import Path
 
-    from memory_lib.db import load_migrations, shipped_migrations
+    from memory_lib.storage.db import load_migrations, shipped_migrations
 
     top = Path(__file__).resolve().parent.parent / "sql"
     shipped = {p.name: p.read_bytes() for p in shipped_migrations().iterdir() if p.name.endswith(".sql")}
@@ -109,7 +109,7 @@ def test_a_missing_migrations_folder_is_an_error(tmp_path, empty_database):
 
 
 def _settings(url: str, tmp_path, dim: int = 32):
-    from memory_lib.config import EmbeddingConfig, Settings
+    from memory_lib.core.config import EmbeddingConfig, Settings
 
     return Settings(
         database_url=url, state_dir=tmp_path, embedding=EmbeddingConfig(provider="hashing", dim=dim)
@@ -121,7 +121,7 @@ def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_database, tm
     import time
 
     from memory_lib.client import AsyncMemoryClient, MemoryClient, connection_pool
-    from memory_lib.embedding import HashingEmbedder
+    from memory_lib.llm.embedding import HashingEmbedder
 
     started = time.monotonic()
     with pytest.raises(SchemaError, match=r"has no memory-archive schema: run `memory-archive migrate`"):
@@ -140,7 +140,7 @@ def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_database, tm
 
 def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path):
     from memory_lib.client import MemoryClient
-    from memory_lib.db import check_schema
+    from memory_lib.storage.db import check_schema
 
     only_first = tmp_path / "sql"
     only_first.mkdir()
@@ -176,7 +176,7 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
     from psycopg.conninfo import make_conninfo
 
     from memory_lib.client import MemoryClient
-    from memory_lib.db import _MIGRATION_LOCK_ID
+    from memory_lib.storage.db import _MIGRATION_LOCK_ID
 
     role = f"app_{uuid.uuid4().hex[:8]}"
     dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
@@ -235,7 +235,7 @@ def _extensions(url: str) -> set[str]:
 
 
 def test_a_role_that_may_not_create_extensions_migrates_once_the_dba_created_pgvector(limited_role):
-    from memory_lib.db import check_schema
+    from memory_lib.storage.db import check_schema
 
     admin_url, role_url, role, _ = limited_role
     with psycopg.connect(role_url, autocommit=True) as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -254,7 +254,7 @@ def test_a_role_that_may_not_create_extensions_migrates_once_the_dba_created_pgv
 
 def test_missing_pgvector_is_one_clear_error_and_writes_nothing(limited_role, monkeypatch, tmp_path, capsys):
     from memory_lib.cli import main
-    from memory_lib.errors import MissingExtensionError
+    from memory_lib.core.errors import MissingExtensionError
 
     admin_url, role_url, role, dbname = limited_role
     with pytest.raises(MissingExtensionError) as caught:
@@ -285,7 +285,7 @@ def test_missing_pgvector_is_one_clear_error_and_writes_nothing(limited_role, mo
 
 def test_an_extension_the_server_does_not_offer_is_named_and_nothing_is_written(empty_database, tmp_path):
     """Even a superuser cannot create an extension the server lacks: the error says the server needs it."""
-    from memory_lib.errors import MissingExtensionError
+    from memory_lib.core.errors import MissingExtensionError
 
     migrations = tmp_path / "sql"
     shutil.copytree(MIGRATIONS_DIR, migrations)
@@ -299,7 +299,7 @@ def test_an_extension_the_server_does_not_offer_is_named_and_nothing_is_written(
 
 
 def test_the_missing_extension_messages_say_who_must_do_what():
-    from memory_lib.errors import MissingExtensionError
+    from memory_lib.core.errors import MissingExtensionError
 
     absent = str(MissingExtensionError("vector", "mem", "app", available=False))
     assert absent.startswith('pgvector is not available on the Postgres server of database "mem"')

@@ -17,9 +17,9 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_lib.config import Settings
-from memory_lib.errors import IntegrityError, InvalidInputError, ObjectNotFoundError, ObjectStoreError
-from memory_lib.objectstore import (
+from memory_lib.core.config import Settings
+from memory_lib.core.errors import IntegrityError, InvalidInputError, ObjectNotFoundError, ObjectStoreError
+from memory_lib.storage.objectstore import (
     LocalObjectStore,
     ObjectStore,
     S3ObjectStore,
@@ -300,7 +300,7 @@ def test_s3_object_without_sha256_checksum_is_verified_by_get(
     raw_s3.put_object(Bucket=BUCKET, Key=key, Body=data)
     assert "ChecksumSHA256" not in raw_s3.head_object(Bucket=BUCKET, Key=key, ChecksumMode="ENABLED")
 
-    with caplog.at_level(logging.WARNING, logger="memory_lib.objectstore"):
+    with caplog.at_level(logging.WARNING, logger="memory_lib.storage.objectstore"):
         assert s3store.verify(key, _sha(data), len(data)).sha256 == _sha(data)
     assert s3store.verified_by_get == 1
     assert "verifying objects by GET" in caplog.text
@@ -384,6 +384,6 @@ def test_objectstore_does_not_import_dagster() -> None:
     import subprocess
     import sys
 
-    code = "import sys, memory_lib.objectstore; sys.exit('dagster' in sys.modules)"
+    code = "import sys, memory_lib.storage.objectstore; sys.exit('dagster' in sys.modules)"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0

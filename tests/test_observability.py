@@ -23,17 +23,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib import telemetry
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
-from memory_lib.context import ContextItem, assemble_context
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.escalation import LLMEvaluator
-from memory_lib.pipeline import run_batch
-from memory_lib.rerank import LLMReranker
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.observability import telemetry
+from memory_lib.retrieval.context import ContextItem, assemble_context
+from memory_lib.retrieval.escalation import LLMEvaluator
+from memory_lib.retrieval.rerank import LLMReranker
 from tests.conftest import TEST_DIM
 from tests.support.fake_llm import FAKE_API_KEY
 
@@ -334,9 +334,9 @@ for name in [m for m in list(sys.modules) if m.startswith("opentelemetry")] + [
 from datetime import datetime, timezone
 from memory_lib import telemetry, trace
 from memory_lib.client import MemoryClient
-from memory_lib.config import RetrievalConfig, Settings
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
+from memory_lib.core.config import RetrievalConfig, Settings
+from memory_lib.storage.db import connect
+from memory_lib.llm.embedding import HashingEmbedder
 assert not trace.available() and telemetry._otel_metrics is None
 now = datetime(2025, 6, 1, 12, tzinfo=timezone.utc)
 with connect(sys.argv[1]) as conn:
@@ -364,8 +364,8 @@ def test_the_library_works_without_opentelemetry(db_url):
 
 def test_a_failed_step_ends_the_flows_span_before_the_callers(spans):
     """drive closes the escalation flow when a step fails: its open span ends, and no span stays current."""
-    from memory_lib.escalation import RunPlan, drive
-    from memory_lib.trace import span
+    from memory_lib.observability.trace import span
+    from memory_lib.retrieval.escalation import RunPlan, drive
 
     def flow():
         with span("retrieve", {"memory_archive.phase": "3"}):

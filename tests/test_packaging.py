@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_lib.db import check_schema
+from memory_lib.storage.db import check_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 _NOT_SOURCE = shutil.ignore_patterns(
@@ -92,7 +92,7 @@ def test_installed_wheel_migrates_an_empty_database_from_another_folder(venv: Pa
 
 def test_installed_wheel_keeps_state_in_the_user_state_dir(venv: Path, tmp_path):
     """Outside a checkout, the default state dir is the user's (XDG), whatever the working folder."""
-    code = "from memory_lib.config import Settings; print(Settings.from_env().state_dir)"
+    code = "from memory_lib.core.config import Settings; print(Settings.from_env().state_dir)"
     env = _clean_env(XDG_STATE_HOME=str(tmp_path / "xdg"))
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip

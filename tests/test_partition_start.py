@@ -15,11 +15,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from memory_assets.defs.slow_path.partitions import FALLBACK_DAYS, partition_start
-from memory_lib import eligibility, nights
-from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria, Settings
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.archival import nights
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.lifecycle import eligibility
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import last_night, load_history
 

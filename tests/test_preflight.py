@@ -13,10 +13,8 @@ import psycopg
 import pytest
 
 from memory_lib.cli import EXIT_FAILED, EXIT_INPUT, EXIT_UNAVAILABLE, exit_code, main
-from memory_lib.config import LLMConfig, Settings
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import (
+from memory_lib.core.config import LLMConfig, Settings
+from memory_lib.core.errors import (
     IntegrityError,
     ObjectStoreConfigError,
     ObjectStoreError,
@@ -24,8 +22,10 @@ from memory_lib.errors import (
     SchemaError,
     SummarizationError,
 )
+from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.preflight import UNVERSIONED, check_llm_key, preflight
-from memory_lib.store import insert_memories
+from memory_lib.storage.db import connect
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import make_memories
 

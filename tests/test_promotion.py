@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, PromotionConfig, Settings
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import IntegrityError, NotFoundError
-from memory_lib.objectstore import LocalObjectStore
-from memory_lib.pipeline import run_batch
-from memory_lib.promotion import sweep_promotions
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, PromotionConfig, Settings
+from memory_lib.core.errors import IntegrityError, NotFoundError
+from memory_lib.lifecycle.promotion import sweep_promotions
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.objectstore import LocalObjectStore
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -286,13 +286,13 @@ def test_archive_and_restore_keep_the_write_paths_dedupe_key(conn, local_store):
     restore is recognised as the same memory, not a duplicate."""
     from datetime import UTC, datetime, timedelta
 
-    from memory_lib.archive import ArchivalServices
+    from memory_lib.archival.archive import ArchivalServices
+    from memory_lib.archival.integrity import exact_rows
     from memory_lib.client import MemoryClient
-    from memory_lib.config import ArchivalCriteria
-    from memory_lib.embedding import HashingEmbedder
-    from memory_lib.integrity import exact_rows
-    from memory_lib.restore import restore_archive
-    from memory_lib.summarize import ExtractiveSummarizer
+    from memory_lib.core.config import ArchivalCriteria
+    from memory_lib.lifecycle.restore import restore_archive
+    from memory_lib.llm.embedding import HashingEmbedder
+    from memory_lib.llm.summarize import ExtractiveSummarizer
 
     embedder = HashingEmbedder(dim=64)
     client = MemoryClient(conn, embedder=embedder, object_store=local_store)

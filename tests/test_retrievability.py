@@ -16,10 +16,11 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
-from memory_lib import nights, pause
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.retrievability import first_sentence, probe_night
+from memory_lib.archival import nights
+from memory_lib.archival.retrievability import first_sentence, probe_night
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.lifecycle import pause
+from memory_lib.llm.embedding import HashingEmbedder
 from tests.conftest import TEST_DIM
 from tests.support.backups import edit_content
 from tests.support.dagster_helpers import END, last_night, load_history

@@ -7,23 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import EmbeddingMismatchError, InvalidInputError
-from memory_lib.pipeline import run_batch
-from memory_lib.search import (
-    SearchFilters,
-    SearchHit,
-    SearchRequest,
-    parse_time_window,
-    phase2_reason,
-    rank_candidates,
-    recency_decay,
-    tag_match,
-)
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.retrieval.ranking import rank_candidates, recency_decay, tag_match
+from memory_lib.retrieval.search import parse_time_window, phase2_reason
+from memory_lib.retrieval.types import SearchFilters, SearchHit, SearchRequest
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -328,7 +321,7 @@ class _RenamedEmbedder(HashingEmbedder):
 
 
 def test_each_search_statement_has_an_include_superseded_twin_without_the_live_predicates():
-    from memory_lib import search
+    from memory_lib.retrieval import sql as search
 
     defaults = (search.HOT_SEARCH_SQL, search.ARCHIVED_SEARCH_SQL, search.BOTH_TIERS_SQL, search.HOT_SCOPED_SQL,
                 search.ARCHIVED_SCOPED_SQL, search.BOTH_TIERS_SCOPED_SQL)  # fmt: skip

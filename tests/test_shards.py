@@ -15,16 +15,17 @@ from dagster_aws.s3 import S3Resource
 
 from memory_assets.defs.slow_path.partitions import SHARD_TAG
 from memory_assets.resources import ObjectStoreResource
-from memory_lib import eligibility, nights
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival import nights
+from memory_lib.archival.archive import ArchivalServices
 from memory_lib.cli import main
-from memory_lib.config import ArchivalCriteria
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.objectstore import S3ObjectStore
-from memory_lib.shards import ALL, Shard
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.core.shards import ALL, Shard
+from memory_lib.lifecycle import eligibility
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.db import connect
+from memory_lib.storage.objectstore import S3ObjectStore
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import last_night, load_history, table_fingerprint
 from tests.test_slow_path_dagster import SLOW_PATH_DEFS, resources
@@ -95,7 +96,7 @@ def _assert_exactly_once(conn, store: S3ObjectStore, before_hot: set, eligible: 
     versions = store.client.list_object_versions(Bucket=store.bucket, Prefix=store.prefix + "/")
     keys = [v["Key"] for v in versions.get("Versions", [])]
     assert not versions.get("IsTruncated") and not versions.get("DeleteMarkers")
-    # Each object (a lone backup or a user's pack: memory_lib.packs) written once, and each one a row points to.
+    # Each object (a lone backup or a user's pack: memory_lib.storage.packs) written once, and each one a row points to.
     assert len(keys) == len(set(keys)) and set(keys) == {store.key_from_ref(r["storage_ref"]) for r in archived}
     for r in archived:
         store.read_ref(r["storage_ref"], r["backup_sha256"])

@@ -28,9 +28,10 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
-from memory_lib import archive, integrity, nights, restore
-from memory_lib import pause as pause_switch
-from memory_lib.models import BackupObject
+from memory_lib.archival import archive, integrity, nights
+from memory_lib.core.models import BackupObject
+from memory_lib.lifecycle import pause as pause_switch
+from memory_lib.lifecycle import restore
 from tests.conftest import TEST_DIM
 from tests.support.backups import members_sharing
 from tests.support.dagster_helpers import last_night, table_fingerprint
@@ -104,7 +105,7 @@ def test_partition_archives_and_rows_objects_and_events_agree(conn, db_url, hist
     assert meta["archive_rows"]["archived"] == len(archived) == meta["archival_candidates"]["claimed"] > 0
     assert meta["archive_backups"]["bytes_written"] == sum(r["backup_size_bytes"] for r in archived)
     store = s3_store_resource.get_store()
-    keys = set(integrity.backup_keys(store))  # lone backups and packs (memory_lib.packs)
+    keys = set(integrity.backup_keys(store))  # lone backups and packs (memory_lib.storage.packs)
     assert keys == {store.key_from_ref(r["storage_ref"]) for r in archived}
     for row in archived:
         key = store.key_from_ref(row["storage_ref"])
@@ -143,8 +144,8 @@ def test_partition_archives_and_rows_objects_and_events_agree(conn, db_url, hist
 def test_candidates_metadata_counts_every_reason_and_expired_memories(conn, db_url, local_store_resource):
     """A memory whose TTL ran out during the night is claimed as ttl_expired, and the asset shows it."""
     from memory_lib.client import MemoryClient
-    from memory_lib.eligibility import REASONS
-    from memory_lib.embedding import HashingEmbedder
+    from memory_lib.lifecycle.eligibility import REASONS
+    from memory_lib.llm.embedding import HashingEmbedder
 
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), actor="test")
     end = nights.night_as_of(NIGHT, SLOW_PATH.timezone)
@@ -330,7 +331,7 @@ _KILLED_RUN = textwrap.dedent(
     from memory_assets.defs.slow_path import assets
     from memory_assets.resources import (ArchivalCriteriaResource, DatabaseResource, EmbedderResource,
                                          ObjectStoreResource, SummarizerResource)
-    from memory_lib.objectstore import LocalObjectStore
+    from memory_lib.storage.objectstore import LocalObjectStore
 
     db_url, root, night, dim, kill_after = sys.argv[1:6]
 

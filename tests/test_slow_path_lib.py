@@ -8,24 +8,16 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from memory_lib import (
-    archive,
-    dry_run,
-    eligibility,
-    fidelity,
-    integrity,
-    models,
-    nights,
-    pause,
-    restore,
-)
-from memory_lib import gate as gates
-from memory_lib.archive import ArchivalServices
-from memory_lib.config import ArchivalCriteria
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.archival import archive, dry_run, fidelity, integrity, nights
+from memory_lib.archival import gate as gates
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.core import models
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.lifecycle import eligibility, pause, restore
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.db import connect
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import END, last_night, load_history, table_fingerprint
 
@@ -219,7 +211,7 @@ def test_a_memory_changed_after_its_backup_is_stale_not_unfaithful(conn, service
 
 def test_a_lossy_serializer_is_caught_field_by_field(conn, services, monkeypatch):
     """Bytes that match their recorded sha256 can still lose data: the round trip compares every field."""
-    import memory_lib.models as models
+    import memory_lib.core.models as models
 
     monkeypatch.setattr(models, "_float32_json", lambda xs: [round(float(x), 3) for x in xs])  # a lossy serializer bug
     key = _backed_up_night(conn, services)

@@ -1,4 +1,4 @@
-"""Stubs (issue 12, seed 001's third tier; memory_lib.stubs, sql/011), against the embedded Postgres and
+"""Stubs (issue 12, seed 001's third tier; memory_lib.lifecycle.stubs, sql/011), against the embedded Postgres and
 a real object store; the nightly asset, its blocking check and its tier metadata through Dagster."""
 
 from __future__ import annotations
@@ -11,17 +11,18 @@ import pytest
 
 from memory_assets.defs.slow_path.stubs import stub_conversions, stubs_backed_up
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
-from memory_lib import integrity, stubs
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival import integrity
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetentionConfig, Settings
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import NotFoundError
-from memory_lib.models import BackupObject, sha256_hex, to_float32
-from memory_lib.pipeline import run_batch
-from memory_lib.search import run_plan
-from memory_lib.shards import Shard
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
+from memory_lib.core.errors import NotFoundError
+from memory_lib.core.models import BackupObject, sha256_hex, to_float32
+from memory_lib.core.plans import run_plan
+from memory_lib.core.shards import Shard
+from memory_lib.lifecycle import stubs
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)

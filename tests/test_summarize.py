@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_lib.config import LLMConfig
-from memory_lib.errors import InvalidInputError, SummarizationError
-from memory_lib.summarize import (
+from memory_lib.core.config import LLMConfig
+from memory_lib.core.errors import InvalidInputError, SummarizationError
+from memory_lib.llm.summarize import (
     SUMMARY_PROMPT,
     AnthropicSummarizer,
     ExtractiveSummarizer,

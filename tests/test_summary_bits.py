@@ -13,13 +13,13 @@ import numpy as np
 import psycopg
 import pytest
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, Settings
-from memory_lib.db import MIGRATIONS_DIR, connect, migrate
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.db import MIGRATIONS_DIR, connect, migrate
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -128,7 +128,8 @@ def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, loca
 
 def _plan_statements(conn, plan) -> tuple[object, list[str]]:
     """Run a search plan, recording the search statements it sent."""
-    from memory_lib.search import ARCHIVED_SEARCH_SQL, BOTH_TIERS_SQL, HOT_SEARCH_SQL, Sql, run_plan
+    from memory_lib.core.plans import Sql, run_plan
+    from memory_lib.retrieval.sql import ARCHIVED_SEARCH_SQL, BOTH_TIERS_SQL, HOT_SEARCH_SQL
 
     names = {HOT_SEARCH_SQL: "hot", ARCHIVED_SEARCH_SQL: "archived", BOTH_TIERS_SQL: "both"}
     sent: list[str] = []
@@ -148,7 +149,8 @@ def _plan_statements(conn, plan) -> tuple[object, list[str]]:
 
 @pytest.mark.parametrize("query", [OLD_FACTS[0], "electricity bill", "who borrowed my bike?", "Mondays standup"])
 def test_one_statement_for_both_tiers_returns_the_same_hits(conn, local_store, query):
-    from memory_lib.search import SearchRequest, search_plan
+    from memory_lib.retrieval.search import search_plan
+    from memory_lib.retrieval.types import SearchRequest
 
     _fill_and_archive(conn, local_store)
     vec = HashingEmbedder(TEST_DIM).embed([query])[0]

@@ -1,4 +1,4 @@
-"""`memory-archive unsupersede` and memory_lib.unsupersede: memories hidden by add's former near-duplicate
+"""`memory-archive unsupersede` and memory_lib.write.unsupersede: memories hidden by add's former near-duplicate
 rule (a 'superseded' event without a reason) are listed, made live again with an audit event, and never
 those superseded on purpose (update), another user's, or one whose text a live memory already holds."""
 
@@ -11,15 +11,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg.types.json import Jsonb
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, Settings
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.pipeline import run_batch
-from memory_lib.summarize import ExtractiveSummarizer
-from memory_lib.unsupersede import find_hidden, unsupersede
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.write.unsupersede import find_hidden, unsupersede
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

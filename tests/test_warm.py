@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
-from memory_lib.config import RetrievalConfig
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.search import SearchRequest, Sql, run_plan, search_plan
-from memory_lib.timescope import TimeWindow
-from memory_lib.warm import month_scope, scope_sql
+from memory_lib.core.config import RetrievalConfig
+from memory_lib.core.plans import Sql, run_plan
+from memory_lib.core.timescope import TimeWindow
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.retrieval.search import search_plan
+from memory_lib.retrieval.types import SearchRequest
+from memory_lib.retrieval.warm import month_scope, scope_sql
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 9, 15, 12, 0, tzinfo=UTC)

@@ -7,16 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.db import connect
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import EmbeddingMismatchError, InvalidInputError
-from memory_lib.pipeline import run_batch
-from memory_lib.store import insert_memories
-from memory_lib.summarize import ExtractiveSummarizer
-from memory_lib.write_path import dedupe_key, find_secret, lexical_change, normalize_text
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.db import connect
+from memory_lib.storage.store import insert_memories
+from memory_lib.write.write_path import dedupe_key, find_secret, lexical_change, normalize_text
 from tests.conftest import TEST_DIM
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -287,7 +287,7 @@ def test_pinned_memories_are_never_archived(conn, local_store):
 
 
 def test_secret_thresholds_come_from_settings():
-    from memory_lib.config import SecretDetectionConfig
+    from memory_lib.core.config import SecretDetectionConfig
 
     token = "aZ3kQ9mX2pL7vB4n"  # 16 random-looking characters: under the default 32-character floor
     assert find_secret(f"code {token}") is None

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memory_assets.demo_data import generate_history
 from memory_lib.client import MemoryClient
-from memory_lib.config import LLMConfig, Settings, WriteConfig
-from memory_lib.demo_data import generate_history
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.near_duplicates import restatement, salient_tokens, state_change, thresholds_for
+from memory_lib.core.config import LLMConfig, Settings, WriteConfig
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.write.near_duplicates import restatement, salient_tokens, state_change, thresholds_for
 from tests.conftest import TEST_DIM
 from tests.support.fake_llm import FAKE_API_KEY
 
@@ -37,7 +37,7 @@ def _embedder(kind: str):
     if kind == "hashing":
         return HashingEmbedder(TEST_DIM)
     if _MINILM is None:
-        from memory_lib.embedding import LocalEmbedder
+        from memory_lib.llm.embedding import LocalEmbedder
 
         _MINILM = LocalEmbedder()
     return _MINILM

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from memory_lib.client import MemoryClient
-from memory_lib.config import Settings
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.errors import InvalidInputError
-from memory_lib.search import _DF_CAP, _MATCH_CAP, _N_CAP, HOT_SEARCH_SQL, SearchFilters
-from memory_lib.store import insert_memories
+from memory_lib.core.config import Settings
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.retrieval.search import _DF_CAP, _MATCH_CAP, _N_CAP
+from memory_lib.retrieval.sql import HOT_SEARCH_SQL
+from memory_lib.retrieval.types import SearchFilters
+from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

@@ -9,14 +9,15 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from memory_lib import chunking, nights
-from memory_lib.archive import ArchivalServices
+from memory_lib.archival import nights
+from memory_lib.archival.archive import ArchivalServices
 from memory_lib.client import MemoryClient
-from memory_lib.config import ArchivalCriteria, Settings
-from memory_lib.eligibility import REASON_TTL_EXPIRED, eligible_counts
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.models import sha256_hex
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.models import sha256_hex
+from memory_lib.lifecycle.eligibility import REASON_TTL_EXPIRED, eligible_counts
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.write import chunking
 from tests.conftest import TEST_DIM
 
 NIGHT = date(2026, 5, 10)
@@ -240,7 +241,7 @@ def test_the_readme_example_with_the_default_hashing_embedder(make_conn):
 
 @pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="needs the local extra")
 def test_the_readme_example_with_the_local_embedder(make_conn):
-    from memory_lib.embedding import LOCAL_MODEL_DIM, LocalEmbedder
+    from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LocalEmbedder
 
     conn = make_conn(LOCAL_MODEL_DIM)
     client = MemoryClient(conn, embedder=LocalEmbedder(), settings=Settings(), actor="t")

@@ -1,12 +1,12 @@
 """Where a memory's backup lives, for tests that look at or damage objects: a lone backup object or a
-member of a pack (memory_lib.packs) addressed by "<pack ref>#bytes=<first>-<last>"."""
+member of a pack (memory_lib.storage.packs) addressed by "<pack ref>#bytes=<first>-<last>"."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
 
-from memory_lib.objectstore import LocalObjectStore, ObjectStore
+from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore
 
 
 def object_refs(store: ObjectStore, refs: Iterable[str]) -> set[str]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import psycopg
 
-from memory_lib.demo_data import generate_history
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.models import NewMemory
-from memory_lib.store import insert_memories
+from memory_assets.demo_data import generate_history
+from memory_lib.core.models import NewMemory
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.storage.store import insert_memories
 
 
 def sqlalchemy_url(libpq_url: str) -> str:

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from memory_lib.archive import ArchivalServices
-from memory_lib.embedding import HashingEmbedder
-from memory_lib.objectstore import ObjectStore
-from memory_lib.summarize import ExtractiveSummarizer
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.objectstore import ObjectStore
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CONTENTS = [
@@ -79,6 +79,6 @@ def services(store: ObjectStore, dim: int) -> ArchivalServices:
 
 def snapshot(conn, ids) -> dict[uuid.UUID, dict[str, Any]]:
     """Every column of the given hot memories, embeddings as raw float32 bytes."""
-    from memory_lib.integrity import exact_rows
+    from memory_lib.archival.integrity import exact_rows
 
     return exact_rows(conn, list(ids))

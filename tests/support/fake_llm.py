@@ -14,10 +14,10 @@ of the request text. Faults are switched on by setting attributes at any time:
 - `delay_seconds`: sleep before answering (client timeouts).
 - `batch_create_status` / `batch_create_creates` / `batch_create_delay_seconds`: batch creates refused
   (401: a bad key), failing after the batch was made (a 500 after create), or answered late.
-- `evaluator_decision`: what a search-escalation evaluator prompt (memory_lib.escalation, "You are
+- `evaluator_decision`: what a search-escalation evaluator prompt (memory_lib.retrieval.escalation, "You are
   evaluating memory search results") gets back: a dict is sent as its JSON, a string verbatim (malformed
   answers). None: {"sufficient": false, "action": "search_facts"} for a "who is" query, else "return".
-- `judge_decision`: what a write-judge prompt (memory_lib.write_judge) gets back, the same way; None: a
+- `judge_decision`: what a write-judge prompt (memory_lib.write.write_judge) gets back, the same way; None: a
   rule standing in for a model (see `_judgement`).
 
 No key is checked: tests pass an obviously fake one such as "test-key-not-a-secret".
@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from memory_lib.near_duplicates import content_words, state_change
-from memory_lib.write_judge import JUDGE_MARKER  # the prompt the write judge sends
+from memory_lib.write.near_duplicates import content_words, state_change
+from memory_lib.write.write_judge import JUDGE_MARKER  # the prompt the write judge sends
 
 FAKE_API_KEY = "test-key-not-a-secret"
 EVALUATOR_MARKER = "You are evaluating memory search results."
@@ -554,9 +554,9 @@ class FakeLLMServer:
             return sum(1 for r in self.requests if EVALUATOR_MARKER in json.dumps(r.body))
 
     def _judgement(self, prompt: str) -> str:
-        """A write-judge prompt (memory_lib.write_judge): `judge_decision` when set (a dict as its JSON, a
+        """A write-judge prompt (memory_lib.write.write_judge): `judge_decision` when set (a dict as its JSON, a
         string verbatim), else a rule standing in for a model: 'duplicate' of a stored memory with the same
-        words, 'updates' one whose state the new text changes (memory_lib.near_duplicates.state_change),
+        words, 'updates' one whose state the new text changes (memory_lib.write.near_duplicates.state_change),
         else 'new'."""
         if isinstance(self.judge_decision, str):
             return self.judge_decision
@@ -580,7 +580,7 @@ class FakeLLMServer:
     def _summary_for(self, content: str) -> str:
         if EVALUATOR_MARKER in content:
             return self._evaluation(content)
-        if "<passages>" in content and self.summary_override is None:  # a rerank request (memory_lib.rerank)
+        if "<passages>" in content and self.summary_override is None:  # a rerank request (memory_lib.retrieval.rerank)
             return fake_rerank(content)
         if self.summary_override is not None:
             return self.summary_override

@@ -12,7 +12,7 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
-from memory_lib.config import Settings
+from memory_lib.core.config import Settings
 
 
 @dg.definitions

@@ -1,7 +1,7 @@
 """Consolidation above the per-memory summary: monthly_digests, yearly_digests, memory_facts, key_moments.
 
 Thin: each asset builds its partition (a month, or a year) for every user through memory_lib
-(memory_lib.digests.build_period, memory_lib.facts); what a build reads, its fingerprint and why an
+(memory_lib.consolidation.digests.build_period, memory_lib.consolidation.facts); what a build reads, its fingerprint and why an
 unchanged period writes nothing are memory_lib's. With an LLM configured (the summarizer resource's
 provider), digests and facts come from it (JSON validated by pydantic); offline they come from the
 extractive digest builder and the rule-based fact extractor, named as such in summarizer_kind / extractor.
@@ -12,25 +12,25 @@ import warnings
 from collections import Counter
 
 import dagster as dg
-
-from memory_assets.defs.slow_path.assets import archive_rows
-from memory_assets.metadata import markdown_table
-from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
-from memory_lib.digests import (
+from memory_lib.consolidation.monthly.digests import (
     DigestBuilder,
     ExtractiveDigestBuilder,
     LLMDigestBuilder,
     build_period,
     period_users,
 )
-from memory_lib.facts import (
+from memory_lib.consolidation.monthly.facts import (
     FactExtractor,
     LLMFactExtractor,
     RuleFactExtractor,
     build_facts,
     build_key_moments,
 )
-from memory_lib.llm_json import json_llm_from_settings
+
+from memory_assets.defs.slow_path.assets import archive_rows
+from memory_assets.metadata import markdown_table
+from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
+from memory_lib.llm.json_answers import json_llm_from_settings
 
 from .partitions import TIMEZONE, months, partition_day, years
 
@@ -91,7 +91,7 @@ def monthly_digests(context: dg.AssetExecutionContext, database: DatabaseResourc
 def yearly_digests(context: dg.AssetExecutionContext, database: DatabaseResource, embedder: EmbedderResource,
                    summarizer: SummarizerResource) -> dg.MaterializeResult:  # fmt: skip
     """Level 3: one digest per user of the year, from that user's monthly digests (the same builder,
-    memory_lib.digests.build_level, one level up)."""
+    memory_lib.consolidation.digests.build_level, one level up)."""
     return _digest_level(context, 3, database, embedder, summarizer)
 
 

@@ -3,7 +3,7 @@
 A month partition covers every user: the asset iterates the month's users inside and reports per-user
 numbers in its metadata. One partition per month (not month × user) keeps the UI honest about what a
 month is (is it consolidated or not?) and keeps partitions few whatever the number of users; a user is
-rebuilt alone by memory_lib.consolidation.rebuild_for_user (forget, repairs). Months start at the month
+rebuilt alone by memory_lib.consolidation.monthly.rebuild_for_user (forget, repairs). Months start at the month
 of the first archival night; the month in progress is not a partition yet (end_offset 0): its digest
 would be rewritten every day.
 """

@@ -13,9 +13,9 @@ from memory_assets.resources import (
     ObjectStoreResource,
     SummarizerResource,
 )
-from memory_lib import dry_run
-from memory_lib.archive import ArchivalServices
-from memory_lib.errors import InvalidInputError
+from memory_lib.archival import dry_run
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.core.errors import InvalidInputError
 
 from ..slow_path.partitions import SLOW_PATH
 

@@ -4,7 +4,7 @@ import dagster as dg
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
-from memory_lib import forget
+from memory_lib.lifecycle import forget
 
 
 class ForgetUserConfig(dg.Config):
@@ -19,7 +19,7 @@ def forget_user_memories(
     database: DatabaseResource,
     object_store: ObjectStoreResource,
 ) -> str:
-    """memory_lib.forget.forget_user: objects (every version), then rows, then tombstones. A killed run
+    """memory_lib.lifecycle.forget.forget_user: objects (every version), then rows, then tombstones. A killed run
     leaves an unfinished request that the next run of this job resumes."""
     with database.connect() as conn:
         result = forget.forget_user(conn, object_store.get_store(), config.user_id, actor=config.operator)
@@ -52,7 +52,7 @@ def verify_user_forgotten(
     if not left.clean:
         raise dg.Failure(f"user {user_id!r} is not fully forgotten: {left}", metadata=metadata)
     if left.uncovered_tables:
-        context.log.warning(f"tables with a user_id not in memory_lib.forget.erased_tables(): {left.uncovered_tables}")
+        context.log.warning(f"tables with a user_id not in memory_lib.lifecycle.forget.erased_tables(): {left.uncovered_tables}")
 
 
 @dg.job(description="Forget one user (config user_id): every tier, table and object version; verified.")

@@ -1,11 +1,11 @@
-"""`reembedding`: fill the second vector columns of an open re-embedding migration (memory_lib.reembedding).
+"""`reembedding`: fill the second vector columns of an open re-embedding migration (memory_lib.lifecycle.reembedding).
 
 Static partitions, table kind x hash bucket of the row id ("hot-0" .. "facts-3"): a partition is a fixed
 slice of rows whatever the data, so the UI's backfill of all partitions covers everything, parallel runs
 never claim the same rows (FOR UPDATE SKIP LOCKED makes overlap harmless anyway), and a failed slice is
 re-run alone. The secondary space (the target while running, the old space once flipped) comes from the
 database's migration record, so the same asset serves the flip back's backfill. Kept thin: every rule
-lives in memory_lib.reembedding.
+lives in memory_lib.lifecycle.reembedding.
 """
 
 import time
@@ -15,7 +15,7 @@ import dagster as dg
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource
-from memory_lib import reembedding as lib
+from memory_lib.lifecycle import reembedding as lib
 
 warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy`", category=dg.BetaWarning)
 

@@ -1,12 +1,12 @@
-"""Re-embedding steps as jobs, launched by hand from the UI (memory_lib.reembedding): start (config: the
+"""Re-embedding steps as jobs, launched by hand from the UI (memory_lib.lifecycle.reembedding): start (config: the
 target model and dim), flip, flip back, drop the old vectors. Each step checks its own preconditions
 and fails naming them (a flip without full coverage names each table's uncovered rows)."""
 
 import dagster as dg
 
 from memory_assets.resources import DatabaseResource
-from memory_lib import reembedding
-from memory_lib.reembedding import Migration
+from memory_lib.lifecycle import reembedding
+from memory_lib.lifecycle.reembedding import Migration
 
 
 class StartConfig(dg.Config):

@@ -1,4 +1,4 @@
-"""`promotions`: the nightly sweep of the re-promotion rule (memory_lib.promotion.sweep_promotions).
+"""`promotions`: the nightly sweep of the re-promotion rule (memory_lib.lifecycle.promotion.sweep_promotions).
 
 Expansions promote on the spot (the Nth expansion within the window brings a memory back to hot);
 this sweep applies the same rule to every archived memory once a night, so a rule change (fewer
@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
-from memory_lib.config import PromotionConfig, Settings
-from memory_lib.errors import InvalidInputError
-from memory_lib.promotion import sweep_promotions
+from memory_lib.core.config import PromotionConfig, Settings
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.lifecycle.promotion import sweep_promotions
 
 GROUP = "retrieval"
 ACTOR = "dagster:promotions"

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from memory_lib.config import Settings
+from memory_lib.core.config import Settings
 
 from .assets import promotions
 
@@ -19,5 +19,5 @@ promotions_nightly = dg.ScheduleDefinition(
     job=promotions_job,
     cron_schedule=f"30 {_SLOW_PATH.schedule_hour} * * *",
     execution_timezone=_SLOW_PATH.timezone,
-    description="Nightly re-promotion sweep (memory_lib.promotion.sweep_promotions).",
+    description="Nightly re-promotion sweep (memory_lib.lifecycle.promotion.sweep_promotions).",
 )

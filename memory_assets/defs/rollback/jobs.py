@@ -4,9 +4,9 @@ import dagster as dg
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
-from memory_lib import restore
-from memory_lib.embedding import Embedder, embedder_from_settings
-from memory_lib.pause import pause_status
+from memory_lib.lifecycle import restore
+from memory_lib.lifecycle.pause import pause_status
+from memory_lib.llm.embedding import Embedder, embedder_from_settings
 
 
 class RollbackConfig(dg.Config):

@@ -1,7 +1,7 @@
 """The Slow Path: retention_scores → archival_candidates → memory_summaries → archive_backups → archive_rows.
 
 Thin: each asset loops over its run's nights in date order and calls one memory_lib stage per night,
-in the order of memory_lib.pipeline.run_batch. All state is in Postgres (archival_batches /
+in the order of memory_lib.archival.pipeline.run_batch. All state is in Postgres (archival_batches /
 archival_attempts), so there is no IO manager: a re-run resumes where the last one stopped, and a
 night already done does no new work.
 
@@ -34,11 +34,13 @@ from memory_assets.resources import (
     SummarizerResource,
     store_kind,
 )
-from memory_lib import batches, eligibility, integrity, ledger, nights, pipeline, retrievability, stalls
-from memory_lib import pause as pause_switch
-from memory_lib.claims import attempt_counts
-from memory_lib.config import Settings
-from memory_lib.store import tier_stats
+from memory_lib.archival import integrity, nights, pipeline, retrievability, stalls
+from memory_lib.archival.claims import attempt_counts
+from memory_lib.core.config import Settings
+from memory_lib.lifecycle import eligibility
+from memory_lib.lifecycle import pause as pause_switch
+from memory_lib.llm import batches, ledger
+from memory_lib.storage.store import tier_stats
 
 from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
 from .partitions import nights as night_partitions
@@ -149,10 +151,10 @@ def memory_summaries(
     empty summary is recorded for that memory; the run goes on. Runs in the LLM concurrency pool.
 
     A night with more than llm.batch_threshold memories goes through the provider's batch API at half
-    price: this step submits it and polls it up to llm.batch_wait_seconds (memory_lib.batches says why
+    price: this step submits it and polls it up to llm.batch_wait_seconds (memory_lib.llm.batches says why
     this step polls rather than a sensor); what is still running then waits for the next run. Metadata:
     the night's LLM ledger (tokens, cost per model and mode), not this run's totals, and the memories
-    still held by LLM batches (`stalled` and `why` when one of them is stalled: memory_lib.stalls)."""
+    still held by LLM batches (`stalled` and `why` when one of them is stalled: memory_lib.archival.stalls)."""
     started = time.monotonic()
     criteria = archival.get_criteria()
     llm = summarizer.get_summarizer()
@@ -272,10 +274,10 @@ def archive_rows(
     pauses archival; a night that failed the gate after commit fails the asset (the nights before it
     are recorded as materialized: they did archive). Then the retrievability probe: a sample of the
     night's searchable archive rows (superseded originals, hidden from search, are never sampled)
-    searched with their own first sentence (memory_lib.retrievability), kept on
+    searched with their own first sentence (memory_lib.archival.retrievability), kept on
     the batch for the archive_retrievable check; a night below the floor pauses archival once the
     run's nights are done (later nights and runs archive nothing until an operator clears it).
-    Each night says whether it stalled and why (memory_lib.stalls); a night whose memories wait in a
+    Each night says whether it stalled and why (memory_lib.archival.stalls); a night whose memories wait in a
     stalled LLM batch submission fails the step (alerted by archival_failure_alert) without a pause:
     the next run resolves the submission. Freshness: a night not archived within 26 h."""
     started = time.monotonic()

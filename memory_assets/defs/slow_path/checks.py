@@ -23,8 +23,8 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
-from memory_lib import fidelity, gate, integrity, nights
-from memory_lib import pause as pause_switch
+from memory_lib.archival import fidelity, gate, integrity, nights
+from memory_lib.lifecycle import pause as pause_switch
 
 from .assets import archive_backups, archive_rows
 from .partitions import nights as night_partitions

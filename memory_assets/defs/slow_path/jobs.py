@@ -3,7 +3,7 @@
 import dagster as dg
 
 from memory_assets.resources import DatabaseResource
-from memory_lib import pause
+from memory_lib.lifecycle import pause
 
 slow_path_job = dg.define_asset_job(
     "slow_path_job",

@@ -16,17 +16,17 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import psycopg
 
-from memory_lib.config import Settings
-from memory_lib.db import reachable_url
-from memory_lib.errors import InvalidInputError, MemoryArchiveError
-from memory_lib.nights import oldest_night, parse_night
-from memory_lib.shards import ALL, Shard
+from memory_lib.archival.nights import oldest_night, parse_night
+from memory_lib.core.config import Settings
+from memory_lib.core.errors import InvalidInputError, MemoryArchiveError
+from memory_lib.core.shards import ALL, Shard
+from memory_lib.storage.db import reachable_url
 
 log = logging.getLogger(__name__)
 
 FALLBACK_DAYS = 7
 CONNECT_TIMEOUT_S = 3
-# Run tag of a shard run: "i/n" archives only the users of shard i of n (memory_lib.shards). Several
+# Run tag of a shard run: "i/n" archives only the users of shard i of n (memory_lib.core.shards). Several
 # runs of one night, each with its own shard, archive concurrently on separate workers.
 SHARD_TAG = "memory-archive/shard"
 

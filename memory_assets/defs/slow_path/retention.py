@@ -1,7 +1,7 @@
 """retention_scores: each night's retention score of every hot memory, before the night's claim.
 
-Thin: memory_lib.retention computes the scores in SQL (one statement per batch of users) and the
-streaks at the floor that policy `retention` archives on (memory_lib.eligibility). Each night records
+Thin: memory_lib.lifecycle.retention computes the scores in SQL (one statement per batch of users) and the
+streaks at the floor that policy `retention` archives on (memory_lib.lifecycle.eligibility). Each night records
 its own numbers (metadata.record_nights): the score distribution (quantiles, 0.1-wide buckets, per
 category) and the tiers per user as of the end of that night, so the UI plots them night by night.
 """
@@ -13,8 +13,9 @@ import dagster as dg
 
 from memory_assets.metadata import markdown_table, record_nights, tier_metadata
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
-from memory_lib import nights, retention
-from memory_lib.config import Settings
+from memory_lib.archival import nights
+from memory_lib.core.config import Settings
+from memory_lib.lifecycle import retention
 
 from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
 from .partitions import nights as night_partitions

@@ -2,7 +2,7 @@
 
 Blocking, ERROR severity, on archive_rows, one result per night, read-only. archive_rows probes each
 night after its commit (a sample of the night's searchable archive rows, superseded originals never
-sampled, searched with their own first sentence, memory_lib.retrievability) and keeps the result on
+sampled, searched with their own first sentence, memory_lib.archival.retrievability) and keeps the result on
 the batch (`archived`: the night's searchable rows); a night below
 RetrievalConfig.retrievability_floor (0.9) has already paused archival there. This check reports that
 result: the share found in the top 10, the floor, and examples of what was missed.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from memory_assets.resources import DatabaseResource
-from memory_lib import nights, retrievability
+from memory_lib.archival import nights, retrievability
 
 from .assets import archive_rows
 from .checks import NOTHING, _evaluation

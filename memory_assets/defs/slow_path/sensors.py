@@ -21,7 +21,7 @@ import dagster as dg
 
 from memory_assets.alerts import AlertResource
 from memory_assets.resources import DatabaseResource
-from memory_lib import pause as pause_switch
+from memory_lib.lifecycle import pause as pause_switch
 
 from .assets import OWNERS
 

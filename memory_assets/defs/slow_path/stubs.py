@@ -1,6 +1,6 @@
 """stub_conversions: each night, archive rows unused for stub_after_days (180) become stubs.
 
-Thin: memory_lib.stubs verifies each backup (HEAD) and drops the summary vector of the rows whose
+Thin: memory_lib.lifecycle.stubs verifies each backup (HEAD) and drops the summary vector of the rows whose
 backup is there as recorded, one transaction per batch, with a 'stubbed' audit event per row; a
 re-run changes nothing. A shard run converts its own users' rows. Each night records its own numbers
 (metadata.record_nights): rows stubbed, kept back (backup not verified), and the tiers as of the end
@@ -18,8 +18,9 @@ import dagster as dg
 
 from memory_assets.metadata import markdown_table, record_nights, tier_metadata
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
-from memory_lib import nights, retention, stubs
-from memory_lib.config import Settings
+from memory_lib.archival import nights
+from memory_lib.core.config import Settings
+from memory_lib.lifecycle import retention, stubs
 
 from .assets import _STORE_KIND
 from .checks import _evaluation

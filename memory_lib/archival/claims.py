@@ -1,0 +1,219 @@
+"""Claims: which batch holds which memory, under a lease, and how work moves on when a run dies.
+
+Invariants:
+* A memory is in at most one open attempt (a unique partial index), so two batches or two
+  concurrent runs never work on the same memory.
+* A batch holds its open attempts under a lease that every step renews (`renew_lease`). A batch is
+  *finished* once its commit step ran; its open attempts are then the memories that failed.
+* A new batch first takes over the open attempts of finished batches and of batches whose lease
+  expired (or whose holder process is dead on this host), keeping their checkpoints: a failure is
+  retried by the next night, and a killed run strands nothing. An attempt that failed
+  `max_attempts` times is released and its memory stays hot (visible in `attempt_counts`).
+* A batch of a user shard (shards.py) claims and takes over only memories of its shard's users, so
+  concurrent shard runs have disjoint work; their batch keys differ (nights.batch_key_for), so
+  none takes over a batch another shard is still running.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..core import validation
+from ..core.config import ArchivalCriteria
+from ..core.errors import InvalidInputError
+from ..core.shards import ALL, Shard, shard_filter
+from ..core.statuses import OPEN_STATUSES, AttemptStatus
+from ..lifecycle.eligibility import ELIGIBLE_SQL, ORDER_SQL, REASON_SQL, criteria_params
+from ..storage.db import pid_alive
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    batch_key: str
+    as_of: datetime
+    claimed: int
+    by_reason: dict[str, int]
+    newly_claimed: bool
+    taken_over: int = 0
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a batch's lease. `pid` is set only by a process that owns the whole batch (the CLI):
+    when that pid is dead on this host the lease is void at once, not after `lease_seconds`."""
+
+    owner: str
+    host: str
+    pid: int | None
+
+    @classmethod
+    def this_process(cls, owner: str, *, track_pid: bool) -> Holder:
+        return cls(owner, socket.gethostname(), os.getpid() if track_pid else None)
+
+
+def _dead_holders(conn: psycopg.Connection) -> list[str]:
+    """Unfinished batches whose holder process on this host no longer exists."""
+    rows = conn.execute(
+        """SELECT batch_key, lease_pid FROM archival_batches
+           WHERE finished_at IS NULL AND lease_pid IS NOT NULL AND lease_host = %s""",
+        (socket.gethostname(),),
+    ).fetchall()
+    return [r["batch_key"] for r in rows if r["lease_pid"] != os.getpid() and not pid_alive(r["lease_pid"])]
+
+
+def claim_batch(
+    conn: psycopg.Connection,
+    batch_key: str,
+    criteria: ArchivalCriteria,
+    as_of: datetime,
+    *,
+    limit: int | None = None,
+    holder: Holder | None = None,
+    shard: Shard = ALL,
+) -> ClaimResult:
+    """Claim up to `limit` (default criteria.batch_size) memories of `shard`'s users for `batch_key`.
+
+    First the open attempts of finished, expired or dead batches (checkpoints kept), then eligible
+    memories. Idempotent: a batch is claimed once; claiming it again renews its lease and returns
+    what it holds. Concurrent claimers never share a memory (SKIP LOCKED and the one-open index).
+    """
+    batch_key = validation.batch_key("batch_key", batch_key)
+    as_of = as_of.astimezone(UTC)
+    limit = criteria.batch_size if limit is None else limit
+    if not isinstance(limit, int) or not 0 <= limit <= criteria.batch_size:
+        raise InvalidInputError("limit", limit, f"must be between 0 and batch_size={criteria.batch_size}")
+    if not isinstance(shard, Shard):
+        raise InvalidInputError("shard", shard, "must be a Shard (shards.Shard.parse('i/n'))")
+    holder = holder or Holder.this_process("memory-archive", track_pid=False)
+    dead = _dead_holders(conn)
+    with conn.transaction():
+        inserted = conn.execute(
+            """INSERT INTO archival_batches (batch_key, as_of, criteria, claimed_count, lease_owner,
+                                             lease_host, lease_pid, lease_expires_at)
+               VALUES (%s, %s, %s, 0, %s, %s, %s, now() + make_interval(secs => %s))
+               ON CONFLICT (batch_key) DO NOTHING RETURNING batch_key""",
+            (batch_key, as_of, Jsonb(criteria.model_dump(mode="json")), holder.owner, holder.host,
+             holder.pid, criteria.lease_seconds),
+        ).fetchone()  # fmt: skip
+        if inserted is None:
+            existing = conn.execute("SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
+            _renew(conn, batch_key, criteria, holder)
+            by_reason = _reason_counts(conn, batch_key)
+            return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
+        taken = conn.execute(
+            f"""WITH t AS (
+                   SELECT a.batch_key, a.memory_id FROM archival_attempts a
+                   JOIN archival_batches b ON b.batch_key = a.batch_key
+                   WHERE a.status = ANY(%(open)s) AND a.batch_key <> %(new)s AND {shard_filter("a.user_id")}
+                     AND (b.finished_at IS NOT NULL OR b.lease_expires_at IS NULL
+                          OR b.lease_expires_at < now() OR b.batch_key = ANY(%(dead)s))
+                   ORDER BY a.memory_id LIMIT %(limit)s FOR UPDATE OF a SKIP LOCKED)
+               UPDATE archival_attempts x SET batch_key = %(new)s, taken_over_from = x.batch_key,
+                                              updated_at = now()
+               FROM t WHERE x.batch_key = t.batch_key AND x.memory_id = t.memory_id""",
+            {"open": list(OPEN_STATUSES), "new": batch_key, "dead": dead, "limit": limit} | shard.params(),
+        ).rowcount
+        rows = conn.execute(
+            f"""SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL} {ORDER_SQL}
+                LIMIT %(limit)s FOR UPDATE OF m SKIP LOCKED""",
+            criteria_params(criteria, as_of, shard) | {"limit": limit - taken},
+        ).fetchall()
+        if rows:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    """INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason)
+                       VALUES (%s, %s, %s, %s)
+                       ON CONFLICT (memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
+                    [(batch_key, r["id"], r["user_id"], r["reason"]) for r in rows],
+                )
+        conn.execute(
+            "UPDATE archival_batches SET claimed_count = %s WHERE batch_key = %s", (taken + len(rows), batch_key)
+        )
+    by_reason = _reason_counts(conn, batch_key)
+    return ClaimResult(batch_key, as_of, sum(by_reason.values()), by_reason, True, taken)
+
+
+def _renew(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, holder: Holder | None) -> None:
+    conn.execute(
+        """UPDATE archival_batches
+           SET lease_expires_at = now() + make_interval(secs => %s),
+               lease_owner = coalesce(%s, lease_owner), lease_host = coalesce(%s, lease_host),
+               lease_pid = CASE WHEN %s THEN %s ELSE lease_pid END
+           WHERE batch_key = %s""",
+        (criteria.lease_seconds, holder and holder.owner, holder and holder.host, holder is not None,
+         holder and holder.pid, batch_key),
+    )  # fmt: skip
+
+
+@contextmanager
+def working_on(conn: psycopg.Connection, batch_key: str) -> Iterator[None]:
+    """Hold the batch's work lock (a session advisory lock) while a stage works on it: two runs of the
+    same batch (the same night and shard launched twice) take turns, so no memory is summarized,
+    written or committed twice. The lock dies with the connection, so a killed run holds nothing."""
+    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ("batch:" + batch_key,))
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ("batch:" + batch_key,))
+
+
+def renew_lease(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria) -> None:
+    """Each step calls this when it starts: the batch is alive for another `lease_seconds`."""
+    _renew(conn, batch_key, criteria, None)
+
+
+def finish_batch(conn: psycopg.Connection, batch_key: str) -> None:
+    """The batch's commit step ran: what it still holds are failures, for the next batch to retry."""
+    conn.execute(
+        "UPDATE archival_batches SET finished_at = coalesce(finished_at, now()) WHERE batch_key = %s",
+        (batch_key,),
+    )
+
+
+def _reason_counts(conn: psycopg.Connection, batch_key: str) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT archive_reason, count(*) AS n FROM archival_attempts WHERE batch_key = %s GROUP BY 1",
+        (batch_key,),
+    ).fetchall()
+    return {r["archive_reason"]: r["n"] for r in rows}
+
+
+def attempt_counts(conn: psycopg.Connection) -> dict[str, Any]:
+    """Liveness at a glance: memories held by open attempts, those of them carrying an error (to be
+    retried by the next batch), those waiting for a takeover (finished or expired batch), and those
+    released after max_attempts that are still hot (with their last error)."""
+    row = conn.execute(
+        """SELECT
+             count(*) FILTER (WHERE a.status = ANY(%(open)s)) AS open,
+             count(*) FILTER (WHERE a.status = ANY(%(open)s) AND a.error IS NOT NULL) AS failed,
+             count(*) FILTER (WHERE a.status = ANY(%(open)s)
+                              AND (b.finished_at IS NOT NULL OR b.lease_expires_at < now())) AS awaiting_takeover,
+             count(*) FILTER (WHERE a.status = %(released)s
+                              AND EXISTS (SELECT 1 FROM memories m WHERE m.id = a.memory_id)) AS released
+           FROM archival_attempts a JOIN archival_batches b ON b.batch_key = a.batch_key
+           WHERE a.status <> %(archived)s""",
+        {"open": list(OPEN_STATUSES), "released": AttemptStatus.RELEASED.value,
+         "archived": AttemptStatus.ARCHIVED.value},
+    ).fetchone()  # fmt: skip
+    return dict(row)
+
+
+def released_memories(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, Any]]:
+    """Memories given up after max_attempts and still hot, newest first, with their last error."""
+    return conn.execute(
+        """SELECT a.memory_id, a.user_id, a.batch_key, a.failed_step, a.error, a.attempts, a.released_at
+           FROM archival_attempts a
+           WHERE a.status = %s AND EXISTS (SELECT 1 FROM memories m WHERE m.id = a.memory_id)
+           ORDER BY a.released_at DESC NULLS LAST LIMIT %s""",
+        (AttemptStatus.RELEASED.value, limit),
+    ).fetchall()

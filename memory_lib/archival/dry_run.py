@@ -1,0 +1,214 @@
+"""The dry run: what archival would do, writing nothing to Postgres — eligible counts, a sample
+summarized for review, their backups round-tripped under a scratch prefix (deleted after), and the
+backlog's cost and duration projected from what the sample measured."""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from ..core.config import ArchivalCriteria
+from ..core.errors import IntegrityError, InvalidInputError, MemoryArchiveError
+from ..core.models import BackupObject, sha256_hex, to_float32
+from ..core.pricing import DEFAULT_PRICES, Usage, cost_usd
+from ..lifecycle.eligibility import eligible_counts, sample_eligible
+from ..llm.summarize import Summary, SummaryInput
+from ..storage.objectstore import ObjectStore
+from .archive import ArchivalServices, run_parallel
+from .fidelity import _differences
+
+
+@dataclass(frozen=True)
+class SampleReview:
+    memory_id: uuid.UUID
+    user_id: str
+    reason: str
+    created_at: datetime
+    importance_score: float
+    original: str
+    summary: str | None
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    written: int
+    faithful: int
+    deleted: int
+    bytes_written: int
+    failures: dict[str, str]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The backlog's cost, from the sample's measured usage (answers that failed validation count:
+    they are billed) priced for the configured model: `cost_usd` synchronously (list price),
+    `cost_usd_batch` through the provider's batch API. `priced` is False when the model has no price."""
+
+    eligible: int
+    nights_needed: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    seconds: float
+    seconds_per_memory: dict[str, float]
+    bytes: int
+    cost_usd_batch: float = 0.0
+    model: str = ""
+    priced: bool = True
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class DryRunReport:
+    as_of: datetime
+    eligible_by_reason: dict[str, int]
+    samples: list[SampleReview]
+    round_trip: RoundTrip
+    projection: Projection
+
+    @property
+    def summary_errors(self) -> int:
+        return sum(1 for s in self.samples if s.error)
+
+
+def dry_run(
+    conn: psycopg.Connection,
+    services: ArchivalServices,
+    criteria: ArchivalCriteria,
+    *,
+    as_of: datetime,
+    sample_size: int = 50,
+    workers: int = 4,
+    requests_per_second: float | None = None,
+    scratch_token: str | None = None,
+) -> DryRunReport:
+    """What a run would do, writing nothing to Postgres: eligible counts, `sample_size` memories
+    summarized for review, their backups round-tripped under a scratch prefix (deleted after),
+    and the backlog's cost and duration projected from what the sample measured."""
+    if not 1 <= sample_size <= 500:
+        raise InvalidInputError("sample_size", sample_size, "must be between 1 and 500")
+    by_reason = eligible_counts(conn, criteria, as_of)
+    rows = sample_eligible(conn, criteria, as_of, sample_size)
+
+    t0 = time.monotonic()
+
+    def summarize(row: dict[str, Any]):
+        return services.summarizer.summarize(
+            SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
+        )
+
+    outcomes = list(run_parallel(summarize, rows, workers))
+    t_summary = time.monotonic() - t0
+    samples: list[SampleReview] = []
+    measured = Usage()
+    for _, out in outcomes:
+        spent = out if isinstance(out, Summary) else getattr(out, "spent", None)
+        if spent is not None:
+            measured = measured + spent.usage
+    for row, out in outcomes:
+        ok = not isinstance(out, BaseException)
+        samples.append(
+            SampleReview(
+                row["id"], row["user_id"], row["reason"], row["created_at"], float(row["importance_score"]),
+                row["content"], out.text if ok else None, None if ok else f"{type(out).__name__}: {out}"[:300],
+                out.input_tokens if ok else 0, out.output_tokens if ok else 0, out.cost_usd if ok else 0.0,
+            )
+        )  # fmt: skip
+    t1 = time.monotonic()
+    texts = [s.summary for s in samples if s.summary]
+    if texts:
+        services.embedder.embed(texts)
+    t_embed = time.monotonic() - t1
+    trip = _scratch_round_trip(
+        services.object_store, rows, as_of, scratch_token or secrets.token_hex(6), workers
+    )
+
+    eligible = sum(by_reason.values())
+    n = max(len(samples), 1)
+    per = {
+        "summarize": t_summary / n,
+        "embed": t_embed / max(len(texts), 1),
+        "backup": trip.seconds / max(trip.written, 1),
+    }
+    if requests_per_second:  # the rate limit caps the summary rate whatever the sample's latency
+        per["summarize"] = max(per["summarize"], 1.0 / requests_per_second)
+    # Per sampled memory, every answer counted (a failed one is billed and would be retried).
+    scale = eligible / max(len(samples), 1)
+    projected = Usage(*(round(scale * getattr(measured, f)) for f in (
+        "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")))  # fmt: skip
+    summarizer = services.summarizer
+    prices = getattr(summarizer, "prices", DEFAULT_PRICES)
+    offline = summarizer.kind == "extractive-offline"
+    sync_cost = 0.0 if offline else cost_usd(prices, summarizer.model, projected)
+    batch_cost = 0.0 if offline else cost_usd(prices, summarizer.model, projected, batch=True)
+    projection = Projection(
+        eligible=eligible,
+        nights_needed=math.ceil(eligible / criteria.batch_size),
+        input_tokens=projected.input_tokens,
+        output_tokens=projected.output_tokens,
+        cost_usd=sync_cost or 0.0,
+        seconds=eligible * sum(per.values()),
+        seconds_per_memory=per,
+        bytes=round(eligible * trip.bytes_written / max(trip.written, 1)),
+        cost_usd_batch=batch_cost or 0.0,
+        model=f"{summarizer.kind}:{summarizer.model}",
+        priced=sync_cost is not None,
+        cache_read_input_tokens=projected.cache_read_input_tokens,
+        cache_creation_input_tokens=projected.cache_creation_input_tokens,
+    )
+    return DryRunReport(as_of, by_reason, samples, trip, projection)
+
+
+def _scratch_key(store: ObjectStore, token: str, memory_id: uuid.UUID) -> str:
+    name = f"dry-run/{token}/memories/{memory_id}.json"
+    return f"{store.prefix}/{name}" if store.prefix else name
+
+
+def _scratch_round_trip(
+    store: ObjectStore, rows: list[dict[str, Any]], as_of: datetime, token: str, workers: int
+) -> RoundTrip:
+    started = time.monotonic()
+
+    def trip(row: dict[str, Any]) -> int:
+        doc = BackupObject.from_row(row, archived_at=as_of, archive_reason=row["reason"])
+        data = doc.to_json_bytes()
+        key = _scratch_key(store, token, row["id"])
+        try:
+            store.put(key, data, sha256_hex(data))
+            back = BackupObject.from_json_bytes(store.get_verified(key, sha256_hex(data)))
+            expected = doc.model_dump() | {"embedding": to_float32(row["embedding"])}
+            bad = _differences(back, expected)
+            if bad:
+                raise IntegrityError(key, "every field equal to the source", f"differs in {', '.join(bad)}")
+        finally:
+            store.delete(key)
+        if store.head(key) is not None:
+            raise MemoryArchiveError(f"scratch object {key} still exists after delete")
+        return len(data)
+
+    written = faithful = deleted = size = 0
+    failures: dict[str, str] = {}
+    for row, out in run_parallel(trip, rows, workers):
+        written += 1
+        if isinstance(out, BaseException):
+            failures[str(row["id"])] = f"{type(out).__name__}: {out}"[:300]
+        else:
+            faithful += 1
+            deleted += 1
+            size += out
+    return RoundTrip(written, faithful, deleted, size, failures, time.monotonic() - started)
+
+

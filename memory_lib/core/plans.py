@@ -1,0 +1,198 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import numpy as np
+from psycopg import errors as psycopg_errors
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+
+from .errors import EmbeddingMismatchError, InvalidInputError, embedding_mismatch_reason
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ..llm.embedding import Embedder
+    from ..storage.objectstore import ObjectStore
+
+T = TypeVar("T")
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True, slots=True)
+class Sql:
+    """One statement. fetch: 'all' rows, 'one' row (or None), or 'rowcount'."""
+
+    query: str
+    params: Mapping[str, Any]
+    fetch: Literal["all", "one", "rowcount"] = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class GetVerified:
+    """Read a backup object by its storage ref; a sha256 mismatch raises IntegrityError."""
+
+    storage_ref: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """First op of a read-only plan: one snapshot for all its statements (REPEATABLE READ).
+
+    Applied only when run_plan opens the transaction; inside a caller's transaction the caller's
+    isolation level stands (SET TRANSACTION must come before any query). Returns None."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedText:
+    """Embed one text with the runner's embedder, which must be `model` (`dim`-d): the active space's.
+    Restoring a memory whose backup holds a vector of another space (a re-embedding flipped since it
+    was archived) re-embeds its text this way. Returns a float32 vector; no embedder: InvalidInputError."""
+
+    text: str
+    model: str
+    dim: int
+
+
+Op = Sql | GetVerified | Snapshot | EmbedText
+Plan = Generator[Op, Any, T]
+
+
+def _store(object_store: ObjectStore | None) -> ObjectStore:
+    if object_store is None:
+        raise InvalidInputError("object_store", None, "this operation reads backups: pass an object store")
+    return object_store
+
+
+_IDLE = TransactionStatus.IDLE
+_SNAPSHOT_SQL = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+def _embed(embedder: Embedder | None, op: EmbedText) -> np.ndarray:
+    if embedder is None:
+        raise InvalidInputError(
+            "embedder", None, f"this operation re-embeds a text into {op.model!r} ({op.dim}-d): pass that embedder"
+        )
+    if embedder.model != op.model or embedder.dim != op.dim:
+        raise EmbeddingMismatchError(
+            "embedder.model", embedder.model, embedding_mismatch_reason(op.model, op.dim, embedder.model, embedder.dim)
+        )
+    return query_vector(embedder.embed([op.text])[0], op.dim)
+
+
+def _stale_prepared(exc: BaseException) -> bool:
+    """A statement psycopg prepared (after 5 runs) whose result columns changed since: DDL such as a
+    re-embedding's start/flip/drop (memory_lib.lifecycle.reembedding). Postgres refuses it on every later run."""
+    return isinstance(exc, psycopg_errors.FeatureNotSupported) and "cached plan must not change result type" in str(exc)
+
+
+_DEALLOCATE = "DEALLOCATE ALL"  # psycopg forgets its prepared statements too when it sees this succeed
+
+
+def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None,
+             embedder: Embedder | None = None) -> T:  # fmt: skip
+    """Execute `plan` on a sync connection in one transaction (a savepoint if one is open). A prepared
+    statement made stale by DDL fails this run and is deallocated, so the next run works."""
+    try:
+        return _run_plan(conn, plan, object_store=object_store, embedder=embedder)
+    except Exception as exc:
+        if _stale_prepared(exc) and conn.info.transaction_status == _IDLE:
+            conn.execute(_DEALLOCATE)
+        raise
+
+
+def _run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None,
+              embedder: Embedder | None) -> T:  # fmt: skip
+    outermost = conn.info.transaction_status == _IDLE
+    try:
+        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            try:  # StopIteration must not reach the transaction block: it would roll back
+                op = next(plan)
+                while True:
+                    if isinstance(op, Snapshot):
+                        if outermost:
+                            cur.execute(_SNAPSHOT_SQL)
+                        result: Any = None
+                    elif isinstance(op, Sql):
+                        cur.execute(op.query, op.params)
+                        result = (
+                            cur.fetchall()
+                            if op.fetch == "all"
+                            else cur.fetchone()
+                            if op.fetch == "one"
+                            else cur.rowcount
+                        )
+                    elif isinstance(op, EmbedText):
+                        result = _embed(embedder, op)
+                    else:
+                        result = _store(object_store).read_ref(op.storage_ref, op.sha256)
+                    op = plan.send(result)
+            except StopIteration as stop:
+                value: T = stop.value
+    finally:
+        plan.close()
+    return value
+
+
+async def run_plan_async(
+    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None,
+    embedder: Embedder | None = None,
+) -> T:
+    """Execute `plan` on an async connection in one transaction; object reads run in a thread. A stale
+    prepared statement is deallocated after failing once, as in run_plan."""
+    try:
+        return await _run_plan_async(conn, plan, object_store=object_store, embedder=embedder)
+    except Exception as exc:
+        if _stale_prepared(exc) and conn.info.transaction_status == _IDLE:
+            await conn.execute(_DEALLOCATE)
+        raise
+
+
+async def _run_plan_async(
+    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None,
+    embedder: Embedder | None,
+) -> T:
+    outermost = conn.info.transaction_status == _IDLE
+    try:
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            try:
+                op = next(plan)
+                while True:
+                    result: Any
+                    if isinstance(op, Snapshot):
+                        if outermost:
+                            await cur.execute(_SNAPSHOT_SQL)
+                        result = None
+                    elif isinstance(op, Sql):
+                        await cur.execute(op.query, op.params)
+                        if op.fetch == "all":
+                            result = await cur.fetchall()
+                        elif op.fetch == "one":
+                            result = await cur.fetchone()
+                        else:
+                            result = cur.rowcount
+                    elif isinstance(op, EmbedText):
+                        result = await asyncio.to_thread(_embed, embedder, op)
+                    else:
+                        result = await asyncio.to_thread(_store(object_store).read_ref, op.storage_ref, op.sha256)
+                    op = plan.send(result)
+            except StopIteration as stop:
+                value: T = stop.value
+    finally:
+        plan.close()
+    return value
+
+
+def query_vector(embedding: Any, dim: int) -> np.ndarray:
+    vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+    if vec.size != dim or not np.isfinite(vec).all() or not math.isfinite(float(np.linalg.norm(vec))):
+        raise InvalidInputError("query embedding", f"shape={vec.shape}", f"must be {dim} finite floats")
+    return vec

@@ -1,0 +1,585 @@
+"""Forget (right to erasure): one memory, or every memory of a user, removed from every tier and backup.
+
+Order, so that a run killed at any point is completed by running it again (same user, same memory):
+
+1. A `forget_requests` row is recorded (committed) with the manifest: the memory ids it covers and the
+   backup object keys that can hold their bytes, recorded by a row or not: the keys their rows name,
+   the lone backups named by their ids, and the packs found by listing the user's pack folder in every
+   version (memory_lib.storage.packs). For one memory, a pack there that no row records is read to see
+   whether it holds the memory; for a whole user, every pack there is taken, and a pack written before
+   owner tags that no row records is read to see whose it is. An unfinished request of the same scope
+   is resumed, not doubled.
+2. Objects: every version and delete marker of each key is deleted (memory_lib.storage.object_versions), and the
+   dry run's scratch copies of those memories. Status 'objects_deleted'.
+3. Rows, in one transaction under the user's write lock (memory_lib.core.locks): the memories are
+   deleted from every table of `erased_tables()`; their audit events are redacted through the database's
+   one controlled path (`redact_memory_events`, migration 014: the append-only trigger allows nothing
+   else); a 'forgotten' tombstone per memory is appended (ids, content sha256, backup sha256, actor, time;
+   no content). Memories the user added since step 1 are included. Status 'rows_deleted'.
+4. Objects again (a backup written by an archival run racing step 2 is caught; for a whole user, every
+   pack in the user's folder is listed again), then status 'done'.
+
+Scope of one memory: the memory and the earlier versions it superseded (they hold its older text); the
+versions that superseded it stay. `delete(user, id)` on the clients is this forget of one memory.
+
+`erased_tables()` and `retained_tables()` are the hook for new tables: a test asserts that every table
+of the schema with a `user_id` column is in one of them, and `remaining()` (the Dagster check) counts
+the user's rows in every such table not retained, whether listed or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..consolidation.monthly import drop_from_consolidation_plan
+from ..core import validation
+from ..core.errors import InvalidInputError, NotFoundError
+from ..core.locks import USER_LOCK_SQL
+from ..core.plans import Plan, Sql, run_plan, run_plan_async
+from ..storage import packs
+from ..storage.object_versions import ObjectVersion, list_folders, list_versions, purge, read_version
+from ..storage.objectstore import ObjectStore
+
+# Deleted by forget, in this order (memory_retention references memories): table -> its memory id column.
+_ERASED: dict[str, str] = {
+    "memory_retention": "memory_id",
+    "archival_attempts": "memory_id",
+    "archive_link_uses": "original_id",
+    "archived_memories": "original_id",
+    "memories": "id",
+}
+# Kept, without content: table -> why.
+_RETAINED: dict[str, str] = {
+    "memory_events": "the audit log: the user's events redacted (ids and sha256 only) and a tombstone each",
+    "forget_requests": "the erasure log: which user and memory ids were forgotten, when and by whom",
+    "llm_usage": "the LLM cost ledger: ids, models and token counts (what was paid for), no content",
+}
+
+
+# Derived from memories, erased by consolidation's own forget hook (table -> how).
+_CONSOLIDATED: dict[str, str] = {
+    table: "memory_lib.consolidation.monthly.drop_from_consolidation_plan"
+    for table in ("memory_digests", "memory_facts", "key_moments", "consolidation_builds")
+}
+
+
+def erased_tables() -> dict[str, str]:
+    """Every table forget deletes a user's rows from (table -> its memory id column, or the hook that
+    erases it). Add new ones here."""
+    return _ERASED | _CONSOLIDATED
+
+
+def retained_tables() -> dict[str, str]:
+    """Tables with a user_id that forget keeps, content-free (table -> reason)."""
+    return dict(_RETAINED)
+
+
+@dataclass(frozen=True)
+class ForgetResult:
+    request_id: uuid.UUID
+    user_id: str
+    memory_id: uuid.UUID | None  # None: the whole user
+    memory_ids: tuple[uuid.UUID, ...]  # every memory (and superseded version) forgotten
+    object_versions_deleted: int
+    rows_deleted: dict[str, int]
+    resumed: bool = False  # an unfinished earlier request was completed
+    already_forgotten: bool = False  # nothing was left to do: a finished request covered it
+
+
+# --------------------------------------------------------------------------- SQL
+
+_OPEN_SQL = """
+    SELECT * FROM forget_requests
+    WHERE user_id = %(user_id)s AND memory_id IS NOT DISTINCT FROM %(memory_id)s AND status <> 'done'
+    FOR UPDATE"""
+_DONE_FOR_MEMORY_SQL = """
+    SELECT * FROM forget_requests
+    WHERE user_id = %(user_id)s AND status = 'done' AND memory_ids @> ARRAY[%(id)s::uuid]
+    ORDER BY completed_at DESC LIMIT 1"""
+_OPEN_COVERING_SQL = """
+    SELECT memory_id FROM forget_requests
+    WHERE user_id = %(user_id)s AND status <> 'done' AND memory_id IS NOT NULL
+      AND (memory_id = %(id)s OR memory_ids @> ARRAY[%(id)s::uuid])
+    LIMIT 1"""
+# An id names a memory: its hot id or original id, or an archive row's id.
+_RESOLVE_SQL = """
+    SELECT id AS memory_id FROM memories WHERE user_id = %(user_id)s AND id = %(id)s
+    UNION SELECT original_id FROM archived_memories WHERE user_id = %(user_id)s AND (id = %(id)s OR original_id = %(id)s)
+    UNION SELECT memory_id FROM archival_attempts WHERE user_id = %(user_id)s AND memory_id = %(id)s
+    LIMIT 1"""
+# The memory and every earlier version it superseded, in either tier.
+_CHAIN_SQL = """
+    WITH RECURSIVE versions AS (
+        SELECT id, superseded_by FROM memories WHERE user_id = %(user_id)s
+        UNION ALL
+        SELECT original_id, original_superseded_by FROM archived_memories WHERE user_id = %(user_id)s
+    ), chain(id) AS (
+        SELECT %(id)s::uuid
+        UNION
+        SELECT v.id FROM versions v JOIN chain c ON v.superseded_by = c.id
+    )
+    SELECT id FROM chain"""
+_USER_IDS_SQL = """
+    SELECT id FROM memories WHERE user_id = %(user_id)s
+    UNION SELECT original_id FROM archived_memories WHERE user_id = %(user_id)s
+    UNION SELECT memory_id FROM archival_attempts WHERE user_id = %(user_id)s
+    UNION SELECT memory_id FROM memory_retention WHERE user_id = %(user_id)s
+    UNION SELECT memory_id FROM memory_events WHERE user_id = %(user_id)s"""
+_REFS_SQL = """
+    SELECT storage_ref AS ref FROM archived_memories WHERE user_id = %(user_id)s AND original_id = ANY(%(ids)s)
+    UNION SELECT backup_ref FROM archival_attempts
+          WHERE user_id = %(user_id)s AND memory_id = ANY(%(ids)s) AND backup_ref IS NOT NULL
+    UNION SELECT details ->> 'storage_ref' FROM memory_events
+          WHERE user_id = %(user_id)s AND memory_id = ANY(%(ids)s) AND details ? 'storage_ref'"""
+_INSERT_SQL = """
+    INSERT INTO forget_requests (user_id, memory_id, actor, memory_ids, object_keys, requested_at, updated_at)
+    VALUES (%(user_id)s, %(memory_id)s, %(actor)s, %(ids)s, %(keys)s, %(now)s, %(now)s) RETURNING *"""
+_STATUS_SQL = """
+    UPDATE forget_requests SET status = %(status)s, updated_at = clock_timestamp(),
+           object_versions_deleted = object_versions_deleted + %(versions)s
+    WHERE id = %(id)s RETURNING *"""
+_DONE_SQL = """
+    UPDATE forget_requests SET status = 'done', updated_at = clock_timestamp(), completed_at = clock_timestamp(),
+           object_versions_deleted = object_versions_deleted + %(versions)s
+    WHERE id = %(id)s AND status = 'rows_deleted' RETURNING *"""
+_TOMBSTONE_SQL = """
+    WITH facts AS (
+        SELECT id AS memory_id, content_sha256, NULL::text AS backup_sha256, 'hot' AS tier
+        FROM memories WHERE user_id = %(user_id)s AND id = ANY(%(ids)s)
+        UNION ALL
+        SELECT original_id, NULL, backup_sha256, 'archived'
+        FROM archived_memories WHERE user_id = %(user_id)s AND original_id = ANY(%(ids)s)
+    ), targets AS (SELECT unnest(%(ids)s::uuid[]) AS memory_id)
+    SELECT t.memory_id, max(f.content_sha256) AS content_sha256, max(f.backup_sha256) AS backup_sha256,
+           coalesce(array_agg(f.tier) FILTER (WHERE f.tier IS NOT NULL), '{}') AS tiers
+    FROM targets t LEFT JOIN facts f USING (memory_id)
+    WHERE NOT EXISTS (SELECT 1 FROM memory_events e WHERE e.user_id = %(user_id)s
+                      AND e.memory_id = t.memory_id AND e.event_type = 'forgotten')
+    GROUP BY t.memory_id"""
+_EVENT_SQL = """
+    INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
+    SELECT unnest(%(ids)s::uuid[]), %(user_id)s, 'forgotten', %(actor)s, clock_timestamp(),
+           unnest(%(details)s::jsonb[])"""
+
+
+# The tombstone's time is the database clock, like the redaction's: an erasure is recorded when it
+# happened, whatever `now` a caller passes (that one is the request's requested_at).
+
+# --------------------------------------------------------------------------- steps
+
+# A forget is a sequence of steps: ("plan", a database Plan run in one transaction) or ("call", a
+# blocking object-store function). run_forget / run_forget_async execute them; tests may drive them.
+Step = tuple[Literal["plan"], Plan[Any]] | tuple[Literal["call"], Callable[[], Any]]
+Steps = Generator[Step, Any, ForgetResult]
+
+
+def forget_steps(
+    store: ObjectStore | None,
+    user_id: object,
+    memory_id: object = None,
+    *,
+    actor: object,
+    now: datetime | None = None,
+) -> Steps:
+    """The steps of forgetting `memory_id` of `user_id` (None: every memory of the user)."""
+    user = validation.user(user_id)
+    target = validation.optional_uuid("memory_id", memory_id)
+    who = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    when = validation.timestamp("now", now or datetime.now(UTC))
+    if store is None:
+        raise InvalidInputError("object_store", None, "forget deletes backup objects: pass an object store")
+
+    def keys_for(ids: Iterable[uuid.UUID], refs: Iterable[str]) -> list[str]:
+        keys = {store.key_for(i) for i in ids}
+        for ref in refs:
+            # A ref of another store or bucket is not reachable from here (it stays named in the events).
+            with contextlib.suppress(InvalidInputError):
+                keys.add(store.key_from_ref(ref))
+        return sorted(keys)
+
+    # Packs no row may record (a run killed between put and checkpoint): listed, and read when the
+    # listing cannot tell whose they are or which memories they hold.
+    mine, untagged = yield ("call", lambda: _listed_packs(store, user, untagged=target is None))
+    unrecorded = yield ("plan", _unrecorded_plan(store, user, mine, untagged))
+    to_read = unrecorded if target is not None else [k for k in unrecorded if packs.owner_of(store, k) is None]
+    members = yield ("call", lambda: _pack_members(store, to_read))
+    found = (set(mine) if target is None else set()) | {
+        k for k, held in members.items() if any(u == user for u, _ in held)
+    }
+
+    def with_found(ids: Iterable[uuid.UUID], refs: Iterable[str]) -> list[str]:
+        wanted = set(ids)
+        extra = found if target is None else {
+            k for k in found if any(u == user and i in wanted for u, i in members[k])
+        }  # fmt: skip
+        return sorted(set(keys_for(wanted, refs)) | extra)
+
+    opened = yield ("plan", _open_plan(user, target, who, when, with_found))
+    if isinstance(opened, ForgetResult):
+        return opened
+    request, resumed = opened
+    versions = 0
+    if request["status"] == "pending":
+        # A pack also holding memories not forgotten is rewritten without these first (memory_lib.storage.packs).
+        keep = yield ("plan", _pack_neighbours_plan(store, request))
+        if keep:
+            moved = yield ("call", lambda: {k: packs.rewrite_without(store, k, rows) for k, rows in keep.items()})
+            yield ("plan", _moved_plan(request["user_id"], keep, moved))
+        versions += yield ("call", lambda: purge_objects(store, request["object_keys"], request["memory_ids"]))
+        request = yield ("plan", _status_plan(request["id"], "objects_deleted", versions))
+    if request["status"] == "objects_deleted":
+        request = yield ("plan", _rows_plan(request, who, when, with_found))
+    again = [] if target is not None else (yield ("call", lambda: _listed_packs(store, user, untagged=False)))[0]
+    swept = yield ("call", lambda: purge_objects(store, [*request["object_keys"], *again], request["memory_ids"]))
+    done = yield ("plan", _done_plan(request["id"], swept))
+    return ForgetResult(
+        done["id"], user, done["memory_id"], tuple(done["memory_ids"]), done["object_versions_deleted"],
+        dict(done["rows_deleted"]), resumed=resumed,
+    )  # fmt: skip
+
+
+def run_forget(conn: psycopg.Connection, steps: Steps) -> ForgetResult:
+    step = next(steps)
+    try:
+        while True:
+            kind, work = step
+            result = run_plan(conn, work) if kind == "plan" else work()
+            step = steps.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def run_forget_async(conn: psycopg.AsyncConnection, steps: Steps) -> ForgetResult:
+    step = next(steps)
+    try:
+        while True:
+            kind, work = step
+            result = await run_plan_async(conn, work) if kind == "plan" else await asyncio.to_thread(work)
+            step = steps.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+def forget_memory(
+    conn: psycopg.Connection, store: ObjectStore | None, user_id: str, memory_id: uuid.UUID, *, actor: str,
+    now: datetime | None = None,
+) -> ForgetResult:  # fmt: skip
+    """Forget one memory (and the versions it superseded) of `user_id`; NotFoundError if it never existed."""
+    if memory_id is None:
+        raise InvalidInputError("memory_id", None, "is required (forget_user forgets every memory)")
+    return run_forget(conn, forget_steps(store, user_id, memory_id, actor=actor, now=now))
+
+
+def forget_user(
+    conn: psycopg.Connection, store: ObjectStore | None, user_id: str, *, actor: str, now: datetime | None = None
+) -> ForgetResult:
+    """Forget every memory of `user_id` in every tier, table and object version. Idempotent."""
+    return run_forget(conn, forget_steps(store, user_id, None, actor=actor, now=now))
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def _open_plan(
+    user: str, target: uuid.UUID | None, actor: str, now: datetime,
+    keys_for: Callable[[Iterable[uuid.UUID], Iterable[str]], list[str]],
+) -> Plan[tuple[dict[str, Any], bool] | ForgetResult]:  # fmt: skip
+    yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
+    if target is not None:
+        # An unfinished request covering it first: its rows may already be gone.
+        found = yield Sql(_OPEN_COVERING_SQL, {"user_id": user, "id": target}, "one")
+        if found is None:
+            found = yield Sql(_RESOLVE_SQL, {"user_id": user, "id": target}, "one")
+        if found is None:
+            done = yield Sql(_DONE_FOR_MEMORY_SQL, {"user_id": user, "id": target}, "one")
+            if done is None:
+                raise NotFoundError(f"no memory {target} for user_id={user!r}")
+            return ForgetResult(done["id"], user, target, tuple(done["memory_ids"]), 0, {}, already_forgotten=True)
+        target = found["memory_id"]
+    request = yield Sql(_OPEN_SQL, {"user_id": user, "memory_id": target}, "one")
+    ids = yield from _scope_ids(user, target)
+    if request is not None:
+        ids = sorted(set(ids) | set(request["memory_ids"]))
+    refs = yield Sql(_REFS_SQL, {"user_id": user, "ids": ids}, "all")
+    keys = keys_for(ids, [r["ref"] for r in refs])
+    if request is not None:
+        keys = sorted(set(keys) | set(request["object_keys"]))
+        request = yield Sql(
+            "UPDATE forget_requests SET memory_ids = %(ids)s, object_keys = %(keys)s WHERE id = %(id)s RETURNING *",
+            {"ids": ids, "keys": keys, "id": request["id"]}, "one",
+        )  # fmt: skip
+        return request, True
+    request = yield Sql(
+        _INSERT_SQL, {"user_id": user, "memory_id": target, "actor": actor, "ids": ids, "keys": keys, "now": now}, "one"
+    )
+    return request, False
+
+
+def _scope_ids(user: str, target: uuid.UUID | None) -> Plan[list[uuid.UUID]]:
+    if target is None:
+        rows = yield Sql(_USER_IDS_SQL, {"user_id": user}, "all")
+    else:
+        rows = yield Sql(_CHAIN_SQL, {"user_id": user, "id": target}, "all")
+    return sorted(r["id"] for r in rows)
+
+
+def _pack_neighbours_plan(store: ObjectStore, request: dict[str, Any]) -> Plan[dict[str, list[dict[str, Any]]]]:
+    """pack key -> the archive rows of memories NOT forgotten whose backup is a member of that pack.
+    In-flight archival attempts backed up into such a pack go back to be backed up again."""
+    keys = {k for k in request["object_keys"] if packs.is_pack_key(k)}
+    if not keys:
+        return {}
+    user, ids = request["user_id"], request["memory_ids"]
+    yield Sql(
+        """UPDATE archival_attempts SET status = 'embedded', updated_at = now()
+           WHERE user_id = %(user_id)s AND backup_key = ANY(%(keys)s) AND status = 'backed_up'
+             AND NOT (memory_id = ANY(%(ids)s))""",
+        {"user_id": user, "keys": sorted(keys), "ids": ids}, "rowcount",
+    )  # fmt: skip
+    rows = yield Sql(
+        """SELECT original_id, storage_ref, backup_sha256 FROM archived_memories
+           WHERE user_id = %(user_id)s AND NOT (original_id = ANY(%(ids)s)) AND storage_ref LIKE ANY(%(like)s)""",
+        {"user_id": user, "ids": ids, "like": [_like_prefix(store.ref_for(k)) + "#%" for k in sorted(keys)]}, "all",
+    )  # fmt: skip
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        key = store.key_from_ref(r["storage_ref"])
+        if key in keys:
+            out.setdefault(key, []).append(r)
+    return out
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _moved_plan(
+    user: str, keep: dict[str, list[dict[str, Any]]], moved: dict[str, dict[uuid.UUID, packs.StoredMember]]
+) -> Plan[int]:
+    """Point each kept member's archive row at its place in the rewritten pack (only rows still
+    pointing at the old one: a re-run changes nothing twice)."""
+    n = 0
+    for key, rows in keep.items():
+        for r in rows:
+            new = moved[key][r["original_id"]]
+            n += yield Sql(
+                """UPDATE archived_memories SET storage_ref = %(new)s, backup_version_id = %(version)s
+                   WHERE user_id = %(user_id)s AND original_id = %(id)s AND storage_ref = %(old)s""",
+                {"new": new.ref, "version": new.object.version_id, "user_id": user, "id": r["original_id"],
+                 "old": r["storage_ref"]}, "rowcount",
+            )  # fmt: skip
+    return n
+
+
+def _status_plan(request_id: uuid.UUID, status: str, versions: int) -> Plan[dict[str, Any]]:
+    row = yield Sql(_STATUS_SQL, {"id": request_id, "status": status, "versions": versions}, "one")
+    return row
+
+
+def _rows_plan(
+    request: dict[str, Any], actor: str, now: datetime,
+    keys_for: Callable[[Iterable[uuid.UUID], Iterable[str]], list[str]],
+) -> Plan[dict[str, Any]]:  # fmt: skip
+    user, target = request["user_id"], request["memory_id"]
+    yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
+    current = yield Sql("SELECT * FROM forget_requests WHERE id = %(id)s FOR UPDATE", {"id": request["id"]}, "one")
+    if current["status"] != "objects_deleted":
+        return current  # another run finished this step
+    # Memories written since the request was recorded (or versions superseded since) are included.
+    ids = sorted(set(current["memory_ids"]) | set((yield from _scope_ids(user, target))))
+    refs = yield Sql(_REFS_SQL, {"user_id": user, "ids": ids}, "all")
+    keys = sorted(set(current["object_keys"]) | set(keys_for(ids, [r["ref"] for r in refs])))
+    facts = yield Sql(_TOMBSTONE_SQL, {"user_id": user, "ids": ids}, "all")
+    counts: dict[str, int] = {}
+    for table, column in _ERASED.items():
+        counts[table] = yield Sql(
+            f"DELETE FROM {table} WHERE user_id = %(user_id)s AND {column} = ANY(%(ids)s)",
+            {"user_id": user, "ids": ids}, "rowcount",
+        )  # fmt: skip
+    consolidated = yield from drop_from_consolidation_plan(user, ids, whole_user=target is None)
+    counts |= {f"consolidation.{k}": v for k, v in consolidated.items()}
+    redacted = yield Sql(
+        "SELECT redact_memory_events(%(request)s, %(user_id)s, %(ids)s, %(actor)s) AS n",
+        {"request": current["id"], "user_id": user, "ids": None if target is None else ids, "actor": actor}, "one",
+    )  # fmt: skip
+    counts["memory_events_redacted"] = redacted["n"]
+    scope = "user" if target is None else "memory"
+    details = [
+        Jsonb({"forget_request": str(current["id"]), "scope": scope, "tiers": list(f["tiers"]),
+               "content_sha256": f["content_sha256"], "backup_sha256": f["backup_sha256"]})
+        for f in facts
+    ]  # fmt: skip
+    counts["tombstones"] = yield Sql(
+        _EVENT_SQL,
+        {"ids": [f["memory_id"] for f in facts], "user_id": user, "actor": actor, "details": details},
+        "rowcount",
+    )
+    row = yield Sql(
+        """UPDATE forget_requests SET status = 'rows_deleted', memory_ids = %(ids)s, object_keys = %(keys)s,
+                  rows_deleted = %(counts)s, updated_at = clock_timestamp()
+           WHERE id = %(id)s RETURNING *""",
+        {"ids": ids, "keys": keys, "counts": Jsonb(counts), "id": current["id"]}, "one",
+    )  # fmt: skip
+    return row
+
+
+def _done_plan(request_id: uuid.UUID, versions: int) -> Plan[dict[str, Any]]:
+    row = yield Sql(_DONE_SQL, {"id": request_id, "versions": versions}, "one")
+    if row is None:  # finished by a concurrent run
+        row = yield Sql("SELECT * FROM forget_requests WHERE id = %(id)s", {"id": request_id}, "one")
+    return row
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def _listed_packs(store: ObjectStore, user: str, *, untagged: bool = True) -> tuple[list[str], list[str]]:
+    """(the keys in the user's pack folder, the keys of packs written before owner tags when
+    `untagged`), in any version: a key whose current version is a delete marker still holds bytes.
+    The user's folder is one listing; the packs before tags, one per folder of theirs."""
+    mine = {v.key for v in list_versions(store, packs.owner_prefix(store, user)) if packs.is_pack_key(v.key)}
+    old: set[str] = set()
+    if untagged:
+        for folder in list_folders(store, packs.packs_prefix(store)):
+            if not folder.rstrip("/").rsplit("/", 1)[-1].startswith(packs.OWNER_MARK):
+                old |= {v.key for v in list_versions(store, folder) if packs.is_pack_key(v.key)}
+    return sorted(mine), sorted(old)
+
+
+def _unrecorded_plan(store: ObjectStore, user: str, mine: list[str], untagged: list[str]) -> Plan[list[str]]:
+    """The keys among `mine` that no row of the user records, and among `untagged` that no row at all
+    records (a pack holds one user's memories: one recorded by a row is that row's user's)."""
+    refs = {store.ref_for(k): k for k in [*mine, *untagged]}
+    if not refs:
+        return []
+    rows = yield Sql(
+        """SELECT backup_key AS key, NULL AS ref, user_id FROM archival_attempts WHERE backup_key = ANY(%(keys)s)
+           UNION SELECT NULL, split_part(storage_ref, '#', 1), user_id FROM archived_memories
+                 WHERE split_part(storage_ref, '#', 1) = ANY(%(refs)s)""",
+        {"keys": list(refs.values()), "refs": list(refs)}, "all",
+    )  # fmt: skip
+    old = set(untagged)
+    recorded = set()
+    for r in rows:
+        key = r["key"] or refs[r["ref"]]
+        if key in old or r["user_id"] == user:
+            recorded.add(key)
+    return sorted(k for k in refs.values() if k not in recorded)
+
+
+def _pack_members(store: ObjectStore, keys: Iterable[str]) -> dict[str, set[tuple[str, uuid.UUID]]]:
+    """key -> (user_id, memory id) of every member of every stored version of these packs."""
+    out: dict[str, set[tuple[str, uuid.UUID]]] = {}
+    for key in keys:
+        held: set[tuple[str, uuid.UUID]] = set()
+        for v in list_versions(store, key):
+            if v.key == key and not v.delete_marker:
+                held |= _members_of(store, v)
+        out[key] = held
+    return out
+
+
+def _members_of(store: ObjectStore, version: ObjectVersion) -> set[tuple[str, uuid.UUID]]:
+    held = set()
+    for line in read_version(store, version).splitlines():
+        try:
+            doc = orjson.loads(line)
+            held.add((str(doc["user_id"]), uuid.UUID(str(doc["original_id"]))))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue  # not a backup document: nothing of a user's to find in it
+    return held
+
+
+def _scratch_prefix(store: ObjectStore) -> str:
+    # memory_lib.archival.dry_run writes round-trip copies under <prefix>/dry-run/<token>/memories/<id>.json and
+    # deletes them; on a versioned bucket their bytes stay as noncurrent versions.
+    return f"{store.prefix}/dry-run/" if store.prefix else "dry-run/"
+
+
+def _scratch_keys(store: ObjectStore, memory_ids: Iterable[uuid.UUID]) -> list[str]:
+    names = {f"{i}.json" for i in memory_ids}
+    found = {v.key for v in list_versions(store, _scratch_prefix(store))}
+    return sorted(k for k in found if k.rsplit("/", 1)[-1] in names)
+
+
+def purge_objects(store: ObjectStore, keys: Iterable[str], memory_ids: Iterable[uuid.UUID]) -> int:
+    """Delete every version of `keys` and of the dry run's copies of `memory_ids`; returns versions deleted."""
+    ids = list(memory_ids)
+    return sum(purge(store, key) for key in [*keys, *_scratch_keys(store, ids)])
+
+
+# --------------------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What of a user is still stored: rows per table, unredacted audit events, object versions."""
+
+    user_id: str
+    rows: dict[str, int] = field(default_factory=dict)
+    unredacted_events: int = 0
+    objects: tuple[str, ...] = ()  # "key@version" of every remaining version or delete marker
+    uncovered_tables: tuple[str, ...] = ()  # tables with a user_id that forget does not know
+
+    @property
+    def clean(self) -> bool:
+        return not (any(self.rows.values()) or self.unredacted_events or self.objects)
+
+
+def user_id_tables(conn: psycopg.Connection) -> list[str]:
+    """Every base table of the current schema with a user_id column (information_schema)."""
+    rows = conn.execute(
+        """SELECT c.table_name FROM information_schema.columns c
+           JOIN information_schema.tables t USING (table_schema, table_name)
+           WHERE c.column_name = 'user_id' AND t.table_type = 'BASE TABLE' AND c.table_schema = current_schema()
+           ORDER BY 1"""
+    ).fetchall()
+    return [r["table_name"] for r in rows]
+
+
+def remaining(conn: psycopg.Connection, store: ObjectStore, user_id: str) -> Leftovers:
+    """Everything of `user_id` still stored after forget_user: the user's rows in every table with a
+    user_id (listed in erased_tables() or not) except the retained audit tables; audit events still
+    carrying content; every version of every backup key the user's forget requests covered, and of the
+    dry run's copies of those memories; and, from the bucket itself, every version of every pack in the
+    user's folder and of every pack no row records that holds a memory of the user."""
+    user = validation.user(user_id)
+    tables = user_id_tables(conn)
+    rows = {}
+    for table in tables:
+        if table in _RETAINED:
+            continue
+        found = conn.execute(f"SELECT count(*) AS n FROM {table} WHERE user_id = %s", (user,)).fetchone()
+        rows[table] = found["n"]
+    unredacted = conn.execute(
+        """SELECT count(*) AS n FROM memory_events WHERE user_id = %s
+           AND event_type NOT IN ('forgotten', 'redacted') AND NOT details ? 'redacted'""",
+        (user,),
+    ).fetchone()["n"]
+    manifest = conn.execute(
+        """SELECT coalesce(array_agg(DISTINCT k), '{}') AS keys, coalesce(array_agg(DISTINCT i), '{}') AS ids
+           FROM forget_requests r LEFT JOIN LATERAL unnest(r.object_keys) k ON true
+           LEFT JOIN LATERAL unnest(r.memory_ids) i ON true WHERE r.user_id = %s""",
+        (user,),
+    ).fetchone()
+    ids = [i for i in manifest["ids"] if i is not None]
+    keys = {k for k in manifest["keys"] if k is not None} | {store.key_for(i) for i in ids}
+    mine, untagged = _listed_packs(store, user)
+    legacy = run_plan(conn, _unrecorded_plan(store, user, [], untagged))
+    keys |= set(mine) | {k for k, held in _pack_members(store, legacy).items() if any(u == user for u, _ in held)}
+    objects = []
+    for key in sorted(keys):
+        objects += [f"{v.key}@{v.version_id}" for v in list_versions(store, key) if v.key == key]
+    objects += [f"{k}@*" for k in _scratch_keys(store, ids)]
+    uncovered = tuple(t for t in tables if t not in erased_tables() and t not in _RETAINED)
+    return Leftovers(user, rows, unredacted, tuple(objects), uncovered)

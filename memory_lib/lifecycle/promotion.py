@@ -1,0 +1,358 @@
+"""Expansion on demand, re-promotion, access tracking and the nightly promotion sweep.
+
+`expand` reads an archived memory's original from object storage, verified against the sha256
+recorded at archival (a mismatch raises IntegrityError and nothing is recorded), appends an
+'expanded' event (memory_events is the expansion log), bumps the archive row's expansion_count and
+last_expanded_at, and re-promotes the memory to `memories` when the expansions of this archive row
+within `PromotionConfig.window_days` reach `expansions_to_promote` (seed: 3 in 30 days), all in one
+transaction. Expansions count per archive row (the event's details.archive_id), so a memory archived
+again starts from zero. Uses through an association (record_access of an archived memory a live hot
+memory links to: memory_lib.retrieval.associations, table archive_link_uses) count as expansions: the rule is
+"N uses in the window", here and only here (EXPANSIONS_IN_WINDOW_SQL, DUE_FOR_PROMOTION_SQL).
+
+`sweep_promotions` applies the same rule to every archive row nightly, for rule changes and for
+promotions an expansion could not complete; each promotion is its own transaction and re-running is
+a no-op.
+
+The restore here is `archive.restore_archive` as a plan: the same statements, but inside the
+caller's transaction and runnable on sync and async connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from psycopg.types.json import Jsonb
+
+from ..core import validation
+from ..core.config import PromotionConfig
+from ..core.errors import IntegrityError, InvalidInputError, MemoryArchiveError, NotFoundError
+from ..core.locks import USER_LOCK_SQL
+from ..core.models import BackupObject, sha256_hex
+from ..core.plans import EmbedText, GetVerified, Plan, Sql, run_plan
+from ..retrieval.associations import LINK_USES_SQL
+from ..storage.space import SHAPE_SQL
+from ..storage.store import MEMORY_COLUMNS
+from ..write.write_path import event
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ..llm.embedding import Embedder
+    from ..storage.objectstore import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Expansion:
+    user_id: str
+    memory_id: uuid.UUID  # the original memory's id
+    archive_id: uuid.UUID
+    content: str  # the exact original text, verified
+    original: BackupObject  # the whole verified backup (embedding, metadata, timestamps)
+    storage_ref: str
+    expansions_in_window: int
+    promoted: bool  # True when this expansion brought the memory back to the hot tier
+    vector_restored: bool = False  # True when the row was a stub and got its summary vector back (stubs.py)
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    user_id: str
+    memory_id: uuid.UUID
+    archive_id: uuid.UUID | None
+    restored: bool  # False when the memory was already hot (idempotent)
+
+
+# --------------------------------------------------------------------------- SQL
+
+LOCK_ARCHIVE_SQL = (
+    "SELECT * FROM archived_memories WHERE user_id = %(user_id)s AND id = %(archive_id)s FOR UPDATE"
+)
+LOCK_ARCHIVE_BY_ORIGINAL_SQL = (
+    "SELECT * FROM archived_memories WHERE user_id = %(user_id)s AND original_id = %(original_id)s FOR UPDATE"
+)
+HOT_BY_ID_SQL = "SELECT id, content FROM memories WHERE user_id = %(user_id)s AND id = %(id)s"
+# An archive id that was promoted or restored: the memory it became, when still hot.
+PROMOTED_FROM_SQL = """
+    SELECT m.id, m.content FROM memory_events e JOIN memories m ON m.id = e.memory_id AND m.user_id = e.user_id
+    WHERE e.user_id = %(user_id)s AND e.event_type IN ('promoted', 'restored')
+      AND e.details ->> 'archive_id' = %(archive_id)s
+    ORDER BY e.occurred_at DESC LIMIT 1"""
+BUMP_EXPANSION_SQL = """
+    UPDATE archived_memories SET expansion_count = expansion_count + 1,
+           last_expanded_at = greatest(coalesce(last_expanded_at, %(now)s), %(now)s)
+    WHERE user_id = %(user_id)s AND id = %(archive_id)s"""
+# The rule's uses of one archive row in the window: its expansions and its uses through an association.
+EXPANSIONS_IN_WINDOW_SQL = """
+    SELECT (SELECT count(*) FROM memory_events
+            WHERE memory_id = %(memory_id)s AND user_id = %(user_id)s AND event_type = 'expanded'
+              AND details ->> 'archive_id' = %(archive_id)s
+              AND occurred_at > %(since)s AND occurred_at <= %(now)s)
+         + (SELECT count(*) FROM archive_link_uses
+            WHERE archive_id = %(archive_id)s::uuid AND user_id = %(user_id)s
+              AND used_at > %(since)s AND used_at <= %(now)s) AS n"""
+DUE_FOR_PROMOTION_SQL = """
+    WITH uses AS (
+        SELECT e.user_id, e.memory_id AS original_id, e.details ->> 'archive_id' AS archive_id
+        FROM memory_events e
+        WHERE e.event_type = 'expanded' AND e.occurred_at > %(since)s AND e.occurred_at <= %(now)s
+        UNION ALL
+        SELECT u.user_id, u.original_id, u.archive_id::text
+        FROM archive_link_uses u WHERE u.used_at > %(since)s AND u.used_at <= %(now)s
+    )
+    SELECT a.id AS archive_id, a.user_id, count(*) AS expansions
+    FROM uses JOIN archived_memories a ON a.original_id = uses.original_id AND a.user_id = uses.user_id
+                                      AND uses.archive_id = a.id::text
+    GROUP BY a.id, a.user_id HAVING count(*) >= %(needed)s
+    ORDER BY a.id LIMIT %(limit)s"""
+RESTORE_INSERT_SQL = f"""
+    INSERT INTO memories ({MEMORY_COLUMNS})
+    VALUES (%(id)s, %(user_id)s, %(content)s, %(content_sha256)s, %(embedding)s, %(embedding_model)s,
+            %(embedding_dim)s, %(entity_links)s, %(metadata)s, %(domain)s, %(category)s, %(importance_score)s,
+            %(access_count)s, %(last_accessed_at)s, %(created_at)s, %(updated_at)s, false, %(superseded_by)s,
+            %(dedupe_key)s)"""
+DELETE_ARCHIVE_SQL = "DELETE FROM archived_memories WHERE user_id = %(user_id)s AND id = %(archive_id)s"
+ACCESS_HOT_SQL = """
+    UPDATE memories SET access_count = access_count + 1,
+           last_accessed_at = greatest(coalesce(last_accessed_at, %(now)s), %(now)s)
+    WHERE user_id = %(user_id)s AND id = ANY(%(ids)s)"""
+ACCESS_ARCHIVED_SQL = """
+    UPDATE archived_memories SET access_count = access_count + 1,
+           last_accessed_at = greatest(coalesce(last_accessed_at, %(now)s), %(now)s)
+    WHERE user_id = %(user_id)s AND (id = ANY(%(ids)s) OR original_id = ANY(%(ids)s))"""
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def _verified_original(arch: dict[str, Any]) -> Plan[BackupObject]:
+    """The backup of an archive row: its sha256 checked, its identity matching the row, and every
+    field restorable (models.BackupObject; the embedding of the store's dimension). A document that
+    fails raises MalformedBackupError on expand as on restore, before anything is written."""
+    data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
+    doc = BackupObject.from_json_bytes(data)
+    shape = yield Sql(SHAPE_SQL, {}, "one")
+    # A backup of the active model must hold a vector of its dimension; one of another model (archived
+    # before a re-embedding flip) is re-embedded when restored (restore_rows_plan).
+    if shape["dim"] is not None and shape["model"] in (None, arch["original_embedding_model"]):
+        doc.check_dimension(int(shape["dim"]))
+    if doc.original_id != arch["original_id"] or doc.user_id != arch["user_id"]:
+        raise IntegrityError(
+            f"backup {arch['storage_ref']}",
+            f"original_id={arch['original_id']} user_id={arch['user_id']}",
+            f"original_id={doc.original_id} user_id={doc.user_id}",
+        )
+    return doc
+
+
+def restore_rows_plan(
+    arch: dict[str, Any],
+    doc: BackupObject,
+    *,
+    event_type: Literal["restored", "promoted"],
+    actor: str,
+    now: datetime,
+    details: dict[str, Any] | None = None,
+) -> Plan[None]:
+    """Move a locked archive row back to `memories` from its verified backup (archive.restore_archive's
+    statements, inside the caller's transaction). A backup whose vector is of another embedding space
+    than the active one (archived before a re-embedding flip) comes back with its text re-embedded by
+    the runner's embedder (EmbedText); the backup object stays as it is."""
+    embedding, model = doc.embedding_array(), arch["original_embedding_model"]
+    shape = yield Sql(SHAPE_SQL, {}, "one")
+    if shape["model"] is not None and (model != shape["model"] or embedding.size != int(shape["dim"])):
+        embedding = yield EmbedText(doc.content, shape["model"], int(shape["dim"]))
+        model = shape["model"]
+    yield Sql(
+        RESTORE_INSERT_SQL,
+        {"id": doc.original_id, "user_id": doc.user_id, "content": doc.content,
+         "content_sha256": sha256_hex(doc.content), "embedding": embedding,
+         "embedding_model": model, "embedding_dim": int(embedding.size),
+         "entity_links": doc.entity_links, "metadata": Jsonb(doc.metadata), "domain": arch["original_domain"],
+         "category": arch["original_category"], "importance_score": doc.importance_score,
+         "access_count": arch["access_count"], "last_accessed_at": arch["last_accessed_at"],
+         "created_at": doc.created_at, "updated_at": arch["original_updated_at"],
+         "superseded_by": arch["original_superseded_by"], "dedupe_key": arch["original_dedupe_key"]},
+        "rowcount",
+    )  # fmt: skip
+    yield Sql(DELETE_ARCHIVE_SQL, {"user_id": arch["user_id"], "archive_id": arch["id"]}, "rowcount")
+    info = {
+        "archive_id": str(arch["id"]),
+        "storage_ref": arch["storage_ref"],
+        "sha256": arch["backup_sha256"],
+    }
+    yield event(doc.original_id, doc.user_id, event_type, actor, now, info | (details or {}))
+
+
+def _expansions_in_window(arch: dict[str, Any], config: PromotionConfig, now: datetime) -> Sql:
+    return Sql(
+        EXPANSIONS_IN_WINDOW_SQL,
+        {"memory_id": arch["original_id"], "user_id": arch["user_id"], "archive_id": str(arch["id"]),
+         "since": now - timedelta(days=config.window_days), "now": now},
+        "one",
+    )  # fmt: skip
+
+
+def expand_plan(
+    user_id: str, archive_id: uuid.UUID, *, config: PromotionConfig, actor: str, now: datetime
+) -> Plan[Expansion]:
+    user_id = validation.user(user_id)
+    archive_id = validation.uuid_value("archive_id", archive_id)
+    now = validation.timestamp("now", now)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row lock
+    arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
+    if arch is None:
+        # Already promoted (an agent may hold a hit from before): the hot memory is the original.
+        hot = yield Sql(PROMOTED_FROM_SQL, {"user_id": user_id, "archive_id": str(archive_id)}, "one")
+        raise NotFoundError(
+            f"no archived memory id={archive_id} for user_id={user_id!r}"
+            + (f": it was promoted back to hot memory id={hot['id']}" if hot else "")
+        )
+    doc = yield from _verified_original(arch)
+    yield event(arch["original_id"], user_id, "expanded", actor, now,
+                {"archive_id": str(arch["id"]), "storage_ref": arch["storage_ref"]})  # fmt: skip
+    yield Sql(BUMP_EXPANSION_SQL, {"user_id": user_id, "archive_id": arch["id"], "now": now}, "rowcount")
+    count = int((yield _expansions_in_window(arch, config, now))["n"])
+    promoted = count >= config.expansions_to_promote
+    if promoted:
+        yield from restore_rows_plan(
+            arch, doc, event_type="promoted", actor=actor, now=now,
+            details={"expansions": count, "window_days": config.window_days, "trigger": "expand"},
+        )  # fmt: skip
+    return Expansion(
+        user_id, arch["original_id"], arch["id"], doc.content, doc, arch["storage_ref"], count, promoted
+    )
+
+
+def promote_plan(
+    user_id: str, archive_id: uuid.UUID, *, config: PromotionConfig, actor: str, now: datetime
+) -> Plan[bool]:
+    """Promote one archive row if the rule holds at `now` (re-checked under the row lock)."""
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row lock
+    arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
+    if arch is None:
+        return False  # promoted or restored meanwhile
+    count = int((yield _expansions_in_window(arch, config, now))["n"])
+    if count < config.expansions_to_promote:
+        return False
+    doc = yield from _verified_original(arch)
+    yield from restore_rows_plan(
+        arch, doc, event_type="promoted", actor=actor, now=now,
+        details={"expansions": count, "window_days": config.window_days, "trigger": "sweep"},
+    )  # fmt: skip
+    return True
+
+
+def restore_plan(
+    user_id: str,
+    *,
+    archive_id: uuid.UUID | None = None,
+    original_id: uuid.UUID | None = None,
+    actor: str,
+    now: datetime,
+) -> Plan[RestoreOutcome]:
+    """Bring one archived memory back on request (event 'restored'); already hot is a no-op."""
+    user_id = validation.user(user_id)
+    now = validation.timestamp("now", now)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    if (archive_id is None) == (original_id is None):
+        raise InvalidInputError("archive_id/original_id", (archive_id, original_id), "give exactly one")
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row lock
+    if archive_id is not None:
+        archive_id = validation.uuid_value("archive_id", archive_id)
+        arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
+        if arch is None:
+            hot = yield Sql(PROMOTED_FROM_SQL, {"user_id": user_id, "archive_id": str(archive_id)}, "one")
+            if hot is not None:
+                return RestoreOutcome(user_id, hot["id"], archive_id, False)
+            raise NotFoundError(f"no archived memory id={archive_id} for user_id={user_id!r}")
+    else:
+        original_id = validation.uuid_value("original_id", original_id)
+        arch = yield Sql(
+            LOCK_ARCHIVE_BY_ORIGINAL_SQL, {"user_id": user_id, "original_id": original_id}, "one"
+        )
+        if arch is None:
+            hot = yield Sql(HOT_BY_ID_SQL, {"user_id": user_id, "id": original_id}, "one")
+            if hot is not None:
+                return RestoreOutcome(user_id, original_id, None, False)
+            raise NotFoundError(f"no archived memory original_id={original_id} for user_id={user_id!r}")
+    doc = yield from _verified_original(arch)
+    yield from restore_rows_plan(arch, doc, event_type="restored", actor=actor, now=now)
+    return RestoreOutcome(user_id, arch["original_id"], arch["id"], True)
+
+
+def record_access_plan(user_id: str, ids: Sequence[uuid.UUID], *, now: datetime) -> Plan[int]:
+    """Count a use of hot memories (by id) and archived ones (by archive id or original id). A use of
+    an archived memory a live hot memory links to also counts toward re-promotion (module docstring)."""
+    user_id = validation.user(user_id)
+    now = validation.timestamp("now", now)
+    ids = [validation.uuid_value("ids", i) for i in ids]
+    if not ids:
+        return 0
+    params = {"user_id": user_id, "ids": ids, "now": now}
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row locks
+    hot = yield Sql(ACCESS_HOT_SQL, params, "rowcount")
+    archived = yield Sql(ACCESS_ARCHIVED_SQL, params, "rowcount")
+    if archived:
+        yield Sql(LINK_USES_SQL, params, "rowcount")
+    return int(hot) + int(archived)
+
+
+def _read(query: str, params: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
+    return (yield Sql(query, params))
+
+
+# --------------------------------------------------------------------------- nightly sweep
+
+
+@dataclass
+class SweepReport:
+    as_of: datetime
+    due: int = 0
+    promoted: list[uuid.UUID] = field(default_factory=list)  # archive ids promoted
+    skipped: int = 0  # no longer due when locked (promoted or restored meanwhile)
+    failed: dict[uuid.UUID, str] = field(default_factory=dict)  # archive id -> error
+
+
+def sweep_promotions(
+    conn: psycopg.Connection,
+    object_store: ObjectStore,
+    config: PromotionConfig,
+    *,
+    as_of: datetime,
+    actor: str,
+    limit: int = 10_000,
+    embedder: Embedder | None = None,
+) -> SweepReport:
+    """Promote every archived memory expanded `expansions_to_promote` times within the window ending
+    at `as_of`. One transaction per promotion; a failure is reported and the sweep goes on. `embedder`
+    (the active space's) re-embeds a backup from before a re-embedding flip; without it such a promotion
+    fails, reported, and is retried by the next sweep."""
+    as_of = validation.timestamp("as_of", as_of)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    limit = validation.row_limit("limit", limit, maximum=1_000_000)
+    report = SweepReport(as_of)
+    params = {"since": as_of - timedelta(days=config.window_days), "now": as_of,
+              "needed": config.expansions_to_promote, "limit": limit}  # fmt: skip
+    due = run_plan(conn, _read(DUE_FOR_PROMOTION_SQL, params))
+    report.due = len(due)
+    for row in due:
+        archive_id = row["archive_id"]
+        try:
+            plan = promote_plan(row["user_id"], archive_id, config=config, actor=actor, now=as_of)
+            if run_plan(conn, plan, object_store=object_store, embedder=embedder):
+                report.promoted.append(archive_id)
+            else:
+                report.skipped += 1
+        except MemoryArchiveError as exc:  # integrity or storage: keep it archived, report it
+            report.failed[archive_id] = f"{type(exc).__name__}: {exc}"
+            log.error("promotion of archive %s failed: %s", archive_id, exc)
+    return report

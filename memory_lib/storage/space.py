@@ -1,0 +1,40 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import EmbeddingMismatchError, embedding_mismatch_reason
+from ..core.plans import Plan, Sql
+
+if TYPE_CHECKING:
+
+    pass
+
+
+SHAPE_SQL = """
+    SELECT (SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim') AS dim,
+           (SELECT value FROM memory_archive_settings WHERE key = 'embedding_model') AS model"""
+
+
+# A re-embedding flip (memory_lib.lifecycle.reembedding) renames the vector columns and changes the settings in one
+# transaction holding ACCESS EXCLUSIVE locks on these tables. Taking ACCESS SHARE on them BEFORE reading
+# the settings makes a statement wait for a flip in progress and then see its settings and columns
+# together. LOCK takes no snapshot, so in a REPEATABLE READ plan the snapshot is taken after it.
+LOCK_VECTOR_TABLES = Sql(
+    "LOCK TABLE memories, archived_memories, memory_digests, memory_facts IN ACCESS SHARE MODE", {}, "rowcount"
+)
+
+
+def checked_shape_plan(dim: int, model: str) -> Plan[dict[str, Any]]:
+    """The embedder must match the database's active embedding space: same dimension, and the model
+    recorded on first write (or made active by a re-embedding flip). Locks the vector tables first
+    (LOCK_VECTOR_TABLES): the rest of the plan's statements see the space that was checked."""
+    yield LOCK_VECTOR_TABLES
+    row = yield Sql(SHAPE_SQL, {}, "one")
+    if row["dim"] is None:
+        raise EmbeddingMismatchError("embedding_dim", None, "the schema is not initialized: run migrations")
+    if int(row["dim"]) != dim or (row["model"] is not None and row["model"] != model):
+        field, value = ("embedder.dim", dim) if int(row["dim"]) != dim else ("embedder.model", model)
+        raise EmbeddingMismatchError(field, value, embedding_mismatch_reason(row["model"], int(row["dim"]), model, dim))
+    return row

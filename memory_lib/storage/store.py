@@ -1,0 +1,222 @@
+"""Writing and reading hot memories, with validation and audit events."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..core import validation
+from ..core.errors import EmbeddingMismatchError, InvalidInputError, NotFoundError, embedding_mismatch_reason
+from ..core.models import NewMemory, sha256_hex, validate_memory
+from .db import stored_embedding_dim
+from .space import LOCK_VECTOR_TABLES
+
+MEMORY_COLUMNS = (
+    "id, user_id, content, content_sha256, embedding, embedding_model, embedding_dim, entity_links, "
+    "metadata, domain, category, importance_score, access_count, last_accessed_at, created_at, "
+    "updated_at, pinned, superseded_by, dedupe_key"
+)
+_COPY_COLUMNS = [c.strip() for c in MEMORY_COLUMNS.split(",")]
+_COPY_TYPES = [
+    "uuid", "text", "text", "text", "vector", "text", "int4", "uuid[]", "jsonb", "text", "text",
+    "float8", "int4", "timestamptz", "timestamptz", "timestamptz", "bool", "uuid", "text",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StoreShape:
+    """What every embedding in this database must look like."""
+
+    dim: int
+    embedding_model: str | None
+
+
+def store_shape(conn: psycopg.Connection) -> StoreShape:
+    row = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_model'").fetchone()
+    return StoreShape(stored_embedding_dim(conn), row["value"] if row else None)
+
+
+def bind_embedding_model(conn: psycopg.Connection, model: str) -> StoreShape:
+    """Record the embedding model on first use; afterwards a different model is refused."""
+    conn.execute(
+        "INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_model', %s) ON CONFLICT DO NOTHING",
+        (model,),
+    )
+    shape = store_shape(conn)
+    if shape.embedding_model != model:
+        raise EmbeddingMismatchError(
+            "embedding_model", model, embedding_mismatch_reason(shape.embedding_model, shape.dim, model, shape.dim)
+        )
+    return shape
+
+
+def insert_memories(
+    conn: psycopg.Connection,
+    memories: Iterable[NewMemory | dict[str, Any]],
+    *,
+    actor: str,
+    now: datetime | None = None,
+) -> list[uuid.UUID]:
+    """Validate every memory first, then write them all in one transaction with 'created' events.
+
+    Any invalid memory (or actor, or now) raises InvalidInputError naming the field (a note on the
+    error says which memory: "in memories[3]") before anything is written. So does an id given twice,
+    or already a memory's (hot, or archived as original_id).
+    """
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    now = validation.optional_timestamp("now", now) or datetime.now(UTC)
+    if isinstance(memories, (str, bytes, Mapping, NewMemory)) or not isinstance(memories, Iterable):
+        raise InvalidInputError("memories", memories, "must be a sequence of NewMemory or mappings")
+    items = list(memories)
+    if not items:
+        return []
+    shape = store_shape(conn)
+    first = items[0]
+    first_model = first.embedding_model if isinstance(first, NewMemory) else (
+        first.get("embedding_model") if isinstance(first, Mapping) else None
+    )
+    expected_model = shape.embedding_model or first_model
+    valid = [_validate_at(i, m, shape, expected_model) for i, m in enumerate(items)]
+    positions = _unique_ids(valid)
+    with conn.transaction():
+        # The space checked above must still be the active one (a re-embedding flip may have committed
+        # since): lock the vector tables, then read it again (search.LOCK_VECTOR_TABLES).
+        conn.execute(LOCK_VECTOR_TABLES.query)
+        current = store_shape(conn)
+        if current != shape and shape.embedding_model is not None:
+            raise EmbeddingMismatchError("embedding_model", valid[0].embedding_model, embedding_mismatch_reason(
+                current.embedding_model, current.dim, valid[0].embedding_model, shape.dim))
+        ids = [m.id for m in valid]
+        _refuse_taken_ids(conn, ids, positions)
+        bind_embedding_model(conn, valid[0].embedding_model)
+        try:
+            with conn.cursor() as cur, cur.copy(
+                f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(_COPY_TYPES)
+                for m in valid:
+                    copy.write_row(_copy_row(m, shape.dim, now))
+        except psycopg.errors.UniqueViolation as exc:  # a concurrent insert of the same id committed first
+            if exc.diag.constraint_name != "memories_pkey":
+                raise
+            raise _taken_id_error(exc, positions) from None
+        conn.execute(
+            """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
+               SELECT id, user_id, 'created', %s, jsonb_build_object('category', category)
+               FROM memories WHERE id = ANY(%s)""",
+            (actor, ids),
+        )
+    return ids
+
+
+def _validate_at(index: int, memory: object, shape: StoreShape, model: str | None) -> NewMemory:
+    try:
+        return validate_memory(memory, dim=shape.dim, embedding_model=model)  # type: ignore[arg-type]
+    except InvalidInputError as exc:
+        exc.add_note(f"in memories[{index}]")
+        raise
+
+
+def _unique_ids(valid: Sequence[NewMemory]) -> dict[uuid.UUID, int]:
+    """id -> its position in `memories`; one id twice in a call is refused."""
+    positions: dict[uuid.UUID, int] = {}
+    for i, m in enumerate(valid):
+        if m.id in positions:
+            error = InvalidInputError("id", m.id, f"memories[{i}] has the same id as memories[{positions[m.id]}]")
+            error.add_note(f"in memories[{i}]")
+            raise error
+        positions[m.id] = i
+    return positions
+
+
+def _refuse_taken_ids(conn: psycopg.Connection, ids: list[uuid.UUID], positions: Mapping[uuid.UUID, int]) -> None:
+    """An id is one memory's, hot or archived (archived_memories.original_id), for good."""
+    row = conn.execute(
+        """SELECT id, 'a hot memory' AS tier FROM memories WHERE id = ANY(%(ids)s)
+           UNION ALL SELECT original_id, 'an archived memory' FROM archived_memories WHERE original_id = ANY(%(ids)s)
+           LIMIT 1""",
+        {"ids": ids},
+    ).fetchone()
+    if row is not None:
+        i = positions[row["id"]]
+        error = InvalidInputError("id", row["id"], f"memories[{i}] has the id of {row['tier']} already stored")
+        error.add_note(f"in memories[{i}]")
+        raise error
+
+
+def _taken_id_error(exc: psycopg.errors.UniqueViolation, positions: Mapping[uuid.UUID, int]) -> InvalidInputError:
+    found = re.search(r"\(id\)=\(([0-9a-f-]{36})\)", exc.diag.message_detail or "")
+    taken = uuid.UUID(found.group(1)) if found else None
+    where = f"memories[{positions[taken]}]" if taken in positions else "a memory of this call"
+    error = InvalidInputError("id", taken, f"{where} has the id of a hot memory stored meanwhile")
+    if taken in positions:
+        error.add_note(f"in memories[{positions[taken]}]")
+    return error
+
+
+def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:
+    created = m.created_at or now
+    return (
+        m.id, m.user_id, m.content, sha256_hex(m.content), m.embedding, m.embedding_model, dim,
+        m.entity_links, Jsonb(m.metadata), m.domain, m.category, m.importance_score, m.access_count,
+        m.last_accessed_at, created, created, m.pinned, None, None,
+    )  # fmt: skip
+
+
+def get_memory(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> dict[str, Any]:
+    user_id = validation.user(user_id)
+    memory_id = validation.uuid_value("memory_id", memory_id)
+    row = conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND id = %s", (user_id, memory_id)
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"no hot memory id={memory_id} for user_id={user_id!r}")
+    return row
+
+
+# The row version: any UPDATE gives the row a new xmin (archive.backup_still_matches relies on it).
+ROW_XMIN = "xmin::text::bigint AS row_xmin"
+
+
+def fetch_memories(
+    conn: psycopg.Connection, ids: Sequence[uuid.UUID], *, with_xmin: bool = False
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """Hot rows by id, in binary (vectors as float32 bytes, not text to parse); `with_xmin` adds
+    `row_xmin`, the row version."""
+    cols = f"{MEMORY_COLUMNS}, {ROW_XMIN}" if with_xmin else MEMORY_COLUMNS
+    rows = conn.execute(f"SELECT {cols} FROM memories WHERE id = ANY(%s)", (list(ids),), binary=True).fetchall()
+    return {r["id"]: r for r in rows}
+
+
+@dataclass(frozen=True)
+class TierStats:
+    hot: int
+    archived: int
+    hot_bytes: int
+    archived_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.hot + self.archived
+
+
+def tier_stats(conn: psycopg.Connection, user_id: str | None = None) -> TierStats:
+    """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes)."""
+    if user_id is not None:
+        user_id = validation.user(user_id)
+    where = "WHERE user_id = %(u)s" if user_id else ""
+    row = conn.execute(
+        f"""SELECT (SELECT count(*) FROM memories {where}) AS hot,
+                   (SELECT count(*) FROM archived_memories {where}) AS archived,
+                   pg_total_relation_size('memories') AS hot_bytes,
+                   pg_total_relation_size('archived_memories') AS archived_bytes""",
+        {"u": user_id},
+    ).fetchone()
+    return TierStats(**row)
