@@ -45,14 +45,14 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_level
-from memory_lib.consolidation.monthly.facts import RuleFactExtractor
-from memory_lib.consolidation.monthly.monthly import consolidate_month
-from memory_lib.consolidation.monthly.sources import user_months
 
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
+from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_level
+from memory_lib.consolidation.facts import RuleFactExtractor
+from memory_lib.consolidation.monthly import consolidate_month
+from memory_lib.consolidation.sources import user_months
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.models import NewMemory
 from memory_lib.core.plans import run_plan

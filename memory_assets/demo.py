@@ -420,10 +420,10 @@ def main(argv: list[str] | None = None) -> int:
 def _consolidation(conn, embedder, timezone: str) -> bool:
     """Level-2 and level-3 digests, facts and key moments of the whole history (offline builders, through
     memory_lib, one call per month and year), the checks, and one "who is X?" answered from facts."""
-    from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_period
-    from memory_lib.consolidation.monthly.facts import RuleFactExtractor, who_is
-    from memory_lib.consolidation.monthly.monthly import check_provenance, consolidate_month, missing_digests
-    from memory_lib.consolidation.monthly.sources import user_months
+    from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_period
+    from memory_lib.consolidation.facts import RuleFactExtractor, who_is
+    from memory_lib.consolidation.monthly import check_provenance, consolidate_month, missing_digests
+    from memory_lib.consolidation.sources import user_months
 
     _section("Consolidation: monthly and yearly digests, facts and key moments (offline builders)")
     t = time.monotonic()

@@ -11,19 +11,19 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_level
-from memory_lib.consolidation.monthly.facts import RuleFactExtractor, build_facts, facts_about, who_is
-from memory_lib.consolidation.monthly.monthly import (
+
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_level
+from memory_lib.consolidation.facts import RuleFactExtractor, build_facts, facts_about, who_is
+from memory_lib.consolidation.monthly import (
     check_provenance,
     consolidate_month,
     drop_memory_from_consolidation,
     missing_digests,
     rebuild_for_user,
 )
-from memory_lib.consolidation.monthly.sources import period_bounds, user_months
-
-from memory_lib.archival.archive import ArchivalServices
-from memory_lib.archival.pipeline import run_batch
+from memory_lib.consolidation.sources import period_bounds, user_months
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.core.models import NewMemory

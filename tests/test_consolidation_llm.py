@@ -10,9 +10,9 @@ import json
 from datetime import UTC, date, datetime
 
 import pytest
-from memory_lib.consolidation.monthly.digests import LLMDigestBuilder, build_level
-from memory_lib.consolidation.monthly.facts import LLMFactExtractor, build_facts
 
+from memory_lib.consolidation.digests import LLMDigestBuilder, build_level
+from memory_lib.consolidation.facts import LLMFactExtractor, build_facts
 from memory_lib.core.config import LLMConfig
 from memory_lib.core.errors import SummarizationError
 from memory_lib.core.models import NewMemory

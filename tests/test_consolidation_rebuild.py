@@ -12,14 +12,14 @@ import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder, build_level
-from memory_lib.consolidation.monthly.facts import RuleFactExtractor
-from memory_lib.consolidation.monthly.monthly import check_provenance, consolidate_month, missing_digests
-from memory_lib.consolidation.monthly.sources import period_bounds
 
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
+from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_level
+from memory_lib.consolidation.facts import RuleFactExtractor
+from memory_lib.consolidation.monthly import check_provenance, consolidate_month, missing_digests
+from memory_lib.consolidation.sources import period_bounds
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer

@@ -16,13 +16,13 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from memory_lib.consolidation.monthly.digests import ExtractiveDigestBuilder
-from memory_lib.consolidation.monthly.facts import RuleFactExtractor
-from memory_lib.consolidation.monthly.monthly import consolidate_month
 
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
+from memory_lib.consolidation.digests import ExtractiveDigestBuilder
+from memory_lib.consolidation.facts import RuleFactExtractor
+from memory_lib.consolidation.monthly import consolidate_month
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.lifecycle.forget import erased_tables, remaining, retained_tables, user_id_tables
 from memory_lib.llm.embedding import HashingEmbedder
@@ -216,7 +216,7 @@ _KILLER = textwrap.dedent(
     from memory_lib.storage.db import connect
     from memory_lib.lifecycle.forget import forget_steps
     from memory_lib.storage.objectstore import S3ObjectStore
-    from memory_lib.retrieval.search import run_plan
+    from memory_lib.core.plans import run_plan
     from tests.support.seaweedfs import S3Endpoint
 
     url, endpoint, key, secret, bucket, kill_after = sys.argv[1:7]

@@ -58,7 +58,7 @@ def _counts(conn: psycopg.Connection, user: str) -> tuple[int, int]:
 _CLI_CHILD = textwrap.dedent(
     """
     import sys, threading, time
-    from memory_lib import objectstore
+    from memory_lib.storage import objectstore
     from memory_lib.cli import main
     inner = objectstore.S3ObjectStore.put
     lock, first = threading.Lock(), []

@@ -332,7 +332,7 @@ for name in [m for m in list(sys.modules) if m.startswith("opentelemetry")] + [
         "opentelemetry", "opentelemetry.trace", "opentelemetry.metrics"]:
     sys.modules[name] = None  # `import opentelemetry...` now raises ImportError
 from datetime import datetime, timezone
-from memory_lib import telemetry, trace
+from memory_lib.observability import telemetry, trace
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import RetrievalConfig, Settings
 from memory_lib.storage.db import connect

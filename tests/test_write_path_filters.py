@@ -13,7 +13,7 @@ from memory_lib.client import MemoryClient
 from memory_lib.core.config import Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.retrieval.search import _DF_CAP, _MATCH_CAP, _N_CAP
+from memory_lib.retrieval.sql import DF_CAP as _DF_CAP, MATCH_CAP as _MATCH_CAP, N_CAP as _N_CAP
 from memory_lib.retrieval.sql import HOT_SEARCH_SQL
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories

@@ -12,24 +12,24 @@ import warnings
 from collections import Counter
 
 import dagster as dg
-from memory_lib.consolidation.monthly.digests import (
+
+from memory_assets.defs.slow_path.assets import archive_rows
+from memory_assets.metadata import markdown_table
+from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
+from memory_lib.consolidation.digests import (
     DigestBuilder,
     ExtractiveDigestBuilder,
     LLMDigestBuilder,
     build_period,
     period_users,
 )
-from memory_lib.consolidation.monthly.facts import (
+from memory_lib.consolidation.facts import (
     FactExtractor,
     LLMFactExtractor,
     RuleFactExtractor,
     build_facts,
     build_key_moments,
 )
-
-from memory_assets.defs.slow_path.assets import archive_rows
-from memory_assets.metadata import markdown_table
-from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
 from memory_lib.llm.json_answers import json_llm_from_settings
 
 from .partitions import TIMEZONE, months, partition_day, years

@@ -13,11 +13,11 @@ import warnings
 from datetime import date
 
 import dagster as dg
-from memory_lib.consolidation.monthly.monthly import check_provenance, missing_digests
-from memory_lib.consolidation.monthly.sources import period_bounds
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource, SummarizerResource
+from memory_lib.consolidation.monthly import check_provenance, missing_digests
+from memory_lib.consolidation.sources import period_bounds
 
 from .assets import builders, key_moments, memory_facts, monthly_digests, yearly_digests
 from .partitions import TIMEZONE, months, partition_day, years
