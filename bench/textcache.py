@@ -32,10 +32,16 @@ def embedded_texts(n: int, *, seed: int, embedder: Any, users: int = 4) -> tuple
         vecs = np.load(path)
         if vecs.shape == (len(texts), embedder.dim):
             return texts, vecs
-    vecs = np.concatenate([
-        np.asarray(embedder.embed([t.content for t in texts[i : i + 2000]]), dtype=np.float32)
-        for i in range(0, len(texts), 2000)
-    ]) if texts else np.zeros((0, embedder.dim), np.float32)  # fmt: skip
+    vecs = (
+        np.concatenate(
+            [
+                np.asarray(embedder.embed([t.content for t in texts[i : i + 2000]]), dtype=np.float32)
+                for i in range(0, len(texts), 2000)
+            ]
+        )
+        if texts
+        else np.zeros((0, embedder.dim), np.float32)
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, vecs)

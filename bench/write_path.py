@@ -124,12 +124,17 @@ def _score(pairs: list[dict[str, str]], outcomes: list[str]) -> dict[str, Any]:
     n_d, n_u, n_s = sum(distinct.values()), sum(update.values()), sum(same.values())
     false = n_d - distinct["created"]
     return {
-        "distinct": n_d, "false": false, "false_rate": false / n_d if n_d else 0.0,
-        "false_merged": distinct["merged"] + distinct["duplicate"], "false_superseded": distinct["superseded"],
+        "distinct": n_d,
+        "false": false,
+        "false_rate": false / n_d if n_d else 0.0,
+        "false_merged": distinct["merged"] + distinct["duplicate"],
+        "false_superseded": distinct["superseded"],
         "false_by_kind": dict(false_kinds),
-        "updates": n_u, "update_recall": update["superseded"] / n_u if n_u else 0.0,
-        "same": n_s, "same_merged": (same["merged"] + same["duplicate"]) / n_s if n_s else 0.0,
-    }  # fmt: skip
+        "updates": n_u,
+        "update_recall": update["superseded"] / n_u if n_u else 0.0,
+        "same": n_s,
+        "same_merged": (same["merged"] + same["duplicate"]) / n_s if n_s else 0.0,
+    }
 
 
 def _calibration(embedder: Any, pairs: list[dict[str, str]]) -> dict[str, Any]:
@@ -141,15 +146,20 @@ def _calibration(embedder: Any, pairs: list[dict[str, str]]) -> dict[str, Any]:
     b = np.asarray(embedder.embed([p["new"] for p in pairs]), dtype=np.float64)
     cos = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     open_gate = Thresholds(paraphrase=0.0, floor=0.0)
-    risky = [float(c) for p, c in zip(pairs, cos, strict=True)
-             if p["label"] == "distinct" and restatement(1.0, p["old"], p["new"], open_gate)]  # fmt: skip
+    risky = [
+        float(c)
+        for p, c in zip(pairs, cos, strict=True)
+        if p["label"] == "distinct" and restatement(1.0, p["old"], p["new"], open_gate)
+    ]
     same = [float(c) for p, c in zip(pairs, cos, strict=True) if p["label"] == "same"]
     shipped = thresholds_for(embedder.model, getattr(embedder, "kind", None))
     return {
-        "shipped": shipped.paraphrase, "floor": shipped.floor,
-        "max_distinct_passing_words": max(risky) if risky else None, "distinct_passing_words": len(risky),
+        "shipped": shipped.paraphrase,
+        "floor": shipped.floor,
+        "max_distinct_passing_words": max(risky) if risky else None,
+        "distinct_passing_words": len(risky),
         "same_median_cos": float(np.median(same)) if same else None,
-    }  # fmt: skip
+    }
 
 
 def run(opts: Options) -> Report:
@@ -171,10 +181,16 @@ def run(opts: Options) -> Report:
             for name, embedder in _embedders(opts):
                 modes = [
                     ("default", Settings(), None),
-                    ("llm (fake)", Settings(llm=LLMConfig(provider="anthropic", base_url=fake.base_url, max_retries=0),
-                                            write=WriteConfig(judge="llm")), FAKE_API_KEY),
+                    (
+                        "llm (fake)",
+                        Settings(
+                            llm=LLMConfig(provider="anthropic", base_url=fake.base_url, max_retries=0),
+                            write=WriteConfig(judge="llm"),
+                        ),
+                        FAKE_API_KEY,
+                    ),
                     ("state rule", Settings(write=WriteConfig(state_rule=True)), None),
-                ]  # fmt: skip
+                ]
                 for mode, settings, key in modes:
                     url = server.create(f"wp_{name.lower()}_{len(rows)}", embedder.dim)
                     if key:
@@ -187,55 +203,130 @@ def run(opts: Options) -> Report:
                     s = _score(pairs, outcomes)
                     calls = fake.judge_requests() if key else 0
                     met = s["false_rate"] <= TARGET_FALSE_RATE
-                    rows.append([name, mode, s["distinct"], s["false_merged"], s["false_superseded"], s["false_rate"],
-                                 met if mode == "default" else None, s["updates"], s["update_recall"], s["same"],
-                                 s["same_merged"], calls])  # fmt: skip
+                    rows.append(
+                        [
+                            name,
+                            mode,
+                            s["distinct"],
+                            s["false_merged"],
+                            s["false_superseded"],
+                            s["false_rate"],
+                            met if mode == "default" else None,
+                            s["updates"],
+                            s["update_recall"],
+                            s["same"],
+                            s["same_merged"],
+                            calls,
+                        ]
+                    )
                     for kind, n in sorted(s["false_by_kind"].items()):
                         kind_rows.append([name, mode, kind, n])
                     report.figures[f"{name}/{mode}"] = s
                 if LOCOMO_DEFAULT.exists() and not opts.smoke:
-                    t = _chat_turns(server.create(f"wp_{name.lower()}_chat", embedder.dim), embedder, LOCOMO_DEFAULT)
-                    chat_rows.append([name, t["turns"], t["distinct"], t.get("created", 0), t.get("duplicate", 0),
-                                      t.get("merged", 0), t.get("superseded", 0), t.get("refused", 0), t["live"],
-                                      t["live"] / t["distinct"]])  # fmt: skip
+                    t = _chat_turns(
+                        server.create(f"wp_{name.lower()}_chat", embedder.dim), embedder, LOCOMO_DEFAULT
+                    )
+                    chat_rows.append(
+                        [
+                            name,
+                            t["turns"],
+                            t["distinct"],
+                            t.get("created", 0),
+                            t.get("duplicate", 0),
+                            t.get("merged", 0),
+                            t.get("superseded", 0),
+                            t.get("refused", 0),
+                            t["live"],
+                            t["live"] / t["distinct"],
+                        ]
+                    )
                     report.figures[f"{name}/chat_turns"] = t
                 c = _calibration(embedder, pairs)
-                cal_rows.append([name, c["shipped"], c["max_distinct_passing_words"], c["distinct_passing_words"],
-                                 c["same_median_cos"], c["floor"]])  # fmt: skip
+                cal_rows.append(
+                    [
+                        name,
+                        c["shipped"],
+                        c["max_distinct_passing_words"],
+                        c["distinct_passing_words"],
+                        c["same_median_cos"],
+                        c["floor"],
+                    ]
+                )
                 report.figures[f"{name}/calibration"] = c
     finally:
         for k, v in saved.items():
             if v is not None:
                 os.environ[k] = v
     counts = Counter(p["label"] for p in pairs)
-    report.tables.append(Table(
-        "Two adds per labelled pair, through MemoryClient.add",
-        ["embedder", "mode", "distinct pairs", "false merges", "false supersedes", "false rate", "target met",
-         "true updates", "update recall", "duplicates+paraphrases", "merged", "judge calls"],
-        rows,
-        note=f"{len(pairs)} pairs ({counts['distinct']} distinct, {counts['update']} updates, {counts['same']} "
-        "duplicates/paraphrases). False rate = distinct pairs where the second add merged into or superseded the "
-        f"first (a memory hidden): target <= {TARGET_FALSE_RATE:.1%} with the defaults. Update recall = state "
-        "changes superseded without being told (the default never does: `supersedes=` and `update()` do it when "
-        "known). 'llm (fake)': the judge's plumbing against a rule-based stand-in, not a model's quality.",
-    ))  # fmt: skip
+    report.tables.append(
+        Table(
+            "Two adds per labelled pair, through MemoryClient.add",
+            [
+                "embedder",
+                "mode",
+                "distinct pairs",
+                "false merges",
+                "false supersedes",
+                "false rate",
+                "target met",
+                "true updates",
+                "update recall",
+                "duplicates+paraphrases",
+                "merged",
+                "judge calls",
+            ],
+            rows,
+            note=f"{len(pairs)} pairs ({counts['distinct']} distinct, {counts['update']} updates, {counts['same']} "
+            "duplicates/paraphrases). False rate = distinct pairs where the second add merged into or superseded the "
+            f"first (a memory hidden): target <= {TARGET_FALSE_RATE:.1%} with the defaults. Update recall = state "
+            "changes superseded without being told (the default never does: `supersedes=` and `update()` do it when "
+            "known). 'llm (fake)': the judge's plumbing against a rule-based stand-in, not a model's quality.",
+        )
+    )
     if kind_rows:
-        report.tables.append(Table("False merges/supersedes by kind of distinct pair",
-                                   ["embedder", "mode", "kind", "pairs"], kind_rows))  # fmt: skip
+        report.tables.append(
+            Table(
+                "False merges/supersedes by kind of distinct pair",
+                ["embedder", "mode", "kind", "pairs"],
+                kind_rows,
+            )
+        )
     if chat_rows:
-        report.tables.append(Table(
-            "Real chat turns (LoCoMo dev split) written with MemoryClient.add, default settings",
-            ["embedder", "turns", "distinct texts", "created", "duplicate", "merged", "superseded", "refused",
-             "live", "live / distinct"],
-            chat_rows,
-            note="One user per conversation, every turn added in order. 'live / distinct' below 1.0 is restatements "
-            "merged; superseded must be 0 with the defaults.",
-        ))  # fmt: skip
-    report.tables.append(Table(
-        "Paraphrase threshold calibration", ["embedder", "shipped threshold", "max cosine of a distinct pair passing "
-        "the word checks", "such pairs", "median cosine of duplicates/paraphrases", "judge floor"], cal_rows,
-        note="A distinct pair merges only when it passes the word checks (same names, numbers, dates, negations, "
-        "direction and tense words, not a reordering) AND its cosine reaches the threshold: the threshold must stay "
-        "above the max. The hashing embedder has no paraphrase threshold (near-exact restatements only).",
-    ))  # fmt: skip
+        report.tables.append(
+            Table(
+                "Real chat turns (LoCoMo dev split) written with MemoryClient.add, default settings",
+                [
+                    "embedder",
+                    "turns",
+                    "distinct texts",
+                    "created",
+                    "duplicate",
+                    "merged",
+                    "superseded",
+                    "refused",
+                    "live",
+                    "live / distinct",
+                ],
+                chat_rows,
+                note="One user per conversation, every turn added in order. 'live / distinct' below 1.0 is restatements "
+                "merged; superseded must be 0 with the defaults.",
+            )
+        )
+    report.tables.append(
+        Table(
+            "Paraphrase threshold calibration",
+            [
+                "embedder",
+                "shipped threshold",
+                "max cosine of a distinct pair passing the word checks",
+                "such pairs",
+                "median cosine of duplicates/paraphrases",
+                "judge floor",
+            ],
+            cal_rows,
+            note="A distinct pair merges only when it passes the word checks (same names, numbers, dates, negations, "
+            "direction and tense words, not a reordering) AND its cosine reaches the threshold: the threshold must stay "
+            "above the max. The hashing embedder has no paraphrase threshold (near-exact restatements only).",
+        )
+    )
     return report

@@ -45,7 +45,10 @@ class AlertResource(dg.ConfigurableResource):
         host = urlsplit(url).netloc.rsplit("@", 1)[-1]
         body = json.dumps(alert, default=str).encode()
         request = urllib.request.Request(
-            url, data=body, method="POST", headers={"Content-Type": "application/json", "User-Agent": "memory-archive"}
+            url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "memory-archive"},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:

@@ -88,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     # ("... pull request #6851 ..."): probed by its first sentence, a memory often loses its top-10 place
     # to a near-twin with another number. The demo says so and probes 10 a night against a 0.5 floor
     # (defaults 50 and 0.9); retrieval on real conversations is measured by `python -m bench locomo`.
-    probe = {"MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_SAMPLE_SIZE": "10",
-             "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_FLOOR": "0.5"}  # fmt: skip
+    probe = {
+        "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_SAMPLE_SIZE": "10",
+        "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_FLOOR": "0.5",
+    }
     os.environ.update(probe)
     demo_settings = {
         **probe,
@@ -130,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     from memory_lib.storage.objectstore import LocalObjectStore
     from memory_lib.storage.store import insert_memories, tier_stats
 
-    print("memory-archive demo: the Slow Path through Dagster (offline: extractive summaries, "
-          f"HashingEmbedder {args.dim}-d lexical embeddings, local object store)")  # fmt: skip
+    print(
+        "memory-archive demo: the Slow Path through Dagster (offline: extractive summaries, "
+        f"HashingEmbedder {args.dim}-d lexical embeddings, local object store)"
+    )
     print(f"state dir {state}; database {DEMO_DB} in the embedded Postgres (DATABASE_URL is not used)")
     server = EmbeddedPostgres(state / "pg")
     server_url = server.start()
@@ -172,12 +176,23 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute("DROP INDEX memories_embedding_hnsw")
         batch: list[NewMemory] = []
         for m, v in zip(items, vectors, strict=True):
-            batch.append(NewMemory(
-                id=m.id, user_id=m.user_id, content=m.content, embedding=v, embedding_model=embedder.model,
-                entity_links=m.entity_links, metadata=m.metadata, domain=m.domain, category=m.category,
-                importance_score=m.importance_score, access_count=m.access_count,
-                last_accessed_at=m.last_accessed_at, created_at=m.created_at,
-            ))  # fmt: skip
+            batch.append(
+                NewMemory(
+                    id=m.id,
+                    user_id=m.user_id,
+                    content=m.content,
+                    embedding=v,
+                    embedding_model=embedder.model,
+                    entity_links=m.entity_links,
+                    metadata=m.metadata,
+                    domain=m.domain,
+                    category=m.category,
+                    importance_score=m.importance_score,
+                    access_count=m.access_count,
+                    last_accessed_at=m.last_accessed_at,
+                    created_at=m.created_at,
+                )
+            )
             if len(batch) == 5000:
                 insert_memories(conn, batch, actor="demo-loader")
                 batch = []
@@ -187,16 +202,28 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute("RESET maintenance_work_mem")
         writer = MemoryClient(conn, embedder=embedder, settings=Settings.from_env(), actor="demo-agent")
         outcomes = Counter(
-            writer.add(m.user_id, m.content, category=m.category, domain=m.domain, importance=m.importance_score,
-                       metadata=m.metadata, entity_links=m.entity_links, now=m.created_at).outcome
+            writer.add(
+                m.user_id,
+                m.content,
+                category=m.category,
+                domain=m.domain,
+                importance=m.importance_score,
+                metadata=m.metadata,
+                entity_links=m.entity_links,
+                now=m.created_at,
+            ).outcome
             for m in today
-        )  # fmt: skip
-        print(f"the last day's {len(today)} memories written with MemoryClient.add (add-only): "
-              + ", ".join(f"{outcomes[o]} {o}" for o in ("created", "duplicate", "merged", "superseded")))  # fmt: skip
+        )
+        print(
+            f"the last day's {len(today)} memories written with MemoryClient.add (add-only): "
+            + ", ".join(f"{outcomes[o]} {o}" for o in ("created", "duplicate", "merged", "superseded"))
+        )
         items += today
         users = Counter(m.user_id for m in items)
-        print(f"{len(items)} memories of {len(users)} users over {args.days} days "
-              f"({items[0].created_at:%Y-%m-%d} .. {items[-1].created_at:%Y-%m-%d}) in {time.monotonic() - t:.0f} s")  # fmt: skip
+        print(
+            f"{len(items)} memories of {len(users)} users over {args.days} days "
+            f"({items[0].created_at:%Y-%m-%d} .. {items[-1].created_at:%Y-%m-%d}) in {time.monotonic() - t:.0f} s"
+        )
         before = tier_stats(conn)
         print(f"tiers before: hot {before.hot}, archived {before.archived}")
         print(
@@ -205,23 +232,32 @@ def main(argv: list[str] | None = None) -> int:
 
         # Memories the last night may archive, as they are now: the restore check compares against these.
         watch = [
-            r["id"] for r in eligibility.select_eligible(conn, criteria, night_as_of(last_night, timezone), 50)
+            r["id"]
+            for r in eligibility.select_eligible(conn, criteria, night_as_of(last_night, timezone), 50)
         ]
         snapshot = integrity.exact_rows(conn, watch)
 
         _section(f"Backfill {first_night} .. {last_night}: a Dagster backfill run by the daemon")
-        print("retrievability probe: 10 archived memories a night, floor 0.5 (defaults 50 and 0.9): the generated "
-              "history's near-identical templated sentences make a first-sentence probe find twins")  # fmt: skip
+        print(
+            "retrievability probe: 10 archived memories a night, floor 0.5 (defaults 50 and 0.9): the generated "
+            "history's near-identical templated sentences make a first-sentence probe find twins"
+        )
         # The daemon, its code server and the runs get the demo's settings (demo.env), not DATABASE_URL.
         env = demo_env(dict(os.environ))
         home = prepare_dagster_home(env)
         os.environ.update({k: env[k] for k in ("DAGSTER_HOME", "DAGSTER_PG_URL") if k in env})
         instance = dg.DagsterInstance.get()
         # A new database: the materializations of an earlier demo's nights no longer describe it.
-        instance.wipe_assets([dg.AssetKey(k) for k in ("archival_candidates", "memory_summaries",
-                                                      "archive_backups", "archive_rows")])  # fmt: skip
-        print(f"Dagster instance: {home} ({'postgres' if env.get('DAGSTER_PG_URL') else 'sqlite'} storage); "
-              f"daemon log: {state / DAEMON_LOG}")  # fmt: skip
+        instance.wipe_assets(
+            [
+                dg.AssetKey(k)
+                for k in ("archival_candidates", "memory_summaries", "archive_backups", "archive_rows")
+            ]
+        )
+        print(
+            f"Dagster instance: {home} ({'postgres' if env.get('DAGSTER_PG_URL') else 'sqlite'} storage); "
+            f"daemon log: {state / DAEMON_LOG}"
+        )
         nights = [first_night + timedelta(days=i) for i in range((last_night - first_night).days + 1)]
         check_results: dict[str, list[tuple[bool, str, dict[str, Any]]]] = {}
         totals: Counter[str] = Counter()
@@ -234,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
             night_totals: Counter[str] = Counter()
             for m in run.materializations:
                 values = {k: v.value for k, v in m.metadata.items()}
-                for field in {"archival_candidates": ("claimed",), "archive_rows": ("archived",),
-                              "archive_backups": ("bytes_written",)}.get(m.asset_key.path[-1], ()):  # fmt: skip
+                for field in {
+                    "archival_candidates": ("claimed",),
+                    "archive_rows": ("archived",),
+                    "archive_backups": ("bytes_written",),
+                }.get(m.asset_key.path[-1], ()):
                     night_totals[field] += values.get(field, 0)
             totals.update(night_totals)
             outcomes: Counter[str] = Counter()
@@ -244,23 +283,32 @@ def main(argv: list[str] | None = None) -> int:
                 check_results.setdefault(ev.check_name, []).append((ev.passed, ev.severity.value, values))
                 outcomes[f"{ev.check_name} {'ok' if ev.passed else 'FAILED'}"] += 1
             marks = ", ".join(f"{k} x{v}" for k, v in outcomes.items())
-            print(f"run {len(done):>2}/{expected} {run.nights[0]}..{run.nights[1]} {run.status}: "
-                  f"claimed {night_totals['claimed']:>5}, archived {night_totals['archived']:>5}; {marks} "
-                  f"({run.seconds:.0f} s)", flush=True)  # fmt: skip
+            print(
+                f"run {len(done):>2}/{expected} {run.nights[0]}..{run.nights[1]} {run.status}: "
+                f"claimed {night_totals['claimed']:>5}, archived {night_totals['archived']:>5}; {marks} "
+                f"({run.seconds:.0f} s)",
+                flush=True,
+            )
 
         t = time.monotonic()
         submitted = None
         try:
             with backfill.running_daemon(env, state / DAEMON_LOG) as daemon:
                 submitted = backfill.submit_job_backfill(
-                    instance, "slow_path_job", [n.isoformat() for n in nights], env=env,
+                    instance,
+                    "slow_path_job",
+                    [n.isoformat() for n in nights],
+                    env=env,
                     title=f"memory-archive demo backlog {first_night}..{last_night}",
                     tags={"memory-archive/demo": "backfill"},
-                )  # fmt: skip
+                )
                 expected = submitted.runs_expected
-                print(f"backfill {submitted.backfill_id}: {len(nights)} nights of slow_path_job in {expected} runs "
-                      f"of up to {BACKFILL_NIGHTS_PER_RUN} nights (backfill policy), one run at a time (run queue), "
-                      f"at most {criteria.batch_size} memories a night; the daemon starts them", flush=True)  # fmt: skip
+                print(
+                    f"backfill {submitted.backfill_id}: {len(nights)} nights of slow_path_job in {expected} runs "
+                    f"of up to {BACKFILL_NIGHTS_PER_RUN} nights (backfill policy), one run at a time (run queue), "
+                    f"at most {criteria.batch_size} memories a night; the daemon starts them",
+                    flush=True,
+                )
                 result = backfill.wait_for_backfill(
                     instance, submitted.backfill_id, timeout_s=6 * 3600, on_run=report, daemon=daemon
                 )
@@ -270,10 +318,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"backfill stopped; the daemon's log: {state / DAEMON_LOG}")
             raise
         ok = result.status.value == "COMPLETED_SUCCESS"
-        print(f"backfill {result.status.value}: {len(done)} runs in {time.monotonic() - t:.0f} s "
-              "(a failed gate fails its run and pauses archival: the later runs archive nothing)")  # fmt: skip
+        print(
+            f"backfill {result.status.value}: {len(done)} runs in {time.monotonic() - t:.0f} s "
+            "(a failed gate fails its run and pauses archival: the later runs archive nothing)"
+        )
         backfill_s = time.monotonic() - t
-        store_resource = ObjectStoreResource(kind="local", local_root=str(state / OBJECTS), prefix="memory-archive")
+        store_resource = ObjectStoreResource(
+            kind="local", local_root=str(state / OBJECTS), prefix="memory-archive"
+        )
 
         _section("Check results")
         for name, runs in check_results.items():
@@ -303,16 +355,25 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "tiers_consistent":
                 problems = Counter()
                 for _, _, m in runs:
-                    problems.update({k: v for k, v in m.items() if isinstance(v, int) and not isinstance(v, bool)
-                                     and k not in ("archived_by_this_night", "backups_checked")})  # fmt: skip
+                    problems.update(
+                        {
+                            k: v
+                            for k, v in m.items()
+                            if isinstance(v, int)
+                            and not isinstance(v, bool)
+                            and k not in ("archived_by_this_night", "backups_checked")
+                        }
+                    )
                 detail = ", ".join(f"{k} {v}" for k, v in problems.items())
             verdict = "PASSED" if passed == len(runs) else "FAILED"
-            print(f"{name:<20} {verdict} on {passed}/{len(runs)} nights ({detail})")  # fmt: skip
+            print(f"{name:<20} {verdict} on {passed}/{len(runs)} nights ({detail})")
 
         _section("After the backfill")
         after = tier_stats(conn)
-        print(f"tiers after: hot {after.hot}, archived {after.archived} "
-              f"(claimed {totals['claimed']}, archived {totals['archived']} in {backfill_s:.0f} s)")  # fmt: skip
+        print(
+            f"tiers after: hot {after.hot}, archived {after.archived} "
+            f"(claimed {totals['claimed']}, archived {totals['archived']} in {backfill_s:.0f} s)"
+        )
         print(
             f"memories {before.hot} -> {after.hot + after.archived} in total: each exactly once in hot or archive"
         )
@@ -321,17 +382,23 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute("VACUUM FULL ANALYZE archived_memories")
         vacuumed = tier_stats(conn)
         print("table bytes (pg_total_relation_size: heap + TOAST + indexes)")
-        print(f"  memories:          before {_human(before.hot_bytes):>9}   after archival {_human(after.hot_bytes):>9}"
-              f"   after VACUUM FULL {_human(vacuumed.hot_bytes):>9}")  # fmt: skip
-        print(f"  archived_memories: before {_human(before.archived_bytes):>9}   after archival "
-              f"{_human(after.archived_bytes):>9}   after VACUUM FULL {_human(vacuumed.archived_bytes):>9}")  # fmt: skip
+        print(
+            f"  memories:          before {_human(before.hot_bytes):>9}   after archival {_human(after.hot_bytes):>9}"
+            f"   after VACUUM FULL {_human(vacuumed.hot_bytes):>9}"
+        )
+        print(
+            f"  archived_memories: before {_human(before.archived_bytes):>9}   after archival "
+            f"{_human(after.archived_bytes):>9}   after VACUUM FULL {_human(vacuumed.archived_bytes):>9}"
+        )
         both_before, both_after = (
             before.hot_bytes + before.archived_bytes,
             vacuumed.hot_bytes + vacuumed.archived_bytes,
         )
-        print(f"  both:              {_human(both_before)} -> {_human(both_after)} "
-              f"({100 * (both_before - both_after) / both_before:.0f}% less; VACUUM FULL took {time.monotonic() - t:.1f} s; "
-              "deleted rows only free disk after a vacuum)")  # fmt: skip
+        print(
+            f"  both:              {_human(both_before)} -> {_human(both_after)} "
+            f"({100 * (both_before - both_after) / both_before:.0f}% less; VACUUM FULL took {time.monotonic() - t:.1f} s; "
+            "deleted rows only free disk after a vacuum)"
+        )
         store = store_resource.get_store()
         assert isinstance(store, LocalObjectStore)
         keys = integrity.backup_keys(store)
@@ -340,9 +407,11 @@ def main(argv: list[str] | None = None) -> int:
             "SELECT coalesce(sum(backup_size_bytes), 0) AS b FROM archived_memories"
         ).fetchone()["b"]
         n_packs = sum(map(packs.is_pack_key, keys))
-        print(f"objects written: {len(keys)} ({n_packs} of them packs of one user's memories),"
-              f" {_human(object_bytes)} under {store.root}/memory-archive"
-              f" (archive rows record {_human(db_bytes)})")  # fmt: skip
+        print(
+            f"objects written: {len(keys)} ({n_packs} of them packs of one user's memories),"
+            f" {_human(object_bytes)} under {store.root}/memory-archive"
+            f" (archive rows record {_human(db_bytes)})"
+        )
 
         _section(
             "Some archive rows (offline extractive summaries keep the most informative sentences verbatim;"
@@ -354,9 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                FROM archived_memories ORDER BY user_id, original_created_at LIMIT 4"""
         ).fetchall()
         for r in rows:
-            doc = BackupObject.from_json_bytes(
-                store.read_ref(r["storage_ref"], r["backup_sha256"])
-            )
+            doc = BackupObject.from_json_bytes(store.read_ref(r["storage_ref"], r["backup_sha256"]))
             print(
                 f"- {r['user_id']} {r['original_created_at']:%Y-%m-%d} [{r['archive_reason']}] {str(r['original_id'])[:8]}"
             )
@@ -377,40 +444,53 @@ def main(argv: list[str] | None = None) -> int:
             archived_hit = next(iter(result.archived), None)
             if archived_hit is not None:
                 expansion = client.expand(probe["user_id"], archived_hit.id)
-                print(f"expanded archive {str(archived_hit.id)[:8]}: sha256 verified, original text: "
-                      f"{expansion.content!r}; expansions in window {expansion.expansions_in_window}, "
-                      f"promoted: {expansion.promoted}")  # fmt: skip
+                print(
+                    f"expanded archive {str(archived_hit.id)[:8]}: sha256 verified, original text: "
+                    f"{expansion.content!r}; expansions in window {expansion.expansions_in_window}, "
+                    f"promoted: {expansion.promoted}"
+                )
 
         consolidated_ok = _consolidation(conn, embedder, timezone)
 
         _section("Restore through the rollback job, compared byte for byte")
-        archived_now = {r["original_id"] for r in conn.execute(
-            "SELECT original_id FROM archived_memories WHERE original_id = ANY(%s)", (watch,)).fetchall()}  # fmt: skip
+        archived_now = {
+            r["original_id"]
+            for r in conn.execute(
+                "SELECT original_id FROM archived_memories WHERE original_id = ANY(%s)", (watch,)
+            ).fetchall()
+        }
         pick = next((i for i in watch if i in archived_now), None)
         restored_ok = False
         if pick is None:
             print("none of the watched memories was archived: nothing to restore")
         else:
             run = rollback.execute_in_process(
-                resources={"database": DatabaseResource(database_url=url), "object_store": store_resource}, instance=instance,
-                run_config={"loggers": QUIET["loggers"]} | {"ops": {"restore_archives": {"config": {
-                    "original_ids": [str(pick)], "operator": "demo"}}}},
-            )  # fmt: skip
+                resources={"database": DatabaseResource(database_url=url), "object_store": store_resource},
+                instance=instance,
+                run_config={"loggers": QUIET["loggers"]}
+                | {
+                    "ops": {"restore_archives": {"config": {"original_ids": [str(pick)], "operator": "demo"}}}
+                },
+            )
             back = integrity.exact_rows(conn, [pick]).get(pick)
             want = snapshot[pick]
             restored_ok = run.success and back == want
             differing = [k for k in want if back is None or back[k] != want[k]]
-            print(f"memory {pick} ({want['user_id']}): restored by run {run.run_id[:8]}; "
-                  f"{len(want)} columns compared (embedding as {args.dim} float32 = {len(want['embedding'])} bytes, "
-                  "metadata, entity_links, timestamps, tsvector)")  # fmt: skip
+            print(
+                f"memory {pick} ({want['user_id']}): restored by run {run.run_id[:8]}; "
+                f"{len(want)} columns compared (embedding as {args.dim} float32 = {len(want['embedding'])} bytes, "
+                "metadata, entity_links, timestamps, tsvector)"
+            )
             print("byte-exact: YES" if restored_ok else f"byte-exact: NO, differs in {differing}")
             final = tier_stats(conn)
             print(f"tiers now: hot {final.hot}, archived {final.archived}")
         conn.close()
         all_green = ok and consolidated_ok and all(p for runs in check_results.values() for p, _, _ in runs)
         _section("Done")
-        print(f"demo finished in {time.monotonic() - started:.0f} s: "
-              f"{'all checks green' if all_green else 'SOME CHECKS FAILED'}; restore byte-exact: {restored_ok}")  # fmt: skip
+        print(
+            f"demo finished in {time.monotonic() - started:.0f} s: "
+            f"{'all checks green' if all_green else 'SOME CHECKS FAILED'}; restore byte-exact: {restored_ok}"
+        )
         print("UI on the demo database: python -m memory_assets.dev --demo   (then http://127.0.0.1:3000)")
         return 0 if all_green and restored_ok else 1
     finally:
@@ -433,22 +513,33 @@ def _consolidation(conn, embedder, timezone: str) -> bool:
         consolidate_month(conn, month, builder=builder, extractor=extractor, embedder=embedder, tz=timezone)
     for year in sorted({m.year for m in months}):
         build_period(conn, 3, months[0].replace(year=year), builder=builder, embedder=embedder, tz=timezone)
-    n = {r["t"]: r["n"] for r in conn.execute(
-        """SELECT 'l2' AS t, count(*) AS n FROM memory_digests WHERE level = 2 UNION ALL
+    n = {
+        r["t"]: r["n"]
+        for r in conn.execute(
+            """SELECT 'l2' AS t, count(*) AS n FROM memory_digests WHERE level = 2 UNION ALL
            SELECT 'l3', count(*) FROM memory_digests WHERE level = 3 UNION ALL
            SELECT 'facts', count(*) FROM memory_facts UNION ALL SELECT 'closed', count(*) FROM memory_facts
-           WHERE valid_to IS NOT NULL UNION ALL SELECT 'moments', count(*) FROM key_moments""").fetchall()}  # fmt: skip
+           WHERE valid_to IS NOT NULL UNION ALL SELECT 'moments', count(*) FROM key_moments"""
+        ).fetchall()
+    }
     problems, missing = check_provenance(conn), missing_digests(conn, builder=builder, tz=timezone)
-    print(f"{len(months)} months: {n['l2']} monthly and {n['l3']} yearly digests, {n['facts']} facts "
-          f"({n['closed']} closed by a newer value), {n['moments']} key moments in {time.monotonic() - t:.1f} s")  # fmt: skip
-    print(f"checks: provenance {'OK' if not problems else f'{len(problems)} problems'} (every source is an "
-          f"existing memory of the same user); freshness {'OK' if not missing else f'{len(missing)} months missing'}")  # fmt: skip
-    d = conn.execute("SELECT user_id, summary FROM memory_digests WHERE level = 3 ORDER BY period_start, user_id "
-                     "LIMIT 1").fetchone()  # fmt: skip
+    print(
+        f"{len(months)} months: {n['l2']} monthly and {n['l3']} yearly digests, {n['facts']} facts "
+        f"({n['closed']} closed by a newer value), {n['moments']} key moments in {time.monotonic() - t:.1f} s"
+    )
+    print(
+        f"checks: provenance {'OK' if not problems else f'{len(problems)} problems'} (every source is an "
+        f"existing memory of the same user); freshness {'OK' if not missing else f'{len(missing)} months missing'}"
+    )
+    d = conn.execute(
+        "SELECT user_id, summary FROM memory_digests WHERE level = 3 ORDER BY period_start, user_id LIMIT 1"
+    ).fetchone()
     if d:
         print(f"a yearly digest ({d['user_id']}): {d['summary'][:400]}")
-    who = conn.execute("SELECT user_id, object FROM memory_facts WHERE predicate = 'has manager' "
-                       "ORDER BY user_id, valid_from DESC LIMIT 1").fetchone()  # fmt: skip
+    who = conn.execute(
+        "SELECT user_id, object FROM memory_facts WHERE predicate = 'has manager' "
+        "ORDER BY user_id, valid_from DESC LIMIT 1"
+    ).fetchone()
     if who:
         print(f"who is {who['object']}? ({who['user_id']}, answered from facts, with their sources)")
         for f in who_is(conn, who["user_id"], who["object"], limit=6):
@@ -469,8 +560,10 @@ def _fact_line(conn, user_id: str, fact: dict[str, Any], shown: int = 3) -> str:
     sources = ", ".join(f"{i} ({tier.get(i, 'missing')})" for i in ids[:shown])
     more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
     archived = sum(tier.get(i) == "archived" for i in ids)
-    return (f"{fact['subject']} {fact['predicate']} {fact['object']} (from {fact['valid_from']:%Y-%m-%d}, {until}; "
-            f"{len(ids)} source{'s' if len(ids) != 1 else ''}, {archived} archived: {sources}{more}; {', '.join(sorted(fact['extractors']))})")  # fmt: skip
+    return (
+        f"{fact['subject']} {fact['predicate']} {fact['object']} (from {fact['valid_from']:%Y-%m-%d}, {until}; "
+        f"{len(ids)} source{'s' if len(ids) != 1 else ''}, {archived} archived: {sources}{more}; {', '.join(sorted(fact['extractors']))})"
+    )
 
 
 if __name__ == "__main__":

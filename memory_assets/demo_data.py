@@ -20,56 +20,168 @@ USERS = {
     "user-chen": {"name": "Chen", "city": "Singapore", "team": "mobile"},
     "user-dara": {"name": "Dara", "city": "Dublin", "team": "data platform"},
 }
-PEOPLE = ["Maya Patel", "Jonas Weber", "Lucia Romero", "Kenji Sato", "Amara Okafor", "Tom Becker",
-          "Priya Nair", "Omar Haddad", "Sofia Lindqvist", "Diego Alvarez", "Hannah Kim", "Yusuf Demir"]  # fmt: skip
-PLACES = ["Lisbon", "Berlin", "Kyoto", "Nairobi", "Reykjavik", "Montreal", "Oaxaca", "Tallinn",
-          "Cape Town", "Seoul", "Edinburgh", "Valparaiso"]  # fmt: skip
-PROJECTS = ["Project Atlas", "Project Heron", "Project Quill", "Project Ember", "Project Tidewater",
-            "Project Lantern", "Project Sable", "Project Orchard"]  # fmt: skip
+PEOPLE = [
+    "Maya Patel",
+    "Jonas Weber",
+    "Lucia Romero",
+    "Kenji Sato",
+    "Amara Okafor",
+    "Tom Becker",
+    "Priya Nair",
+    "Omar Haddad",
+    "Sofia Lindqvist",
+    "Diego Alvarez",
+    "Hannah Kim",
+    "Yusuf Demir",
+]
+PLACES = [
+    "Lisbon",
+    "Berlin",
+    "Kyoto",
+    "Nairobi",
+    "Reykjavik",
+    "Montreal",
+    "Oaxaca",
+    "Tallinn",
+    "Cape Town",
+    "Seoul",
+    "Edinburgh",
+    "Valparaiso",
+]
+PROJECTS = [
+    "Project Atlas",
+    "Project Heron",
+    "Project Quill",
+    "Project Ember",
+    "Project Tidewater",
+    "Project Lantern",
+    "Project Sable",
+    "Project Orchard",
+]
 FOODS = ["cortado", "flat white", "matcha latte", "oat milk cappuccino", "espresso", "chai"]
-RESTAURANTS = ["Taberna da Rua", "Noodle Bar 88", "Casa Verde", "The Copper Pot", "Sushi Ren", "Le Petit Zinc"]
-BOOKS = ["The Pragmatic Programmer", "Designing Data-Intensive Applications", "Piranesi", "The Overstory",
-         "Project Hail Mary", "Thinking in Systems"]  # fmt: skip
+RESTAURANTS = [
+    "Taberna da Rua",
+    "Noodle Bar 88",
+    "Casa Verde",
+    "The Copper Pot",
+    "Sushi Ren",
+    "Le Petit Zinc",
+]
+BOOKS = [
+    "The Pragmatic Programmer",
+    "Designing Data-Intensive Applications",
+    "Piranesi",
+    "The Overstory",
+    "Project Hail Mary",
+    "Thinking in Systems",
+]
 
 # (domain, category, base importance range, template). Fields in braces are filled per memory.
 TEMPLATES: list[tuple[str, str, tuple[float, float], str]] = [
-    ("work", "episodic", (0.05, 0.35),
-     "Had a standup with {person} about {project}; the {team} backlog is down to {n} tickets."),
-    ("work", "episodic", (0.1, 0.45),
-     "{person} asked {name} to review pull request #{pr} for {project} before {weekday}."),
-    ("work", "semantic", (0.3, 0.7),
-     "{project} uses Postgres 16 with {n} read replicas; the on-call rotation is owned by {person}."),
-    ("work", "episodic", (0.05, 0.3),
-     "Debugged a flaky test in {project} with {person}; it failed {n} times out of 200 runs."),
-    ("work", "procedural", (0.4, 0.8),
-     "To deploy {project}, {name} runs the release script, waits for {n} health checks, then tags v{major}.{minor}."),
-    ("work", "episodic", (0.2, 0.6),
-     "Order {order} for {n} new laptops for the {team} team was approved by {person} on {date}."),
-    ("travel", "episodic", (0.1, 0.5),
-     "{name} booked a flight to {place} on {date}, confirmation code {code}, seat {seat}."),
-    ("travel", "episodic", (0.05, 0.3),
-     "The hotel in {place} cost EUR {price} a night; {name} found the breakfast mediocre."),
-    ("food", "semantic", (0.3, 0.7),
-     "{name} prefers a {food} in the morning and avoids caffeine after 3 pm."),
-    ("food", "episodic", (0.02, 0.25),
-     "Dinner at {restaurant} with {person}; the bill was EUR {price} and they split it."),
-    ("personal", "episodic", (0.05, 0.35),
-     "{name} finished reading {book} and rated it {rating} out of 5."),
-    ("personal", "episodic", (0.1, 0.5),
-     "{person}'s birthday is on {date}; {name} plans to send a gift from {place}."),
-    ("health", "episodic", (0.05, 0.4),
-     "{name} ran {km} km along the river in {minutes} minutes; resting heart rate was {bpm} bpm."),
-    ("health", "semantic", (0.4, 0.8),
-     "{name} is allergic to penicillin; the doctor, {person}, noted it on {date}."),
-    ("finance", "episodic", (0.05, 0.3),
-     "Paid the electricity bill of EUR {price} for {month}; reference {code}."),
-    ("finance", "semantic", (0.3, 0.7),
-     "{name} moves {pct}% of each salary into the index fund on the {day}th of the month."),
-    ("chat", "episodic", (0.0, 0.15),
-     "Small talk: {name} mentioned the weather in {city} was {weather} and {n} degrees."),
-    ("chat", "episodic", (0.0, 0.2),
-     "{name} asked for a synonym for '{word}' while writing an email to {person}."),
-]  # fmt: skip
+    (
+        "work",
+        "episodic",
+        (0.05, 0.35),
+        "Had a standup with {person} about {project}; the {team} backlog is down to {n} tickets.",
+    ),
+    (
+        "work",
+        "episodic",
+        (0.1, 0.45),
+        "{person} asked {name} to review pull request #{pr} for {project} before {weekday}.",
+    ),
+    (
+        "work",
+        "semantic",
+        (0.3, 0.7),
+        "{project} uses Postgres 16 with {n} read replicas; the on-call rotation is owned by {person}.",
+    ),
+    (
+        "work",
+        "episodic",
+        (0.05, 0.3),
+        "Debugged a flaky test in {project} with {person}; it failed {n} times out of 200 runs.",
+    ),
+    (
+        "work",
+        "procedural",
+        (0.4, 0.8),
+        "To deploy {project}, {name} runs the release script, waits for {n} health checks, then tags v{major}.{minor}.",
+    ),
+    (
+        "work",
+        "episodic",
+        (0.2, 0.6),
+        "Order {order} for {n} new laptops for the {team} team was approved by {person} on {date}.",
+    ),
+    (
+        "travel",
+        "episodic",
+        (0.1, 0.5),
+        "{name} booked a flight to {place} on {date}, confirmation code {code}, seat {seat}.",
+    ),
+    (
+        "travel",
+        "episodic",
+        (0.05, 0.3),
+        "The hotel in {place} cost EUR {price} a night; {name} found the breakfast mediocre.",
+    ),
+    (
+        "food",
+        "semantic",
+        (0.3, 0.7),
+        "{name} prefers a {food} in the morning and avoids caffeine after 3 pm.",
+    ),
+    (
+        "food",
+        "episodic",
+        (0.02, 0.25),
+        "Dinner at {restaurant} with {person}; the bill was EUR {price} and they split it.",
+    ),
+    ("personal", "episodic", (0.05, 0.35), "{name} finished reading {book} and rated it {rating} out of 5."),
+    (
+        "personal",
+        "episodic",
+        (0.1, 0.5),
+        "{person}'s birthday is on {date}; {name} plans to send a gift from {place}.",
+    ),
+    (
+        "health",
+        "episodic",
+        (0.05, 0.4),
+        "{name} ran {km} km along the river in {minutes} minutes; resting heart rate was {bpm} bpm.",
+    ),
+    (
+        "health",
+        "semantic",
+        (0.4, 0.8),
+        "{name} is allergic to penicillin; the doctor, {person}, noted it on {date}.",
+    ),
+    (
+        "finance",
+        "episodic",
+        (0.05, 0.3),
+        "Paid the electricity bill of EUR {price} for {month}; reference {code}.",
+    ),
+    (
+        "finance",
+        "semantic",
+        (0.3, 0.7),
+        "{name} moves {pct}% of each salary into the index fund on the {day}th of the month.",
+    ),
+    (
+        "chat",
+        "episodic",
+        (0.0, 0.15),
+        "Small talk: {name} mentioned the weather in {city} was {weather} and {n} degrees.",
+    ),
+    (
+        "chat",
+        "episodic",
+        (0.0, 0.2),
+        "{name} asked for a synonym for '{word}' while writing an email to {person}.",
+    ),
+]
 CORE_FACTS = [
     "{name} lives in {city} and works on the {team} team.",
     "{name}'s manager is {person}; their 1:1 is every {weekday}.",
@@ -140,21 +252,46 @@ def _fields(rng: random.Random, profile: dict[str, str], ts: datetime) -> dict[s
     when = ts + timedelta(days=rng.randint(1, 60))
     return {
         **profile,
-        "person": rng.choice(PEOPLE), "project": rng.choice(PROJECTS), "place": rng.choice(PLACES),
-        "n": rng.randint(2, 48), "pr": rng.randint(1000, 9999), "weekday": rng.choice(WEEKDAYS),
-        "major": rng.randint(1, 4), "minor": rng.randint(0, 30), "order": f"ORD-{rng.randint(1000, 9999)}",
-        "date": when.strftime("%d %B %Y"), "code": "".join(rng.choices("ABCDEFGHJKLMNPQRSTUVWXYZ23456789", k=6)),
-        "seat": f"{rng.randint(1, 40)}{rng.choice('ABCDEF')}", "price": rng.randint(9, 420),
-        "food": rng.choice(FOODS), "restaurant": rng.choice(RESTAURANTS), "book": rng.choice(BOOKS),
-        "rating": rng.randint(1, 5), "km": round(rng.uniform(3, 21), 1), "minutes": rng.randint(18, 130),
-        "bpm": rng.randint(48, 72), "month": ts.strftime("%B %Y"), "pct": rng.randint(5, 30),
-        "day": rng.randint(1, 28), "weather": rng.choice(WEATHER), "word": rng.choice(WORDS),
-    }  # fmt: skip
+        "person": rng.choice(PEOPLE),
+        "project": rng.choice(PROJECTS),
+        "place": rng.choice(PLACES),
+        "n": rng.randint(2, 48),
+        "pr": rng.randint(1000, 9999),
+        "weekday": rng.choice(WEEKDAYS),
+        "major": rng.randint(1, 4),
+        "minor": rng.randint(0, 30),
+        "order": f"ORD-{rng.randint(1000, 9999)}",
+        "date": when.strftime("%d %B %Y"),
+        "code": "".join(rng.choices("ABCDEFGHJKLMNPQRSTUVWXYZ23456789", k=6)),
+        "seat": f"{rng.randint(1, 40)}{rng.choice('ABCDEF')}",
+        "price": rng.randint(9, 420),
+        "food": rng.choice(FOODS),
+        "restaurant": rng.choice(RESTAURANTS),
+        "book": rng.choice(BOOKS),
+        "rating": rng.randint(1, 5),
+        "km": round(rng.uniform(3, 21), 1),
+        "minutes": rng.randint(18, 130),
+        "bpm": rng.randint(48, 72),
+        "month": ts.strftime("%B %Y"),
+        "pct": rng.randint(5, 30),
+        "day": rng.randint(1, 28),
+        "weather": rng.choice(WEATHER),
+        "word": rng.choice(WORDS),
+    }
 
 
 def _memory(
-    rng: random.Random, user: str, text: str, domain: str, category: str, importance: float,
-    created: datetime, end: datetime, *, access: tuple[int, int] | None = None, links: list[uuid.UUID] = (),
+    rng: random.Random,
+    user: str,
+    text: str,
+    domain: str,
+    category: str,
+    importance: float,
+    created: datetime,
+    end: datetime,
+    *,
+    access: tuple[int, int] | None = None,
+    links: list[uuid.UUID] = (),
 ) -> DemoMemory:
     age_days = (end - created).total_seconds() / 86_400
     # Access: important and recent memories get used; cold ones were touched once or twice, long ago.
@@ -172,7 +309,15 @@ def _memory(
     linked = rng.sample(links, k=min(len(links), rng.choice([0, 0, 1, 2]))) if links else []
     meta = {"source": rng.choice(["chat", "email", "calendar", "note"]), "turn": rng.randint(1, 400)}
     return DemoMemory(
-        id=uuid.UUID(int=rng.getrandbits(128), version=4), user_id=user, content=text, domain=domain,
-        category=category, importance_score=importance, access_count=count, last_accessed_at=last,
-        created_at=created, entity_links=linked, metadata=meta,
-    )  # fmt: skip
+        id=uuid.UUID(int=rng.getrandbits(128), version=4),
+        user_id=user,
+        content=text,
+        domain=domain,
+        category=category,
+        importance_score=importance,
+        access_count=count,
+        last_accessed_at=last,
+        created_at=created,
+        entity_links=linked,
+        metadata=meta,
+    )

@@ -46,8 +46,13 @@ def tier_metadata(t: TierCounts, *, top: int = 10) -> dict[str, Any]:
     """Tier totals as of a night (ints, plotted nightly) and a small per-user distribution: median and
     max per user of each tier, users holding stubs, and the `top` users by memories as a table."""
     users = list(t.by_user.values())
-    meta: dict[str, Any] = {"hot_memories": t.hot, "archived_memories": t.archived, "stub_memories": t.stub,
-                            "users": len(users), "users_with_stubs": sum(1 for u in users if u.stub)}  # fmt: skip
+    meta: dict[str, Any] = {
+        "hot_memories": t.hot,
+        "archived_memories": t.archived,
+        "stub_memories": t.stub,
+        "users": len(users),
+        "users_with_stubs": sum(1 for u in users if u.stub),
+    }
     for tier in ("hot", "archived", "stub"):
         values = sorted(getattr(u, tier) for u in users)
         meta[f"{tier}_per_user_p50"] = float(statistics.median(values)) if values else 0.0

@@ -128,9 +128,11 @@ class ObjectStoreResource(dg.ConfigurableResource):
 
     def config(self) -> ObjectStoreConfig:
         return _merged(
-            ObjectStoreConfig, Settings.from_env().object_store,
-            _set_fields(self, ("kind", "local_root", "bucket", "prefix")), "object_store",
-        )  # fmt: skip
+            ObjectStoreConfig,
+            Settings.from_env().object_store,
+            _set_fields(self, ("kind", "local_root", "bucket", "prefix")),
+            "object_store",
+        )
 
     def _s3(self, cfg: ObjectStoreConfig) -> tuple[Any, str | None]:
         """memory_lib's client from the S3Resource's settings (one client factory for the library and
@@ -138,10 +140,14 @@ class ObjectStoreResource(dg.ConfigurableResource):
         endpoint fails the step's memories instead of hanging the run."""
         s3 = self.s3 or S3Resource(endpoint_url=cfg.endpoint_url, region_name=cfg.region_name)
         client = s3_client(
-            s3.endpoint_url, s3.region_name, s3.aws_access_key_id, s3.aws_secret_access_key,
-            connect_timeout=cfg.connect_timeout_seconds, read_timeout=cfg.read_timeout_seconds,
+            s3.endpoint_url,
+            s3.region_name,
+            s3.aws_access_key_id,
+            s3.aws_secret_access_key,
+            connect_timeout=cfg.connect_timeout_seconds,
+            read_timeout=cfg.read_timeout_seconds,
             max_attempts=cfg.max_attempts,
-        )  # fmt: skip
+        )
         return client, s3.endpoint_url
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -201,9 +207,20 @@ class SummarizerResource(dg.ConfigurableResource):
 
     def llm_config(self) -> LLMConfig:
         if self._config is None:
-            names = ("provider", "base_url", "anthropic_model", "openai_model", "max_output_tokens",
-                     "requests_per_second", "max_concurrency", "max_retries", "timeout_seconds",
-                     "batch_threshold", "batch_poll_seconds", "batch_wait_seconds")  # fmt: skip
+            names = (
+                "provider",
+                "base_url",
+                "anthropic_model",
+                "openai_model",
+                "max_output_tokens",
+                "requests_per_second",
+                "max_concurrency",
+                "max_retries",
+                "timeout_seconds",
+                "batch_threshold",
+                "batch_poll_seconds",
+                "batch_wait_seconds",
+            )
             self._config = _merged(LLMConfig, Settings.from_env().llm, _set_fields(self, names), "llm")
         return self._config
 

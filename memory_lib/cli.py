@@ -114,7 +114,9 @@ def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
             _fail(str(exc), exit_code(exc))
         except psycopg.OperationalError as exc:
             code = exit_code(exc)
-            what = "the database refused these settings" if code == EXIT_INPUT else "cannot reach the database"
+            what = (
+                "the database refused these settings" if code == EXIT_INPUT else "cannot reach the database"
+            )
             _fail(f"{what}: {' '.join(str(exc).split())[:300]}", code)
 
     wrapper.__name__ = fn.__name__
@@ -162,14 +164,19 @@ def stats(ctx: click.Context) -> None:
     batch submissions by status (count, oldest age in seconds, memories held; the stalled ones named)."""
     with _connection(ctx) as (settings, conn):
         s = tier_stats(conn)
-        _emit({
-            "hot": s.hot, "archived": s.archived, "hot_bytes": s.hot_bytes, "archived_bytes": s.archived_bytes,
-            "eligible": eligible_counts(conn, settings.archival, datetime.now(UTC)),
-            "attempts": attempt_counts(conn),
-            "released": [dict(r) for r in released_memories(conn, limit=10)],
-            "llm_batches": submission_stats(conn),
-            "paused": pause_status(conn).paused,
-        })  # fmt: skip
+        _emit(
+            {
+                "hot": s.hot,
+                "archived": s.archived,
+                "hot_bytes": s.hot_bytes,
+                "archived_bytes": s.archived_bytes,
+                "eligible": eligible_counts(conn, settings.archival, datetime.now(UTC)),
+                "attempts": attempt_counts(conn),
+                "released": [dict(r) for r in released_memories(conn, limit=10)],
+                "llm_batches": submission_stats(conn),
+                "paused": pause_status(conn).paused,
+            }
+        )
 
 
 def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -183,11 +190,18 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
 
 
 @cli.command()
-@click.option("--batch-key", callback=_batch_key_option,
-              help="Default: adhoc-<UTC timestamp>. A batch killed mid-run is taken over by the next.")
+@click.option(
+    "--batch-key",
+    callback=_batch_key_option,
+    help="Default: adhoc-<UTC timestamp>. A batch killed mid-run is taken over by the next.",
+)
 @click.option("--limit", type=click.IntRange(min=0), help="At most this many (default: archival.batch_size).")
-@click.option("--shard", default="0/1", show_default=True,
-              help="i/n: only the users of shard i of n (stable hash of user_id); run n of them at once to scale out.")
+@click.option(
+    "--shard",
+    default="0/1",
+    show_default=True,
+    help="i/n: only the users of shard i of n (stable hash of user_id); run n of them at once to scale out.",
+)
 @click.pass_context
 @_guarded
 def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard: str) -> None:
@@ -199,18 +213,34 @@ def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard:
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
         report = run_batch(
-            conn, services, settings.archival, batch_key=key, as_of=now, actor="cli", limit=limit,
-            workers=settings.llm.max_concurrency, holder=Holder.this_process(f"cli:{key}", track_pid=True),
+            conn,
+            services,
+            settings.archival,
+            batch_key=key,
+            as_of=now,
+            actor="cli",
+            limit=limit,
+            workers=settings.llm.max_concurrency,
+            holder=Holder.this_process(f"cli:{key}", track_pid=True),
             shard=part,
-        )  # fmt: skip
+        )
         claim = report.claim
-        _emit({
-            "batch_key": key, "shard": str(part), "claimed": claim.claimed if claim else 0,
-            "taken_over": claim.taken_over if claim else 0, "archived": report.status.archived,
-            "failed": report.status.failed, "failed_by_step": report.status.failed_by_step,
-            "gate_passed": report.gate_passed, "ok": report.ok, "problem": report.problem,
-            "stalled": report.stalled, "why": report.why,
-        })  # fmt: skip
+        _emit(
+            {
+                "batch_key": key,
+                "shard": str(part),
+                "claimed": claim.claimed if claim else 0,
+                "taken_over": claim.taken_over if claim else 0,
+                "archived": report.status.archived,
+                "failed": report.status.failed,
+                "failed_by_step": report.status.failed_by_step,
+                "gate_passed": report.gate_passed,
+                "ok": report.ok,
+                "problem": report.problem,
+                "stalled": report.stalled,
+                "why": report.why,
+            }
+        )
     if report.paused is not None and report.paused.paused and claim is None:
         _fail(report.paused.describe(), EXIT_PAUSED)
     if not report.ok:
@@ -220,22 +250,41 @@ def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard:
 @cli.command()
 @click.option("--user-id", help="Only this user's archives.")
 @click.option("--original-id", type=click.UUID, multiple=True, help="One memory (repeatable).")
-@click.option("--all", "all_archives", is_flag=True,
-              help="Every archive (of --user-id when given); pauses archival first.")
+@click.option(
+    "--all",
+    "all_archives",
+    is_flag=True,
+    help="Every archive (of --user-id when given); pauses archival first.",
+)
 @click.pass_context
 @_guarded
-def restore(ctx: click.Context, user_id: str | None, original_id: tuple[uuid.UUID, ...], all_archives: bool) -> None:
+def restore(
+    ctx: click.Context, user_id: str | None, original_id: tuple[uuid.UUID, ...], all_archives: bool
+) -> None:
     """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup."""
     _preflight(ctx.obj)
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
         report = restore_archives(
-            conn, services.object_store, actor="cli", all_archives=all_archives and user_id is None,
-            user_id=user_id, original_ids=list(original_id) or None, pause_archival=all_archives,
-        )  # fmt: skip
-        _emit({"requested": report.requested, "restored": report.restored, "already_hot": report.already_hot,
-               "not_found": report.not_found, "failed": report.failed, "errors": report.errors[:5],
-               "archival_paused": report.paused_archival})  # fmt: skip
+            conn,
+            services.object_store,
+            actor="cli",
+            all_archives=all_archives and user_id is None,
+            user_id=user_id,
+            original_ids=list(original_id) or None,
+            pause_archival=all_archives,
+        )
+        _emit(
+            {
+                "requested": report.requested,
+                "restored": report.restored,
+                "already_hot": report.already_hot,
+                "not_found": report.not_found,
+                "failed": report.failed,
+                "errors": report.errors[:5],
+                "archival_paused": report.paused_archival,
+            }
+        )
     if report.failed or report.not_found:
         sys.exit(EXIT_FAILED)
 
@@ -250,8 +299,15 @@ def sweep(ctx: click.Context, remove: bool) -> None:
     with _connection(ctx) as (settings, conn):
         store = ArchivalServices.from_settings(settings).object_store
         report = sweep_orphans(conn, store, remove=remove)
-        _emit({"listed": report.listed, "orphans": len(report.orphans), "removed": len(report.removed),
-               "kept": report.kept, "orphan_keys": report.orphans[:20]})  # fmt: skip
+        _emit(
+            {
+                "listed": report.listed,
+                "orphans": len(report.orphans),
+                "removed": len(report.removed),
+                "kept": report.kept,
+                "orphan_keys": report.orphans[:20],
+            }
+        )
 
 
 @cli.command()

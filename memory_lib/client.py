@@ -111,9 +111,14 @@ def connection_pool(url: str, *, min_size: int = 1, max_size: int = 4, **kwargs:
     """
     check_schema(url)
     return ConnectionPool(
-        url, min_size=min_size, max_size=max_size, open=True, configure=register_vector,
-        kwargs={"autocommit": True, "row_factory": dict_row}, **kwargs,
-    )  # fmt: skip
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=True,
+        configure=register_vector,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+        **kwargs,
+    )
 
 
 def async_connection_pool(
@@ -121,9 +126,14 @@ def async_connection_pool(
 ) -> AsyncConnectionPool:
     """The async twin of `connection_pool`; open it with `await pool.open()` (or `async with`)."""
     return AsyncConnectionPool(
-        url, min_size=min_size, max_size=max_size, open=False, configure=register_vector_async,
-        kwargs={"autocommit": True, "row_factory": dict_row}, **kwargs,
-    )  # fmt: skip
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        configure=register_vector_async,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+        **kwargs,
+    )
 
 
 @dataclass(frozen=True)
@@ -145,14 +155,22 @@ class _Parts:
     def prepare_write(self, memory: PreparedMemory, supersedes: uuid.UUID | None) -> _Write:
         """Chunk (memory_lib.write.chunking) and embed a prepared memory: no database yet."""
         cfg, e = self.settings.chunking, self.embedder
-        size, overlap = chunking.chunk_limits(cfg.max_tokens, cfg.overlap_tokens, getattr(e, "max_tokens", None))
+        size, overlap = chunking.chunk_limits(
+            cfg.max_tokens, cfg.overlap_tokens, getattr(e, "max_tokens", None)
+        )
         chunks = chunking.split(memory.content, max_tokens=size, overlap=overlap)
         if len(chunks) == 1:
             return _Write(memory, chunks, [self.embed_one(memory.content)], supersedes)
         if supersedes is not None:
-            raise InvalidInputError("supersedes", str(supersedes), f"a text this long is stored as {len(chunks)} chunks, "
-                                    "and chunks never supersede a memory: update() the memory with a shorter text")  # fmt: skip
-        return _Write(memory, chunks, [query_vector(v, e.dim) for v in e.embed([c.text for c in chunks])], None)
+            raise InvalidInputError(
+                "supersedes",
+                str(supersedes),
+                f"a text this long is stored as {len(chunks)} chunks, "
+                "and chunks never supersede a memory: update() the memory with a shorter text",
+            )
+        return _Write(
+            memory, chunks, [query_vector(v, e.dim) for v in e.embed([c.text for c in chunks])], None
+        )
 
     def judge_plan(self, w: _Write) -> Plan[list[Candidate]] | None:
         """The read that finds what the LLM judge must see; None when no judge is asked (none configured,
@@ -161,22 +179,34 @@ class _Parts:
             return None
         e = self.embedder
         return judge_candidates_plan(
-            w.memory, w.vectors[0], embedding_model=e.model, k=self.settings.write.judge_candidates,
+            w.memory,
+            w.vectors[0],
+            embedding_model=e.model,
+            k=self.settings.write.judge_candidates,
             thresholds=near_duplicate_thresholds(self.settings.retrieval, e.model, getattr(e, "kind", None)),
-        )  # fmt: skip
+        )
 
     def verdict(self, w: _Write, candidates: list[Candidate]) -> Verdict | None:
         """The LLM judge's verdict (it never raises: a failure is a failed verdict, and the text is added)."""
-        return self.judge.judge(w.memory.content, candidates) if self.judge is not None and candidates else None
+        return (
+            self.judge.judge(w.memory.content, candidates) if self.judge is not None and candidates else None
+        )
 
     def write_plan(self, w: _Write, now: datetime, verdict: Verdict | None = None) -> Plan[AddResult]:
         """The plan that stores a prepared write (memory_lib.write.write_path)."""
         e = self.embedder
         common = {"embedding_model": e.model, "actor": self.actor, "now": now}
         if len(w.chunks) == 1:
-            return add_plan(w.memory, w.vectors[0], config=self.settings.retrieval, write=self.settings.write,
-                            embedder_kind=getattr(e, "kind", None), supersedes=w.supersedes, verdict=verdict,
-                            **common)  # fmt: skip
+            return add_plan(
+                w.memory,
+                w.vectors[0],
+                config=self.settings.retrieval,
+                write=self.settings.write,
+                embedder_kind=getattr(e, "kind", None),
+                supersedes=w.supersedes,
+                verdict=verdict,
+                **common,
+            )
         return add_chunks_plan(w.memory, w.chunks, w.vectors, **common)
 
     def search_params(self, filters: SearchFilters | None, **kwargs: Any) -> SearchParams:
@@ -192,20 +222,32 @@ class _Parts:
         self, params: SearchParams, filters: SearchFilters | None, embedding: np.ndarray
     ) -> SearchRequest:
         return SearchRequest(
-            user_id=params.user_id, query=params.query, embedding=embedding, config=self.settings.retrieval,
-            now=utc_now(params.now), text_query=params.text_query, filters=filters or SearchFilters(),
-            tags=normalize_tags(params.tags), include_past=params.include_past, phase2=params.phase2,  # type: ignore[arg-type]
-            limit=params.limit, archived_limit=params.archived_limit, embedding_model=self.embedder.model,
+            user_id=params.user_id,
+            query=params.query,
+            embedding=embedding,
+            config=self.settings.retrieval,
+            now=utc_now(params.now),
+            text_query=params.text_query,
+            filters=filters or SearchFilters(),
+            tags=normalize_tags(params.tags),
+            include_past=params.include_past,
+            phase2=params.phase2,  # type: ignore[arg-type]
+            limit=params.limit,
+            archived_limit=params.archived_limit,
+            embedding_model=self.embedder.model,
             embedder_kind=getattr(self.embedder, "kind", None),
             debug=self.settings.retrieval.debug if params.debug is None else params.debug,
             include_superseded=params.include_superseded,
-        )  # fmt: skip
+        )
 
     def search_attrs(self, params: SearchParams) -> dict[str, Any]:
         """The search span's opening attributes: modes and limits, never the user or the query."""
-        return {"memory_archive.limit": self.settings.retrieval.limit if params.limit is None else params.limit,
-                "memory_archive.phase2.mode": params.phase2, "memory_archive.phase3.mode": params.phase3,
-                "memory_archive.reranker": self.reranker_name}  # fmt: skip
+        return {
+            "memory_archive.limit": self.settings.retrieval.limit if params.limit is None else params.limit,
+            "memory_archive.phase2.mode": params.phase2,
+            "memory_archive.phase3.mode": params.phase3,
+            "memory_archive.reranker": self.reranker_name,
+        }
 
     @property
     def reranker_name(self) -> str | None:
@@ -215,8 +257,13 @@ class _Parts:
         """The configured reranker's order of the hits (a child span `rerank`); no reranker: unchanged."""
         if self.reranker is None:
             return result
-        with span("rerank", {"memory_archive.reranker": self.reranker_name,
-                             "memory_archive.rerank.candidates": len(result.hits)}) as s:  # fmt: skip
+        with span(
+            "rerank",
+            {
+                "memory_archive.reranker": self.reranker_name,
+                "memory_archive.rerank.candidates": len(result.hits),
+            },
+        ) as s:
             hits = self.reranker.rerank(query, result.hits)
             if s.recording:
                 s.set({"memory_archive.hit_ids": [str(h.id) for h in hits]})
@@ -228,30 +275,41 @@ class _Parts:
         result = finish_debug(result, self.reranker_name)
         if s.recording:
             esc = result.escalation
-            s.set({"memory_archive.hits": len(result.hits), "memory_archive.hit_ids": [str(h.id) for h in result.hits],
-                   "memory_archive.hit_tiers": [h.source for h in result.hits],
-                   "memory_archive.hit_scores": [h.scores.final for h in result.hits],
-                   "memory_archive.candidates.hot": result.hot_candidates,
-                   "memory_archive.candidates.archived": result.archived_candidates,
-                   "memory_archive.phase2.reason": result.phase2_reason,
-                   "memory_archive.tiers_searched": list(esc.tiers_searched) if esc else None,
-                   "memory_archive.phase3.action": esc.action if esc else None,
-                   "memory_archive.phase3.evaluator": esc.evaluator if esc else None,
-                   "memory_archive.consolidated_ids": [str(h.id) for h in result.consolidated]})  # fmt: skip
+            s.set(
+                {
+                    "memory_archive.hits": len(result.hits),
+                    "memory_archive.hit_ids": [str(h.id) for h in result.hits],
+                    "memory_archive.hit_tiers": [h.source for h in result.hits],
+                    "memory_archive.hit_scores": [h.scores.final for h in result.hits],
+                    "memory_archive.candidates.hot": result.hot_candidates,
+                    "memory_archive.candidates.archived": result.archived_candidates,
+                    "memory_archive.phase2.reason": result.phase2_reason,
+                    "memory_archive.tiers_searched": list(esc.tiers_searched) if esc else None,
+                    "memory_archive.phase3.action": esc.action if esc else None,
+                    "memory_archive.phase3.evaluator": esc.evaluator if esc else None,
+                    "memory_archive.consolidated_ids": [str(h.id) for h in result.consolidated],
+                }
+            )
         return result
 
-    def update_inputs(self, user_id: object, memory_id: object, changes: dict[str, Any]) -> tuple[str, uuid.UUID]:
+    def update_inputs(
+        self, user_id: object, memory_id: object, changes: dict[str, Any]
+    ) -> tuple[str, uuid.UUID]:
         user, mid = validation.user(user_id), validation.uuid_value("memory_id", memory_id)
         api.check_update_args(changes)
         return user, mid
 
     def prepare_update(self, row: dict[str, Any], changes: dict[str, Any], allow_secrets: object) -> Any:
-        memory = api.prepare_update(row, changes, allow_secrets=allow_secrets, secret_policy=self.settings.secrets)
+        memory = api.prepare_update(
+            row, changes, allow_secrets=allow_secrets, secret_policy=self.settings.secrets
+        )
         return memory, memory.content != row["content"]
 
     def forget(self, user_id: object, memory_id: object, now: datetime | None, *, one: bool) -> Any:
         if one and memory_id is None:
-            raise InvalidInputError("memory_id", None, "is required: the memory to forget (forget_user forgets all)")
+            raise InvalidInputError(
+                "memory_id", None, "is required: the memory to forget (forget_user forgets all)"
+            )
         return forget_steps(self.object_store, user_id, memory_id, actor=self.actor, now=_now(now))
 
     def context_inputs(
@@ -279,26 +337,43 @@ class _Parts:
     ) -> AssembledContext:
         """Summaries: the caller's, the active digests and phase 3's digest hits (levels 2+), archived hits
         (level 1); snippets: phase 3's facts, then hot hits (memory_lib.retrieval.context orders and trims by level)."""
-        digests = {d.id: d for d in [*active_digests, *(h for h in result.consolidated if h.kind == "digest")]}
+        digests = {
+            d.id: d for d in [*active_digests, *(h for h in result.consolidated if h.kind == "digest")]
+        }
         facts = [ContextItem.from_consolidated(h) for h in result.consolidated if h.kind == "fact"]
         with span("pack") as s:
             ctx = assemble_context(
-                summaries=[*summaries, *map(ContextItem.from_consolidated, digests.values()), *result.archived],
-                recent_turns=recent_turns, snippets=[*facts, *result.hot],
-                budget=budget or self.settings.context, counter=counter or self.token_counter, max_tokens=max_tokens,
-            )  # fmt: skip
+                summaries=[
+                    *summaries,
+                    *map(ContextItem.from_consolidated, digests.values()),
+                    *result.archived,
+                ],
+                recent_turns=recent_turns,
+                snippets=[*facts, *result.hot],
+                budget=budget or self.settings.context,
+                counter=counter or self.token_counter,
+                max_tokens=max_tokens,
+            )
             if s.recording:
-                s.set({"memory_archive.tokens.used": ctx.total_tokens, "memory_archive.tokens.available": ctx.available,
-                       "memory_archive.tokens.budget": ctx.budget.total,
-                       "memory_archive.blocks": len(ctx.blocks),
-                       "memory_archive.memories.offered": ctx.offered_memories,
-                       "memory_archive.memories.injected": ctx.injected_memories,
-                       "memory_archive.injected_ids": [str(b.provenance.archive_id or b.provenance.memory_id)
-                                                       for b in ctx.blocks if b.provenance is not None],
-                       "memory_archive.dropped.duplicates": ctx.dropped_duplicates,
-                       "memory_archive.dropped.budget": ctx.dropped_for_budget,
-                       "memory_archive.injection_hit_rate": ctx.injection_hit_rate,
-                       "memory_archive.memory_token_share": ctx.memory_token_share})  # fmt: skip
+                s.set(
+                    {
+                        "memory_archive.tokens.used": ctx.total_tokens,
+                        "memory_archive.tokens.available": ctx.available,
+                        "memory_archive.tokens.budget": ctx.budget.total,
+                        "memory_archive.blocks": len(ctx.blocks),
+                        "memory_archive.memories.offered": ctx.offered_memories,
+                        "memory_archive.memories.injected": ctx.injected_memories,
+                        "memory_archive.injected_ids": [
+                            str(b.provenance.archive_id or b.provenance.memory_id)
+                            for b in ctx.blocks
+                            if b.provenance is not None
+                        ],
+                        "memory_archive.dropped.duplicates": ctx.dropped_duplicates,
+                        "memory_archive.dropped.budget": ctx.dropped_for_budget,
+                        "memory_archive.injection_hit_rate": ctx.injection_hit_rate,
+                        "memory_archive.memory_token_share": ctx.memory_token_share,
+                    }
+                )
         telemetry.record_context(ctx)
         return ctx
 
@@ -318,7 +393,9 @@ def _parts(
     settings = settings or Settings()
     evaluator = evaluator or evaluator_from_settings(settings.retrieval.phase3_evaluator, settings.llm)
     if reranker is not None and not callable(getattr(reranker, "rerank", None)):
-        raise InvalidInputError("reranker", reranker, "must have a rerank(query, hits) method (memory_lib.retrieval.rerank)")
+        raise InvalidInputError(
+            "reranker", reranker, "must have a rerank(query, hits) method (memory_lib.retrieval.rerank)"
+        )
     judge = write_judge_from_settings(settings.write, settings.llm)
     counter = approx_token_count if token_counter is None else check_counter(token_counter, "token_counter")
     return _Parts(embedder, object_store, settings, actor, counter, evaluator, reranker, judge)
@@ -361,8 +438,11 @@ class MemoryClient:
             with self._connection() as conn:
                 self._dual.fill(conn, "hot", ids)
         except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
-            log.warning("dual write of %d memories failed; the re-embedding backfill will fill them", len(ids),
-                        exc_info=True)  # fmt: skip
+            log.warning(
+                "dual write of %d memories failed; the re-embedding backfill will fill them",
+                len(ids),
+                exc_info=True,
+            )
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> MemoryClient:
@@ -436,10 +516,19 @@ class MemoryClient:
         N days, after which the nightly run archives it (reason ttl_expired). See memory_lib.write.write_path."""
         target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
         memory = prepare_memory(
-            user_id, content, category=category, domain=domain, importance=importance, tags=tags,
-            metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
-            ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
-        )  # fmt: skip
+            user_id,
+            content,
+            category=category,
+            domain=domain,
+            importance=importance,
+            tags=tags,
+            metadata=metadata,
+            pinned=pinned,
+            entity_links=entity_links,
+            allow_secrets=allow_secrets,
+            ttl_days=ttl_days,
+            secret_policy=self._parts.settings.secrets,
+        )
         w = self._parts.prepare_write(memory, target)
         find = self._parts.judge_plan(w)
         verdict = self._parts.verdict(w, self._run(find)) if find is not None else None
@@ -482,14 +571,30 @@ class MemoryClient:
         offset; limits are integers in 0..1000; flags are real booleans; `filters` is a SearchFilters
         whose values are re-checked (domains and tags must be storable text)."""
         params = self._parts.search_params(
-            filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
-            include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now, follow_links=follow_links, debug=debug, include_superseded=include_superseded,
-        )  # fmt: skip
+            filters,
+            user_id=user_id,
+            query=query,
+            limit=limit,
+            archived_limit=archived_limit,
+            tags=tags,
+            include_past=include_past,
+            phase2=phase2,
+            phase3=phase3,
+            text_query=text_query,
+            record_access=record_access,
+            now=now,
+            follow_links=follow_links,
+            debug=debug,
+            include_superseded=include_superseded,
+        )
         with span("memory_archive.search", self._parts.search_attrs(params)) as s:
             request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
-            result = drive(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._parts.embed_one,  # type: ignore[arg-type]
-                           self._parts.evaluator)  # fmt: skip
+            result = drive(
+                escalated_search(request, params.phase3, follow_links=params.follow_links),
+                self._run,
+                self._parts.embed_one,  # type: ignore[arg-type]
+                self._parts.evaluator,
+            )
             result = self._parts.finish_search(self._parts.rerank(params.query, result), s)
             if params.record_access and result.hits:
                 self.record_access(user_id, [h.id for h in result.hits], now=request.now)
@@ -501,15 +606,19 @@ class MemoryClient:
         after the expansion's commit, so a crash in between leaves a stub the next expansion restores."""
         p = self._parts
         when = _now(now)
-        exp = self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
-                                    actor=p.actor, now=when))  # fmt: skip
+        exp = self._run(
+            expand_plan(
+                *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
+            )
+        )
         if exp.promoted:
             return exp
         summary = self._run(stubs.stub_summary_plan(exp.user_id, exp.archive_id))
         if summary is None:
             return exp
-        plan = stubs.restore_vector_plan(exp.user_id, exp.archive_id, p.embed_one(summary), model=p.embedder.model,
-                                         actor=p.actor, now=when)  # fmt: skip
+        plan = stubs.restore_vector_plan(
+            exp.user_id, exp.archive_id, p.embed_one(summary), model=p.embedder.model, actor=p.actor, now=when
+        )
         return replace(exp, vector_restored=self._run(plan))
 
     def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
@@ -551,8 +660,13 @@ class MemoryClient:
         now: datetime | None = None,
     ) -> RestoreOutcome:
         """Bring an archived memory back to the hot tier now (idempotent)."""
-        plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
-                            actor=self._parts.actor, now=_now(now))  # fmt: skip
+        plan = restore_plan(
+            validation.user(user_id),
+            archive_id=archive_id,
+            original_id=original_id,
+            actor=self._parts.actor,
+            now=_now(now),
+        )
         outcome = self._run(plan)
         if outcome.restored:
             self._dual_write([outcome.memory_id])
@@ -585,15 +699,31 @@ class MemoryClient:
     ) -> UpdateResult:
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
         fields change in place. Audited either way (see memory_lib.write.memory_api)."""
-        changes = {"content": content, "category": category, "domain": domain, "importance": importance,
-                   "tags": tags, "metadata": metadata, "pinned": pinned}  # fmt: skip
+        changes = {
+            "content": content,
+            "category": category,
+            "domain": domain,
+            "importance": importance,
+            "tags": tags,
+            "metadata": metadata,
+            "pinned": pinned,
+        }
         user, mid = self._parts.update_inputs(user_id, memory_id, changes)
         now = _now(now)
         row = self._run(api.current_plan(user, mid))
         memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
         embedding = self._parts.embed_one(memory.content) if new_text else None
-        result = self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
-                                           actor=self._parts.actor, now=now))  # fmt: skip
+        result = self._run(
+            api.update_plan(
+                memory,
+                mid,
+                row,
+                embedding,
+                embedding_model=self._parts.embedder.model,
+                actor=self._parts.actor,
+                now=now,
+            )
+        )
         if result.outcome == "superseded":
             self._dual_write([result.memory_id])
         return result
@@ -625,9 +755,16 @@ class MemoryClient:
         cursor: str | None = None,
     ) -> MemoryPage:
         """The user's memories, newest first, one page (keyset `cursor` from the previous page)."""
-        query = api.list_query(user_id, tier=tier, category=category, created_after=created_after,
-                               created_before=created_before, include_superseded=include_superseded, limit=limit,
-                               cursor=cursor)  # fmt: skip
+        query = api.list_query(
+            user_id,
+            tier=tier,
+            category=category,
+            created_after=created_after,
+            created_before=created_before,
+            include_superseded=include_superseded,
+            limit=limit,
+            cursor=cursor,
+        )
         return self._run(api.list_plan(query))
 
 
@@ -661,8 +798,11 @@ class AsyncMemoryClient:
             async with self._connection() as conn:
                 await self._dual.fill_async(conn, "hot", ids)
         except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
-            log.warning("dual write of %d memories failed; the re-embedding backfill will fill them", len(ids),
-                        exc_info=True)  # fmt: skip
+            log.warning(
+                "dual write of %d memories failed; the re-embedding backfill will fill them",
+                len(ids),
+                exc_info=True,
+            )
 
     @classmethod
     async def connect(cls, url: str, **kwargs: Any) -> AsyncMemoryClient:
@@ -719,8 +859,9 @@ class AsyncMemoryClient:
 
     async def _run(self, plan: Plan[Any]) -> Any:
         async with self._connection() as conn:
-            return await run_plan_async(conn, plan, object_store=self._parts.object_store,
-                                        embedder=self._parts.embedder)
+            return await run_plan_async(
+                conn, plan, object_store=self._parts.object_store, embedder=self._parts.embedder
+            )
 
     async def _embed_one(self, text: str) -> np.ndarray:
         return await asyncio.to_thread(self._parts.embed_one, text)
@@ -744,10 +885,19 @@ class AsyncMemoryClient:
     ) -> AddResult:
         target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
         memory = prepare_memory(
-            user_id, content, category=category, domain=domain, importance=importance, tags=tags,
-            metadata=metadata, pinned=pinned, entity_links=entity_links, allow_secrets=allow_secrets,
-            ttl_days=ttl_days, secret_policy=self._parts.settings.secrets,
-        )  # fmt: skip
+            user_id,
+            content,
+            category=category,
+            domain=domain,
+            importance=importance,
+            tags=tags,
+            metadata=metadata,
+            pinned=pinned,
+            entity_links=entity_links,
+            allow_secrets=allow_secrets,
+            ttl_days=ttl_days,
+            secret_policy=self._parts.settings.secrets,
+        )
         w = await asyncio.to_thread(self._parts.prepare_write, memory, target)
         find = self._parts.judge_plan(w)
         verdict = None
@@ -777,15 +927,33 @@ class AsyncMemoryClient:
         now: datetime | None = None,
     ) -> SearchResult:
         params = self._parts.search_params(
-            filters, user_id=user_id, query=query, limit=limit, archived_limit=archived_limit, tags=tags,
-            include_past=include_past, phase2=phase2, phase3=phase3, text_query=text_query, record_access=record_access,
-            now=now, follow_links=follow_links, debug=debug, include_superseded=include_superseded,
-        )  # fmt: skip
+            filters,
+            user_id=user_id,
+            query=query,
+            limit=limit,
+            archived_limit=archived_limit,
+            tags=tags,
+            include_past=include_past,
+            phase2=phase2,
+            phase3=phase3,
+            text_query=text_query,
+            record_access=record_access,
+            now=now,
+            follow_links=follow_links,
+            debug=debug,
+            include_superseded=include_superseded,
+        )
         with span("memory_archive.search", self._parts.search_attrs(params)) as s:
             request = self._parts.search_request(params, filters, await self._embed_one(params.query))
-            result = await drive_async(escalated_search(request, params.phase3, follow_links=params.follow_links), self._run, self._embed_one,  # type: ignore[arg-type]
-                                       self._parts.evaluator)  # fmt: skip
-            if self._parts.reranker is not None:  # a blocking SDK or model: in a thread (the span context goes along)
+            result = await drive_async(
+                escalated_search(request, params.phase3, follow_links=params.follow_links),
+                self._run,
+                self._embed_one,  # type: ignore[arg-type]
+                self._parts.evaluator,
+            )
+            if (
+                self._parts.reranker is not None
+            ):  # a blocking SDK or model: in a thread (the span context goes along)
                 result = await asyncio.to_thread(self._parts.rerank, params.query, result)
             result = self._parts.finish_search(result, s)
             if params.record_access and result.hits:
@@ -795,15 +963,24 @@ class AsyncMemoryClient:
     async def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
         p = self._parts
         when = _now(now)
-        exp = await self._run(expand_plan(*_archive_ref(user_id, archive_id), config=p.settings.promotion,
-                                          actor=p.actor, now=when))  # fmt: skip
+        exp = await self._run(
+            expand_plan(
+                *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
+            )
+        )
         if exp.promoted:
             return exp
         summary = await self._run(stubs.stub_summary_plan(exp.user_id, exp.archive_id))
         if summary is None:
             return exp
-        plan = stubs.restore_vector_plan(exp.user_id, exp.archive_id, await self._embed_one(summary),
-                                         model=p.embedder.model, actor=p.actor, now=when)  # fmt: skip
+        plan = stubs.restore_vector_plan(
+            exp.user_id,
+            exp.archive_id,
+            await self._embed_one(summary),
+            model=p.embedder.model,
+            actor=p.actor,
+            now=when,
+        )
         return replace(exp, vector_restored=await self._run(plan))
 
     async def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
@@ -840,8 +1017,13 @@ class AsyncMemoryClient:
         original_id: uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> RestoreOutcome:
-        plan = restore_plan(validation.user(user_id), archive_id=archive_id, original_id=original_id,
-                            actor=self._parts.actor, now=_now(now))  # fmt: skip
+        plan = restore_plan(
+            validation.user(user_id),
+            archive_id=archive_id,
+            original_id=original_id,
+            actor=self._parts.actor,
+            now=_now(now),
+        )
         outcome = await self._run(plan)
         if outcome.restored:
             await self._dual_write([outcome.memory_id])
@@ -874,24 +1056,44 @@ class AsyncMemoryClient:
     ) -> UpdateResult:
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
         fields change in place. Audited either way (see memory_lib.write.memory_api)."""
-        changes = {"content": content, "category": category, "domain": domain, "importance": importance,
-                   "tags": tags, "metadata": metadata, "pinned": pinned}  # fmt: skip
+        changes = {
+            "content": content,
+            "category": category,
+            "domain": domain,
+            "importance": importance,
+            "tags": tags,
+            "metadata": metadata,
+            "pinned": pinned,
+        }
         user, mid = self._parts.update_inputs(user_id, memory_id, changes)
         now = _now(now)
         row = await self._run(api.current_plan(user, mid))
         memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
         embedding = await self._embed_one(memory.content) if new_text else None
-        result = await self._run(api.update_plan(memory, mid, row, embedding, embedding_model=self._parts.embedder.model,
-                                                 actor=self._parts.actor, now=now))  # fmt: skip
+        result = await self._run(
+            api.update_plan(
+                memory,
+                mid,
+                row,
+                embedding,
+                embedding_model=self._parts.embedder.model,
+                actor=self._parts.actor,
+                now=now,
+            )
+        )
         if result.outcome == "superseded":
             await self._dual_write([result.memory_id])
         return result
 
-    async def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
+    async def delete(
+        self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None
+    ) -> ForgetResult:
         """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.lifecycle.forget)."""
         return await self.forget(user_id, memory_id, now=now)
 
-    async def forget(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
+    async def forget(
+        self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None
+    ) -> ForgetResult:
         """Erase one memory and the versions it superseded; the audit log keeps a tombstone. Idempotent."""
         async with self._connection() as conn:
             return await run_forget_async(conn, self._parts.forget(user_id, memory_id, now, one=True))
@@ -914,9 +1116,16 @@ class AsyncMemoryClient:
         cursor: str | None = None,
     ) -> MemoryPage:
         """The user's memories, newest first, one page (keyset `cursor` from the previous page)."""
-        query = api.list_query(user_id, tier=tier, category=category, created_after=created_after,
-                               created_before=created_before, include_superseded=include_superseded, limit=limit,
-                               cursor=cursor)  # fmt: skip
+        query = api.list_query(
+            user_id,
+            tier=tier,
+            category=category,
+            created_after=created_after,
+            created_before=created_before,
+            include_superseded=include_superseded,
+            limit=limit,
+            cursor=cursor,
+        )
         return await self._run(api.list_plan(query))
 
 

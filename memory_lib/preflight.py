@@ -67,27 +67,29 @@ def check_bucket(client: Any, bucket: str, endpoint: str | None) -> str:
         if status == 404:
             raise ObjectStoreConfigError(
                 f"{where} does not exist: create it (versioning on) or fix {BUCKET_SETTING}; nothing was written",
-                variable="MEMORY_ARCHIVE_BUCKET", value=bucket,
-            ) from None  # fmt: skip
+                variable="MEMORY_ARCHIVE_BUCKET",
+                value=bucket,
+            ) from None
         if status == 403:
             raise ObjectStoreConfigError(
                 f"{where}: credentials refused (HTTP 403): the S3 access key or secret is wrong, or may not "
                 "access this bucket (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS profile); nothing was written",
                 variable="AWS_ACCESS_KEY_ID",
-            ) from None  # fmt: skip
+            ) from None
         if status in (301, 400):
             region = (meta.get("HTTPHeaders") or {}).get("x-amz-bucket-region")
             hint = f" (the bucket is in {region})" if region else ""
             raise ObjectStoreConfigError(
                 f"{where}: HEAD bucket refused (HTTP {status}){hint}: check AWS_REGION and "
-                "MEMORY_ARCHIVE_S3_ENDPOINT_URL", variable="AWS_REGION",
-            ) from None  # fmt: skip
+                "MEMORY_ARCHIVE_S3_ENDPOINT_URL",
+                variable="AWS_REGION",
+            ) from None
         raise ObjectStoreError(f"{where}: HEAD bucket failed (HTTP {status}): store unavailable") from None
     except (NoCredentialsError, PartialCredentialsError, ProfileNotFound) as exc:
         raise ObjectStoreConfigError(
             f"{where}: no usable S3 credentials ({exc}): set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or an AWS profile",
             variable="AWS_ACCESS_KEY_ID",
-        ) from None  # fmt: skip
+        ) from None
     except BotoCoreError as exc:  # endpoint unreachable, timeouts after the retries
         raise ObjectStoreError(f"{where}: unreachable: {exc}") from None
     try:
@@ -111,8 +113,11 @@ def check_local_root(root: Path) -> None:
     rule, objectstore.local_root_problem). Creates nothing."""
     problem = local_root_problem(Path(root).resolve())
     if problem is not None:
-        raise PreflightError(f"invalid {LOCAL_ROOT_VARIABLE}={str(root)!r} ({LOCAL_ROOT_FIELD}): {problem}",
-                             variable=LOCAL_ROOT_VARIABLE, value=str(root))  # fmt: skip
+        raise PreflightError(
+            f"invalid {LOCAL_ROOT_VARIABLE}={str(root)!r} ({LOCAL_ROOT_FIELD}): {problem}",
+            variable=LOCAL_ROOT_VARIABLE,
+            value=str(root),
+        )
 
 
 def check_object_store(
@@ -124,19 +129,28 @@ def check_object_store(
         check_local_root(local_root)
         return Preflight("local", str(local_root))
     if not cfg.bucket:  # ObjectStoreConfig already refuses this; narrows the type
-        raise PreflightError(f"{BUCKET_SETTING} is required when object_store.kind='s3'",
-                             variable="MEMORY_ARCHIVE_BUCKET")  # fmt: skip
+        raise PreflightError(
+            f"{BUCKET_SETTING} is required when object_store.kind='s3'", variable="MEMORY_ARCHIVE_BUCKET"
+        )
     if client is None:
         endpoint = str(cfg.endpoint_url) if cfg.endpoint_url else None
-        client = s3_client(endpoint, cfg.region_name, connect_timeout=cfg.connect_timeout_seconds,
-                           read_timeout=cfg.read_timeout_seconds, max_attempts=cfg.max_attempts)  # fmt: skip
+        client = s3_client(
+            endpoint,
+            cfg.region_name,
+            connect_timeout=cfg.connect_timeout_seconds,
+            read_timeout=cfg.read_timeout_seconds,
+            max_attempts=cfg.max_attempts,
+        )
     versioning = check_bucket(client, cfg.bucket, endpoint)
     warning = versioning_warning(cfg.bucket, versioning)
     return Preflight("s3", cfg.bucket, versioning, (warning,) if warning else ())
 
 
 # Each vendor's keys start with its prefix; checked only against the vendor's own API (no custom base URL).
-_KEY_SHAPES = {"anthropic": ("ANTHROPIC_API_KEY", "sk-ant-", "Anthropic"), "openai": ("OPENAI_API_KEY", "sk-", "OpenAI")}
+_KEY_SHAPES = {
+    "anthropic": ("ANTHROPIC_API_KEY", "sk-ant-", "Anthropic"),
+    "openai": ("OPENAI_API_KEY", "sk-", "OpenAI"),
+}
 
 
 def _key(env: Mapping[str, str], name: str) -> str | None:
@@ -156,7 +170,7 @@ def _check_key_shape(provider: str, env: Mapping[str, str], base_url: object) ->
             f"{name} does not look like an {vendor} API key (those start with {prefix!r}, no spaces or quotes; "
             f"this one {begins}{len(key)} characters): set the key the {vendor} console shows",
             variable=name,
-        )  # fmt: skip
+        )
 
 
 def check_llm_key(llm: LLMConfig, env: Mapping[str, str] | None = None) -> None:

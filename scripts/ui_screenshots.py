@@ -28,11 +28,18 @@ from memory_assets.backfill import dagster_command, start_process_group, stop_pr
 from memory_assets.dev import demo_env, prepare_dagster_home, state_dir  # noqa: E402
 
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
-CHECKS = {"archive_backups": ("error_rate_gate", "backups_round_trip"),
-          "archive_rows": ("tiers_consistent", "archive_retrievable")}  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+CHECKS = {
+    "archive_backups": ("error_rate_gate", "backups_round_trip"),
+    "archive_rows": ("tiers_consistent", "archive_retrievable"),
+}
 
 
 def pages(backfill_id: str | None) -> list[tuple[str, str, str | None]]:

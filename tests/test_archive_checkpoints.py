@@ -102,7 +102,9 @@ def test_a_refused_vector_fails_its_memory_only_in_a_set_of_checkpoints(conn, mo
     assert vectors == N - 1
 
 
-def test_a_checkpoint_the_database_refuses_fails_that_memory_and_keeps_the_rest(conn, local_store, monkeypatch):
+def test_a_checkpoint_the_database_refuses_fails_that_memory_and_keeps_the_rest(
+    conn, local_store, monkeypatch
+):
     """A backup checkpoint refused for one memory (a trigger raising a data exception): the other
     backups of its set and of the other sets are recorded, that memory stays to be backed up again."""
     monkeypatch.setattr(archive, "CHECKPOINT_CHUNK", 4)
@@ -176,9 +178,12 @@ def test_an_update_after_backup_is_caught_whether_or_not_it_changes_the_backup(c
     result = commit_batch(conn, "night", local_store, CRITERIA, actor="test")
     assert result.succeeded == 5
     assert [r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()] == [edited]
-    assert conn.execute(
-        "SELECT status FROM archival_attempts WHERE memory_id = %s", (edited,)
-    ).fetchone()["status"] == "embedded"
+    assert (
+        conn.execute("SELECT status FROM archival_attempts WHERE memory_id = %s", (edited,)).fetchone()[
+            "status"
+        ]
+        == "embedded"
+    )
     # Backed up again from the edited row, then archived with the edit.
     backup_batch(conn, "night", local_store, CRITERIA)
     commit_batch(conn, "night", local_store, CRITERIA, actor="test")
@@ -200,15 +205,19 @@ def test_bulk_restore_reads_ahead_but_restores_only_verified_backups(conn, local
     tampered = memories[4]["id"]
     path = local_store.root / local_store.key_for(tampered)
     path.write_bytes(path.read_bytes().replace(b'"content":"', b'"content":"X', 1))
-    report = restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False,
-                              chunk_size=5, read_workers=4)  # fmt: skip
+    report = restore_archives(
+        conn, local_store, actor="test", all_archives=True, pause_archival=False, chunk_size=5, read_workers=4
+    )
     assert (report.restored, report.failed) == (11, 1)
     hot = {r["id"]: r for r in conn.execute("SELECT id, content FROM memories").fetchall()}
     assert tampered not in hot and len(hot) == 11
     assert all(hot[m["id"]]["content"] == m["content"] for m in memories if m["id"] != tampered)
-    assert conn.execute(
-        "SELECT count(*) AS n FROM archived_memories WHERE original_id = %s", (tampered,)
-    ).fetchone()["n"] == 1
+    assert (
+        conn.execute(
+            "SELECT count(*) AS n FROM archived_memories WHERE original_id = %s", (tampered,)
+        ).fetchone()["n"]
+        == 1
+    )
 
 
 def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(conn, local_store, monkeypatch):
@@ -229,13 +238,15 @@ def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(co
 
     monkeypatch.setattr(restore_mod, "restore_archive", crash_on_8th)
     with pytest.raises(RuntimeError, match="killed"):
-        restore_mod.restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False,
-                                     commit_every=5)  # fmt: skip
+        restore_mod.restore_archives(
+            conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=5
+        )
     assert conn.info.transaction_status == 0  # idle: the open group was rolled back, not left open
     assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 5  # the first group only
     monkeypatch.setattr(restore_mod, "restore_archive", real)
-    again = restore_mod.restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False,
-                                         commit_every=5)  # fmt: skip
+    again = restore_mod.restore_archives(
+        conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=5
+    )
     assert (again.restored, again.failed) == (7, 0)
     row = conn.execute(
         """SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived,
@@ -253,4 +264,6 @@ def test_bulk_restore_commit_every_is_validated(conn, local_store, bad):
     from memory_lib.lifecycle.restore import restore_archives
 
     with pytest.raises(InvalidInputError, match="commit_every"):
-        restore_archives(conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=bad)
+        restore_archives(
+            conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=bad
+        )

@@ -132,7 +132,9 @@ def test_a_night_whose_audit_fails_keeps_its_checkpoint_rows(conn, local_store, 
     lost: list[str] = []
 
     def audit_after_loss(conn_, store, batch_key, **kw):
-        ref = conn_.execute("SELECT storage_ref FROM archived_memories ORDER BY original_id LIMIT 1").fetchone()
+        ref = conn_.execute(
+            "SELECT storage_ref FROM archived_memories ORDER BY original_id LIMIT 1"
+        ).fetchone()
         lost.append(ref["storage_ref"])
         store.delete(store.key_from_ref(ref["storage_ref"]))
         return integrity.audit_batch(conn_, store, batch_key, **kw)

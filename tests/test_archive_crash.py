@@ -21,7 +21,9 @@ from tests.support.backups import object_refs
 from tests.support.factories import NOW, make_memories, services
 
 N = 300
-USERS = tuple(f"user{i:02d}" for i in range(30))  # 10 memories each: one backup pack per user (memory_lib.storage.packs)
+USERS = tuple(
+    f"user{i:02d}" for i in range(30)
+)  # 10 memories each: one backup pack per user (memory_lib.storage.packs)
 
 # The child archives with a pause at one point: a put that sleeps, or a commit held by a DB trigger.
 CHILD = textwrap.dedent(
@@ -58,8 +60,11 @@ def _run_child_and_kill(db_url: str, root: Path, slow_put_after: int, wait_for: 
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, db_url, str(root), str(TEST_DIM), str(slow_put_after)],
-        stdout=subprocess.PIPE, text=True, env=env, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
@@ -109,7 +114,10 @@ def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point
         )
 
         def in_commit() -> bool:
-            return conn.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'").fetchone() is not None
+            return (
+                conn.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'").fetchone()
+                is not None
+            )
 
         _run_child_and_kill(db_url, root, slow_put_after=0, wait_for="STARTED", ready=in_commit)
         deadline = time.monotonic() + 30
@@ -126,10 +134,13 @@ def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point
     assert sum(r["n"] for r in mid) == N  # the batch was claimed before the kill
     assert not any(r["status"] == "archived" for r in mid if kill_point == "during_commit")
 
-    report = run_batch(conn, services(store, TEST_DIM), ArchivalCriteria(), batch_key="night", as_of=NOW,
-                           actor="test")  # fmt: skip
+    report = run_batch(
+        conn, services(store, TEST_DIM), ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test"
+    )
     assert report.status.archived == N and report.status.failed == 0
     _check_invariants(conn, store, ids)
-    archived = [r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()]
+    archived = [
+        r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()
+    ]
     assert {store.ref_for(k) for k in store.list()} == object_refs(store, archived) and len(archived) == N
     assert not list(root.rglob("*.tmp*"))  # no half-written files left behind

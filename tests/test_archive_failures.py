@@ -88,8 +88,12 @@ def _assert_exactly_once(conn, store, expected_total: int) -> None:
     assert row["both_tiers"] == 0
     # Every archive row has its verified object; every object belongs to an archive row or an attempt record.
     refs = {r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()}
-    recorded = {r["backup_ref"] for r in conn.execute(
-        "SELECT backup_ref FROM archival_attempts WHERE backup_ref IS NOT NULL").fetchall()}  # fmt: skip
+    recorded = {
+        r["backup_ref"]
+        for r in conn.execute(
+            "SELECT backup_ref FROM archival_attempts WHERE backup_ref IS NOT NULL"
+        ).fetchall()
+    }
     objects = {store.ref_for(k) for k in store.list()}
     assert object_refs(store, refs) <= objects
     assert objects <= object_refs(store, refs | recorded)
@@ -105,7 +109,9 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
         # A real SDK against a local server that fails this memory's requests with a 500.
         server = FakeLLMServer().__enter__()
         server.fail_when_contains = MARK
-        summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=server.base_url, max_retries=1, retry_wait_max=0.01)
+        summarizer = AnthropicSummarizer(
+            FAKE_API_KEY, base_url=server.base_url, max_retries=1, retry_wait_max=0.01
+        )
     elif step == "embed":
         embedder = FlakyEmbedder(embedder)
     elif step == "upload":
@@ -145,7 +151,8 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
     hot = conn.execute("SELECT id FROM memories").fetchall()
     assert [r["id"] for r in hot] == [marked_id]
     attempt = conn.execute(
-        "SELECT status, failed_step, error, attempts FROM archival_attempts WHERE memory_id = %s", (marked_id,)
+        "SELECT status, failed_step, error, attempts FROM archival_attempts WHERE memory_id = %s",
+        (marked_id,),
     ).fetchone()
     assert attempt["error"] and attempt["failed_step"] == expected_step and attempt["attempts"] == 1
     _assert_exactly_once(conn, local_store, N)
@@ -159,7 +166,9 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
     stats = tier_stats(conn)
     assert (stats.hot, stats.archived) == (0, N)
     _assert_exactly_once(conn, local_store, N)
-    archived = {r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()}
+    archived = {
+        r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()
+    }
     assert {local_store.ref_for(k) for k in local_store.list()} == object_refs(local_store, archived)
     events = conn.execute(
         "SELECT count(*) AS n, count(DISTINCT memory_id) AS d FROM memory_events WHERE event_type = 'archived'"
@@ -180,7 +189,10 @@ def test_error_rate_above_gate_deletes_nothing(conn, local_store):
     assert not report.gate_passed
     assert report.status.error_rate > 0.05
     assert tier_stats(conn).archived == 0 and tier_stats(conn).hot == N
-    assert conn.execute("SELECT count(*) AS n FROM memory_events WHERE event_type = 'archived'").fetchone()["n"] == 0
+    assert (
+        conn.execute("SELECT count(*) AS n FROM memory_events WHERE event_type = 'archived'").fetchone()["n"]
+        == 0
+    )
 
 
 def test_memory_changed_after_backup_is_backed_up_again(conn, local_store):
@@ -224,4 +236,6 @@ def test_memory_failing_every_night_is_released(conn, local_store):
     # Released: it stays hot and no later night claims it again (until the memory changes).
     report = run_batch(conn, svc, criteria, batch_key="night-2", as_of=NOW, actor="test")
     assert report.claim.claimed == 0
-    assert uuid.UUID(str(memories[0]["id"])) in {r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()}
+    assert uuid.UUID(str(memories[0]["id"])) in {
+        r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()
+    }

@@ -27,7 +27,9 @@ from tests.support.factories import NOW, make_memories
 def _one(label: str, **fields):
     # A stable seed per label: hash() of a str changes with every process (PYTHONHASHSEED), and two labels
     # of nine sharing hash % 1000 (a few % of runs) gave two cases the same id.
-    mem = make_memories(1, dim=TEST_DIM, seed=zlib.crc32(label.encode()), access_count=0, last_accessed_at=None)[0]
+    mem = make_memories(
+        1, dim=TEST_DIM, seed=zlib.crc32(label.encode()), access_count=0, last_accessed_at=None
+    )[0]
     mem.update(fields, content=f"{label}: a memory about Project Quill and Lucia Romero.")
     return label, mem
 
@@ -40,14 +42,29 @@ CASES = dict(
         _one("ancient_important", created_at=NOW - timedelta(days=366), importance_score=0.9),
         _one("pinned", created_at=NOW - timedelta(days=400), importance_score=0.0, pinned=True),
         _one("core", created_at=NOW - timedelta(days=400), importance_score=0.0, category="core"),
-        _one("in_use", created_at=NOW - timedelta(days=200), importance_score=0.1, access_count=3,
-             last_accessed_at=NOW - timedelta(days=2)),
-        _one("used_long_ago", created_at=NOW - timedelta(days=200), importance_score=0.1, access_count=9,
-             last_accessed_at=NOW - timedelta(days=60)),
-        _one("used_twice_recently", created_at=NOW - timedelta(days=200), importance_score=0.05, access_count=2,
-             last_accessed_at=NOW - timedelta(days=1)),
+        _one(
+            "in_use",
+            created_at=NOW - timedelta(days=200),
+            importance_score=0.1,
+            access_count=3,
+            last_accessed_at=NOW - timedelta(days=2),
+        ),
+        _one(
+            "used_long_ago",
+            created_at=NOW - timedelta(days=200),
+            importance_score=0.1,
+            access_count=9,
+            last_accessed_at=NOW - timedelta(days=60),
+        ),
+        _one(
+            "used_twice_recently",
+            created_at=NOW - timedelta(days=200),
+            importance_score=0.05,
+            access_count=2,
+            last_accessed_at=NOW - timedelta(days=1),
+        ),
     ]
-)  # fmt: skip
+)
 EXPECTED = {
     "old_unimportant": REASON_LOW_IMPORTANCE,
     "ancient_important": REASON_FORCE_AGE,
@@ -63,8 +80,11 @@ def test_seed_criteria_select_exactly_the_cold_memories(conn):
     assert {label_of[r["id"]]: r["reason"] for r in rows} == EXPECTED
     # Lowest importance first, then oldest.
     assert [label_of[r["id"]] for r in rows] == [
-        "used_twice_recently", "used_long_ago", "old_unimportant", "ancient_important",
-    ]  # fmt: skip
+        "used_twice_recently",
+        "used_long_ago",
+        "old_unimportant",
+        "ancient_important",
+    ]
     assert eligible_counts(conn, ArchivalCriteria(), NOW) == {REASON_LOW_IMPORTANCE: 3, REASON_FORCE_AGE: 1}
 
 
@@ -122,7 +142,9 @@ def test_open_attempts_are_unique_per_memory_in_the_schema(conn):
     (mem,) = make_memories(1, dim=TEST_DIM)
     insert_memories(conn, [mem], actor="test")
     claim_batch(conn, "a", ArchivalCriteria(), NOW)
-    conn.execute("INSERT INTO archival_batches (batch_key, as_of, criteria, claimed_count) VALUES ('b', now(), '{}', 0)")
+    conn.execute(
+        "INSERT INTO archival_batches (batch_key, as_of, criteria, claimed_count) VALUES ('b', now(), '{}', 0)"
+    )
     with pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute(
             "INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason) VALUES ('b', %s, 'x', 'force_age')",

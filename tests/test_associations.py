@@ -36,8 +36,9 @@ def _client(conn, store) -> MemoryClient:
 
 def _archive(conn, store) -> None:
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = run_batch(conn, services, ArchivalCriteria(), batch_key=f"night-{uuid.uuid4().hex[:8]}",
-                       as_of=NOW, actor="test")  # fmt: skip
+    report = run_batch(
+        conn, services, ArchivalCriteria(), batch_key=f"night-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
+    )
     assert report.gate_passed and report.status.failed == 0
 
 
@@ -89,8 +90,9 @@ def test_the_async_client_surfaces_the_same(db_url, conn, local_store):
         aconn = await psycopg.AsyncConnection.connect(db_url, autocommit=True, row_factory=dict_row)
         await register_vector_async(aconn)
         try:
-            aclient = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store,
-                                        actor="test")  # fmt: skip
+            aclient = AsyncMemoryClient(
+                aconn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store, actor="test"
+            )
             off = await aclient.search("u1", "Douro weekend trains", phase2="never", now=NOW)
             on = await aclient.search(
                 "u1", "Douro weekend trains", phase2="never", follow_links=True, now=NOW
@@ -105,8 +107,9 @@ def test_the_async_client_surfaces_the_same(db_url, conn, local_store):
 
 
 def _link_uses(conn, archive_id) -> list[tuple]:
-    rows = conn.execute("SELECT user_id, linked_from FROM archive_link_uses WHERE archive_id = %s ORDER BY id",
-                        (archive_id,))  # fmt: skip
+    rows = conn.execute(
+        "SELECT user_id, linked_from FROM archive_link_uses WHERE archive_id = %s ORDER BY id", (archive_id,)
+    )
     return [(r["user_id"], r["linked_from"]) for r in rows]
 
 
@@ -114,8 +117,9 @@ def test_using_a_linked_archived_memory_counts_toward_re_promotion(conn, local_s
     client, hot, linked, unlinked = _setup(conn, local_store)
     linked_arch, unlinked_arch = _archive_id(conn, linked), _archive_id(conn, unlinked)
     for day in (1, 2, 3):
-        result = client.search("u1", "Douro weekend trains", phase2="never", follow_links=True,
-                               now=NOW + timedelta(days=day))  # fmt: skip
+        result = client.search(
+            "u1", "Douro weekend trains", phase2="never", follow_links=True, now=NOW + timedelta(days=day)
+        )
         client.record_access("u1", result.associated, now=NOW + timedelta(days=day))
         client.record_access("u1", [unlinked_arch], now=NOW + timedelta(days=day))  # used, but no hot link
     assert _link_uses(conn, linked_arch) == [("u1", hot)] * 3
@@ -129,8 +133,9 @@ def test_using_a_linked_archived_memory_counts_toward_re_promotion(conn, local_s
         conn.execute("SELECT content FROM memories WHERE id = %s", (linked,)).fetchone()["content"] == LINKED
     )
     assert conn.execute("SELECT 1 FROM memories WHERE id = %s", (unlinked,)).fetchone() is None
-    promoted = conn.execute("SELECT details FROM memory_events WHERE memory_id = %s AND event_type = 'promoted'",
-                            (linked,)).fetchone()  # fmt: skip
+    promoted = conn.execute(
+        "SELECT details FROM memory_events WHERE memory_id = %s AND event_type = 'promoted'", (linked,)
+    ).fetchone()
     assert promoted["details"]["expansions"] == 3
     assert _link_uses(conn, linked_arch) == []  # they went with the archive row
 

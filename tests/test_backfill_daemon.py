@@ -20,26 +20,37 @@ from tests.support.dagster_helpers import last_night, load_history, sqlalchemy_u
 
 NIGHTS = [(last_night() - timedelta(days=2 - i)).isoformat() for i in range(3)]  # 2 nights a run: 2 runs
 SLOW_PATH_ASSETS = ("archival_candidates", "memory_summaries", "archive_backups", "archive_rows")
-CHECKS = ("archive_retrievable", "backups_round_trip", "error_rate_gate", "stubs_backed_up", "tiers_consistent")
+CHECKS = (
+    "archive_retrievable",
+    "backups_round_trip",
+    "error_rate_gate",
+    "stubs_backed_up",
+    "tiers_consistent",
+)
 
 
 def daemon_env(tmp_path: Path, db_url: str, dagster_pg_url: str | None = None) -> dict[str, str]:
     """The daemon's (and its code server's and runs') environment: this test's database, offline
     summarizer and embedder, partitions from a few days before NIGHTS, 2 nights per backfill run."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MEMORY_ARCHIVE_") and k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")}  # fmt: skip
-    env.update({
-        "DAGSTER_HOME": str(tmp_path / "dagster"),
-        "DATABASE_URL": db_url,
-        "MEMORY_ARCHIVE_STATE_DIR": str(tmp_path / "state"),
-        "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM),
-        "MEMORY_ARCHIVE_EMBEDDER": "hashing",
-        "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
-        "MEMORY_ARCHIVE_OBJECT_STORE": "local",
-        "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
-        "MEMORY_ARCHIVE_PARTITION_START": (last_night() - timedelta(days=10)).isoformat(),
-        "MEMORY_ARCHIVE_SLOW_PATH__BACKFILL_NIGHTS_PER_RUN": "2",
-    })  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORY_ARCHIVE_") and k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")
+    }
+    env.update(
+        {
+            "DAGSTER_HOME": str(tmp_path / "dagster"),
+            "DATABASE_URL": db_url,
+            "MEMORY_ARCHIVE_STATE_DIR": str(tmp_path / "state"),
+            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM),
+            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+            "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+            "MEMORY_ARCHIVE_OBJECT_STORE": "local",
+            "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
+            "MEMORY_ARCHIVE_PARTITION_START": (last_night() - timedelta(days=10)).isoformat(),
+            "MEMORY_ARCHIVE_SLOW_PATH__BACKFILL_NIGHTS_PER_RUN": "2",
+        }
+    )
     if dagster_pg_url:
         env["DAGSTER_PG_URL"] = dagster_pg_url
     prepare_dagster_home(env)  # dagster.yaml, or dagster.postgres.yaml with DAGSTER_PG_URL
@@ -69,8 +80,10 @@ def run_backlog(conn, env: dict[str, str], tmp_path: Path) -> dg.DagsterInstance
     assert [r.job_name for r in runs] == ["slow_path_job", "slow_path_job"]
     assert all(r.tags["dagster/backfill"] == submitted.backfill_id for r in runs)
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-    assert sorted((r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
-                  for r in runs) == [(NIGHTS[0], NIGHTS[1]), (NIGHTS[2], NIGHTS[2])]  # fmt: skip
+    assert sorted(
+        (r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
+        for r in runs
+    ) == [(NIGHTS[0], NIGHTS[1]), (NIGHTS[2], NIGHTS[2])]
     # The queue let one run of the backfill go at a time (dagster.yaml's dagster/backfill limit).
     spans = sorted((r.start_time, r.end_time) for r in records)
     assert all(None not in s for s in spans) and spans[0][1] <= spans[1][0], spans
@@ -79,8 +92,12 @@ def run_backlog(conn, env: dict[str, str], tmp_path: Path) -> dg.DagsterInstance
     # One materialization per asset and night, with that night's numbers; a check result per night.
     for key in SLOW_PATH_ASSETS:
         assert instance.get_materialized_partitions(dg.AssetKey(key)) >= set(NIGHTS), key
-    archived = {m.partition: m.metadata["archived"].value for r in finished for m in r.materializations
-                if m.asset_key == dg.AssetKey("archive_rows")}  # fmt: skip
+    archived = {
+        m.partition: m.metadata["archived"].value
+        for r in finished
+        for m in r.materializations
+        if m.asset_key == dg.AssetKey("archive_rows")
+    }
     assert set(archived) == set(NIGHTS)
     in_db = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
     assert in_db > 0 and sum(archived.values()) == in_db

@@ -16,9 +16,17 @@ from memory_lib.core.errors import IntegrityError, InvalidInputError
 from memory_lib.core.models import BackupObject, MalformedBackupError
 
 SEED_FIELDS = {
-    "schema_version", "original_id", "content", "embedding", "entity_links", "metadata", "importance_score",
-    "created_at", "archived_at", "archive_reason",
-}  # fmt: skip
+    "schema_version",
+    "original_id",
+    "content",
+    "embedding",
+    "entity_links",
+    "metadata",
+    "importance_score",
+    "created_at",
+    "archived_at",
+    "archive_reason",
+}
 
 finite_f32 = arrays(
     np.float32, st.integers(1, 64), elements=st.floats(width=32, allow_nan=False, allow_infinity=False)
@@ -34,23 +42,33 @@ json_values = st.recursive(
 
 def _doc(embedding, **kw) -> BackupObject:
     base = dict(
-        original_id=uuid.uuid4(), user_id="u-1", content="Maya booked Kyoto on 3 May 2026 ☕",
-        embedding=np.asarray(embedding, dtype=np.float32).tolist(), entity_links=[uuid.uuid4()],
-        metadata={"turn": 3}, importance_score=0.25,
+        original_id=uuid.uuid4(),
+        user_id="u-1",
+        content="Maya booked Kyoto on 3 May 2026 ☕",
+        embedding=np.asarray(embedding, dtype=np.float32).tolist(),
+        entity_links=[uuid.uuid4()],
+        metadata={"turn": 3},
+        importance_score=0.25,
         created_at=datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
-        archived_at=datetime(2026, 1, 1, tzinfo=UTC), archive_reason="stale_low_importance",
-    )  # fmt: skip
+        archived_at=datetime(2026, 1, 1, tzinfo=UTC),
+        archive_reason="stale_low_importance",
+    )
     return BackupObject(**(base | kw))
 
 
 @settings(max_examples=200, deadline=None)
-@given(vec=finite_f32, metadata=st.dictionaries(storable_text, json_values, max_size=4),
-       content=storable_text.filter(bool))  # fmt: skip
+@given(
+    vec=finite_f32,
+    metadata=st.dictionaries(storable_text, json_values, max_size=4),
+    content=storable_text.filter(bool),
+)
 def test_round_trip_is_bit_exact(vec, metadata, content):
     doc = _doc(vec, metadata=metadata, content=content)
     data = doc.to_json_bytes()
     back = BackupObject.from_json_bytes(data)
-    assert back.embedding_array().tobytes() == vec.tobytes()  # every float32 bit, -0.0 and subnormals included
+    assert (
+        back.embedding_array().tobytes() == vec.tobytes()
+    )  # every float32 bit, -0.0 and subnormals included
     assert back.metadata == metadata and back.content == content
     assert back.to_json_bytes() == data  # canonical: re-serializing gives the same bytes
 

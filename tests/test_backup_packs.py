@@ -79,7 +79,9 @@ def test_a_users_memories_share_one_pack_and_each_restores_byte_exact(conn, obje
     report = restore_archives(conn, object_store, actor="test", all_archives=True, pause_archival=False)
     assert report.restored == len(history) and report.failed == 0
     for m in history:
-        row = conn.execute("SELECT content, embedding, user_id FROM memories WHERE id = %s", (m["id"],)).fetchone()
+        row = conn.execute(
+            "SELECT content, embedding, user_id FROM memories WHERE id = %s", (m["id"],)
+        ).fetchone()
         assert row["content"] == m["content"] and row["user_id"] == m["user_id"]
         assert to_float32(row["embedding"]).tobytes() == to_float32(m["embedding"]).tobytes()
 
@@ -147,8 +149,11 @@ def test_a_ref_names_a_byte_range_or_is_refused(s3_store):
     ref = s3_store.member_ref("test/packs/n/abc.jsonl", 10, 5)
     assert ref.endswith("#bytes=10-14") and s3_store.locate(ref) == ("test/packs/n/abc.jsonl", (10, 5))
     assert s3_store.key_from_ref(ref) == "test/packs/n/abc.jsonl"
-    for bad in (ref.replace("#bytes=10-14", "#bytes=14-10"), ref.replace("#bytes=", "#range="),
-                ref + "#bytes=1-2"):  # fmt: skip
+    for bad in (
+        ref.replace("#bytes=10-14", "#bytes=14-10"),
+        ref.replace("#bytes=", "#range="),
+        ref + "#bytes=1-2",
+    ):
         with pytest.raises(InvalidInputError, match="storage_ref"):
             s3_store.locate(bad)
 
@@ -182,7 +187,9 @@ def test_forgetting_one_member_rewrites_its_pack_without_it(conn, versioned_stor
         doc = BackupObject.from_json_bytes(store.read_ref(r["storage_ref"], r["backup_sha256"]))
         assert doc.original_id == r["original_id"]
     # What is left of alice in the bucket is the rewritten pack her rows name, nothing else.
-    assert {f"{k}@*" for k in new_keys} == {o.rsplit("@", 1)[0] + "@*" for o in remaining(conn, store, "alice").objects}
+    assert {f"{k}@*" for k in new_keys} == {
+        o.rsplit("@", 1)[0] + "@*" for o in remaining(conn, store, "alice").objects
+    }
     report = restore_archives(conn, store, actor="test", user_id="alice", pause_archival=False)
     assert report.restored == PER_USER - 1 and report.failed == 0
 
@@ -245,7 +252,9 @@ def test_a_dead_runs_unrecorded_pack_is_purged_by_the_next_backup_step(conn, ver
     originals = fetch_memories(conn, [r["memory_id"] for r in rows])
     members = []
     for r in rows:
-        doc = BackupObject.from_row(originals[r["memory_id"]], archived_at=r["claimed_at"], archive_reason="age_decay")
+        doc = BackupObject.from_row(
+            originals[r["memory_id"]], archived_at=r["claimed_at"], archive_reason="age_decay"
+        )
         data = doc.to_json_bytes()
         members.append(("alice", packs.Member(r["memory_id"], data, sha256_hex(data))))
     (dead,) = packs.plan_units(store, "night-1", members, min_members=CRITERIA.pack_min_members)

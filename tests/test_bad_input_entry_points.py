@@ -93,8 +93,13 @@ class World:
         self.original_ids: dict[str, uuid.UUID] = {}
 
     def client(self) -> MemoryClient:
-        return MemoryClient(self.conn, embedder=HashingEmbedder(TEST_DIM), object_store=self.store,
-                            settings=Settings(retrieval=RETRIEVAL), actor="test")  # fmt: skip
+        return MemoryClient(
+            self.conn,
+            embedder=HashingEmbedder(TEST_DIM),
+            object_store=self.store,
+            settings=Settings(retrieval=RETRIEVAL),
+            actor="test",
+        )
 
     def state(self) -> dict[str, Any]:
         row = self.conn.execute(
@@ -117,8 +122,9 @@ def world(databases, tmp_path_factory) -> World:
     client = w.client()
     kinds = ["good", *MALFORMED]
     for i, kind in enumerate(kinds):
-        added = client.add("u1", f"Archived note {i}: the {kind} locker code is in drawer {i}", importance=0.1,
-                           now=OLD)  # fmt: skip
+        added = client.add(
+            "u1", f"Archived note {i}: the {kind} locker code is in drawer {i}", importance=0.1, now=OLD
+        )
         w.original_ids[kind] = added.memory_id
     client.add("u1", "Prefers a cortado in the morning", importance=0.9, now=NOW)
     client.add("u2", "Another user's note about cortado", importance=0.9, now=NOW)
@@ -126,8 +132,9 @@ def world(databases, tmp_path_factory) -> World:
     report = run_batch(w.conn, services, ArchivalCriteria(), batch_key="seed", as_of=NOW, actor="test")
     assert report.gate_passed and report.status.failed == 0
     for kind in kinds:
-        arch = w.conn.execute("SELECT * FROM archived_memories WHERE original_id = %s",
-                              (w.original_ids[kind],)).fetchone()  # fmt: skip
+        arch = w.conn.execute(
+            "SELECT * FROM archived_memories WHERE original_id = %s", (w.original_ids[kind],)
+        ).fetchone()
         w.archive_ids[kind] = arch["id"]
         if kind == "good":
             continue
@@ -136,8 +143,10 @@ def world(databases, tmp_path_factory) -> World:
         doc = _malformed(json.loads(store.get(key)), kind)
         data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         store.put(key, data, sha256_hex(data))
-        w.conn.execute("UPDATE archived_memories SET backup_sha256 = %s, backup_size_bytes = %s WHERE id = %s",
-                       (sha256_hex(data), len(data), arch["id"]))  # fmt: skip
+        w.conn.execute(
+            "UPDATE archived_memories SET backup_sha256 = %s, backup_size_bytes = %s WHERE id = %s",
+            (sha256_hex(data), len(data), arch["id"]),
+        )
     yield w
     w.conn.close()
 
@@ -150,8 +159,13 @@ def _run_async(world: World, call: Callable[[AsyncMemoryClient], Any]) -> Any:
         aconn = await psycopg.AsyncConnection.connect(world.url, autocommit=True, row_factory=dict_row)
         await register_vector_async(aconn)
         try:
-            client = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=world.store,
-                                       settings=Settings(retrieval=RETRIEVAL), actor="test")  # fmt: skip
+            client = AsyncMemoryClient(
+                aconn,
+                embedder=HashingEmbedder(TEST_DIM),
+                object_store=world.store,
+                settings=Settings(retrieval=RETRIEVAL),
+                actor="test",
+            )
             return await call(client)
         finally:
             await aconn.close()
@@ -166,7 +180,9 @@ def _call(world: World, flavour: str, call: Callable[[Any], Any]) -> Any:
 
 
 def _hot(w: World) -> uuid.UUID:
-    return w.conn.execute("SELECT id FROM memories WHERE user_id = 'u1' ORDER BY created_at LIMIT 1").fetchone()["id"]
+    return w.conn.execute(
+        "SELECT id FROM memories WHERE user_id = 'u1' ORDER BY created_at LIMIT 1"
+    ).fetchone()["id"]
 
 
 def _a(kind: str) -> Callable[[World], uuid.UUID]:
@@ -182,7 +198,11 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
     ("add: NUL in content", "content", lambda c, w: c.add("u1", "order\x00 shipped")),
     ("add: pinned='yes'", "pinned", lambda c, w: c.add("u1", "a new note", pinned="yes")),
     ("add: pinned=1", "pinned", lambda c, w: c.add("u1", "a new note", pinned=1)),
-    ("add: importance as a string", "importance_score", lambda c, w: c.add("u1", "a new note", importance="0.5")),
+    (
+        "add: importance as a string",
+        "importance_score",
+        lambda c, w: c.add("u1", "a new note", importance="0.5"),
+    ),
     ("add: importance=True", "importance_score", lambda c, w: c.add("u1", "a new note", importance=True)),
     ("add: lone surrogate in a tag", "tags", lambda c, w: c.add("u1", "a new note", tags=["ok", "b\udc00d"])),
     ("add: metadata not a dict", "metadata", lambda c, w: c.add("u1", "a new note", metadata=[("a", 1)])),
@@ -198,9 +218,16 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
     ("add: ttl_days beyond a century", "ttl_days", lambda c, w: c.add("u1", "a new note", ttl_days=36_501)),
     ("add: pinned with a ttl", "ttl_days", lambda c, w: c.add("u1", "a new note", pinned=True, ttl_days=3)),
     ("add: unknown category", "category", lambda c, w: c.add("u1", "a new note", category="gossip")),
-    ("add: metadata.chunk from the caller", "metadata.chunk",
-     lambda c, w: c.add("u1", "a new note", metadata={"chunk": {"parent_id": "x"}})),
-    ("add: a long text with ttl_days=-3", "ttl_days", lambda c, w: c.add("u1", "harbour log " * 800, ttl_days=-3)),
+    (
+        "add: metadata.chunk from the caller",
+        "metadata.chunk",
+        lambda c, w: c.add("u1", "a new note", metadata={"chunk": {"parent_id": "x"}}),
+    ),
+    (
+        "add: a long text with ttl_days=-3",
+        "ttl_days",
+        lambda c, w: c.add("u1", "harbour log " * 800, ttl_days=-3),
+    ),
     ("add: a long text with a NUL", "content", lambda c, w: c.add("u1", "harbour log " * 800 + "\x00")),
     ("search: NUL in query", "query", lambda c, w: c.search("u1", "cor\x00tado")),
     ("search: lone surrogate in query", "query", lambda c, w: c.search("u1", "cor\ud800tado")),
@@ -208,42 +235,102 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
     ("search: query one over the maximum", "query", lambda c, w: c.search("u1", "x" * (MAX_QUERY_CHARS + 1))),
     ("search: text_query=123", "text_query", lambda c, w: c.search("u1", "cortado", text_query=123)),
     ("search: NUL in text_query", "text_query", lambda c, w: c.search("u1", "cortado", text_query="a\x00")),
-    ("search: surrogate in text_query", "text_query", lambda c, w: c.search("u1", "cortado", text_query="\udfff")),
+    (
+        "search: surrogate in text_query",
+        "text_query",
+        lambda c, w: c.search("u1", "cortado", text_query="\udfff"),
+    ),
     ("search: 1 MB text_query", "text_query", lambda c, w: c.search("u1", "cortado", text_query=ONE_MB)),
     ("search: limit=-1", "limit", lambda c, w: c.search("u1", "cortado", limit=-1)),
     ("search: limit='5'", "limit", lambda c, w: c.search("u1", "cortado", limit="5")),
-    ("search: archived_limit=True", "archived_limit", lambda c, w: c.search("u1", "cortado", archived_limit=True)),
-    ("search: include_past='yes'", "include_past", lambda c, w: c.search("u1", "cortado", include_past="yes")),
-    ("search: record_access='yes'", "record_access", lambda c, w: c.search("u1", "cortado", record_access="yes")),
+    (
+        "search: archived_limit=True",
+        "archived_limit",
+        lambda c, w: c.search("u1", "cortado", archived_limit=True),
+    ),
+    (
+        "search: include_past='yes'",
+        "include_past",
+        lambda c, w: c.search("u1", "cortado", include_past="yes"),
+    ),
+    (
+        "search: record_access='yes'",
+        "record_access",
+        lambda c, w: c.search("u1", "cortado", record_access="yes"),
+    ),
     ("search: phase2='sometimes'", "phase2", lambda c, w: c.search("u1", "cortado", phase2="sometimes")),
     ("search: tags as one string", "tags", lambda c, w: c.search("u1", "cortado", tags="coffee")),
     ("search: now='2024-01-01'", "now", lambda c, w: c.search("u1", "cortado", now="2024-01-01")),
     ("search: now as epoch seconds", "now", lambda c, w: c.search("u1", "cortado", now=1_700_000_000)),
-    ("search: NUL in filters.domains", "filters.domains",
-     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(domains=["wo\x00rk"]))),
-    ("search: surrogate in filters.domains", "filters.domains",
-     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(domains=["\ud800"]))),
-    ("search: surrogate in filters.required_tags", "filters.required_tags",
-     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(required_tags=["caf\udce9"]))),
-    ("search: naive filters.seen_since", "filters.seen_since",
-     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(seen_since=NAIVE))),
-    ("search: seen window the wrong way round", "filters.seen_until",
-     lambda c, w: c.search("u1", "cortado", filters=SearchFilters(seen_since=NOW, seen_until=OLD))),
-    ("search: filters as a dict", "filters", lambda c, w: c.search("u1", "cortado", filters={"domains": ["w"]})),
-    ("build_context: naive created_at in a summary item", "ContextItem.created_at",
-     lambda c, w: c.build_context("u1", "cortado", summaries=[ContextItem("s", "caller", created_at=NAIVE)],
-                                  record_access=True)),
-    ("build_context: a turn that is a number", "recent_turns[1]",
-     lambda c, w: c.build_context("u1", "cortado", ["hi", 42], record_access=True)),
-    ("build_context: NUL-free but non-str role", "recent_turns[0]",
-     lambda c, w: c.build_context("u1", "cortado", [{"role": 7, "content": "hi"}], record_access=True)),
-    ("build_context: max_tokens=-1", "max_tokens",
-     lambda c, w: c.build_context("u1", "cortado", max_tokens=-1, record_access=True)),
-    ("build_context: limit=-1 in the search", "limit", lambda c, w: c.build_context("u1", "cortado", limit=-1)),
+    (
+        "search: NUL in filters.domains",
+        "filters.domains",
+        lambda c, w: c.search("u1", "cortado", filters=SearchFilters(domains=["wo\x00rk"])),
+    ),
+    (
+        "search: surrogate in filters.domains",
+        "filters.domains",
+        lambda c, w: c.search("u1", "cortado", filters=SearchFilters(domains=["\ud800"])),
+    ),
+    (
+        "search: surrogate in filters.required_tags",
+        "filters.required_tags",
+        lambda c, w: c.search("u1", "cortado", filters=SearchFilters(required_tags=["caf\udce9"])),
+    ),
+    (
+        "search: naive filters.seen_since",
+        "filters.seen_since",
+        lambda c, w: c.search("u1", "cortado", filters=SearchFilters(seen_since=NAIVE)),
+    ),
+    (
+        "search: seen window the wrong way round",
+        "filters.seen_until",
+        lambda c, w: c.search("u1", "cortado", filters=SearchFilters(seen_since=NOW, seen_until=OLD)),
+    ),
+    (
+        "search: filters as a dict",
+        "filters",
+        lambda c, w: c.search("u1", "cortado", filters={"domains": ["w"]}),
+    ),
+    (
+        "build_context: naive created_at in a summary item",
+        "ContextItem.created_at",
+        lambda c, w: c.build_context(
+            "u1", "cortado", summaries=[ContextItem("s", "caller", created_at=NAIVE)], record_access=True
+        ),
+    ),
+    (
+        "build_context: a turn that is a number",
+        "recent_turns[1]",
+        lambda c, w: c.build_context("u1", "cortado", ["hi", 42], record_access=True),
+    ),
+    (
+        "build_context: NUL-free but non-str role",
+        "recent_turns[0]",
+        lambda c, w: c.build_context("u1", "cortado", [{"role": 7, "content": "hi"}], record_access=True),
+    ),
+    (
+        "build_context: max_tokens=-1",
+        "max_tokens",
+        lambda c, w: c.build_context("u1", "cortado", max_tokens=-1, record_access=True),
+    ),
+    (
+        "build_context: limit=-1 in the search",
+        "limit",
+        lambda c, w: c.build_context("u1", "cortado", limit=-1),
+    ),
     ("expand: archive_id not a UUID", "archive_id", lambda c, w: c.expand("u1", "not-a-uuid")),
-    ("expand: now without an offset", "now", lambda c, w: c.expand("u1", w.archive_ids["good"], now="2025-06-01")),
+    (
+        "expand: now without an offset",
+        "now",
+        lambda c, w: c.expand("u1", w.archive_ids["good"], now="2025-06-01"),
+    ),
     ("record_access: an id that is a number", "ids", lambda c, w: c.record_access("u1", [123])),
-    ("record_access: naive now", "now", lambda c, w: c.record_access("u1", [w.original_ids["good"]], now=NAIVE)),
+    (
+        "record_access: naive now",
+        "now",
+        lambda c, w: c.record_access("u1", [w.original_ids["good"]], now=NAIVE),
+    ),
     ("restore: neither id", "archive_id/original_id", lambda c, w: c.restore("u1")),
     ("restore: original_id not a UUID", "original_id", lambda c, w: c.restore("u1", original_id=42)),
     ("get: id not a UUID", "memory_id", lambda c, w: c.get("u1", "not-a-uuid")),
@@ -252,18 +339,36 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
     ("list: category='fact'", "category", lambda c, w: c.list("u1", category="fact")),
     ("list: limit=0", "limit", lambda c, w: c.list("u1", limit=0)),
     ("list: limit='10'", "limit", lambda c, w: c.list("u1", limit="10")),
-    ("list: a cursor that list() never returned", "cursor", lambda c, w: c.list("u1", cursor="bm90LWEtY3Vyc29y")),
+    (
+        "list: a cursor that list() never returned",
+        "cursor",
+        lambda c, w: c.list("u1", cursor="bm90LWEtY3Vyc29y"),
+    ),
     ("list: naive created_after", "created_after", lambda c, w: c.list("u1", created_after=NAIVE)),
-    ("list: created_after after created_before", "created_after",
-     lambda c, w: c.list("u1", created_after=NOW, created_before=OLD)),
-    ("list: include_superseded='yes'", "include_superseded", lambda c, w: c.list("u1", include_superseded="yes")),
+    (
+        "list: created_after after created_before",
+        "created_after",
+        lambda c, w: c.list("u1", created_after=NOW, created_before=OLD),
+    ),
+    (
+        "list: include_superseded='yes'",
+        "include_superseded",
+        lambda c, w: c.list("u1", include_superseded="yes"),
+    ),
     ("update: nothing to change", "update", lambda c, w: c.update("u1", _hot(w))),
     ("update: id not a UUID", "memory_id", lambda c, w: c.update("u1", 42, "new text")),
     ("update: importance=2", "importance_score", lambda c, w: c.update("u1", _hot(w), importance=2)),
     ("update: NUL in content", "content", lambda c, w: c.update("u1", _hot(w), "cor\x00tado")),
-    ("update: a secret as content", "content",
-     lambda c, w: c.update("u1", _hot(w), "key sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789")),
-    ("update: an archived memory", "memory_id", lambda c, w: c.update("u1", w.original_ids["good"], importance=0.2)),
+    (
+        "update: a secret as content",
+        "content",
+        lambda c, w: c.update("u1", _hot(w), "key sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"),
+    ),
+    (
+        "update: an archived memory",
+        "memory_id",
+        lambda c, w: c.update("u1", w.original_ids["good"], importance=0.2),
+    ),
     ("update: naive now", "now", lambda c, w: c.update("u1", _hot(w), importance=0.3, now=NAIVE)),
     ("delete: id not a UUID", "memory_id", lambda c, w: c.delete("u1", "x")),
     ("delete: no id", "memory_id", lambda c, w: c.delete("u1", None)),
@@ -272,13 +377,20 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
     ("history: id=42", "memory_id", lambda c, w: c.history("u1", 42)),
 ]
 CLIENT_ROWS += [
-    (f"expand: malformed backup ({kind})", field, lambda c, w, k=kind: c.expand("u1", w.archive_ids[k], now=NOW))
+    (
+        f"expand: malformed backup ({kind})",
+        field,
+        lambda c, w, k=kind: c.expand("u1", w.archive_ids[k], now=NOW),
+    )
     for kind, field in MALFORMED.items()
 ] + [
-    (f"restore: malformed backup ({kind})", field,
-     lambda c, w, k=kind: c.restore("u1", archive_id=w.archive_ids[k], now=NOW))
+    (
+        f"restore: malformed backup ({kind})",
+        field,
+        lambda c, w, k=kind: c.restore("u1", archive_id=w.archive_ids[k], now=NOW),
+    )
     for kind, field in MALFORMED.items()
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
@@ -305,8 +417,14 @@ def _insert(w: World, *memories: Any, **kwargs: Any) -> Any:
 
 def _add_with_embedding(w: World, embedding: Any) -> Any:
     prepared = prepare_memory("u1", "a note about kayaks")
-    plan = add_plan(prepared, embedding, embedding_model=HashingEmbedder(TEST_DIM).model, config=RETRIEVAL,
-                    actor="test", now=NOW)  # fmt: skip
+    plan = add_plan(
+        prepared,
+        embedding,
+        embedding_model=HashingEmbedder(TEST_DIM).model,
+        config=RETRIEVAL,
+        actor="test",
+        now=NOW,
+    )
     return run_plan(w.conn, plan)
 
 
@@ -322,10 +440,18 @@ LIBRARY_ROWS: list[tuple[str, str, Callable[[World], Any]]] = [
     ("insert: zero-width content", "content", lambda w: _insert(w, _memory(content="\u200b\u200b"))),
     ("insert: pinned='yes'", "pinned", lambda w: _insert(w, _memory(pinned="yes"))),
     ("insert: created_at='2024-01-01'", "created_at", lambda w: _insert(w, _memory(created_at="2024-01-01"))),
-    ("insert: created_at as epoch seconds", "created_at", lambda w: _insert(w, _memory(created_at=1_700_000_000))),
+    (
+        "insert: created_at as epoch seconds",
+        "created_at",
+        lambda w: _insert(w, _memory(created_at=1_700_000_000)),
+    ),
     ("insert: importance '0.5'", "importance_score", lambda w: _insert(w, _memory(importance_score="0.5"))),
     ("insert: access_count=-1", "access_count", lambda w: _insert(w, _memory(access_count=-1))),
-    ("insert: NUL in embedding_model", "embedding_model", lambda w: _insert(w, _memory(embedding_model="m\x00"))),
+    (
+        "insert: NUL in embedding_model",
+        "embedding_model",
+        lambda w: _insert(w, _memory(embedding_model="m\x00")),
+    ),
     ("insert: a memory that is a string", "memory", lambda w: _insert(w, "remember this")),
     ("insert: memories not a list", "memories", lambda w: insert_memories(w.conn, 42, actor="test")),
     ("insert: NUL in actor", "actor", lambda w: _insert(w, _memory(), actor="te\x00st")),
@@ -334,47 +460,100 @@ LIBRARY_ROWS: list[tuple[str, str, Callable[[World], Any]]] = [
     ("write path: pinned='yes'", "pinned", lambda w: prepare_memory("u1", "a note", pinned="yes")),
     ("write path: surrogate in domain", "domain", lambda w: prepare_memory("u1", "a note", domain="\udfff")),
     ("write path: NaN in the embedding", "embedding", lambda w: _add_with_embedding(w, _nan_vector())),
-    ("write path: embedding of another dimension", "embedder.dim",
-     lambda w: _add_with_embedding(w, np.ones(TEST_DIM + 1, dtype=np.float32))),
+    (
+        "write path: embedding of another dimension",
+        "embedder.dim",
+        lambda w: _add_with_embedding(w, np.ones(TEST_DIM + 1, dtype=np.float32)),
+    ),
 ]
 LIBRARY_ROWS += [
-    (f"restore.restore_archive (CLI): malformed backup ({kind})", field,
-     lambda w, k=kind: restore_archive(w.conn, w.store, user_id="u1", original_id=w.original_ids[k], actor="cli"))
+    (
+        f"restore.restore_archive (CLI): malformed backup ({kind})",
+        field,
+        lambda w, k=kind: restore_archive(
+            w.conn, w.store, user_id="u1", original_id=w.original_ids[k], actor="cli"
+        ),
+    )
     for kind, field in MALFORMED.items()
-]  # fmt: skip
+]
 
 
 # --------------------------------------------------------------------------- duplicate ids, limits, counters
 
 
 LIBRARY_ROWS += [
-    ("insert: one id twice in a call", "id", lambda w: _insert(w, _memory(), _memory(content="another text"))),
+    (
+        "insert: one id twice in a call",
+        "id",
+        lambda w: _insert(w, _memory(), _memory(content="another text")),
+    ),
     ("insert: the id of a hot memory", "id", lambda w: _insert(w, _memory(id=_hot(w)))),
-    ("insert: the id of an archived memory", "id", lambda w: _insert(w, _memory(), _memory(
-        id=w.original_ids["good"], content="another text"))),
+    (
+        "insert: the id of an archived memory",
+        "id",
+        lambda w: _insert(w, _memory(), _memory(id=w.original_ids["good"], content="another text")),
+    ),
     ("archived_ids: limit=-1", "limit", lambda w: archived_ids(w.conn, limit=-1)),
     ("archived_ids: limit='5'", "limit", lambda w: archived_ids(w.conn, limit="5")),
     ("archived_ids: limit=True", "limit", lambda w: archived_ids(w.conn, limit=True)),
     ("archived_ids: blank user_id", "user_id", lambda w: archived_ids(w.conn, user_id=" ")),
-    ("restore_archives: chunk_size=0", "chunk_size",
-     lambda w: restore_archives(w.conn, w.store, actor="t", original_ids=[w.original_ids["good"]], chunk_size=0)),
-    ("restore_archives: chunk_size=-1", "chunk_size",
-     lambda w: restore_archives(w.conn, w.store, actor="t", user_id="u1", chunk_size=-1)),
-    ("build_context: a counter returning -1", "counter",
-     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: -1, record_access=True)),
-    ("build_context: a counter returning 2.5", "counter",
-     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: 2.5, record_access=True)),
-    ("build_context: a counter returning '3'", "counter",
-     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: "3", record_access=True)),
-    ("build_context: a counter returning None", "counter",
-     lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: None, record_access=True)),
-    ("client: a token_counter returning -5", "token_counter",
-     lambda w: MemoryClient(w.conn, embedder=HashingEmbedder(TEST_DIM), object_store=w.store, actor="test",
-                            token_counter=lambda t: -5)),
-    ("client: a token_counter that is not callable", "token_counter",
-     lambda w: MemoryClient(w.conn, embedder=HashingEmbedder(TEST_DIM), object_store=w.store, actor="test",
-                            token_counter=42)),
-]  # fmt: skip
+    (
+        "restore_archives: chunk_size=0",
+        "chunk_size",
+        lambda w: restore_archives(
+            w.conn, w.store, actor="t", original_ids=[w.original_ids["good"]], chunk_size=0
+        ),
+    ),
+    (
+        "restore_archives: chunk_size=-1",
+        "chunk_size",
+        lambda w: restore_archives(w.conn, w.store, actor="t", user_id="u1", chunk_size=-1),
+    ),
+    (
+        "build_context: a counter returning -1",
+        "counter",
+        lambda w: w.client().build_context("u1", "cortado", ["hi"], counter=lambda t: -1, record_access=True),
+    ),
+    (
+        "build_context: a counter returning 2.5",
+        "counter",
+        lambda w: w.client().build_context(
+            "u1", "cortado", ["hi"], counter=lambda t: 2.5, record_access=True
+        ),
+    ),
+    (
+        "build_context: a counter returning '3'",
+        "counter",
+        lambda w: w.client().build_context(
+            "u1", "cortado", ["hi"], counter=lambda t: "3", record_access=True
+        ),
+    ),
+    (
+        "build_context: a counter returning None",
+        "counter",
+        lambda w: w.client().build_context(
+            "u1", "cortado", ["hi"], counter=lambda t: None, record_access=True
+        ),
+    ),
+    (
+        "client: a token_counter returning -5",
+        "token_counter",
+        lambda w: MemoryClient(
+            w.conn,
+            embedder=HashingEmbedder(TEST_DIM),
+            object_store=w.store,
+            actor="test",
+            token_counter=lambda t: -5,
+        ),
+    ),
+    (
+        "client: a token_counter that is not callable",
+        "token_counter",
+        lambda w: MemoryClient(
+            w.conn, embedder=HashingEmbedder(TEST_DIM), object_store=w.store, actor="test", token_counter=42
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "field", "call"), LIBRARY_ROWS, ids=[r[0] for r in LIBRARY_ROWS])
@@ -469,11 +648,17 @@ def test_restore_of_an_unknown_original_id_names_the_field(world):
 def _root_cases(tmp_path: Path) -> dict[str, Path]:
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory")
-    return {"an existing file": a_file, "under an existing file": a_file / "objects",
-            "under /proc": Path("/proc/memory-archive-objects"), "/proc itself": Path("/proc")}  # fmt: skip
+    return {
+        "an existing file": a_file,
+        "under an existing file": a_file / "objects",
+        "under /proc": Path("/proc/memory-archive-objects"),
+        "/proc itself": Path("/proc"),
+    }
 
 
-@pytest.mark.parametrize("case", ["an existing file", "under an existing file", "under /proc", "/proc itself"])
+@pytest.mark.parametrize(
+    "case", ["an existing file", "under an existing file", "under /proc", "/proc itself"]
+)
 def test_a_local_root_that_cannot_be_a_writable_directory_is_refused(tmp_path, case):
     root = _root_cases(tmp_path)[case]
     with pytest.raises(InvalidInputError) as info:
@@ -487,7 +672,9 @@ def test_a_local_root_that_cannot_be_a_writable_directory_is_refused(tmp_path, c
 
 
 def test_a_local_root_that_does_not_exist_yet_is_created(tmp_path):
-    store = object_store_from_settings(Settings(object_store=ObjectStoreConfig(local_root=tmp_path / "a" / "b")))
+    store = object_store_from_settings(
+        Settings(object_store=ObjectStoreConfig(local_root=tmp_path / "a" / "b"))
+    )
     assert store.root.is_dir()
 
 
@@ -506,7 +693,9 @@ def _archive_state(url: str) -> dict[str, Any]:
 
 def _old_memories(url: str) -> None:
     with connect(url) as conn:
-        insert_memories(conn, make_memories(4, dim=TEST_DIM, age_days=400, now=datetime.now(UTC)), actor="test")
+        insert_memories(
+            conn, make_memories(4, dim=TEST_DIM, age_days=400, now=datetime.now(UTC)), actor="test"
+        )
 
 
 @pytest.mark.parametrize("key", ["", "   ", "\t"])

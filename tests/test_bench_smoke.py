@@ -58,7 +58,9 @@ def test_search_smoke(tmp_path: Path) -> None:
     n = data["params"]["sizes"][0]
     latency = rows(data, "Hot top-10 search")
     assert latency[0]["mode"] == "exact scan (baseline)" and latency[0]["speedup p50 vs exact"] == 1.0
-    assert [r["mode"].split(" (")[0] for r in latency[1:]] == [f"hnsw ef_search={ef}" for ef in data["params"]["ef_sweep"]]
+    assert [r["mode"].split(" (")[0] for r in latency[1:]] == [
+        f"hnsw ef_search={ef}" for ef in data["params"]["ef_sweep"]
+    ]
     for r in latency:
         assert 0.0 <= r["recall@10 vs exact"] <= 1.0
         assert finite_positive(r["p50"]) and r["p50"] <= r["p95"] <= r["p99"]
@@ -72,7 +74,9 @@ def test_search_smoke(tmp_path: Path) -> None:
     assert [r["mode"].split(" ")[0] for r in two] == ["hot", "two-phase"]
     assert two[0]["archived hits/query"] == 0
     assert 0 < two[1]["archived hits/query"] <= 10  # the default limit counts hot and archived hits together
-    assert finite_positive(two[1]["ratio p50 vs hot-only"]) and finite_positive(two[1]["ratio p95 vs hot-only"])
+    assert finite_positive(two[1]["ratio p50 vs hot-only"]) and finite_positive(
+        two[1]["ratio p95 vs hot-only"]
+    )
     assert data["figures"]["two_phase"][str(n)]["archived"] == 4 * n
 
 
@@ -82,10 +86,13 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
     assert data["params"]["baseline"] == 50 < n
     throughput = rows(data, "Archival throughput")
     assert [(r["object store"].split(" ")[0], r["method"]) for r in throughput] == [
-        ("S3", "naive loop (baseline)"), ("S3", "run_batch × 500"), ("S3", "run_batch × 500, no packs (one object per memory)"),
-        ("local", "naive loop (baseline)"), ("local", "run_batch × 500"),
+        ("S3", "naive loop (baseline)"),
+        ("S3", "run_batch × 500"),
+        ("S3", "run_batch × 500, no packs (one object per memory)"),
+        ("local", "naive loop (baseline)"),
+        ("local", "run_batch × 500"),
         ("local", "run_batch × 500, no packs (one object per memory)"),
-    ]  # fmt: skip
+    ]
     for r in throughput:  # the baselines archive the backlog's first 50 (and leave the rest hot: checked)
         assert r["archived"] == (n if r["method"] == "run_batch × 500" else 50)
         assert finite_positive(r["memories/s"]) and finite_positive(r["throughput vs naive"])
@@ -102,11 +109,21 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
     assert [r["count"] for r in restore] == [20, 4, 2 * 3, 3]
     for r in restore:
         assert finite_positive(r["per second"])
-        assert r["p50 ms"] is None if r["operation"].startswith("restore_archives") else finite_positive(r["p50 ms"])
+        assert (
+            r["p50 ms"] is None
+            if r["operation"].startswith("restore_archives")
+            else finite_positive(r["p50 ms"])
+        )
     fig = data["figures"]  # the summary keys every run writes, for the largest size
     assert fig["size"] == n and fig["by_size"][str(n)]["size"] == n
-    for key in ("rate_per_s", "naive_rate_per_s", "ratio_vs_naive", "no_packs_rate_per_s", "restore_rate_per_s",
-                "peak_rss_mib"):
+    for key in (
+        "rate_per_s",
+        "naive_rate_per_s",
+        "ratio_vs_naive",
+        "no_packs_rate_per_s",
+        "restore_rate_per_s",
+        "peak_rss_mib",
+    ):
         assert finite_positive(fig[key]), key
     assert fig["ratio_vs_naive"] == pytest.approx(fig["rate_per_s"] / fig["naive_rate_per_s"])
     assert 0 <= fig["rss_growth_mib"] <= fig["peak_rss_mib"]
@@ -121,8 +138,13 @@ def test_footprint_smoke(tmp_path: Path) -> None:
     data = run_bench(tmp_path, "footprint")
     table = rows(data, "Postgres bytes per memory")
     assert [(r["dim"], r["row"].split(" ")[0]) for r in table] == [
-        (1536, "hot"), (1536, "archived"), (1536, "+"), (384, "hot"), (384, "archived"), (384, "+"),
-    ]  # fmt: skip
+        (1536, "hot"),
+        (1536, "archived"),
+        (1536, "+"),
+        (384, "hot"),
+        (384, "archived"),
+        (384, "+"),
+    ]
     for r in table:
         assert finite_positive(r["total"]) and r["indexes"] > 0
         assert r["saving vs hot %"] < 100
@@ -201,7 +223,10 @@ def test_locomo_smoke(tmp_path: Path) -> None:
     # whose fact hits add no turn ranks exactly as (b): with no fact turns at all, (d) and (e) equal (b).
     built = fig["consolidation"]
     assert built["digests_l2"] > 0 and built["digests_l3"] > 0 and built["facts"] >= 0
-    assert (built["builder"], built["extractor"]) == ("extractive-offline:extractive-digest-v1", "rules-offline-v1")
+    assert (built["builder"], built["extractor"]) == (
+        "extractive-offline:extractive-digest-v1",
+        "rules-offline-v1",
+    )
     assert data["default"]["phase3_always"]["phase3_share"] == 1.0
     assert 0.0 <= data["default"]["phase3_auto"]["phase3_share"] < 1.0
     for setting in ("phase3_auto", "phase3_always"):
@@ -233,12 +258,18 @@ def test_recall_counts_ties_at_the_kth_distance() -> None:
 
 
 def test_cli_rejects_bad_sizes_and_lists_benchmarks() -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0
     for name in ("search", "archival", "footprint", "memory", "locomo", "all"):
         assert name in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "bench", "search", "--size", "ten"], cwd=REPO_ROOT,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "search", "--size", "ten"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "--size 'ten'" in proc.stderr
 
 

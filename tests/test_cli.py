@@ -26,21 +26,37 @@ def _json(capsys) -> dict:
 def test_archive_and_restore_from_the_shell(env, capsys):
     conn = connect(env)
     # Old enough for the real clock's "now": the CLI archives as of today.
-    insert_memories(conn, make_memories(12, dim=TEST_DIM, age_days=400, embedding_model=HashingEmbedder(TEST_DIM).model,
-                                        now=__import__("datetime").datetime.now(__import__("datetime").UTC)),
-                    actor="test")  # fmt: skip
+    insert_memories(
+        conn,
+        make_memories(
+            12,
+            dim=TEST_DIM,
+            age_days=400,
+            embedding_model=HashingEmbedder(TEST_DIM).model,
+            now=__import__("datetime").datetime.now(__import__("datetime").UTC),
+        ),
+        actor="test",
+    )
     assert main(["migrate"]) == 0 and _json(capsys) == {"applied": []}
     assert main(["stats"]) == 0
     assert _json(capsys)["eligible"] == {"stale_low_importance": 12}
     assert main(["archive", "--limit", "5"]) == 0
     out = _json(capsys)
     assert {k: out[k] for k in ("claimed", "archived", "failed", "gate_passed", "ok", "problem")} == {
-        "claimed": 5, "archived": 5, "failed": 0, "gate_passed": True, "ok": True, "problem": None}  # fmt: skip
+        "claimed": 5,
+        "archived": 5,
+        "failed": 0,
+        "gate_passed": True,
+        "ok": True,
+        "problem": None,
+    }
     assert (out["stalled"], out["why"]) == (False, None)
     assert main(["restore", "--all", "--user-id", "alice"]) == 0
     restored = _json(capsys)
     assert restored["restored"] == restored["requested"] > 0
-    counts = conn.execute("SELECT (SELECT count(*) FROM memories) h, (SELECT count(*) FROM archived_memories) a").fetchone()
+    counts = conn.execute(
+        "SELECT (SELECT count(*) FROM memories) h, (SELECT count(*) FROM archived_memories) a"
+    ).fetchone()
     assert counts["h"] + counts["a"] == 12 and counts["a"] == 5 - restored["restored"]
 
 

@@ -25,13 +25,23 @@ from tests.conftest import TEST_DIM
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
 # Everything is a candidate: isolation must hold for whatever the ranking lets through.
-WIDE_OPEN = RetrievalConfig(hot_similarity_threshold=-1.0, archived_similarity_threshold=-1.0, hot_limit=100,
-                            archived_limit=100, near_duplicate_threshold=1.0)  # fmt: skip
+WIDE_OPEN = RetrievalConfig(
+    hot_similarity_threshold=-1.0,
+    archived_similarity_threshold=-1.0,
+    hot_limit=100,
+    archived_limit=100,
+    near_duplicate_threshold=1.0,
+)
 
 
 def _client(conn, store=None, retrieval: RetrievalConfig = WIDE_OPEN) -> MemoryClient:
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store,
-                        settings=Settings(retrieval=retrieval), actor="test")  # fmt: skip
+    return MemoryClient(
+        conn,
+        embedder=HashingEmbedder(TEST_DIM),
+        object_store=store,
+        settings=Settings(retrieval=retrieval),
+        actor="test",
+    )
 
 
 def _archive(conn, store) -> None:
@@ -50,8 +60,10 @@ MEMORY = st.tuples(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(memories=st.lists(MEMORY, min_size=1, max_size=10), queries=st.lists(st.sampled_from(TOPICS), min_size=1,
-                                                                                max_size=3))  # fmt: skip
+@given(
+    memories=st.lists(MEMORY, min_size=1, max_size=10),
+    queries=st.lists(st.sampled_from(TOPICS), min_size=1, max_size=3),
+)
 def test_no_call_ever_returns_another_users_memory(conn, local_store, memories, queries):
     client = _client(conn, local_store)
     run = uuid.uuid4().hex[:6]
@@ -62,8 +74,12 @@ def test_no_call_ever_returns_another_users_memory(conn, local_store, memories, 
         added = client.add(users[who], text, importance=0.1 if old else 0.6, now=OLD if old else NOW)
         owned[users[who]].add(added.memory_id)
     _archive(conn, local_store)
-    archives = {r["id"]: r for r in conn.execute(
-        "SELECT id, original_id, user_id FROM archived_memories WHERE user_id = ANY(%s)", (users,))}  # fmt: skip
+    archives = {
+        r["id"]: r
+        for r in conn.execute(
+            "SELECT id, original_id, user_id FROM archived_memories WHERE user_id = ANY(%s)", (users,)
+        )
+    }
     every_id = set().union(*owned.values()) | set(archives)
 
     for user in users:
@@ -123,8 +139,13 @@ def _summary(result) -> list[tuple]:
 def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_store):
     retrieval = RetrievalConfig(hot_similarity_threshold=0.2, archived_similarity_threshold=0.2)
     sync = _client(conn, local_store, retrieval)
-    texts = ["Prefers cortado in the morning", "Kayak trip on the Douro with Tiago", "Refund for ORD-4417 approved",
-             "Dentist appointment moved to Tuesday", "Garden tomatoes need compost"]  # fmt: skip
+    texts = [
+        "Prefers cortado in the morning",
+        "Kayak trip on the Douro with Tiago",
+        "Refund for ORD-4417 approved",
+        "Dentist appointment moved to Tuesday",
+        "Garden tomatoes need compost",
+    ]
     for i, text in enumerate(texts):
         sync.add("u1", text, importance=0.1 if i % 2 else 0.6, now=OLD if i % 2 else NOW)
     _archive(conn, local_store)
@@ -133,13 +154,23 @@ def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_s
     async def scenario():
         aconn = await _async_conn(db_url)
         try:
-            client = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store,
-                                       settings=Settings(retrieval=retrieval), actor="test")  # fmt: skip
+            client = AsyncMemoryClient(
+                aconn,
+                embedder=HashingEmbedder(TEST_DIM),
+                object_store=local_store,
+                settings=Settings(retrieval=retrieval),
+                actor="test",
+            )
             searches = [await client.search("u1", q, phase2="always", now=NOW) for q in queries]
             context = await client.build_context("u1", "kayak", ["hello"], phase2="always", now=NOW)
-            adds = [await client.add("u2", t, now=NOW) for t in
-                    ("Prefers cortado in the morning", "prefers cortado in the  morning",
-                     "Prefers flat white in the morning")]  # fmt: skip
+            adds = [
+                await client.add("u2", t, now=NOW)
+                for t in (
+                    "Prefers cortado in the morning",
+                    "prefers cortado in the  morning",
+                    "Prefers flat white in the morning",
+                )
+            ]
             adds.append(await client.add("u2", "Prefers oat milk", supersedes=adds[2].memory_id, now=NOW))
             archive_id = searches[0].archived[0].id
             expansion = await client.expand("u1", archive_id, now=NOW)
@@ -153,10 +184,20 @@ def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_s
     assert [_summary(r) for r in a_searches] == [_summary(r) for r in s_searches]
     assert any(r.archived for r in s_searches) and any(r.hot for r in s_searches)
     assert a_context == sync.build_context("u1", "kayak", ["hello"], phase2="always", now=NOW)
-    s_adds = [sync.add("u3", t, now=NOW) for t in
-              ("Prefers cortado in the morning", "prefers cortado in the  morning", "Prefers flat white in the morning")]  # fmt: skip
+    s_adds = [
+        sync.add("u3", t, now=NOW)
+        for t in (
+            "Prefers cortado in the morning",
+            "prefers cortado in the  morning",
+            "Prefers flat white in the morning",
+        )
+    ]
     s_adds.append(sync.add("u3", "Prefers oat milk", supersedes=s_adds[2].memory_id, now=NOW))
-    assert [a.outcome for a in a_adds] == [s.outcome for s in s_adds] == ["created", "duplicate", "created", "superseded"]
+    assert (
+        [a.outcome for a in a_adds]
+        == [s.outcome for s in s_adds]
+        == ["created", "duplicate", "created", "superseded"]
+    )
     assert [a.reason for a in a_adds] == [s.reason for s in s_adds] == [None, "duplicate", None, "explicit"]
     s_expansion = sync.expand("u1", a_expansion.archive_id, now=NOW + timedelta(seconds=1))
     assert s_expansion.content == a_expansion.content and s_expansion.original == a_expansion.original
@@ -170,8 +211,9 @@ def test_async_pool_client_restores_and_refuses_tampering_like_sync(db_url, conn
     _archive(conn, local_store)
 
     async def scenario():
-        client = await AsyncMemoryClient.connect(db_url, embedder=HashingEmbedder(TEST_DIM), object_store=local_store,
-                                                 actor="test")  # fmt: skip
+        client = await AsyncMemoryClient.connect(
+            db_url, embedder=HashingEmbedder(TEST_DIM), object_store=local_store, actor="test"
+        )
         async with client:
             with pytest.raises(NotFoundError):
                 await client.restore("u2", original_id=added.memory_id, now=NOW)
@@ -182,14 +224,17 @@ def test_async_pool_client_restores_and_refuses_tampering_like_sync(db_url, conn
     first, second = asyncio.run(scenario())
     assert first.restored and not second.restored and first.memory_id == added.memory_id
     assert conn.execute("SELECT content FROM memories WHERE id = %s", (added.memory_id,)).fetchone() == {
-        "content": "Old library card number is in the blue folder"}  # fmt: skip
+        "content": "Old library card number is in the blue folder"
+    }
 
 
 def test_client_from_settings_uses_a_pool_and_closes_it(db_url, tmp_path):
     settings = Settings(
-        database_url=db_url, state_dir=tmp_path, embedding=EmbeddingConfig(provider="hashing", dim=TEST_DIM),
+        database_url=db_url,
+        state_dir=tmp_path,
+        embedding=EmbeddingConfig(provider="hashing", dim=TEST_DIM),
         retrieval=RetrievalConfig(hot_similarity_threshold=0.3),
-    )  # fmt: skip
+    )
     with MemoryClient.from_settings(settings) as client:
         added = client.add("u1", "Favourite bakery is on Rua Augusta", now=NOW)
         [hit] = client.search("u1", "favourite bakery", now=NOW).hits

@@ -59,7 +59,9 @@ def test_readme_table_documents_every_setting_and_only_settings():
         variable, setting = _code(row["variable"]), _code(row["setting"])
         assert variable in names, f"README documents {variable}, which Settings does not read"
         path = tuple(setting.split("."))
-        assert names[variable] == path, f"README: {variable} sets {setting}, the model says {'.'.join(names[variable])}"
+        assert names[variable] == path, (
+            f"README: {variable} sets {setting}, the model says {'.'.join(names[variable])}"
+        )
         assert path not in documented, f"{setting} documented twice"
         assert row["meaning"], f"{variable} has no meaning in the README"
         documented[path] = row["default"]
@@ -80,13 +82,17 @@ def test_readme_defaults_are_the_models():
             continue
         default, shown = field.default, _code(row["default"])
         if default is None:
-            assert row["default"].startswith("unset"), f"{path}: README default {row['default']!r}, model None"
+            assert row["default"].startswith("unset"), (
+                f"{path}: README default {row['default']!r}, model None"
+            )
         elif isinstance(default, str):
             assert shown == str(default), f"{path}: README {shown!r}, model {default!r}"
         elif isinstance(default, bool):  # before int: as the environment spells it
             assert shown == str(default).lower(), f"{path}: README {shown!r}, model {default!r}"
         elif isinstance(default, int | float):
-            assert shown is not None and float(shown) == default, f"{path}: README {shown!r}, model {default!r}"
+            assert shown is not None and float(shown) == default, (
+                f"{path}: README {shown!r}, model {default!r}"
+            )
         elif isinstance(default, tuple):
             assert shown == ",".join(default), f"{path}: README {shown!r}, model {default!r}"
         elif isinstance(default, date):
@@ -118,10 +124,16 @@ def test_archival_criteria_from_the_environment():
         "MEMORY_ARCHIVE_ARCHIVAL__MAX_ATTEMPTS": "4",
     }
     assert Settings.from_env(env).archival == ArchivalCriteria(
-        min_age_days=120, max_importance_score=0.25, max_recent_access_count=5, recent_access_window_days=14,
-        force_archive_age_days=400, batch_size=100, exempt_categories=("core", "procedural"),
-        max_error_rate=0.1, max_attempts=4,
-    )  # fmt: skip
+        min_age_days=120,
+        max_importance_score=0.25,
+        max_recent_access_count=5,
+        recent_access_window_days=14,
+        force_archive_age_days=400,
+        batch_size=100,
+        exempt_categories=("core", "procedural"),
+        max_error_rate=0.1,
+        max_attempts=4,
+    )
     as_json = {"MEMORY_ARCHIVE_ARCHIVAL__EXEMPT_CATEGORIES": '["core", "semantic"]'}
     assert Settings.from_env(as_json).archival.exempt_categories == ("core", "semantic")
 
@@ -149,26 +161,57 @@ def test_short_names_keep_working():
     s = Settings.from_env(env)
     assert s.database_url.get_secret_value() == env["DATABASE_URL"]
     assert (s.state_dir, s.embedded_database) == (Path("/var/lib/ma"), "memory_demo")
-    assert (s.llm.provider, s.llm.base_url, s.llm.requests_per_second) == ("extractive", "http://127.0.0.1:8080/v1", 2.5)
-    assert (s.embedding.provider, s.embedding.dim, s.embedding.base_url) == ("hashing", 384, "https://emb.example.com")
+    assert (s.llm.provider, s.llm.base_url, s.llm.requests_per_second) == (
+        "extractive",
+        "http://127.0.0.1:8080/v1",
+        2.5,
+    )
+    assert (s.embedding.provider, s.embedding.dim, s.embedding.base_url) == (
+        "hashing",
+        384,
+        "https://emb.example.com",
+    )
     store = s.object_store
-    assert (store.kind, store.bucket, store.prefix, store.endpoint_url, store.local_root, store.region_name) == (
-        "s3", "agent-memories", "prod/memory-archive", "http://127.0.0.1:8333", Path("/srv/objects"), "eu-west-1")  # fmt: skip
+    assert (
+        store.kind,
+        store.bucket,
+        store.prefix,
+        store.endpoint_url,
+        store.local_root,
+        store.region_name,
+    ) == (
+        "s3",
+        "agent-memories",
+        "prod/memory-archive",
+        "http://127.0.0.1:8333",
+        Path("/srv/objects"),
+        "eu-west-1",
+    )
     assert (s.slow_path.partition_start_date, s.slow_path.timezone) == (date(2026, 2, 1), "Europe/Lisbon")
     assert s.archival.policy == "retention"
     # Every short name but MEMORY_ARCHIVE_OBJECT_STORE (implied by the bucket here) is set above.
     assert set(ENV_ALIASES) - set(env) == {"MEMORY_ARCHIVE_OBJECT_STORE"}
-    assert Settings.from_env({"MEMORY_ARCHIVE_OBJECT_STORE": "s3", "MEMORY_ARCHIVE_BUCKET": "b"}).object_store.kind == "s3"
+    assert (
+        Settings.from_env(
+            {"MEMORY_ARCHIVE_OBJECT_STORE": "s3", "MEMORY_ARCHIVE_BUCKET": "b"}
+        ).object_store.kind
+        == "s3"
+    )
 
 
 def test_kind_given_wins_over_bucket_and_empty_means_unset():
-    s = Settings.from_env({"MEMORY_ARCHIVE_BUCKET": "b-1", "MEMORY_ARCHIVE_OBJECT_STORE": "local", "DATABASE_URL": ""})
+    s = Settings.from_env(
+        {"MEMORY_ARCHIVE_BUCKET": "b-1", "MEMORY_ARCHIVE_OBJECT_STORE": "local", "DATABASE_URL": ""}
+    )
     assert (s.object_store.kind, s.database_url) == ("local", None)
 
 
 def test_overrides_merge_into_the_environment():
-    s = Settings.from_env({"MEMORY_ARCHIVE_EMBEDDER": "hashing", "MEMORY_ARCHIVE_EMBEDDING_DIM": "64"},
-                          embedding={"dim": 32}, embedded_database="memory_t")  # fmt: skip
+    s = Settings.from_env(
+        {"MEMORY_ARCHIVE_EMBEDDER": "hashing", "MEMORY_ARCHIVE_EMBEDDING_DIM": "64"},
+        embedding={"dim": 32},
+        embedded_database="memory_t",
+    )
     assert (s.embedding.provider, s.embedding.dim, s.embedded_database) == ("hashing", 32, "memory_t")
 
 
@@ -205,7 +248,10 @@ def test_unknown_variables_are_errors_naming_them(name, hint):
 
 
 def test_other_prefixes_are_not_ours():
-    assert Settings.from_env({"MEMORY_ARCHIVER": "x", "PATH": "/bin", "DAGSTER_HOME": "/tmp"}).embedding.dim == 1536
+    assert (
+        Settings.from_env({"MEMORY_ARCHIVER": "x", "PATH": "/bin", "DAGSTER_HOME": "/tmp"}).embedding.dim
+        == 1536
+    )
 
 
 @pytest.mark.parametrize(
@@ -218,7 +264,11 @@ def test_other_prefixes_are_not_ours():
         ("MEMORY_ARCHIVE_RETRIEVAL__ACTIVE_BOOST", "inf", "finite"),
         ("MEMORY_ARCHIVE_ARCHIVAL__MAX_ERROR_RATE", "1.5", "less than or equal to 1"),
         ("MEMORY_ARCHIVE_ARCHIVAL__BATCH_SIZE", "501", "less than or equal to 500"),
-        ("MEMORY_ARCHIVE_ARCHIVAL__MIN_AGE_DAYS", "400", "force_archive_age_days=365 must be >= min_age_days=400"),
+        (
+            "MEMORY_ARCHIVE_ARCHIVAL__MIN_AGE_DAYS",
+            "400",
+            "force_archive_age_days=365 must be >= min_age_days=400",
+        ),
         ("MEMORY_ARCHIVE_ARCHIVAL__EXEMPT_CATEGORIES", "[core", "Expecting"),
         ("MEMORY_ARCHIVE_EMBEDDING_DIM", "zero", "valid integer"),
         ("MEMORY_ARCHIVE_EMBEDDER", "bert", "'auto', 'openai', 'local' or 'hashing'"),
@@ -256,15 +306,21 @@ def test_bad_values_name_the_variable_and_the_value(name, value, reason):
 def test_a_password_is_never_shown():
     with pytest.raises(ConfigError) as info:
         Settings.from_env({"DATABASE_URL": "postgresql://app:hunter2@db:notaport/x"})
-    assert "hunter2" not in str(info.value) and "DATABASE_URL='postgresql://app:***@db:notaport/x'" in str(info.value)
+    assert "hunter2" not in str(info.value) and "DATABASE_URL='postgresql://app:***@db:notaport/x'" in str(
+        info.value
+    )
     with pytest.raises(ConfigError) as info:
-        Settings.from_env({"DATABASE_URL": "host=db password=hunter2", "MEMORY_ARCHIVE_DATABASE_URL": "host=db"})
+        Settings.from_env(
+            {"DATABASE_URL": "host=db password=hunter2", "MEMORY_ARCHIVE_DATABASE_URL": "host=db"}
+        )
     assert "hunter2" not in str(info.value) and "both set database_url" in str(info.value)
     assert "hunter2" not in repr(Settings.from_env({"DATABASE_URL": "postgresql://u:hunter2@h/db"}))
 
 
 def test_two_names_of_one_setting_must_agree():
-    with pytest.raises(ConfigError, match="MEMORY_ARCHIVE_EMBEDDING_DIM='64' and MEMORY_ARCHIVE_EMBEDDING__DIM='32'"):
+    with pytest.raises(
+        ConfigError, match="MEMORY_ARCHIVE_EMBEDDING_DIM='64' and MEMORY_ARCHIVE_EMBEDDING__DIM='32'"
+    ):
         Settings.from_env({"MEMORY_ARCHIVE_EMBEDDING_DIM": "64", "MEMORY_ARCHIVE_EMBEDDING__DIM": "32"})
     same = {"MEMORY_ARCHIVE_EMBEDDING_DIM": "64", "MEMORY_ARCHIVE_EMBEDDING__DIM": "64"}
     assert Settings.from_env(same).embedding.dim == 64
@@ -291,7 +347,10 @@ def test_dagster_archival_criteria_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("MEMORY_ARCHIVE_ARCHIVAL__EXEMPT_CATEGORIES", "core,procedural")
     criteria = ArchivalCriteriaResource(max_error_rate=0.1).get_criteria()
     assert (criteria.min_age_days, criteria.exempt_categories, criteria.max_error_rate) == (
-        120, ("core", "procedural"), 0.1)  # fmt: skip
+        120,
+        ("core", "procedural"),
+        0.1,
+    )
 
 
 # --------------------------------------------------------------------------- state dir
@@ -305,7 +364,9 @@ def test_state_dir_is_the_same_from_any_folder(tmp_path, monkeypatch):
     # An explicit relative MEMORY_ARCHIVE_STATE_DIR is taken from the folder it is read in, once.
     s = Settings.from_env({"MEMORY_ARCHIVE_STATE_DIR": "mine"})
     monkeypatch.chdir(ROOT)
-    assert s.state_dir == tmp_path.resolve() / "mine" and s.embedded_pg_dir == tmp_path.resolve() / "mine" / "pg"
+    assert (
+        s.state_dir == tmp_path.resolve() / "mine" and s.embedded_pg_dir == tmp_path.resolve() / "mine" / "pg"
+    )
 
 
 def test_llm_prices_from_the_environment_replace_the_table():
@@ -317,4 +378,8 @@ def test_llm_prices_from_the_environment_replace_the_table():
     assert list(settings.llm.prices) == ["claude-3-haiku"]
     assert settings.llm.prices["claude-3-haiku"].batch_output == 0.625
     with pytest.raises(ConfigError, match="MEMORY_ARCHIVE_LLM__PRICES"):
-        Settings.from_env({"MEMORY_ARCHIVE_LLM__PRICES": '{"m": {"input": -1, "output": 1, "batch_input": 0, "batch_output": 0}}'})
+        Settings.from_env(
+            {
+                "MEMORY_ARCHIVE_LLM__PRICES": '{"m": {"input": -1, "output": 1, "batch_input": 0, "batch_output": 0}}'
+            }
+        )

@@ -51,9 +51,20 @@ def _consolidate_all(conn) -> None:
 
 
 def _add(conn, user: str, text: str, at: datetime, importance: float = 0.5) -> uuid.UUID:
-    [mid] = insert_memories(conn, [NewMemory(user_id=user, content=text, embedding=EMB.embed([text])[0],
-                                             embedding_model=EMB.model, created_at=at,
-                                             importance_score=importance)], actor="test")  # fmt: skip
+    [mid] = insert_memories(
+        conn,
+        [
+            NewMemory(
+                user_id=user,
+                content=text,
+                embedding=EMB.embed([text])[0],
+                embedding_model=EMB.model,
+                created_at=at,
+                importance_score=importance,
+            )
+        ],
+        actor="test",
+    )
     return mid
 
 
@@ -71,7 +82,7 @@ def _month_ids(conn, user: str, month: date) -> set[uuid.UUID]:
            UNION SELECT original_id FROM archived_memories WHERE user_id = %(u)s AND original_superseded_by IS NULL
              AND original_created_at >= %(s)s AND original_created_at < %(e)s""",
         {"u": user, "s": start, "e": end},
-    ).fetchall()  # fmt: skip
+    ).fetchall()
     return {r["id"] for r in rows}
 
 
@@ -96,8 +107,11 @@ def test_digests_and_facts_built_offline_for_the_demo_history(conn, history, loc
     year = build_level(conn, 3, user, pairs[0][1], builder=BUILDER, embedder=EMB)
     assert year.status == "built"
     y = _digest(conn, user, 3, date(pairs[0][1].year, 1, 1))
-    months = conn.execute("SELECT id, source_memory_ids FROM memory_digests WHERE user_id = %s AND level = 2 "
-                          "AND extract(year FROM period_start) = %s", (user, pairs[0][1].year)).fetchall()  # fmt: skip
+    months = conn.execute(
+        "SELECT id, source_memory_ids FROM memory_digests WHERE user_id = %s AND level = 2 "
+        "AND extract(year FROM period_start) = %s",
+        (user, pairs[0][1].year),
+    ).fetchall()
     assert set(y["source_digest_ids"]) == {m["id"] for m in months}
     assert set(y["source_memory_ids"]) == {i for m in months for i in m["source_memory_ids"]}
     # Facts: offline extractor named as such; core facts of the demo profiles are found with provenance.
@@ -123,10 +137,15 @@ def test_a_superseded_fact_keeps_its_interval(conn):
     for m in (may, jan, mar):  # any order: the chain is recomputed from the rows
         build_facts(conn, "u1", m.date(), extractor=RULES, embedder=EMB)
     build_facts(conn, "u2", may.date(), extractor=RULES, embedder=EMB)
-    rows = conn.execute("SELECT object, valid_from, valid_to, source_memory_ids FROM memory_facts "
-                        "WHERE user_id = 'u1' AND predicate = 'lives in' ORDER BY valid_from").fetchall()  # fmt: skip
+    rows = conn.execute(
+        "SELECT object, valid_from, valid_to, source_memory_ids FROM memory_facts "
+        "WHERE user_id = 'u1' AND predicate = 'lives in' ORDER BY valid_from"
+    ).fetchall()
     assert [(r["object"], r["valid_from"], r["valid_to"]) for r in rows] == [
-        ("Lisbon", jan, mar), ("Porto", mar, None), ("Porto", may, None)]  # fmt: skip
+        ("Lisbon", jan, mar),
+        ("Porto", mar, None),
+        ("Porto", may, None),
+    ]
     assert [r["source_memory_ids"] for r in rows] == [[lisbon], [porto], [again]]
     # Rebuilding an unchanged month writes nothing; the old value stays, closed.
     before = conn.execute("SELECT id, xmin::text AS x FROM memory_facts ORDER BY id").fetchall()
@@ -137,10 +156,25 @@ def test_a_superseded_fact_keeps_its_interval(conn):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["u1", "u2", "u3"]), st.integers(0, 3), st.integers(1, 27),
-                          st.sampled_from(["Maya Patel met Ada about Project Atlas.", "Ada flew to Kyoto.",
-                                           "Ada lives in Lisbon.", "Paid EUR 40 for the bill."])),
-                min_size=1, max_size=25))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["u1", "u2", "u3"]),
+            st.integers(0, 3),
+            st.integers(1, 27),
+            st.sampled_from(
+                [
+                    "Maya Patel met Ada about Project Atlas.",
+                    "Ada flew to Kyoto.",
+                    "Ada lives in Lisbon.",
+                    "Paid EUR 40 for the bill.",
+                ]
+            ),
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
 def test_a_users_digests_never_include_another_users_memories(conn, items):
     conn.execute("TRUNCATE memories, memory_digests, memory_facts, key_moments, consolidation_builds CASCADE")
     owner = {}
@@ -149,7 +183,9 @@ def test_a_users_digests_never_include_another_users_memories(conn, items):
     _consolidate_all(conn)
     for user in ("u1", "u2", "u3"):
         build_level(conn, 3, user, date(2025, 1, 1), builder=BUILDER, embedder=EMB)
-    digests = conn.execute("SELECT user_id, level, period_start, source_memory_ids FROM memory_digests").fetchall()
+    digests = conn.execute(
+        "SELECT user_id, level, period_start, source_memory_ids FROM memory_digests"
+    ).fetchall()
     assert digests
     for d in digests:
         assert {owner[i] for i in d["source_memory_ids"]} == {d["user_id"]}
@@ -163,9 +199,15 @@ def test_a_users_digests_never_include_another_users_memories(conn, items):
 def test_a_change_to_a_covered_memory_rebuilds_and_nothing_else_writes(conn, history, local_store):
     _archive(conn, local_store)
     _consolidate_all(conn)
-    user, month = next((u, m) for u, m in user_months(conn)
-                       if conn.execute("SELECT 1 FROM archived_memories WHERE user_id = %s AND "
-                                       "date_trunc('month', original_created_at)::date = %s", (u, m)).fetchone())  # fmt: skip
+    user, month = next(
+        (u, m)
+        for u, m in user_months(conn)
+        if conn.execute(
+            "SELECT 1 FROM archived_memories WHERE user_id = %s AND "
+            "date_trunc('month', original_created_at)::date = %s",
+            (u, m),
+        ).fetchone()
+    )
     first = _digest(conn, user, 2, month)
 
     def again():
@@ -174,19 +216,26 @@ def test_a_change_to_a_covered_memory_rebuilds_and_nothing_else_writes(conn, his
     assert again().status == "unchanged"
     assert _digest(conn, user, 2, month)["row_version"] == first["row_version"]  # no write at all
     # Restore: the memory changes tier, the fingerprint changes, the digest is rebuilt.
-    archived = conn.execute("SELECT original_id FROM archived_memories WHERE user_id = %s AND "
-                            "date_trunc('month', original_created_at)::date = %s LIMIT 1", (user, month)).fetchone()  # fmt: skip
+    archived = conn.execute(
+        "SELECT original_id FROM archived_memories WHERE user_id = %s AND "
+        "date_trunc('month', original_created_at)::date = %s LIMIT 1",
+        (user, month),
+    ).fetchone()
     restore_archive(conn, local_store, user_id=user, original_id=archived["original_id"], actor="test")
     stale = missing_digests(conn, builder=BUILDER, months=[month])
-    assert [(m["user_id"], m["problem"]) for m in stale] == [(user, "stale digest")]  # the freshness check sees it
+    assert [(m["user_id"], m["problem"]) for m in stale] == [
+        (user, "stale digest")
+    ]  # the freshness check sees it
     assert again().status == "built"
     assert missing_digests(conn, builder=BUILDER, months=[month]) == []
     second = _digest(conn, user, 2, month)
     assert second["source_fingerprint"] != first["source_fingerprint"]
     assert set(second["source_memory_ids"]) == set(first["source_memory_ids"])
     # Supersede: the memory leaves the digest.
-    conn.execute("UPDATE memories SET superseded_by = gen_random_uuid(), updated_at = now() WHERE id = %s",
-                 (archived["original_id"],))  # fmt: skip
+    conn.execute(
+        "UPDATE memories SET superseded_by = gen_random_uuid(), updated_at = now() WHERE id = %s",
+        (archived["original_id"],),
+    )
     assert again().status == "built"
     third = _digest(conn, user, 2, month)
     assert archived["original_id"] not in third["source_memory_ids"]
@@ -203,38 +252,61 @@ def test_checks_fail_on_dangling_or_cross_user_provenance(conn, history):
     consolidate_month(conn, history_month(conn), builder=BUILDER, extractor=RULES, embedder=EMB)
     assert check_provenance(conn) == []
     digest = conn.execute("SELECT id, user_id FROM memory_digests ORDER BY user_id LIMIT 1").fetchone()
-    other = conn.execute("SELECT id FROM memories WHERE user_id <> %s LIMIT 1", (digest["user_id"],)).fetchone()["id"]
+    other = conn.execute(
+        "SELECT id FROM memories WHERE user_id <> %s LIMIT 1", (digest["user_id"],)
+    ).fetchone()["id"]
     ghost = uuid.uuid4()
-    conn.execute("UPDATE memory_digests SET source_memory_ids = source_memory_ids || ARRAY[%s, %s]::uuid[] "
-                 "WHERE id = %s", (ghost, other, digest["id"]))  # fmt: skip
-    fact = conn.execute("SELECT id, user_id FROM memory_facts WHERE user_id = %s LIMIT 1", (digest["user_id"],)).fetchone()
-    conn.execute("UPDATE memory_facts SET source_memory_ids = ARRAY[%s]::uuid[] WHERE id = %s", (other, fact["id"]))
+    conn.execute(
+        "UPDATE memory_digests SET source_memory_ids = source_memory_ids || ARRAY[%s, %s]::uuid[] "
+        "WHERE id = %s",
+        (ghost, other, digest["id"]),
+    )
+    fact = conn.execute(
+        "SELECT id, user_id FROM memory_facts WHERE user_id = %s LIMIT 1", (digest["user_id"],)
+    ).fetchone()
+    conn.execute(
+        "UPDATE memory_facts SET source_memory_ids = ARRAY[%s]::uuid[] WHERE id = %s", (other, fact["id"])
+    )
     problems = {(p.table, p.memory_id, p.problem) for p in check_provenance(conn)}
-    assert problems == {("memory_digests", str(ghost), "missing"), ("memory_digests", str(other), "other user"),
-                        ("memory_facts", str(other), "other user")}  # fmt: skip
+    assert problems == {
+        ("memory_digests", str(ghost), "missing"),
+        ("memory_digests", str(other), "other user"),
+        ("memory_facts", str(other), "other user"),
+    }
     # Freshness: an archived month without its digest is reported.
     conn.execute("DELETE FROM memory_digests")
-    conn.execute("""INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding, summary_embedding_model,
+    conn.execute(
+        """INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding, summary_embedding_model,
         original_category, original_embedding_model, original_updated_at, importance_score, archived_at, original_created_at,
         archive_reason, storage_ref, backup_sha256, backup_size_bytes, summary_model, summarizer_kind)
         VALUES (gen_random_uuid(), 'u9', 'Ada met Maya.', %s, 'm', 'episodic', 'm', now(), 0.1, now(), '2024-02-03', 'force_age',
-                'x', repeat('a', 64), 1, 'm', 'k')""", (EMB.embed(["Ada met Maya."])[0].astype("float16"),))  # fmt: skip
+                'x', repeat('a', 64), 1, 'm', 'k')""",
+        (EMB.embed(["Ada met Maya."])[0].astype("float16"),),
+    )
     assert [(r["user_id"], r["month"]) for r in missing_digests(conn)] == [("u9", date(2024, 2, 1))]
 
 
 def history_month(conn) -> date:
-    return conn.execute("SELECT date_trunc('month', min(created_at))::date AS m FROM memories").fetchone()["m"]
+    return conn.execute("SELECT date_trunc('month', min(created_at))::date AS m FROM memories").fetchone()[
+        "m"
+    ]
 
 
 def test_forget_hooks_drop_then_rebuild(conn, history):
     user = "user-ada"
     rebuild_for_user(conn, user, builder=BUILDER, extractor=RULES, embedder=EMB)
-    fact = conn.execute("SELECT * FROM memory_facts WHERE user_id = %s AND predicate = 'lives in'", (user,)).fetchone()
+    fact = conn.execute(
+        "SELECT * FROM memory_facts WHERE user_id = %s AND predicate = 'lives in'", (user,)
+    ).fetchone()
     [gone] = fact["source_memory_ids"]
     counts = drop_memory_from_consolidation(conn, user, gone)
     assert counts["memory_digests"] >= 1 and counts["memory_facts_deleted"] >= 1
-    assert not conn.execute("SELECT 1 FROM memory_digests WHERE %s = ANY(source_memory_ids)", (gone,)).fetchone()
-    assert not conn.execute("SELECT 1 FROM memory_facts WHERE %s = ANY(source_memory_ids)", (gone,)).fetchone()
+    assert not conn.execute(
+        "SELECT 1 FROM memory_digests WHERE %s = ANY(source_memory_ids)", (gone,)
+    ).fetchone()
+    assert not conn.execute(
+        "SELECT 1 FROM memory_facts WHERE %s = ANY(source_memory_ids)", (gone,)
+    ).fetchone()
     conn.execute("DELETE FROM memories WHERE id = %s", (gone,))  # what a forget does to the memory itself
     out = rebuild_for_user(conn, user, builder=BUILDER, extractor=RULES, embedder=EMB)
     assert out["digests_built"] >= 1
@@ -253,7 +325,9 @@ def test_yearly_level_is_the_same_function_and_follows_months(conn):
     y = build_level(conn, 3, "u1", date(2024, 7, 1), builder=BUILDER, embedder=EMB)
     assert y.status == "built" and y.sources == 2 and y.period_start == date(2024, 1, 1)
     assert build_level(conn, 3, "u1", date(2024, 7, 1), builder=BUILDER, embedder=EMB).status == "unchanged"
-    conn.execute("UPDATE memories SET importance_score = 0.95, updated_at = now() + interval '1 s' WHERE id = %s", (a,))
+    conn.execute(
+        "UPDATE memories SET importance_score = 0.95, updated_at = now() + interval '1 s' WHERE id = %s", (a,)
+    )
     consolidate_month(conn, date(2024, 3, 1), builder=BUILDER, extractor=RULES, embedder=EMB)
     assert build_level(conn, 3, "u1", date(2024, 7, 1), builder=BUILDER, embedder=EMB).status == "built"
     decade = build_level(conn, 4, "u1", date(2024, 7, 1), builder=BUILDER, embedder=EMB)
@@ -263,17 +337,24 @@ def test_yearly_level_is_the_same_function_and_follows_months(conn):
 
 def test_who_is_answered_from_facts_when_the_memories_are_archived(conn, local_store):
     old = END - timedelta(days=200)
-    ids = [_add(conn, "u1", "Ada's manager is Sarah Chen; their 1:1 is every Monday.", old, 0.1),
-           _add(conn, "u1", "Had a standup with Sarah Chen about Project Atlas and the Q3 budget.", old, 0.1),
-           _add(conn, "u2", "Bruno's manager is Sarah Chen.", old, 0.1)]  # fmt: skip
+    ids = [
+        _add(conn, "u1", "Ada's manager is Sarah Chen; their 1:1 is every Monday.", old, 0.1),
+        _add(conn, "u1", "Had a standup with Sarah Chen about Project Atlas and the Q3 budget.", old, 0.1),
+        _add(conn, "u2", "Bruno's manager is Sarah Chen.", old, 0.1),
+    ]
     _archive(conn, local_store)
     assert not conn.execute("SELECT 1 FROM memories WHERE id = ANY(%s)", (ids,)).fetchone()  # all archived
     for user in ("u1", "u2"):
         build_facts(conn, user, old.date(), extractor=RULES, embedder=EMB)
     answer = who_is(conn, "u1", "sarah chen")
     assert [(a["subject"], a["predicate"], a["object"]) for a in answer] == [
-        ("Ada", "has manager", "Sarah Chen"), ("Sarah Chen", "works with", "Project Atlas")]  # fmt: skip
-    assert [a["source_memory_ids"] for a in answer] == [[ids[0]], [ids[1]]]  # provenance: u1's archived memories only
+        ("Ada", "has manager", "Sarah Chen"),
+        ("Sarah Chen", "works with", "Project Atlas"),
+    ]
+    assert [a["source_memory_ids"] for a in answer] == [
+        [ids[0]],
+        [ids[1]],
+    ]  # provenance: u1's archived memories only
     assert answer[0]["valid_to"] is None and answer[0]["extractors"] == {"rules-offline-v1"}
     assert who_is(conn, "u3", "Sarah Chen") == []
     with pytest.raises(InvalidInputError, match="name"):

@@ -18,26 +18,42 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import END
 
-MONTHLY = [assets.monthly_digests, assets.memory_facts, assets.key_moments, checks.monthly_digests_provenance,
-           checks.monthly_digests_fresh, checks.memory_facts_provenance, checks.key_moments_provenance]  # fmt: skip
+MONTHLY = [
+    assets.monthly_digests,
+    assets.memory_facts,
+    assets.key_moments,
+    checks.monthly_digests_provenance,
+    checks.monthly_digests_fresh,
+    checks.memory_facts_provenance,
+    checks.key_moments_provenance,
+]
 
 
 @pytest.fixture
 def archived_history(conn, history, local_store):
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").archived > 0
-    return conn.execute("SELECT date_trunc('month', min(original_created_at))::date AS m FROM archived_memories"
-                        ).fetchone()["m"]  # fmt: skip
+    return conn.execute(
+        "SELECT date_trunc('month', min(original_created_at))::date AS m FROM archived_memories"
+    ).fetchone()["m"]
 
 
 def _resources(db_url):
-    return {"database": DatabaseResource(database_url=db_url), "summarizer": SummarizerResource(provider="extractive"),
-            "embedder": EmbedderResource(provider="hashing", dim=TEST_DIM)}  # fmt: skip
+    return {
+        "database": DatabaseResource(database_url=db_url),
+        "summarizer": SummarizerResource(provider="extractive"),
+        "embedder": EmbedderResource(provider="hashing", dim=TEST_DIM),
+    }
 
 
 def _run(db_url, defs, key):
-    return dg.materialize(defs, partition_key=key, resources=_resources(db_url),
-                          instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)  # fmt: skip
+    return dg.materialize(
+        defs,
+        partition_key=key,
+        resources=_resources(db_url),
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
 
 
 def _checks(result) -> dict[str, bool]:
@@ -53,14 +69,17 @@ def test_a_month_then_its_year_build_with_passing_checks(conn, db_url, archived_
     result = _run(db_url, MONTHLY, month.isoformat())
     assert result.success and _done(result) == {"monthly_digests", "memory_facts", "key_moments"}
     assert set(_checks(result).values()) == {True} and len(_checks(result)) == 4
-    meta = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
+    meta = {
+        e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()
+    }
     assert meta["monthly_digests"]["built"].value == meta["monthly_digests"]["users"].value == 3
     assert meta["memory_facts"]["extractor"].value == "rules-offline-v1"
     again = _run(db_url, MONTHLY, month.isoformat())
     assert again.success
-    assert {e.asset_key.path[-1]: e.materialization.metadata["unchanged"].value
-            for e in again.get_asset_materialization_events()} == {  # fmt: skip
-        "monthly_digests": 3, "memory_facts": 3, "key_moments": 3}
+    assert {
+        e.asset_key.path[-1]: e.materialization.metadata["unchanged"].value
+        for e in again.get_asset_materialization_events()
+    } == {"monthly_digests": 3, "memory_facts": 3, "key_moments": 3}
     year = _run(db_url, [assets.yearly_digests, checks.yearly_digests_provenance], str(month.year))
     assert year.success and _checks(year) == {"yearly_digests_provenance": True}
     assert conn.execute("SELECT count(*) AS n FROM memory_digests WHERE level = 3").fetchone()["n"] == 3
@@ -82,5 +101,7 @@ def test_a_dangling_or_foreign_source_fails_the_check_and_blocks_downstream(conn
         assert not result.success
         assert _checks(result)["monthly_digests_provenance"] is False
         assert _done(result) == {"monthly_digests"}  # facts and key moments did not run
-        evaluation = next(e for e in result.get_asset_check_evaluations() if e.check_name == "monthly_digests_provenance")
+        evaluation = next(
+            e for e in result.get_asset_check_evaluations() if e.check_name == "monthly_digests_provenance"
+        )
         assert str(source) in evaluation.metadata["examples"].value

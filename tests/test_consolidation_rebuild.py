@@ -33,19 +33,28 @@ OLD = datetime(2024, 11, 12, 9, 0, tzinfo=UTC)  # 201 days before NOW: archived 
 MONTH, YEAR = date(2024, 11, 1), date(2024, 1, 1)
 # (name, text, importance): importance <= 0.3 is archived by the default criteria, 0.9 stays hot.
 NOTES = {
-    "u1": [("lives", "Ada lives in Lisbon with two cats.", 0.1),
-           ("manager", "Ada's manager is Sarah Chen; their 1:1 is every Monday.", 0.1),
-           ("tea", "Ada prefers green tea in the morning.", 0.9),
-           ("dinner", "Paid EUR 40 for the dinner at Tasca.", 0.1)],
-    "u2": [("lives", "Bruno lives in Porto near the river.", 0.1),
-           ("manager", "Bruno's manager is Sarah Chen.", 0.1),
-           ("coffee", "Bruno prefers a cortado in the morning.", 0.9)],
-}  # fmt: skip
+    "u1": [
+        ("lives", "Ada lives in Lisbon with two cats.", 0.1),
+        ("manager", "Ada's manager is Sarah Chen; their 1:1 is every Monday.", 0.1),
+        ("tea", "Ada prefers green tea in the morning.", 0.9),
+        ("dinner", "Paid EUR 40 for the dinner at Tasca.", 0.1),
+    ],
+    "u2": [
+        ("lives", "Bruno lives in Porto near the river.", 0.1),
+        ("manager", "Bruno's manager is Sarah Chen.", 0.1),
+        ("coffee", "Bruno prefers a cortado in the morning.", 0.9),
+    ],
+}
 
 
 def _client(conn, store) -> MemoryClient:
-    return MemoryClient(conn, embedder=EMB, object_store=store, actor="test",
-                        settings=Settings(retrieval=RetrievalConfig(near_duplicate_threshold=1.0)))  # fmt: skip
+    return MemoryClient(
+        conn,
+        embedder=EMB,
+        object_store=store,
+        actor="test",
+        settings=Settings(retrieval=RetrievalConfig(near_duplicate_threshold=1.0)),
+    )
 
 
 def _consolidate(conn, month: date = MONTH) -> dict[str, str]:
@@ -59,13 +68,19 @@ def _consolidate(conn, month: date = MONTH) -> dict[str, str]:
 
 
 def _digest(conn, user: str, level: int, start: date):
-    return conn.execute("SELECT *, xmin::text AS row_version FROM memory_digests "
-                        "WHERE user_id = %s AND level = %s AND period_start = %s", (user, level, start)).fetchone()  # fmt: skip
+    return conn.execute(
+        "SELECT *, xmin::text AS row_version FROM memory_digests "
+        "WHERE user_id = %s AND level = %s AND period_start = %s",
+        (user, level, start),
+    ).fetchone()
 
 
 def _facts_citing(conn, user: str, memory_id: uuid.UUID) -> list[tuple[str, str, str]]:
-    rows = conn.execute("SELECT subject, predicate, object FROM memory_facts WHERE user_id = %s "
-                        "AND %s = ANY(source_memory_ids) ORDER BY 1, 2, 3", (user, memory_id)).fetchall()  # fmt: skip
+    rows = conn.execute(
+        "SELECT subject, predicate, object FROM memory_facts WHERE user_id = %s "
+        "AND %s = ANY(source_memory_ids) ORDER BY 1, 2, 3",
+        (user, memory_id),
+    ).fetchall()
     return [(r["subject"], r["predicate"], r["object"]) for r in rows]
 
 
@@ -84,17 +99,29 @@ def _month_ids(conn, user: str, month: date) -> set[uuid.UUID]:
 
 def _derived(conn, user: str) -> dict[str, list[str]]:
     """Every consolidation row of the user, whole, with its row version: equal = not written."""
-    return {t: [r["r"] for r in conn.execute(f"SELECT t::text || ' ' || t.xmin::text AS r FROM {t} t "
-                                             "WHERE user_id = %s ORDER BY 1", (user,)).fetchall()]
-            for t in ("memory_digests", "memory_facts", "key_moments", "consolidation_builds")}  # fmt: skip
+    return {
+        t: [
+            r["r"]
+            for r in conn.execute(
+                f"SELECT t::text || ' ' || t.xmin::text AS r FROM {t} t WHERE user_id = %s ORDER BY 1",
+                (user,),
+            ).fetchall()
+        ]
+        for t in ("memory_digests", "memory_facts", "key_moments", "consolidation_builds")
+    }
 
 
 @pytest.fixture
 def month(conn, local_store) -> dict[str, dict[str, uuid.UUID]]:
     """Both users' November 2024 notes; the unimportant ones archived; the month and year consolidated."""
     client = _client(conn, local_store)
-    ids = {user: {name: client.add(user, text, importance=imp, now=OLD + timedelta(hours=i)).memory_id
-                  for i, (name, text, imp) in enumerate(notes)} for user, notes in NOTES.items()}  # fmt: skip
+    ids = {
+        user: {
+            name: client.add(user, text, importance=imp, now=OLD + timedelta(hours=i)).memory_id
+            for i, (name, text, imp) in enumerate(notes)
+        }
+        for user, notes in NOTES.items()
+    }
     services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
     assert report.gate_passed and report.status.archived == 5  # all but the two important notes
@@ -138,12 +165,19 @@ def test_a_covered_memorys_change_makes_its_digest_stale_and_the_next_build_rewr
     # The freshness check sees the month: stale (its fingerprint no longer matches), or without a digest.
     problem = "no digest" if change == "forget" else "stale digest"
     assert [(m["user_id"], m["month"], m["problem"]) for m in missing_digests(conn, builder=BUILDER)] == [
-        ("u1", MONTH, problem)]  # fmt: skip
+        ("u1", MONTH, problem)
+    ]
     assert _derived(conn, "u2") == u2_before
 
     statuses = _consolidate(conn)
-    assert statuses == {"u1:2": "built", "u1:3": "built", "u1:facts": "built",
-                        "u2:2": "unchanged", "u2:3": "unchanged", "u2:facts": "unchanged"}  # fmt: skip
+    assert statuses == {
+        "u1:2": "built",
+        "u1:3": "built",
+        "u1:facts": "built",
+        "u2:2": "unchanged",
+        "u2:3": "unchanged",
+        "u2:facts": "unchanged",
+    }
     assert missing_digests(conn, builder=BUILDER) == []
     after = {level: _digest(conn, "u1", level, start) for level, start in ((2, MONTH), (3, YEAR))}
     for level in (2, 3):

@@ -48,8 +48,13 @@ TEXT = st.lists(WORDS, min_size=1, max_size=60).map(" ".join)
 def budgets(draw) -> ContextBudget:
     summaries, recent, snippets, reserve = (draw(st.integers(0, 300)) for _ in range(4))
     slack = draw(st.integers(0, 200))
-    return ContextBudget(total=summaries + recent + snippets + reserve + slack, summaries=summaries,
-                         recent_turns=recent, snippets=snippets, reserve=reserve)  # fmt: skip
+    return ContextBudget(
+        total=summaries + recent + snippets + reserve + slack,
+        summaries=summaries,
+        recent_turns=recent,
+        snippets=snippets,
+        reserve=reserve,
+    )
 
 
 COUNTERS = st.sampled_from([approx_token_count, len, lambda t: len(t.split())])
@@ -67,13 +72,23 @@ COUNTERS = st.sampled_from([approx_token_count, len, lambda t: len(t.split())])
 def test_no_budget_is_ever_exceeded_and_provenance_is_kept(
     budget, summary_texts, turn_texts, snippet_texts, max_tokens, counter
 ):
-    summaries = [ContextItem(t, "archived", NOW - timedelta(days=i), provenance=_prov(i)) for i, t in
-                 enumerate(summary_texts)]  # fmt: skip
-    snippets = [ContextItem(t, "hot", NOW, score=1.0 - i / 100, provenance=_prov(i)) for i, t in
-                enumerate(snippet_texts)]  # fmt: skip
+    summaries = [
+        ContextItem(t, "archived", NOW - timedelta(days=i), provenance=_prov(i))
+        for i, t in enumerate(summary_texts)
+    ]
+    snippets = [
+        ContextItem(t, "hot", NOW, score=1.0 - i / 100, provenance=_prov(i))
+        for i, t in enumerate(snippet_texts)
+    ]
     turns = [{"role": "user" if i % 2 else "assistant", "content": t} for i, t in enumerate(turn_texts)]
-    ctx = assemble_context(summaries=summaries, recent_turns=turns, snippets=snippets, budget=budget,
-                           counter=counter, max_tokens=max_tokens)  # fmt: skip
+    ctx = assemble_context(
+        summaries=summaries,
+        recent_turns=turns,
+        snippets=snippets,
+        budget=budget,
+        counter=counter,
+        max_tokens=max_tokens,
+    )
     by_part = ctx.tokens_by_part
     assert by_part["summaries"] <= budget.summaries
     assert by_part["recent_turns"] <= budget.recent_turns
@@ -100,8 +115,10 @@ def test_no_budget_is_ever_exceeded_and_provenance_is_kept(
 
 
 def _items(prefix: str, n: int, *, source: str = "hot") -> list[ContextItem]:
-    return [ContextItem(f"{prefix} {i} " + "word " * 9, source, NOW - timedelta(days=n - i), provenance=_prov(i))
-            for i in range(n)]  # fmt: skip
+    return [
+        ContextItem(f"{prefix} {i} " + "word " * 9, source, NOW - timedelta(days=n - i), provenance=_prov(i))
+        for i in range(n)
+    ]
 
 
 def test_trim_order_is_snippets_then_oldest_turns_then_oldest_summaries():
@@ -113,8 +130,9 @@ def test_trim_order_is_snippets_then_oldest_turns_then_oldest_summaries():
     assert full.tokens_by_part == {"summaries": 22, "recent_turns": 33, "snippets": 22}
 
     def parts(max_tokens):
-        ctx = assemble_context(summaries=summaries, recent_turns=turns, snippets=snippets, counter=counter,
-                               max_tokens=max_tokens)  # fmt: skip
+        ctx = assemble_context(
+            summaries=summaries, recent_turns=turns, snippets=snippets, counter=counter, max_tokens=max_tokens
+        )
         return [b.text.split()[0] + b.text.split()[1] for b in ctx.blocks]
 
     assert parts(66) == ["summary0", "summary1", "snippet0", "turn0", "turn1", "turn2"]  # worst snippet first
@@ -128,8 +146,13 @@ def test_trim_order_is_snippets_then_oldest_turns_then_oldest_summaries():
 def test_part_budgets_keep_the_best_snippets_newest_turns_and_newest_summaries():
     counter = lambda t: len(t.split())  # noqa: E731
     budget = ContextBudget(total=100, summaries=11, recent_turns=22, snippets=11, reserve=10)
-    ctx = assemble_context(summaries=_items("summary", 3, source="archived"), recent_turns=[f"turn {i} " + "w " * 9 for i in range(4)],
-                           snippets=_items("snippet", 3), budget=budget, counter=counter)  # fmt: skip
+    ctx = assemble_context(
+        summaries=_items("summary", 3, source="archived"),
+        recent_turns=[f"turn {i} " + "w " * 9 for i in range(4)],
+        snippets=_items("snippet", 3),
+        budget=budget,
+        counter=counter,
+    )
     assert [b.text.split()[1] for b in ctx.part("summaries")] == ["2"]
     assert [b.text.split()[1] for b in ctx.part("recent_turns")] == ["2", "3"]
     assert [b.text.split()[1] for b in ctx.part("snippets")] == ["0"]
@@ -170,10 +193,15 @@ def test_build_context_packs_archived_summaries_and_hot_snippets_with_provenance
     settings = Settings(
         retrieval=RetrievalConfig(hot_similarity_threshold=0.2, archived_similarity_threshold=0.2)
     )
-    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store, settings=settings,
-                          actor="test")  # fmt: skip
-    old = client.add("u1", "Kayak trip on the Douro river with Tiago, rented two kayaks in Porto.", importance=0.1,
-                     now=NOW - timedelta(days=200))  # fmt: skip
+    client = MemoryClient(
+        conn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store, settings=settings, actor="test"
+    )
+    old = client.add(
+        "u1",
+        "Kayak trip on the Douro river with Tiago, rented two kayaks in Porto.",
+        importance=0.1,
+        now=NOW - timedelta(days=200),
+    )
     hot = client.add("u1", "Planning another kayak trip in Porto next month", now=NOW)
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
     run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
@@ -195,8 +223,12 @@ def test_build_context_packs_archived_summaries_and_hot_snippets_with_provenance
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(budget=budgets())
 def test_build_context_respects_any_budget(conn, budget):
-    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM),
-                          settings=Settings(retrieval=RetrievalConfig(hot_similarity_threshold=0.0)), actor="test")  # fmt: skip
+    client = MemoryClient(
+        conn,
+        embedder=HashingEmbedder(TEST_DIM),
+        settings=Settings(retrieval=RetrievalConfig(hot_similarity_threshold=0.0)),
+        actor="test",
+    )
     user = f"u-{uuid.uuid4().hex[:6]}"
     for i in range(6):
         client.add(user, f"Garden log {i}: " + "tomatoes basil compost watering " * (i + 1), now=NOW)

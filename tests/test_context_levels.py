@@ -22,12 +22,21 @@ COUNTER = lambda t: len(t.split())  # noqa: E731 - every item below is 10 "token
 
 
 def _summary(name: str, level: int, days_ago: int) -> ContextItem:
-    return ContextItem(f"{name} " + "w " * 9, "digest" if level > 1 else "archived", NOW - timedelta(days=days_ago),
-                       level=level)  # fmt: skip
+    return ContextItem(
+        f"{name} " + "w " * 9,
+        "digest" if level > 1 else "archived",
+        NOW - timedelta(days=days_ago),
+        level=level,
+    )
 
 
-SUMMARIES = [_summary("l1-old", 1, 9), _summary("l2-new", 2, 40), _summary("l1-new", 1, 2),
-             _summary("l3", 3, 400), _summary("l2-old", 2, 70)]  # fmt: skip
+SUMMARIES = [
+    _summary("l1-old", 1, 9),
+    _summary("l2-new", 2, 40),
+    _summary("l1-new", 1, 2),
+    _summary("l3", 3, 400),
+    _summary("l2-old", 2, 70),
+]
 
 
 def _names(ctx, part=None) -> list[str]:
@@ -53,8 +62,15 @@ def test_trimming_goes_snippets_then_oldest_turns_then_lowest_level_oldest_summa
     turns = [f"turn{i} " + "w " * 9 for i in range(2)]
 
     def names(max_tokens):
-        return _names(assemble_context(summaries=SUMMARIES, recent_turns=turns, snippets=snippets, counter=COUNTER,
-                                       max_tokens=max_tokens))  # fmt: skip
+        return _names(
+            assemble_context(
+                summaries=SUMMARIES,
+                recent_turns=turns,
+                snippets=snippets,
+                counter=COUNTER,
+                max_tokens=max_tokens,
+            )
+        )
 
     full = ["l3", "l2-old", "l2-new", "l1-old", "l1-new"]
     assert names(90) == [*full, "snip0", "snip1", "turn0", "turn1"]
@@ -77,31 +93,61 @@ def test_a_bad_level_is_named():
 def test_build_context_puts_active_digests_first_then_archived_summaries_and_facts(conn, local_store):
     embedder = HashingEmbedder(TEST_DIM)
     client = MemoryClient(conn, embedder=embedder, object_store=local_store, actor="test")
-    old = client.add("u1", "Lunch with my sister Sarah at the harbour in Porto.", importance=0.1,
-                     now=NOW - timedelta(days=200)).memory_id  # fmt: skip
+    old = client.add(
+        "u1",
+        "Lunch with my sister Sarah at the harbour in Porto.",
+        importance=0.1,
+        now=NOW - timedelta(days=200),
+    ).memory_id
     hot = client.add("u1", "Sarah visits Porto again next week.", now=NOW).memory_id
     other = client.add("u2", "Sarah is my landlord.", now=NOW).memory_id
     services = ArchivalServices(ExtractiveSummarizer(), embedder, local_store)
     run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
 
     def digest(user, level, start, end, text, ids):
-        return insert_digest(conn, embedder, user_id=user, level=level, period_start=start, period_end=end,
-                             summary=text, source_memory_ids=ids)  # fmt: skip
+        return insert_digest(
+            conn,
+            embedder,
+            user_id=user,
+            level=level,
+            period_start=start,
+            period_end=end,
+            summary=text,
+            source_memory_ids=ids,
+        )
 
     digest("u1", 3, date(2025, 1, 1), date(2026, 1, 1), "2025: family lunches in Porto", [old])
     digest("u1", 2, date(2025, 11, 1), date(2025, 12, 1), "November 2025: lunch with Sarah", [old])
     digest("u1", 2, date(2026, 5, 1), date(2026, 6, 1), "May 2026: planning Sarah's visit", [hot])
     digest("u2", 3, date(2025, 1, 1), date(2026, 1, 1), "2025: moved flats, new landlord", [other])
-    insert_fact(conn, embedder, user_id="u1", subject="Sarah", predicate="is", obj="the user's sister",
-                       valid_from=NOW - timedelta(days=200), source_memory_ids=[old])  # fmt: skip
+    insert_fact(
+        conn,
+        embedder,
+        user_id="u1",
+        subject="Sarah",
+        predicate="is",
+        obj="the user's sister",
+        valid_from=NOW - timedelta(days=200),
+        source_memory_ids=[old],
+    )
 
     ctx = client.build_context("u1", "Who is Sarah?", [{"role": "user", "content": "Who is Sarah?"}], now=NOW)
     summaries = ctx.part("summaries")
     assert [b.level for b in summaries] == [3, 2, 1]
-    assert summaries[0].text.startswith("[digest L3] 2025: family lunches") and "from 1 memories" in summaries[0].text
+    assert (
+        summaries[0].text.startswith("[digest L3] 2025: family lunches")
+        and "from 1 memories" in summaries[0].text
+    )
     assert summaries[1].text.startswith("[digest L2] May 2026") and summaries[2].text.startswith("[archived]")
-    assert "November 2025" not in ctx.render() and "landlord" not in ctx.render()  # covered by L3; another user's
+    assert (
+        "November 2025" not in ctx.render() and "landlord" not in ctx.render()
+    )  # covered by L3; another user's
     snippets = ctx.part("snippets")
-    assert snippets[0].text.startswith("[fact] Sarah is the user's sister (since ") and snippets[0].source == "fact"
+    assert (
+        snippets[0].text.startswith("[fact] Sarah is the user's sister (since ")
+        and snippets[0].source == "fact"
+    )
     assert [b.provenance.memory_id for b in snippets[1:]] == [hot]
-    assert ctx.render().index("[digest L3]") < ctx.render().index("[fact]") < ctx.render().index("user: Who is")
+    assert (
+        ctx.render().index("[digest L3]") < ctx.render().index("[fact]") < ctx.render().index("user: Who is")
+    )

@@ -68,9 +68,10 @@ def webhook(monkeypatch):
 def tick(instance, db_url, cursor):
     """One evaluation of archival_pause_sensor through Dagster's sensor machinery (resources set up)."""
     context = dg.build_sensor_context(
-        instance=instance, cursor=cursor,
+        instance=instance,
+        cursor=cursor,
         resources={"database": DatabaseResource(database_url=db_url), "alerts": AlertResource()},
-    )  # fmt: skip
+    )
     with context:
         return archival_pause_sensor.evaluate_tick(context)
 
@@ -86,13 +87,22 @@ def test_the_pause_sensor_shows_the_state_records_changes_and_alerts_a_new_pause
         quiet = tick(instance, db_url, running.cursor)  # nothing changed: nothing recorded, no alert
         assert quiet.asset_events == [] and quiet.skip_message == "archival is running"
 
-        pause_switch.set_pause(conn, reason="gate failed on night-x", actor="archive_backups", batch_key="night-x")
+        pause_switch.set_pause(
+            conn, reason="gate failed on night-x", actor="archive_backups", batch_key="night-x"
+        )
         paused = tick(instance, db_url, quiet.cursor)
         assert paused.skip_message.startswith("archival paused after night-x by archive_backups at ")
-        assert "gate failed on night-x" in paused.skip_message and "alert sent to 127.0.0.1" in paused.skip_message
+        assert (
+            "gate failed on night-x" in paused.skip_message
+            and "alert sent to 127.0.0.1" in paused.skip_message
+        )
         meta = {k: v.value for k, v in paused.asset_events[0].metadata.items()}
         assert (meta["paused"], meta["actor"], meta["reason"], meta["batch_key"]) == (
-            True, "archive_backups", "gate failed on night-x", "night-x")  # fmt: skip
+            True,
+            "archive_backups",
+            "gate failed on night-x",
+            "night-x",
+        )
         assert meta["changed_at"] == pytest.approx(pause_switch.pause_status(conn).changed_at.timestamp())
         [alert] = webhook.received
         assert alert["event"] == "archival_paused" and alert["actor"] == "archive_backups"
@@ -135,7 +145,13 @@ def test_a_bad_webhook_url_is_refused_naming_the_variable(monkeypatch):
 
 
 def test_a_night_failing_its_gate_is_alerted_with_its_night_and_then_its_pause(
-    conn, db_url, history, local_store_resource, fake_llm, llm_keys, webhook  # noqa: F811
+    conn,
+    db_url,
+    history,
+    local_store_resource,  # noqa: F811
+    fake_llm,
+    llm_keys,
+    webhook,  # noqa: F811
 ):
     fake_llm.fail_fraction, fake_llm.fail_status = 0.1, 400
     llm = SummarizerResource(
@@ -146,9 +162,12 @@ def test_a_night_failing_its_gate_is_alerted_with_its_night_and_then_its_pause(
         assert not result.success
 
         context = dg.build_run_status_sensor_context(
-            sensor_name="archival_failure_alert", dagster_event=result.get_run_failure_event(),
-            dagster_instance=instance, dagster_run=result.dagster_run, resources={"alerts": AlertResource()},
-        ).for_run_failure()  # fmt: skip
+            sensor_name="archival_failure_alert",
+            dagster_event=result.get_run_failure_event(),
+            dagster_instance=instance,
+            dagster_run=result.dagster_run,
+            resources={"alerts": AlertResource()},
+        ).for_run_failure()
         skip = archival_failure_alert(context)
         [alert] = webhook.received
         assert alert["event"] == "run_failure" and alert["run_id"] == result.run_id
@@ -175,21 +194,32 @@ def test_a_night_stalled_behind_an_llm_batch_submission_fails_its_run_and_is_ale
     # it; creates still fail. The run archives the rest, yet the night is stalled: its run fails.
     night = nights.claim_night(conn, NIGHT, ArchivalCriteriaResource().get_criteria(), SLOW_PATH.timezone)
     key = nights.batch_key_for(NIGHT)
-    ids = [r["memory_id"] for r in conn.execute(
-        "SELECT memory_id FROM archival_attempts WHERE batch_key = %s ORDER BY memory_id", (key,)).fetchall()]  # fmt: skip
+    ids = [
+        r["memory_id"]
+        for r in conn.execute(
+            "SELECT memory_id FROM archival_attempts WHERE batch_key = %s ORDER BY memory_id", (key,)
+        ).fetchall()
+    ]
     assert night.claim.claimed == len(ids) > 5
     stuck = ids[3:]
     submission = batches.submission_key(key, stuck)
     batches.record_intent(conn, key, submission, "anthropic", "claude-3-haiku-20240307", stuck)
     batches.mark(conn, submission, "submitting", "outcome unknown: HTTP 500 InternalServerError")
     fake_llm.batch_create_status = 500
-    llm = SummarizerResource(provider="anthropic", base_url=fake_llm.base_url, requests_per_second=1000.0,
-                             max_retries=0, batch_threshold=10)  # fmt: skip
+    llm = SummarizerResource(
+        provider="anthropic",
+        base_url=fake_llm.base_url,
+        requests_per_second=1000.0,
+        max_retries=0,
+        batch_threshold=10,
+    )
     with dg.instance_for_test() as instance:
         result = materialize(resources(db_url, store, summarizer=llm), instance=instance)
         assert not result.success
-        meta = {e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
-                for e in result.get_asset_materialization_events()}  # fmt: skip
+        meta = {
+            e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
+            for e in result.get_asset_materialization_events()
+        }
         assert meta["memory_summaries"]["stalled"] is True
         assert meta["memory_summaries"]["held_by_llm_batches"] == len(stuck)
         rows = meta["archive_rows"]  # the night did archive the rest: recorded, with why it stalled
@@ -197,9 +227,12 @@ def test_a_night_stalled_behind_an_llm_batch_submission_fails_its_run_and_is_ale
         assert f"{len(stuck)} memories held by LLM batch {submission} in status 'submitting'" in rows["why"]
 
         context = dg.build_run_status_sensor_context(
-            sensor_name="archival_failure_alert", dagster_event=result.get_run_failure_event(),
-            dagster_instance=instance, dagster_run=result.dagster_run, resources={"alerts": AlertResource()},
-        ).for_run_failure()  # fmt: skip
+            sensor_name="archival_failure_alert",
+            dagster_event=result.get_run_failure_event(),
+            dagster_instance=instance,
+            dagster_run=result.dagster_run,
+            resources={"alerts": AlertResource()},
+        ).for_run_failure()
         archival_failure_alert(context)
     [alert] = webhook.received
     assert alert["event"] == "run_failure" and alert["partition"] == NIGHT.isoformat()

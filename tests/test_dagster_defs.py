@@ -22,8 +22,14 @@ from memory_lib.lifecycle import pause
 from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parent.parent
-SLOW_PATH_ASSETS = ["retention_scores", "archival_candidates", "memory_summaries", "archive_backups", "archive_rows",
-                    "stub_conversions"]
+SLOW_PATH_ASSETS = [
+    "retention_scores",
+    "archival_candidates",
+    "memory_summaries",
+    "archive_backups",
+    "archive_rows",
+    "stub_conversions",
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +48,29 @@ def test_dagster_definitions_validate_cli_passes(tmp_path, with_home):
         env["DAGSTER_HOME"] = str(tmp_path)
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "All code locations passed validation" in proc.stdout + proc.stderr
 
 
 def test_jobs_schedule_and_resources_are_wired(defs):
-    for name in ("slow_path_job", "dry_run", "rollback", "clear_archival_pause", "pause_archival", "forget_user",
-                 "reembedding_start", "reembedding_flip", "reembedding_flip_back", "reembedding_drop_old"):
+    for name in (
+        "slow_path_job",
+        "dry_run",
+        "rollback",
+        "clear_archival_pause",
+        "pause_archival",
+        "forget_user",
+        "reembedding_start",
+        "reembedding_flip",
+        "reembedding_flip_back",
+        "reembedding_drop_old",
+    ):
         assert defs.resolve_job_def(name) is not None
     schedule = defs.resolve_schedule_def("slow_path")
     assert schedule.cron_schedule == f"0 {SLOW_PATH.schedule_hour} * * *"
@@ -83,21 +103,31 @@ def test_gates_are_blocking_checks(defs):
     graph = defs.resolve_asset_graph()
     specs = {key.name: graph.get_check_spec(key) for key in graph.asset_check_keys}
     assert {name: spec.blocking for name, spec in specs.items()} == {
-        "backups_round_trip": True, "error_rate_gate": True, "tiers_consistent": True, "archive_retrievable": True,
+        "backups_round_trip": True,
+        "error_rate_gate": True,
+        "tiers_consistent": True,
+        "archive_retrievable": True,
         # consolidation: a month that cites a missing or foreign memory stops its facts, key moments and year
-        "monthly_digests_provenance": True, "monthly_digests_fresh": True, "yearly_digests_provenance": True,
-        "memory_facts_provenance": True, "key_moments_provenance": True,
+        "monthly_digests_provenance": True,
+        "monthly_digests_fresh": True,
+        "yearly_digests_provenance": True,
+        "memory_facts_provenance": True,
+        "key_moments_provenance": True,
         # stubs: a stub whose backup cannot be found fails its night
         "stubs_backed_up": True,
         # re-embedding: full coverage of the second vectors (the flip job refuses on its own too)
         "reembedding_coverage": True,
-    }  # fmt: skip
+    }
     assert (
         specs["backups_round_trip"].asset_key
         == specs["error_rate_gate"].asset_key
         == dg.AssetKey("archive_backups")
     )
-    assert specs["tiers_consistent"].asset_key == specs["archive_retrievable"].asset_key == dg.AssetKey("archive_rows")
+    assert (
+        specs["tiers_consistent"].asset_key
+        == specs["archive_retrievable"].asset_key
+        == dg.AssetKey("archive_rows")
+    )
 
 
 @pytest.mark.parametrize(
@@ -131,12 +161,24 @@ def test_zone_and_start_come_from_the_environment(tmp_path):
     env = dict(
         os.environ, MEMORY_ARCHIVE_TIMEZONE="Europe/Lisbon", MEMORY_ARCHIVE_PARTITION_START="2026-02-01"
     )
-    out = subprocess.run([sys.executable, "-c", _PRINT_SCHEDULE], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PRINT_SCHEDULE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["Europe/Lisbon", "0", "2", "*", "*", "*", "2026-07-09", "2026-02-01"]
-    bad = subprocess.run([sys.executable, "-c", _PRINT_SCHEDULE], cwd=ROOT, capture_output=True, text=True,
-                         env=dict(env, MEMORY_ARCHIVE_TIMEZONE="Mars/Olympus"), timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-c", _PRINT_SCHEDULE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(env, MEMORY_ARCHIVE_TIMEZONE="Mars/Olympus"),
+        timeout=120,
+    )
     assert bad.returncode != 0 and "Mars/Olympus" in bad.stderr and "timezone" in bad.stderr
 
 
@@ -187,8 +229,14 @@ def test_pause_cli_sets_shows_and_clears(db_url):
     env = dict(os.environ, DATABASE_URL=db_url, MEMORY_ARCHIVE_EMBEDDING_DIM=str(TEST_DIM))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memory_lib.cli", "pause", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "memory_lib.cli", "pause", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     out = cli("set", "--reason", "provider outage", "--operator", "ops")
     assert out.returncode == 0 and "archival paused by ops" in out.stdout and "provider outage" in out.stdout
@@ -222,8 +270,14 @@ def test_slow_path_assets_carry_owners_tags_versions_freshness_and_the_store_kin
         assert spec.code_version
         assert ("s3" in spec.kinds) is False  # the default store is local
     freshness = graph.get(dg.AssetKey("archive_rows")).freshness_policy
-    assert isinstance(freshness, dg.FreshnessPolicy) and freshness.fail_window.to_timedelta().total_seconds() == 26 * 3600
-    assert "file" in defs.resolve_assets_def("archive_backups").specs_by_key[dg.AssetKey("archive_backups")].kinds
+    assert (
+        isinstance(freshness, dg.FreshnessPolicy)
+        and freshness.fail_window.to_timedelta().total_seconds() == 26 * 3600
+    )
+    assert (
+        "file"
+        in defs.resolve_assets_def("archive_backups").specs_by_key[dg.AssetKey("archive_backups")].kinds
+    )
     # One process per run: a step pays no interpreter start, import or resource setup of its own.
     assert defs.resolve_job_def("slow_path_job").executor_def.name == "in_process"
 
@@ -237,17 +291,24 @@ print(",".join(sorted(defs().resolve_assets_def("archive_backups").specs_by_key[
 
 def test_the_s3_kind_shows_only_when_the_store_is_s3():
     env = dict(os.environ, MEMORY_ARCHIVE_OBJECT_STORE="s3", MEMORY_ARCHIVE_BUCKET="archive")
-    out = subprocess.run([sys.executable, "-c", _PRINT_KINDS], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PRINT_KINDS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "postgres,s3"
 
 
 @pytest.mark.parametrize(
     "tick,month,year",
-    [("2026-03-01", "2026-02-01", "2026"), ("2027-01-01", "2026-12-01", "2026"), ("2026-08-01", "2026-07-01", "2026")],
+    [
+        ("2026-03-01", "2026-02-01", "2026"),
+        ("2027-01-01", "2026-12-01", "2026"),
+        ("2026-08-01", "2026-07-01", "2026"),
+    ],
 )
-def test_the_monthly_consolidation_schedules_request_the_month_that_ended_and_its_year(defs, tick, month, year):
+def test_the_monthly_consolidation_schedules_request_the_month_that_ended_and_its_year(
+    defs, tick, month, year
+):
     tz = ZoneInfo(SLOW_PATH.timezone)
     monthly = defs.resolve_schedule_def("consolidation_monthly")
     assert monthly.job_name == "consolidation_job"
@@ -258,6 +319,8 @@ def test_the_monthly_consolidation_schedules_request_the_month_that_ended_and_it
     yearly = defs.resolve_schedule_def("yearly_digests_monthly")
     assert yearly.job_name == "yearly_digests_job" and yearly.execution_timezone == SLOW_PATH.timezone
     when = datetime.fromisoformat(f"{tick}T{min(SLOW_PATH.schedule_hour + 3, 23):02d}:00").replace(tzinfo=tz)
-    context = dg.build_schedule_context(scheduled_execution_time=when, repository_def=defs.get_repository_def())
+    context = dg.build_schedule_context(
+        scheduled_execution_time=when, repository_def=defs.get_repository_def()
+    )
     got = yearly.evaluate_tick(context).run_requests
     assert [r.partition_key for r in got] == [year]

@@ -18,8 +18,12 @@ from memory_lib.core.errors import ObjectStoreError
 
 
 def s3_resource(seaweed, bucket: str) -> ObjectStoreResource:
-    s3 = S3Resource(endpoint_url=seaweed.endpoint_url, region_name=seaweed.region,
-                    aws_access_key_id=seaweed.access_key, aws_secret_access_key=seaweed.secret_key)  # fmt: skip
+    s3 = S3Resource(
+        endpoint_url=seaweed.endpoint_url,
+        region_name=seaweed.region,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+    )
     return ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3)
 
 
@@ -33,8 +37,9 @@ def bucket_exists(seaweed, bucket: str) -> bool:
 
 def test_a_missing_bucket_fails_the_setup_naming_it_and_is_not_created(seaweed):
     bucket = f"missing-{os.urandom(4).hex()}"
-    with pytest.raises(dg.DagsterResourceFunctionError) as err, dg.build_resources(
-        {"object_store": s3_resource(seaweed, bucket)}
+    with (
+        pytest.raises(dg.DagsterResourceFunctionError) as err,
+        dg.build_resources({"object_store": s3_resource(seaweed, bucket)}),
     ):
         pass
     cause = err.value.__cause__
@@ -50,14 +55,19 @@ def test_the_resource_and_the_cli_refuse_a_missing_bucket_through_one_preflight(
     from memory_lib.storage.objectstore import s3_client
 
     bucket = f"missing-{os.urandom(4).hex()}"
-    with pytest.raises(dg.DagsterResourceFunctionError) as err, dg.build_resources(
-        {"object_store": s3_resource(seaweed, bucket)}
+    with (
+        pytest.raises(dg.DagsterResourceFunctionError) as err,
+        dg.build_resources({"object_store": s3_resource(seaweed, bucket)}),
     ):
         pass
     client = s3_client(seaweed.endpoint_url, seaweed.region, seaweed.access_key, seaweed.secret_key)
     with pytest.raises(ObjectStoreConfigError) as lib:
-        check_object_store(ObjectStoreConfig(kind="s3", bucket=bucket), Path("unused"), client=client,
-                           endpoint=seaweed.endpoint_url)  # fmt: skip
+        check_object_store(
+            ObjectStoreConfig(kind="s3", bucket=bucket),
+            Path("unused"),
+            client=client,
+            endpoint=seaweed.endpoint_url,
+        )
     assert type(err.value.__cause__) is ObjectStoreConfigError and str(err.value.__cause__) == str(lib.value)
     assert "MEMORY_ARCHIVE_BUCKET" in str(lib.value)
     assert not bucket_exists(seaweed, bucket)
@@ -70,12 +80,15 @@ def test_a_run_on_a_missing_bucket_fails_before_any_step(seaweed):
     def writes_a_backup(object_store: ObjectStoreResource) -> None:
         object_store.get_store().put("memories/x.json", b"{}", hashlib.sha256(b"{}").hexdigest())
 
-    result = dg.materialize([writes_a_backup], resources={"object_store": s3_resource(seaweed, bucket)},
-                            raise_on_error=False)  # fmt: skip
+    result = dg.materialize(
+        [writes_a_backup], resources={"object_store": s3_resource(seaweed, bucket)}, raise_on_error=False
+    )
     assert not result.success
     assert not result.get_asset_materialization_events()
     failure = result.get_run_failure_event().message + "".join(
-        str(e.event_specific_data.error.cause) for e in result.all_events if e.is_failure and e.event_specific_data
+        str(e.event_specific_data.error.cause)
+        for e in result.all_events
+        if e.is_failure and e.event_specific_data
     )
     assert bucket in failure
     assert not bucket_exists(seaweed, bucket)
@@ -93,8 +106,9 @@ def run_log(seaweed, bucket: str) -> tuple[str | None, str]:
         assert store.get("memories/x.json") == b"{}"
 
     with dg.instance_for_test() as instance:
-        result = dg.materialize([uses_the_store], resources={"object_store": s3_resource(seaweed, bucket)},
-                                instance=instance)  # fmt: skip
+        result = dg.materialize(
+            [uses_the_store], resources={"object_store": s3_resource(seaweed, bucket)}, instance=instance
+        )
         assert result.success
         logs = "\n".join(f"{e.level} {e.user_message}" for e in instance.all_logs(result.run_id))
     return found[0], logs
@@ -112,9 +126,14 @@ def test_a_versioned_bucket_is_reported_enabled(seaweed):
     seaweed.client().put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     versioning, logs = run_log(seaweed, bucket)
     assert versioning == "Enabled"
-    assert f"{logging.INFO} bucket '{bucket}': exists, versioning Enabled" in logs and "versioning Off" not in logs
+    assert (
+        f"{logging.INFO} bucket '{bucket}': exists, versioning Enabled" in logs
+        and "versioning Off" not in logs
+    )
 
 
 def test_the_local_store_has_no_bucket_to_check(tmp_path):
-    with dg.build_resources({"object_store": ObjectStoreResource(kind="local", local_root=str(tmp_path))}) as r:
+    with dg.build_resources(
+        {"object_store": ObjectStoreResource(kind="local", local_root=str(tmp_path))}
+    ) as r:
         assert r.object_store.versioning is None

@@ -41,8 +41,9 @@ def shipped_python_logs() -> dict:
 def instance(tmp_path):
     """A persistent test instance with the python_logs section of the shipped dagster.yaml."""
     (tmp_path / "dagster").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster"),
-                              overrides={"python_logs": shipped_python_logs()}) as inst:  # fmt: skip
+    with dg.instance_for_test(
+        temp_dir=str(tmp_path / "dagster"), overrides={"python_logs": shipped_python_logs()}
+    ) as inst:
         yield inst
 
 
@@ -66,10 +67,14 @@ def per_partition(instance, asset_key: dg.AssetKey, night: str) -> list[dict]:
 def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, store, instance):
     run = [NIGHT - timedelta(days=2 - i) for i in range(3)]
     result = dg.materialize(
-        SLOW_PATH_DEFS, resources=resources(db_url, store, batch_size=40), instance=instance,
-        tags={"dagster/asset_partition_range_start": run[0].isoformat(),
-              "dagster/asset_partition_range_end": run[-1].isoformat()},
-    )  # fmt: skip
+        SLOW_PATH_DEFS,
+        resources=resources(db_url, store, batch_size=40),
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": run[0].isoformat(),
+            "dagster/asset_partition_range_end": run[-1].isoformat(),
+        },
+    )
     assert result.success
     archived_in_run = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
     seen = {"claimed": [], "archived": []}
@@ -103,7 +108,9 @@ def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, sto
     evaluations = result.get_asset_check_evaluations()
     for name in ("backups_round_trip", "error_rate_gate", "tiers_consistent"):
         mine = [e for e in evaluations if e.check_name == name]
-        assert sorted(e.partition for e in mine) == [n.isoformat() for n in run] and all(e.passed for e in mine)
+        assert sorted(e.partition for e in mine) == [n.isoformat() for n in run] and all(
+            e.passed for e in mine
+        )
     history_rows = instance.event_log_storage.get_asset_check_execution_history(
         dg.AssetCheckKey(dg.AssetKey("archive_rows"), "tiers_consistent"), limit=10
     )
@@ -118,23 +125,33 @@ def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_sta
 ):
     run = [NIGHT - timedelta(days=1), NIGHT]
     res = resources(db_url, store, batch_size=30)
-    tags = {"dagster/asset_partition_range_start": run[0].isoformat(),
-            "dagster/asset_partition_range_end": run[-1].isoformat()}  # fmt: skip
+    tags = {
+        "dagster/asset_partition_range_start": run[0].isoformat(),
+        "dagster/asset_partition_range_end": run[-1].isoformat(),
+    }
     upto_gate = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, *GATE_CHECKS]
     assert dg.materialize(upto_gate, resources=res, instance=instance, tags=tags).success
     # The second night's backups vanish between its gate and its commit.
-    for r in conn.execute("SELECT DISTINCT backup_key FROM archival_attempts WHERE batch_key = %s",
-                          (nights.batch_key_for(run[1]),)).fetchall():  # fmt: skip
+    for r in conn.execute(
+        "SELECT DISTINCT backup_key FROM archival_attempts WHERE batch_key = %s",
+        (nights.batch_key_for(run[1]),),
+    ).fetchall():
         (Path(store.local_root) / r["backup_key"]).unlink()  # lone backups and packs
 
-    result = dg.materialize([assets.archive_rows], resources=res, instance=instance, tags=tags, raise_on_error=False)
+    result = dg.materialize(
+        [assets.archive_rows], resources=res, instance=instance, tags=tags, raise_on_error=False
+    )
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert nights.batch_key_for(run[1]) in failure.step_failure_data.error.message
-    first = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s",
-                         (nights.batch_key_for(run[0]),)).fetchone()["n"]  # fmt: skip
+    first = conn.execute(
+        "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s",
+        (nights.batch_key_for(run[0]),),
+    ).fetchone()["n"]
     assert first == 30
-    assert [m["archived"] for m in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())] == [30]
+    assert [
+        m["archived"] for m in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())
+    ] == [30]
     assert per_partition(instance, dg.AssetKey("archive_rows"), run[1].isoformat()) == []
     pause = pause_switch.pause_status(conn)
     assert pause.paused and pause.batch_key == nights.batch_key_for(run[1])
@@ -142,8 +159,12 @@ def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_sta
 
 def test_a_night_with_nothing_to_check_says_so(conn, db_url, store):
     # No memories at all: nothing is claimed, backed up or archived.
-    result = dg.materialize(SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=resources(db_url, store),
-                            instance=dg.DagsterInstance.ephemeral())  # fmt: skip
+    result = dg.materialize(
+        SLOW_PATH_DEFS,
+        partition_key=NIGHT.isoformat(),
+        resources=resources(db_url, store),
+        instance=dg.DagsterInstance.ephemeral(),
+    )
     assert result.success
     for e in result.get_asset_check_evaluations():
         assert e.partition == NIGHT.isoformat()
@@ -157,11 +178,15 @@ def test_a_night_with_nothing_to_check_says_so(conn, db_url, store):
 def run_checks_only(res):
     """The gate checks alone, as `Execute` on a check in the UI: archive_backups does not run."""
     job = dg.define_asset_job("gate_checks", selection=dg.AssetSelection.checks(*GATE_CHECKS))
-    defs = dg.Definitions(assets=[assets.archive_backups], asset_checks=GATE_CHECKS, jobs=[job], resources=res)
+    defs = dg.Definitions(
+        assets=[assets.archive_backups], asset_checks=GATE_CHECKS, jobs=[job], resources=res
+    )
     return defs.resolve_job_def("gate_checks").execute_in_process(
         # The partition as a tag (what the UI launches): a job of checks alone has no partitions of its
         # own for execute_in_process(partition_key=...) to validate against.
-        tags={"dagster/partition": NIGHT.isoformat()}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+        tags={"dagster/partition": NIGHT.isoformat()},
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
     )
 
 
@@ -169,18 +194,26 @@ def test_a_failed_gate_is_written_by_the_asset_and_its_checks_only_read(
     conn, db_url, history, store, fake_llm, llm_keys
 ):
     fake_llm.fail_fraction, fake_llm.fail_status = 0.1, 400
-    llm = SummarizerResource(provider="anthropic", base_url=fake_llm.base_url, requests_per_second=1000.0,
-                             max_retries=0)  # fmt: skip
+    llm = SummarizerResource(
+        provider="anthropic", base_url=fake_llm.base_url, requests_per_second=1000.0, max_retries=0
+    )
     res = resources(db_url, store, summarizer=llm)
-    result = dg.materialize(SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=res,
-                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)  # fmt: skip
+    result = dg.materialize(
+        SLOW_PATH_DEFS,
+        partition_key=NIGHT.isoformat(),
+        resources=res,
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
     assert not result.success
     key = nights.batch_key_for(NIGHT)
     pause = pause_switch.pause_status(conn)
     # The pause says who, why and when; archive_backups set it, deciding the gate before the checks.
     assert pause.paused and pause.batch_key == key and pause.actor == nights.ACTOR
     assert key in pause.reason and "above max_error_rate" in pause.reason and pause.changed_at is not None
-    [materialized] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "archive_backups"]
+    [materialized] = [
+        e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "archive_backups"
+    ]
     assert materialized.materialization.metadata["gate_passed"].value is False
 
     before = db_state(conn)
@@ -189,7 +222,11 @@ def test_a_failed_gate_is_written_by_the_asset_and_its_checks_only_read(
         assert not again.success
         assert not again.get_asset_materialization_events()  # the asset did not run
         gate = next(e for e in again.get_asset_check_evaluations() if e.check_name == "error_rate_gate")
-        assert (gate.passed, gate.severity, gate.partition) == (False, dg.AssetCheckSeverity.ERROR, NIGHT.isoformat())
+        assert (gate.passed, gate.severity, gate.partition) == (
+            False,
+            dg.AssetCheckSeverity.ERROR,
+            NIGHT.isoformat(),
+        )
         assert gate.metadata["paused_by"].value == nights.ACTOR
         assert db_state(conn) == before
 
@@ -211,10 +248,12 @@ def test_a_check_re_run_on_a_tampered_night_changes_nothing(conn, db_url, histor
     assert db_state(conn) == before and not pause_switch.pause_status(conn).paused
 
     # The asset decides the gate: it sends the memory back and pauses; the checks report it, twice alike.
-    assert not dg.materialize(SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=res,
-                              raise_on_error=False).success  # fmt: skip
-    row = conn.execute("SELECT status, failed_step FROM archival_attempts WHERE memory_id = %s",
-                       (victim["memory_id"],)).fetchone()  # fmt: skip
+    assert not dg.materialize(
+        SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=res, raise_on_error=False
+    ).success
+    row = conn.execute(
+        "SELECT status, failed_step FROM archival_attempts WHERE memory_id = %s", (victim["memory_id"],)
+    ).fetchone()
     assert (row["status"], row["failed_step"]) == ("embedded", "fidelity")
     assert pause_switch.pause_status(conn).paused
     assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 0
@@ -231,8 +270,9 @@ def test_a_check_re_run_on_a_tampered_night_changes_nothing(conn, db_url, histor
 
 def test_memory_lib_warnings_reach_the_runs_event_log(conn, db_url, history, store, instance):
     pause_switch.set_pause(conn, reason="bucket audit", actor="ops@example")
-    result = dg.materialize(SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=resources(db_url, store),
-                            instance=instance)  # fmt: skip
+    result = dg.materialize(
+        SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=resources(db_url, store), instance=instance
+    )
     assert result.success
     records = [e for e in instance.all_logs(result.run_id) if e.dagster_event is None]
     skipped = [e for e in records if f"{nights.batch_key_for(NIGHT)} claim skipped" in e.user_message]
@@ -243,11 +283,16 @@ def test_memory_lib_warnings_reach_the_runs_event_log(conn, db_url, history, sto
 def test_database_setup_migrates_only_a_database_that_needs_it(databases):
     url = databases.new_empty("t_setup")
     try:
-        with dg.build_resources({"database": DatabaseResource(database_url=url, embedding_dim=TEST_DIM)}) as r:
+        with dg.build_resources(
+            {"database": DatabaseResource(database_url=url, embedding_dim=TEST_DIM)}
+        ) as r:
             assert check_schema(r.database.url) == TEST_DIM  # an empty database was migrated
         with psycopg.connect(url) as c:
             applied = c.execute("SELECT max(applied_at) FROM schema_migrations").fetchone()[0]
-        with dg.build_resources({"database": DatabaseResource(database_url=url)}) as r, r.database.connect() as c:
+        with (
+            dg.build_resources({"database": DatabaseResource(database_url=url)}) as r,
+            r.database.connect() as c,
+        ):
             assert c.execute("SELECT max(applied_at) AS t FROM schema_migrations").fetchone()["t"] == applied
     finally:
         databases.drop(url)

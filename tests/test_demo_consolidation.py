@@ -19,14 +19,17 @@ from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import END
 
 EMB = HashingEmbedder(TEST_DIM)
-_SOURCE = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) \((hot|archived|missing)\)")
+_SOURCE = re.compile(
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) \((hot|archived|missing)\)"
+)
 
 
 def _tier(conn, user: str, memory_id: uuid.UUID) -> str:
     if conn.execute("SELECT 1 FROM memories WHERE user_id = %s AND id = %s", (user, memory_id)).fetchone():
         return "hot"
-    if conn.execute("SELECT 1 FROM archived_memories WHERE user_id = %s AND original_id = %s",
-                    (user, memory_id)).fetchone():  # fmt: skip
+    if conn.execute(
+        "SELECT 1 FROM archived_memories WHERE user_id = %s AND original_id = %s", (user, memory_id)
+    ).fetchone():
         return "archived"
     return "missing"
 
@@ -36,17 +39,24 @@ def test_the_demo_answers_who_is_from_facts_with_each_sources_id_and_tier(conn, 
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").gate_passed
     assert _consolidation(conn, EMB, "UTC") is True  # checks green
     first = capsys.readouterr().out
-    who = re.search(r"^who is (.+)\? \((\S+), answered from facts, with their sources\)$", first, re.MULTILINE)
+    who = re.search(
+        r"^who is (.+)\? \((\S+), answered from facts, with their sources\)$", first, re.MULTILINE
+    )
     assert who, first
     name, user = who.group(1), who.group(2)
     # A source printed as archived goes back to hot memory (restore): the next run prints it as hot.
-    fact, archived_source = next((line[: line.index(" (from ")], uuid.UUID(i)) for line in first.splitlines()
-                                 if line.startswith("  - ") for i, t in _SOURCE.findall(line) if t == "archived")  # fmt: skip
+    fact, archived_source = next(
+        (line[: line.index(" (from ")], uuid.UUID(i))
+        for line in first.splitlines()
+        if line.startswith("  - ")
+        for i, t in _SOURCE.findall(line)
+        if t == "archived"
+    )
     restore_archive(conn, local_store, user_id=user, original_id=archived_source, actor="test")
 
     assert _consolidation(conn, EMB, "UTC") is True  # the month is rebuilt for the restore: still fresh
     out = capsys.readouterr().out
-    lines = out[out.index(f"who is {name}?"):].splitlines()[1:]
+    lines = out[out.index(f"who is {name}?") :].splitlines()[1:]
     facts = [line for line in lines if line.startswith("  - ")]
     assert facts and any(f"has manager {name} (" in x for x in facts), out
     shown = [(uuid.UUID(i), t) for line in facts for i, t in _SOURCE.findall(line)]

@@ -41,7 +41,10 @@ def test_shape_of_eighteen_months():
     assert core and all(m.access_count >= 20 for m in core)
     recent = END - timedelta(days=30)
     stale_cold = [m for m in mems if m.importance_score <= 0.3 and m.created_at < END - timedelta(days=120)]
-    assert sum(bool(m.last_accessed_at and m.last_accessed_at > recent) for m in stale_cold) / len(stale_cold) < 0.2
+    assert (
+        sum(bool(m.last_accessed_at and m.last_accessed_at > recent) for m in stale_cold) / len(stale_cold)
+        < 0.2
+    )
 
 
 def test_scales_past_100k():

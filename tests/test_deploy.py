@@ -40,7 +40,9 @@ def test_deploy_dagster_yaml_is_a_valid_instance_config(tmp_path, monkeypatch):
     assert "#   class: DockerRunLauncher" in text and "#   class: K8sRunLauncher" in text
 
 
-def test_the_deploy_instance_runs_on_postgres_with_the_queue_and_the_llm_pool(tmp_path, monkeypatch, empty_database):
+def test_the_deploy_instance_runs_on_postgres_with_the_queue_and_the_llm_pool(
+    tmp_path, monkeypatch, empty_database
+):
     (tmp_path / "dagster.yaml").write_text((DEPLOY / "dagster.yaml").read_text())
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setenv("DAGSTER_PG_URL", sqlalchemy_url(empty_database))
@@ -76,13 +78,16 @@ def test_helm_values_point_the_chart_at_the_code_location_image():
     assert values["pythonLogs"]["managedPythonLoggers"] == ["memory_lib"]
     # The same settings as the instance file.
     instance = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
-    assert instance["concurrency"]["runs"]["max_concurrent_runs"] == (
-        coordinator["config"]["queuedRunCoordinator"]["maxConcurrentRuns"]
+    assert (
+        instance["concurrency"]["runs"]["max_concurrent_runs"]
+        == (coordinator["config"]["queuedRunCoordinator"]["maxConcurrentRuns"])
     )
 
 
 def test_the_image_installs_the_package_pinned_and_not_editable():
-    lines = [ln.strip() for ln in (ROOT / "Dockerfile").read_text().splitlines() if not ln.lstrip().startswith("#")]
+    lines = [
+        ln.strip() for ln in (ROOT / "Dockerfile").read_text().splitlines() if not ln.lstrip().startswith("#")
+    ]
     text = "\n".join(lines)
     assert "pip install --constraint deploy/constraints.txt ." in text
     assert not re.search(r"pip install[^\n]*(-e|--editable)\b", text)
@@ -120,8 +125,14 @@ def test_the_installed_package_loads_as_a_code_location_outside_the_checkout(ven
         "print(sorted(s.name for s in d.sensors), d.resolve_job_def('slow_path_job').name)"
     )
     env = _clean_env(XDG_STATE_HOME=str(tmp_path / "xdg"))
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     where, wired = out.stdout.strip().splitlines()[-2:]
     assert where.startswith(str(venv)) and not where.startswith(str(ROOT))

@@ -45,8 +45,13 @@ def _alive(pid: int | None) -> bool:
 
 
 def _run(pgdata: Path, mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", HOLD, str(pgdata), mode], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(pgdata), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
 
 
 def test_server_stops_after_a_killed_holder(tmp_path):
@@ -85,8 +90,12 @@ def test_library_cli_and_dagster_reach_the_same_embedded_database(tmp_path, monk
 
     state = tmp_path / "state"
     monkeypatch.delenv("DATABASE_URL", raising=False)
-    for name, value in {"MEMORY_ARCHIVE_STATE_DIR": str(state), "MEMORY_ARCHIVE_EMBEDDED_DB": "memory_shared",
-                        "MEMORY_ARCHIVE_EMBEDDING_DIM": "24", "MEMORY_ARCHIVE_EMBEDDER": "hashing"}.items():  # fmt: skip
+    for name, value in {
+        "MEMORY_ARCHIVE_STATE_DIR": str(state),
+        "MEMORY_ARCHIVE_EMBEDDED_DB": "memory_shared",
+        "MEMORY_ARCHIVE_EMBEDDING_DIM": "24",
+        "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+    }.items():
         monkeypatch.setenv(name, value)
 
     with pytest.raises(SchemaError, match="no embedded database in .*run `memory-archive migrate`"):
@@ -144,8 +153,17 @@ def _wait_stopped(pids: list[int | None], seconds: float = 30) -> None:
 
 def test_servers_started_at_once_in_several_processes_all_come_up(tmp_path):
     dirs = [tmp_path / f"pg{i}" for i in range(3)]
-    procs = [subprocess.Popen([sys.executable, "-c", SERVE, str(d)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT, start_new_session=True) for d in dirs]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SERVE, str(d)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        for d in dirs
+    ]
     try:
         urls = [p.stdout.readline().strip() for p in procs]
         assert all(urls), "an embedded Postgres did not start (its process's stderr says why)"

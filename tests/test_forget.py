@@ -38,14 +38,20 @@ RETRIEVAL = RetrievalConfig(near_duplicate_threshold=1.0)
 
 
 def _client(conn, store) -> MemoryClient:
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store,
-                        settings=Settings(retrieval=RETRIEVAL), actor="test")  # fmt: skip
+    return MemoryClient(
+        conn,
+        embedder=HashingEmbedder(TEST_DIM),
+        object_store=store,
+        settings=Settings(retrieval=RETRIEVAL),
+        actor="test",
+    )
 
 
 def _archive(conn, store, as_of=NOW) -> None:
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = run_batch(conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=as_of,
-                       actor="test")  # fmt: skip
+    report = run_batch(
+        conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=as_of, actor="test"
+    )
     assert report.gate_passed and report.status.failed == 0
 
 
@@ -57,23 +63,37 @@ def _user_state(conn, user: str) -> dict:
     """Every row of the user in every table with a user_id, as text: equal before and after = untouched."""
     out = {}
     for table in user_id_tables(conn):
-        rows = conn.execute(f"SELECT t::text AS r FROM {table} t WHERE user_id = %s ORDER BY 1", (user,)).fetchall()
+        rows = conn.execute(
+            f"SELECT t::text AS r FROM {table} t WHERE user_id = %s ORDER BY 1", (user,)
+        ).fetchall()
         out[table] = [r["r"] for r in rows]
     return out
 
 
 def _consolidate(conn, *months: datetime) -> None:
     for month in months:
-        consolidate_month(conn, month.date().replace(day=1), builder=ExtractiveDigestBuilder(),
-                          extractor=RuleFactExtractor(), embedder=HashingEmbedder(TEST_DIM))  # fmt: skip
+        consolidate_month(
+            conn,
+            month.date().replace(day=1),
+            builder=ExtractiveDigestBuilder(),
+            extractor=RuleFactExtractor(),
+            embedder=HashingEmbedder(TEST_DIM),
+        )
 
 
 def _derived(conn, user: str, memory_id: uuid.UUID) -> dict[str, int]:
     """Rows of consolidation that cite the memory."""
-    q = {"memory_digests": "%s = ANY(source_memory_ids)", "memory_facts": "%s = ANY(source_memory_ids)",
-         "key_moments": "memory_id = %s"}  # fmt: skip
-    return {t: conn.execute(f"SELECT count(*) AS n FROM {t} WHERE user_id = %s AND {w}", (user, memory_id)).fetchone()["n"]
-            for t, w in q.items()}  # fmt: skip
+    q = {
+        "memory_digests": "%s = ANY(source_memory_ids)",
+        "memory_facts": "%s = ANY(source_memory_ids)",
+        "key_moments": "memory_id = %s",
+    }
+    return {
+        t: conn.execute(
+            f"SELECT count(*) AS n FROM {t} WHERE user_id = %s AND {w}", (user, memory_id)
+        ).fetchone()["n"]
+        for t, w in q.items()
+    }
 
 
 def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
@@ -82,8 +102,12 @@ def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
     client = _client(conn, store)
     ids: dict[str, list[uuid.UUID]] = {}
     for user in ("u1", "u2"):
-        old = [client.add(user, f"{user} old note {i}: locker code is in drawer {i}", importance=0.1, now=OLD).memory_id
-               for i in range(4)]  # fmt: skip
+        old = [
+            client.add(
+                user, f"{user} old note {i}: locker code is in drawer {i}", importance=0.1, now=OLD
+            ).memory_id
+            for i in range(4)
+        ]
         hot = client.add(user, f"{user} prefers a cortado in the morning", importance=0.9, now=NOW).memory_id
         newer = client.update(user, hot, f"{user} prefers a flat white in the morning", now=NOW)
         assert newer.outcome == "superseded" and newer.previous_id == hot
@@ -109,8 +133,12 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
     assert {k for k, _ in before_versions} & u1_keys
     u2_before = _user_state(conn, "u2")
     u2_versions = {v for v in before_versions if v[0] not in u1_keys}
-    assert conn.execute("SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND details ? 'added'"
-                        ).fetchone()["n"] > 0  # the supersede event carries words of the text  # fmt: skip
+    assert (
+        conn.execute(
+            "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND details ? 'added'"
+        ).fetchone()["n"]
+        > 0
+    )  # the supersede event carries words of the text
 
     result = client.forget_user("u1", now=NOW)
 
@@ -133,11 +161,14 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
     expected_sha = hashlib.sha256(b"u1 prefers a flat white in the morning").hexdigest()
     assert hot_tomb["content_sha256"] == expected_sha and hot_tomb["tiers"] == ["hot"]
     assert all(t["actor"] == "test" for t in tombstones)
-    text = json.dumps([dict(r) for r in conn.execute(
-        "SELECT details FROM memory_events WHERE user_id = 'u1'").fetchall()])  # fmt: skip
+    text = json.dumps(
+        [dict(r) for r in conn.execute("SELECT details FROM memory_events WHERE user_id = 'u1'").fetchall()]
+    )
     for word in ("cortado", "flat", "white", "locker", "drawer"):
         assert word not in text
-    redactions = conn.execute("SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'redacted'")
+    redactions = conn.execute(
+        "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'redacted'"
+    )
     assert redactions.fetchone()["n"] == len(ids["u1"])
     # history still answers, with content-free events ending in the tombstone
     events = client.history("u1", ids["u1"][0])
@@ -149,14 +180,19 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
 
     again = client.forget_user("u1", now=NOW)  # idempotent: nothing more to delete, no new tombstone
     assert again.rows_deleted.get("memories") == 0 and again.object_versions_deleted == 0
-    assert conn.execute("SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
-                        ).fetchone()["n"] == len(ids["u1"])  # fmt: skip
+    assert conn.execute(
+        "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
+    ).fetchone()["n"] == len(ids["u1"])
 
 
 def test_the_audit_log_stays_append_only_outside_the_redaction_path(conn, local_store):
     client = _client(conn, local_store)
     mid = client.add("u1", "likes green tea", now=NOW).memory_id
-    for sql in ("UPDATE memory_events SET details = '{}'", "DELETE FROM memory_events", "TRUNCATE memory_events"):
+    for sql in (
+        "UPDATE memory_events SET details = '{}'",
+        "DELETE FROM memory_events",
+        "TRUNCATE memory_events",
+    ):
         with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
             conn.execute(sql)
     # The session setting alone allows nothing but the exact redaction
@@ -174,7 +210,9 @@ def test_every_table_with_a_user_id_is_covered_by_forget(conn):
     tables = set(user_id_tables(conn))
     assert {"memories", "archived_memories", "memory_events", "archival_attempts"} <= tables
     covered = set(erased_tables()) | set(retained_tables())
-    assert tables - covered == set(), "add the table to memory_lib.lifecycle.forget's erased or retained tables"
+    assert tables - covered == set(), (
+        "add the table to memory_lib.lifecycle.forget's erased or retained tables"
+    )
     assert covered - tables == set()
 
 
@@ -189,7 +227,10 @@ def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, 
     assert client.get("u1", first).tier == "archived" and client.get("u1", keep).tier == "archived"
     _consolidate(conn, OLD, NOW)
     # superseded versions are left out of digests; the live one and the archived note are in
-    assert _derived(conn, "u1", third)["memory_digests"] == 1 and _derived(conn, "u1", keep)["memory_digests"] == 1
+    assert (
+        _derived(conn, "u1", third)["memory_digests"] == 1
+        and _derived(conn, "u1", keep)["memory_digests"] == 1
+    )
     u2_digests = conn.execute("SELECT d::text FROM memory_digests d WHERE user_id = 'u2'").fetchall()
     with pytest.raises(Exception, match="no memory"):
         client.delete("u2", third)  # another user's id is not found, and nothing is deleted
@@ -236,7 +277,9 @@ _KILLER = textwrap.dedent(
 
 
 @pytest.mark.parametrize("kill_after,status", [(6, "pending"), (8, "rows_deleted")])
-def test_a_killed_forget_user_is_completed_by_running_it_again(db_url, seaweed, versioned_store, kill_after, status):
+def test_a_killed_forget_user_is_completed_by_running_it_again(
+    db_url, seaweed, versioned_store, kill_after, status
+):
     """Killed after its objects are deleted but before its rows (step 6: the purge, after the bucket's
     listing, the unrecorded packs' plan and read, the open and the pack plan), or after its rows but
     before the final sweep (step 8): the next forget_user resumes the same request and completes it."""
@@ -246,9 +289,21 @@ def test_a_killed_forget_user_is_completed_by_running_it_again(db_url, seaweed, 
         u2_before = _user_state(conn, "u2")
     env = os.environ | {"PYTHONPATH": os.getcwd()}
     proc = subprocess.run(
-        [sys.executable, "-c", _KILLER, db_url, seaweed.endpoint_url, seaweed.access_key, seaweed.secret_key,
-         store.bucket, str(kill_after)], env=env, capture_output=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            _KILLER,
+            db_url,
+            seaweed.endpoint_url,
+            seaweed.access_key,
+            seaweed.secret_key,
+            store.bucket,
+            str(kill_after),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     with connect(db_url) as conn:
         request = conn.execute("SELECT * FROM forget_requests WHERE user_id = 'u1'").fetchone()
@@ -262,7 +317,10 @@ def test_a_killed_forget_user_is_completed_by_running_it_again(db_url, seaweed, 
 
         assert result.resumed and result.request_id == request["id"]
         assert remaining(conn, store, "u1").clean
-        assert conn.execute("SELECT count(*) AS n FROM forget_requests WHERE user_id = 'u1'").fetchone()["n"] == 1
+        assert (
+            conn.execute("SELECT count(*) AS n FROM forget_requests WHERE user_id = 'u1'").fetchone()["n"]
+            == 1
+        )
         tombstones = conn.execute(
             "SELECT memory_id FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
         ).fetchall()
@@ -278,10 +336,16 @@ def _job_resources(db_url, seaweed, bucket):
 
     from memory_assets.resources import DatabaseResource, ObjectStoreResource
 
-    s3 = S3Resource(endpoint_url=seaweed.endpoint_url, region_name=seaweed.region,
-                    aws_access_key_id=seaweed.access_key, aws_secret_access_key=seaweed.secret_key)  # fmt: skip
-    return {"database": DatabaseResource(database_url=db_url),
-            "object_store": ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3)}  # fmt: skip
+    s3 = S3Resource(
+        endpoint_url=seaweed.endpoint_url,
+        region_name=seaweed.region,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+    )
+    return {
+        "database": DatabaseResource(database_url=db_url),
+        "object_store": ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3),
+    }
 
 
 def _verify_metadata(run) -> dict:
@@ -302,12 +366,16 @@ def test_forget_user_job_erases_and_verifies(db_url, seaweed, versioned_store):
     with connect(db_url) as conn:
         ids = _seed(conn, store)
     config = {"ops": {"forget_user_memories": {"config": {"user_id": "u1", "operator": "dpo"}}}}
-    run = forget_user.execute_in_process(run_config=config, resources=_job_resources(db_url, seaweed, store.bucket))
+    run = forget_user.execute_in_process(
+        run_config=config, resources=_job_resources(db_url, seaweed, store.bucket)
+    )
     assert run.success
     assert _verify_metadata(run)["object_versions_left"] == 0
     with connect(db_url) as conn:
         assert remaining(conn, store, "u1").clean
-        actors = conn.execute("SELECT DISTINCT actor FROM memory_events WHERE event_type = 'forgotten'").fetchall()
+        actors = conn.execute(
+            "SELECT DISTINCT actor FROM memory_events WHERE event_type = 'forgotten'"
+        ).fetchall()
         assert [a["actor"] for a in actors] == ["dpo"]
         assert not {k for k, _ in _all_versions(store)} & {store.key_for(i) for i in ids["u1"]}
 
@@ -316,8 +384,9 @@ def test_forget_user_job_erases_and_verifies(db_url, seaweed, versioned_store):
         conn.execute("CREATE TABLE user_digests (user_id text NOT NULL, digest text NOT NULL)")
         conn.execute("INSERT INTO user_digests VALUES ('u2', 'a digest of u2''s week')")
     config["ops"]["forget_user_memories"]["config"]["user_id"] = "u2"
-    failed = forget_user.execute_in_process(run_config=config, resources=_job_resources(db_url, seaweed, store.bucket),
-                                            raise_on_error=False)  # fmt: skip
+    failed = forget_user.execute_in_process(
+        run_config=config, resources=_job_resources(db_url, seaweed, store.bucket), raise_on_error=False
+    )
     assert not failed.success
     meta = _verify_metadata(failed)
     assert "user_digests" in meta["tables_unknown_to_forget"] and "user_digests | 1" in meta["rows_left"]

@@ -36,7 +36,11 @@ CRITERIA = ArchivalCriteria()
 
 
 def _bytes_of_every_version(store: S3ObjectStore) -> dict[str, bytes]:
-    return {f"{v.key}@{v.version_id}": read_version(store, v) for v in list_versions(store, "") if not v.delete_marker}
+    return {
+        f"{v.key}@{v.version_id}": read_version(store, v)
+        for v in list_versions(store, "")
+        if not v.delete_marker
+    }
 
 
 def _holders(store: S3ObjectStore, user: str) -> list[str]:
@@ -81,22 +85,36 @@ _CLI_CHILD = textwrap.dedent(
 def _cli_env(db_url: str, seaweed, store: S3ObjectStore) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
     return env | {
-        "PYTHONPATH": os.getcwd(), "DATABASE_URL": db_url, "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM),
-        "MEMORY_ARCHIVE_EMBEDDER": "hashing", "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
-        "MEMORY_ARCHIVE_OBJECT_STORE": "s3", "MEMORY_ARCHIVE_BUCKET": store.bucket, "MEMORY_ARCHIVE_PREFIX": "test",
-        "MEMORY_ARCHIVE_S3_ENDPOINT_URL": seaweed.endpoint_url, "AWS_REGION": seaweed.region,
-        "AWS_ACCESS_KEY_ID": seaweed.access_key, "AWS_SECRET_ACCESS_KEY": seaweed.secret_key,
-    }  # fmt: skip
+        "PYTHONPATH": os.getcwd(),
+        "DATABASE_URL": db_url,
+        "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM),
+        "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+        "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+        "MEMORY_ARCHIVE_OBJECT_STORE": "s3",
+        "MEMORY_ARCHIVE_BUCKET": store.bucket,
+        "MEMORY_ARCHIVE_PREFIX": "test",
+        "MEMORY_ARCHIVE_S3_ENDPOINT_URL": seaweed.endpoint_url,
+        "AWS_REGION": seaweed.region,
+        "AWS_ACCESS_KEY_ID": seaweed.access_key,
+        "AWS_SECRET_ACCESS_KEY": seaweed.secret_key,
+    }
 
 
-def test_forget_after_a_killed_pack_write_leaves_no_byte_of_the_user(db_url, seaweed, versioned_store, monkeypatch):
+def test_forget_after_a_killed_pack_write_leaves_no_byte_of_the_user(
+    db_url, seaweed, versioned_store, monkeypatch
+):
     store = versioned_store
     conn = connect(db_url)
     now = datetime.now(UTC)
     insert_memories(conn, make_memories(400, dim=TEST_DIM, users=USERS, age_days=400, now=now), actor="test")
     env = _cli_env(db_url, seaweed, store)
-    proc = subprocess.Popen([sys.executable, "-c", _CLI_CHILD], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLI_CHILD],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         line = proc.stdout.readline().decode()  # type: ignore[union-attr]
     finally:
@@ -106,9 +124,7 @@ def test_forget_after_a_killed_pack_write_leaves_no_byte_of_the_user(db_url, sea
     assert proc.returncode == -signal.SIGKILL
     written = line.split()[1]
     # The dead run's pack: no row records it, it holds 50 memories of one user.
-    assert not conn.execute(
-        "SELECT 1 FROM archival_attempts WHERE backup_key IS NOT NULL"
-    ).fetchall()  # fmt: skip
+    assert not conn.execute("SELECT 1 FROM archival_attempts WHERE backup_key IS NOT NULL").fetchall()
     (victim,) = [u for u in USERS if packs.owner_tag(u) == packs.owner_of(store, written)]
     assert written.startswith(packs.owner_prefix(store, victim))
     deadline = time.monotonic() + 20  # SeaweedFS may list a version a moment after its PUT returned
@@ -153,7 +169,9 @@ def test_forget_finds_an_unrecorded_pack_of_the_old_layout_under_a_delete_marker
     originals = fetch_memories(conn, [m["id"] for m in history])
     by_user: dict[str, list[packs.Member]] = {}
     for m in history:
-        data = BackupObject.from_row(originals[m["id"]], archived_at=NOW, archive_reason="age_decay").to_json_bytes()
+        data = BackupObject.from_row(
+            originals[m["id"]], archived_at=NOW, archive_reason="age_decay"
+        ).to_json_bytes()
         by_user.setdefault(m["user_id"], []).append(packs.Member(m["id"], data, sha256_hex(data)))
     legacy = {}
     for user, members in by_user.items():
@@ -162,7 +180,9 @@ def test_forget_finds_an_unrecorded_pack_of_the_old_layout_under_a_delete_marker
         store.put(key, unit.data, unit.sha256)
         store.delete(key)  # only a delete marker on top: the bytes stay in a noncurrent version
         legacy[user] = key
-    assert packs.owner_of(store, legacy["alice"]) is None and packs.batch_of(store, legacy["alice"]) == "night-0"
+    assert (
+        packs.owner_of(store, legacy["alice"]) is None and packs.batch_of(store, legacy["alice"]) == "night-0"
+    )
     assert not remaining(conn, store, "alice").clean
 
     forget_user(conn, store, "alice", actor="test")
@@ -280,7 +300,9 @@ def _archive_with_a_loss_at_commit(conn, store, monkeypatch, *, overwrite: bool)
 
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["deleted", "overwritten"])
-def test_the_nightly_audit_puts_back_a_backup_lost_after_verification(conn, versioned_store, monkeypatch, overwrite):
+def test_the_nightly_audit_puts_back_a_backup_lost_after_verification(
+    conn, versioned_store, monkeypatch, overwrite
+):
     from memory_lib.archival.integrity import recorded_audit
 
     store = versioned_store

@@ -107,10 +107,18 @@ def test_bad_criteria_name_the_key(config, needle):
 
 def test_seed_defaults():
     c = ArchivalCriteria()
-    assert (c.min_age_days, c.max_importance_score, c.max_recent_access_count, c.force_archive_age_days,
-            c.batch_size, c.max_error_rate) == (90, 0.3, 2, 365, 500, 0.05)  # fmt: skip
+    assert (
+        c.min_age_days,
+        c.max_importance_score,
+        c.max_recent_access_count,
+        c.force_archive_age_days,
+        c.batch_size,
+        c.max_error_rate,
+    ) == (90, 0.3, 2, 365, 500, 0.05)
     s = Settings.from_env({})
-    assert s.embedding.dim == 1536 and s.retrieval.active_boost == 1.0 and s.context.total == 8000  # issue 9: ties only
+    assert (
+        s.embedding.dim == 1536 and s.retrieval.active_boost == 1.0 and s.context.total == 8000
+    )  # issue 9: ties only
 
 
 def test_settings_from_env_validates():
@@ -118,7 +126,9 @@ def test_settings_from_env_validates():
         Settings.from_env({"MEMORY_ARCHIVE_EMBEDDING_DIM": "zero"})
     with pytest.raises(ConfigError, match="bucket"):
         Settings.from_env({"MEMORY_ARCHIVE_OBJECT_STORE": "s3"})
-    s = Settings.from_env({"MEMORY_ARCHIVE_BUCKET": "b", "MEMORY_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9"})
+    s = Settings.from_env(
+        {"MEMORY_ARCHIVE_BUCKET": "b", "MEMORY_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9"}
+    )
     assert (s.object_store.kind, s.object_store.bucket) == ("s3", "b")
     assert "hunter2" not in repr(Settings.from_env({"DATABASE_URL": "postgresql://u:hunter2@h/db"}))
 
@@ -229,8 +239,11 @@ def test_numbers_refuse_bools_strings_and_nan():
 )
 def test_bulk_insert_applies_the_same_rules(conn, change, field):
     with pytest.raises(InvalidInputError) as info:
-        insert_memories(conn, [*make_memories(2, dim=TEST_DIM), make_memories(1, dim=TEST_DIM, seed=4)[0] | change],
-                        actor="test")  # fmt: skip
+        insert_memories(
+            conn,
+            [*make_memories(2, dim=TEST_DIM), make_memories(1, dim=TEST_DIM, seed=4)[0] | change],
+            actor="test",
+        )
     assert info.value.field == field
     assert "in memories[2]" in getattr(info.value, "__notes__", [])
     assert _counts(conn) == (0, 0)
@@ -256,8 +269,10 @@ def test_an_id_inserted_concurrently_is_refused_naming_it(db_url):
             worker = threading.Thread(target=lambda: outcome.append(_try_insert(second, [other, memory])))
             worker.start()
             for _ in range(200):  # until the second insert waits for this transaction
-                waiting = first.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                        " AND datname = current_database()").fetchone()["n"]  # fmt: skip
+                waiting = first.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                ).fetchone()["n"]
                 if waiting:
                     break
                 time.sleep(0.02)

@@ -72,7 +72,11 @@ def test_failed_memories_are_retried_by_the_next_nights_then_released(conn, loca
     report = nights.run_night(conn, services, criteria, first, "UTC")
     assert report.ok and report.archived == 97 and report.status.failed == 3
     assert attempt_counts(conn) | {"awaiting_takeover": None} == {
-        "open": 3, "failed": 3, "awaiting_takeover": None, "released": 0}  # fmt: skip
+        "open": 3,
+        "failed": 3,
+        "awaiting_takeover": None,
+        "released": 0,
+    }
     assert attempt_counts(conn)["awaiting_takeover"] == 3  # the night is finished: next night retries them
 
     # Each later night also has 97 new eligible memories: the retried 3 stay under the 5% gate.
@@ -92,8 +96,10 @@ def test_failed_memories_are_retried_by_the_next_nights_then_released(conn, loca
     assert fourth.claim.claimed == 0
     assert _counts(conn) == {"hot": 3, "archived": 97 * 3, "both_tiers": 0, "open": 0}
     # ...until the memory changes: then it gets another chance.
-    conn.execute("UPDATE memories SET importance_score = 0.05, updated_at = now() WHERE id = ANY(%s)",
-                 ([memories[0]["id"], memories[1]["id"]],))  # fmt: skip
+    conn.execute(
+        "UPDATE memories SET importance_score = 0.05, updated_at = now() WHERE id = ANY(%s)",
+        ([memories[0]["id"], memories[1]["id"]],),
+    )
     fake_llm.fail_when_contains = None
     fifth = nights.run_night(conn, services, criteria, first + timedelta(days=4), "UTC")
     assert fifth.claim.claimed == 2 and fifth.archived == 2
@@ -119,12 +125,21 @@ def test_stats_shows_open_failed_and_released(cli_env, conn, capsys):
 
 
 def _cli_env(db_url: str, root: Path, llm_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_ARCHIVE_", "ANTHROPIC", "OPENAI"))}
-    env.update({
-        "DATABASE_URL": db_url, "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM), "MEMORY_ARCHIVE_EMBEDDER": "hashing",
-        "MEMORY_ARCHIVE_SUMMARIZER": "anthropic", "MEMORY_ARCHIVE_LLM_BASE_URL": llm_url,
-        "ANTHROPIC_API_KEY": FAKE_API_KEY, "MEMORY_ARCHIVE_LOCAL_ROOT": str(root), "PYTHONPATH": str(ROOT),
-    })  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_ARCHIVE_", "ANTHROPIC", "OPENAI"))
+    }
+    env.update(
+        {
+            "DATABASE_URL": db_url,
+            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM),
+            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+            "MEMORY_ARCHIVE_SUMMARIZER": "anthropic",
+            "MEMORY_ARCHIVE_LLM_BASE_URL": llm_url,
+            "ANTHROPIC_API_KEY": FAKE_API_KEY,
+            "MEMORY_ARCHIVE_LOCAL_ROOT": str(root),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     return env
 
 
@@ -136,13 +151,18 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
     for trial in range(3):
         url = databases.new()
         with connect(url) as c:
-            insert_memories(c, make_memories(300, dim=TEST_DIM, age_days=400, now=datetime.now(UTC), seed=trial),
-                            actor="test")  # fmt: skip
+            insert_memories(
+                c,
+                make_memories(300, dim=TEST_DIM, age_days=400, now=datetime.now(UTC), seed=trial),
+                actor="test",
+            )
         root = tmp_path / f"objects-{trial}"
         env = _cli_env(url, root, fake_llm.base_url)
         cmd = [sys.executable, "-m", "memory_lib.cli", "archive"]
         child = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        with connect(url) as c:  # kill at a random point after the claim: summarizing, backing up or committing
+        with connect(
+            url
+        ) as c:  # kill at a random point after the claim: summarizing, backing up or committing
             deadline = time.monotonic() + 60
             while c.execute("SELECT count(*) AS n FROM archival_attempts").fetchone()["n"] == 0:
                 assert child.poll() is None and time.monotonic() < deadline, "the CLI never claimed"
@@ -159,11 +179,19 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
         taken_over.append(stranded)
         with connect(url) as c:
             counts = _counts(c)
-            assert counts == {"hot": 0, "archived": 300, "both_tiers": 0, "open": 0}, (trial, counts, rerun.stdout)
+            assert counts == {"hot": 0, "archived": 300, "both_tiers": 0, "open": 0}, (
+                trial,
+                counts,
+                rerun.stdout,
+            )
             store = LocalObjectStore(root, prefix="memory-archive")
             sweep = sweep_orphans(c, store)
-            objects = c.execute("SELECT count(DISTINCT split_part(storage_ref, '#', 1)) AS n FROM archived_memories")
-            assert sweep.listed == objects.fetchone()["n"] > 0 and sweep.orphans == []  # lone backups and packs
+            objects = c.execute(
+                "SELECT count(DISTINCT split_part(storage_ref, '#', 1)) AS n FROM archived_memories"
+            )
+            assert (
+                sweep.listed == objects.fetchone()["n"] > 0 and sweep.orphans == []
+            )  # lone backups and packs
         databases.drop(url)
     assert sum(taken_over) > 0  # at least one kill left claimed work behind for the re-run
 
@@ -173,15 +201,22 @@ def test_a_dead_holder_is_taken_over_at_once_and_a_live_one_is_not(conn, local_s
     criteria = ArchivalCriteria(batch_size=10)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    claims.claim_batch(conn, "adhoc-alive", criteria, NOW,
-                       holder=claims.Holder.this_process("cli", track_pid=True))  # fmt: skip
-    claims.claim_batch(conn, "adhoc-dead", criteria, NOW, holder=claims.Holder("cli", socket.gethostname(), dead.pid))
+    claims.claim_batch(
+        conn, "adhoc-alive", criteria, NOW, holder=claims.Holder.this_process("cli", track_pid=True)
+    )
+    claims.claim_batch(
+        conn, "adhoc-dead", criteria, NOW, holder=claims.Holder("cli", socket.gethostname(), dead.pid)
+    )
     third = claims.claim_batch(conn, "adhoc-next", criteria, NOW)
     assert third.taken_over == 10 and third.claimed == 10
-    held = conn.execute("SELECT batch_key, count(*) AS n FROM archival_attempts GROUP BY 1 ORDER BY 1").fetchall()
+    held = conn.execute(
+        "SELECT batch_key, count(*) AS n FROM archival_attempts GROUP BY 1 ORDER BY 1"
+    ).fetchall()
     assert {r["batch_key"]: r["n"] for r in held} == {"adhoc-alive": 10, "adhoc-next": 10}
     # An expired lease is taken over too.
-    conn.execute("UPDATE archival_batches SET lease_expires_at = now() - interval '1 s' WHERE batch_key = 'adhoc-alive'")
+    conn.execute(
+        "UPDATE archival_batches SET lease_expires_at = now() - interval '1 s' WHERE batch_key = 'adhoc-alive'"
+    )
     assert claims.claim_batch(conn, "adhoc-last", criteria, NOW).taken_over == 10
 
 
@@ -340,7 +375,9 @@ def test_sweep_removes_a_dead_runs_pack_only_when_its_batch_has_no_open_attempts
 def test_html_with_status_200_is_retried_then_a_clear_error(fake_llm):
     from memory_lib.llm.summarize import SummaryInput
 
-    summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=2, retry_wait_max=0.01)
+    summarizer = AnthropicSummarizer(
+        FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=2, retry_wait_max=0.01
+    )
     item = SummaryInput("Omar paid 120 euros for electricity in May 2024.", NOW)
     fake_llm.html_responses = 2
     assert "Omar" in summarizer.summarize(item).text or summarizer.summarize(item).text
@@ -352,9 +389,13 @@ def test_html_with_status_200_is_retried_then_a_clear_error(fake_llm):
 
 @pytest.mark.parametrize(
     "answer, expected",
-    [("Omar\x00 paid", "NUL"), ("Omar paid \ud800", "not valid Unicode"),
-     ("I'm sorry, but I can't help with that.", "declined"), ("zxqv blorp frimble wug", "unrelated")],
-)  # fmt: skip
+    [
+        ("Omar\x00 paid", "NUL"),
+        ("Omar paid \ud800", "not valid Unicode"),
+        ("I'm sorry, but I can't help with that.", "declined"),
+        ("zxqv blorp frimble wug", "unrelated"),
+    ],
+)
 def test_a_poisoned_summary_fails_that_memory_only(conn, local_store, fake_llm, answer, expected):
     memories = make_memories(40, dim=TEST_DIM, age_days=400)
     insert_memories(conn, memories, actor="test")

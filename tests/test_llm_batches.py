@@ -80,7 +80,9 @@ def test_backlog_goes_through_the_batch_api_with_a_partial_failure(conn, local_s
     served = _batch_usage(fake_llm)
     assert (totals.mode, totals.requests) == ("batch", N - 1)
     assert (totals.input_tokens, totals.output_tokens) == (served.input_tokens, served.output_tokens)
-    assert totals.cost_usd == pytest.approx(cost_usd(DEFAULT_PRICES, MODEL[provider], served, batch=True), rel=1e-6)
+    assert totals.cost_usd == pytest.approx(
+        cost_usd(DEFAULT_PRICES, MODEL[provider], served, batch=True), rel=1e-6
+    )
     assert totals.cost_usd == pytest.approx(cost_usd(DEFAULT_PRICES, MODEL[provider], served) / 2, rel=1e-6)
 
     # The failed memory is retried by the next run (below the threshold: synchronously).
@@ -104,7 +106,9 @@ def test_an_expired_batch_falls_back_to_synchronous_calls(conn, local_store, fak
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_a_crash_between_submit_and_checkpoint_never_submits_twice(conn, local_store, fake_llm, provider, monkeypatch):
+def test_a_crash_between_submit_and_checkpoint_never_submits_twice(
+    conn, local_store, fake_llm, provider, monkeypatch
+):
     _setup(conn)
     criteria = ArchivalCriteria()
     claim_batch(conn, "night", criteria, NOW)
@@ -130,7 +134,12 @@ def test_a_crash_between_submit_and_checkpoint_never_submits_twice(conn, local_s
     result = summarize_batch(conn, "night", _summarizer(provider, fake_llm), criteria)
     assert fake_llm.batch_creates() == 1 and _sync_calls(fake_llm) == 0
     assert result.succeeded == N
-    assert conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE status = 'summarized'").fetchone()["n"] == N
+    assert (
+        conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE status = 'summarized'").fetchone()[
+            "n"
+        ]
+        == N
+    )
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -141,7 +150,9 @@ def test_a_run_that_stops_waiting_leaves_the_batch_to_the_next_run(conn, local_s
     fake_llm.hold_batches = True
     first = summarize_batch(conn, "night", _summarizer(provider, fake_llm, batch_wait_seconds=0.05), criteria)
     assert (first.succeeded, first.failed, first.waiting) == (0, 0, N)
-    waiting = conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE llm_submission IS NOT NULL").fetchone()
+    waiting = conn.execute(
+        "SELECT count(*) AS n FROM archival_attempts WHERE llm_submission IS NOT NULL"
+    ).fetchone()
     assert waiting["n"] == N
 
     fake_llm.hold_batches = False  # the batch ends while nobody polls; the next run collects it
@@ -288,8 +299,14 @@ def test_a_lookup_that_fails_leaves_the_intent_with_why(conn, local_store, fake_
     claim_batch(conn, "night", criteria, NOW)
     fake_llm.batch_create_status = 500
     summarize_batch(conn, "night", _summarizer("anthropic", fake_llm), criteria)
-    down = AnthropicSummarizer(FAKE_API_KEY, base_url="http://127.0.0.1:9", model=MODEL["anthropic"], max_retries=0,
-                               batch_threshold=10, batch_poll_seconds=0.01)  # fmt: skip
+    down = AnthropicSummarizer(
+        FAKE_API_KEY,
+        base_url="http://127.0.0.1:9",
+        model=MODEL["anthropic"],
+        max_retries=0,
+        batch_threshold=10,
+        batch_poll_seconds=0.01,
+    )
     result = summarize_batch(conn, "night", down, criteria)  # the lookup cannot connect: no crash
     assert (result.succeeded, result.failed, result.waiting) == (0, 0, N)
     sub = conn.execute("SELECT status, error FROM llm_batches").fetchone()
@@ -309,8 +326,12 @@ def test_a_lookup_that_fails_leaves_the_intent_with_why(conn, local_store, fake_
 
 def test_which_failures_leave_no_batch(fake_llm):
     """Refused (4xx) or never connected: no batch. A timeout or a 5xx: maybe one."""
-    requests = [(uuid.uuid4(), {"model": MODEL["anthropic"], "max_tokens": 10,
-                                "messages": [{"role": "user", "content": "x"}]})]  # fmt: skip
+    requests = [
+        (
+            uuid.uuid4(),
+            {"model": MODEL["anthropic"], "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]},
+        )
+    ]
 
     def fail(summarizer) -> Exception:
         with pytest.raises(SummarizationError) as err:
@@ -322,7 +343,8 @@ def test_which_failures_leave_no_batch(fake_llm):
     )
     exc = fail(refused)
     assert batches.not_created(exc) and batches.describe_submit_failure(exc).startswith(
-        "the submission did not reach the provider")  # fmt: skip
+        "the submission did not reach the provider"
+    )
     fake_llm.batch_create_status = 403
     exc = fail(_summarizer("anthropic", fake_llm))
     assert batches.not_created(exc) and "rejected the submission" in batches.describe_submit_failure(exc)
@@ -411,8 +433,9 @@ def test_a_night_that_waits_on_its_llm_batch_passes_the_gate_and_the_next_archiv
     waiting is not failing: the gate passes and archival is not paused. The next night collects it."""
     memories = _setup(conn)
     fake_llm.hold_batches = True
-    services = ArchivalServices(_summarizer(provider, fake_llm, batch_wait_seconds=0.05),
-                                HashingEmbedder(dim=TEST_DIM), local_store)  # fmt: skip
+    services = ArchivalServices(
+        _summarizer(provider, fake_llm, batch_wait_seconds=0.05), HashingEmbedder(dim=TEST_DIM), local_store
+    )
     first = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
     assert first.archived == 0 and first.gate_passed and first.gate.waiting == N
     assert not pause_status(conn).paused

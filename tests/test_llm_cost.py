@@ -38,8 +38,12 @@ def _reported_usage(server: FakeLLMServer) -> Usage:
             continue
         u = r.usage
         if r.path == "/v1/messages":
-            total = total + Usage(u["input_tokens"], u["output_tokens"], u["cache_creation_input_tokens"],
-                                  u["cache_read_input_tokens"])  # fmt: skip
+            total = total + Usage(
+                u["input_tokens"],
+                u["output_tokens"],
+                u["cache_creation_input_tokens"],
+                u["cache_read_input_tokens"],
+            )
         elif r.path == "/v1/chat/completions":
             cached = u["prompt_tokens_details"]["cached_tokens"]
             total = total + Usage(u["prompt_tokens"] - cached, u["completion_tokens"], 0, cached)
@@ -53,8 +57,14 @@ def test_malformed_json_fails_only_that_memory_and_is_ledgered(conn, local_store
     fake_llm.malformed_json_when_contains = marked["content"]
     insert_memories(conn, memories, actor="test")
 
-    report = run_batch(conn, _services(provider, fake_llm, local_store), ArchivalCriteria(), batch_key="night",
-                       as_of=NOW, actor="test")  # fmt: skip
+    report = run_batch(
+        conn,
+        _services(provider, fake_llm, local_store),
+        ArchivalCriteria(),
+        batch_key="night",
+        as_of=NOW,
+        actor="test",
+    )
     status = batch_status(conn, "night")
     assert status.archived == 39 and status.failed_by_step == {"summarize": 1}
     assert report.ok
@@ -69,8 +79,12 @@ def test_malformed_json_fails_only_that_memory_and_is_ledgered(conn, local_store
                   metadata->>'domain_guess' AS domain_guess FROM archived_memories WHERE original_id = %s""",
         (other["id"],),
     ).fetchone()
-    assert conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE memory_id = %s",
-                        (other["id"],)).fetchone()["n"] == 0  # fmt: skip
+    assert (
+        conn.execute(
+            "SELECT count(*) AS n FROM archival_attempts WHERE memory_id = %s", (other["id"],)
+        ).fetchone()["n"]
+        == 0
+    )
     expected = fake_entities(other["content"])
     assert row["key_entities"] == [n for n, _ in expected]
     assert row["summary_entities"] == expected
@@ -80,12 +94,20 @@ def test_malformed_json_fails_only_that_memory_and_is_ledgered(conn, local_store
     assert [(r["outcome"], r["n"]) for r in ledger] == [("failed", 1), ("ok", 39)]
 
 
-@pytest.mark.parametrize(("provider", "model"), [("anthropic", "claude-3-haiku-20240307"), ("openai", "gpt-4o-mini")])
+@pytest.mark.parametrize(
+    ("provider", "model"), [("anthropic", "claude-3-haiku-20240307"), ("openai", "gpt-4o-mini")]
+)
 def test_ledger_totals_equal_the_usage_the_server_reported(conn, local_store, fake_llm, provider, model):
     insert_memories(conn, make_memories(30, dim=TEST_DIM), actor="test")
     fake_llm.malformed_json_fraction = 0.1  # failed answers count too
-    run_batch(conn, _services(provider, fake_llm, local_store, model), ArchivalCriteria(max_error_rate=0.5),
-              batch_key="night", as_of=NOW, actor="test")  # fmt: skip
+    run_batch(
+        conn,
+        _services(provider, fake_llm, local_store, model),
+        ArchivalCriteria(max_error_rate=0.5),
+        batch_key="night",
+        as_of=NOW,
+        actor="test",
+    )
 
     reported = _reported_usage(fake_llm)
     [totals] = usage_of_batches(conn, ["night"])
@@ -101,8 +123,14 @@ def test_ledger_totals_equal_the_usage_the_server_reported(conn, local_store, fa
 
 def test_unknown_model_is_ledgered_as_unpriced(conn, local_store, fake_llm):
     insert_memories(conn, make_memories(3, dim=TEST_DIM), actor="test")
-    run_batch(conn, _services("anthropic", fake_llm, local_store, "claude-future-9"), ArchivalCriteria(),
-              batch_key="night", as_of=NOW, actor="test")  # fmt: skip
+    run_batch(
+        conn,
+        _services("anthropic", fake_llm, local_store, "claude-future-9"),
+        ArchivalCriteria(),
+        batch_key="night",
+        as_of=NOW,
+        actor="test",
+    )
     [totals] = usage_of_batches(conn, ["night"])
     assert totals.unpriced == 3 and totals.cost_usd == 0.0 and totals.input_tokens > 0
 

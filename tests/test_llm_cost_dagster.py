@@ -23,15 +23,24 @@ def local_store_resource(tmp_path):
 def test_memory_summaries_records_each_nights_ledger_per_model(
     conn, db_url, history, local_store_resource, fake_llm, llm_keys
 ):
-    llm = SummarizerResource(provider="anthropic", base_url=fake_llm.base_url, anthropic_model="claude-3-haiku",
-                             requests_per_second=1000.0, max_retries=0)  # fmt: skip
+    llm = SummarizerResource(
+        provider="anthropic",
+        base_url=fake_llm.base_url,
+        anthropic_model="claude-3-haiku",
+        requests_per_second=1000.0,
+        max_retries=0,
+    )
     run_nights = [NIGHT - timedelta(days=1), NIGHT]
     result = dg.materialize(
-        SLOW_PATH_DEFS, resources=resources(db_url, local_store_resource, summarizer=llm, batch_size=20),
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-        tags={"dagster/asset_partition_range_start": run_nights[0].isoformat(),
-              "dagster/asset_partition_range_end": run_nights[-1].isoformat()},
-    )  # fmt: skip
+        SLOW_PATH_DEFS,
+        resources=resources(db_url, local_store_resource, summarizer=llm, batch_size=20),
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+        tags={
+            "dagster/asset_partition_range_start": run_nights[0].isoformat(),
+            "dagster/asset_partition_range_end": run_nights[-1].isoformat(),
+        },
+    )
     assert result.success
     by_night = {
         e.partition: {k: v.value for k, v in e.materialization.metadata.items()}

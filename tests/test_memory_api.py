@@ -40,16 +40,26 @@ class Api:
     def __getattr__(self, name: str):
         def call(*args: Any, **kwargs: Any) -> Any:
             if self.flavour == "sync":
-                client = MemoryClient(self.conn, embedder=HashingEmbedder(TEST_DIM), object_store=self.store,
-                                      settings=SETTINGS, actor="api-test")  # fmt: skip
+                client = MemoryClient(
+                    self.conn,
+                    embedder=HashingEmbedder(TEST_DIM),
+                    object_store=self.store,
+                    settings=SETTINGS,
+                    actor="api-test",
+                )
                 return getattr(client, name)(*args, **kwargs)
 
             async def main() -> Any:
                 aconn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
                 await register_vector_async(aconn)
                 try:
-                    client = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=self.store,
-                                               settings=SETTINGS, actor="api-test")  # fmt: skip
+                    client = AsyncMemoryClient(
+                        aconn,
+                        embedder=HashingEmbedder(TEST_DIM),
+                        object_store=self.store,
+                        settings=SETTINGS,
+                        actor="api-test",
+                    )
                     return await getattr(client, name)(*args, **kwargs)
                 finally:
                     await aconn.close()
@@ -68,31 +78,54 @@ def api(request, db_url, local_store):
 
 def _archive(api: Api, as_of: datetime = NOW) -> None:
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), api.store)
-    report = run_batch(api.conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=as_of,
-                       actor="test")  # fmt: skip
+    report = run_batch(
+        api.conn,
+        services,
+        ArchivalCriteria(),
+        batch_key=f"b-{uuid.uuid4().hex[:8]}",
+        as_of=as_of,
+        actor="test",
+    )
     assert report.gate_passed
 
 
 def test_get_returns_both_tiers_and_never_another_users(api):
-    hot = api.add("u1", "Prefers a cortado", tags=["coffee"], domain="food", importance=0.9, now=NOW).memory_id
+    hot = api.add(
+        "u1", "Prefers a cortado", tags=["coffee"], domain="food", importance=0.9, now=NOW
+    ).memory_id
     old = api.add("u1", "Old note: locker code in drawer 4", importance=0.1, now=OLD).memory_id
     _archive(api)
     got = api.get("u1", hot)
-    assert (got.tier, got.content, got.tags, got.domain, got.importance) == ("hot", "Prefers a cortado", ("coffee",),
-                                                                             "food", 0.9)  # fmt: skip
+    assert (got.tier, got.content, got.tags, got.domain, got.importance) == (
+        "hot",
+        "Prefers a cortado",
+        ("coffee",),
+        "food",
+        0.9,
+    )
     archived = api.get("u1", old)
     assert archived.tier == "archived" and archived.content is None and archived.summary
     assert api.get("u1", archived.archive_id) == archived  # by its archive id too
-    assert api.get("u2", hot) is None and api.get("u2", old) is None and api.get("u2", archived.archive_id) is None
+    assert (
+        api.get("u2", hot) is None
+        and api.get("u2", old) is None
+        and api.get("u2", archived.archive_id) is None
+    )
     assert api.get("u1", uuid.uuid4()) is None
 
 
 def test_list_pages_with_a_keyset_cursor_and_filters(api):
     ids = []
     for i in range(7):
-        ids.append(api.add("u1", f"note number {i} about topic {i}", category="semantic" if i % 2 else "episodic",
-                           importance=0.1 if i < 3 else 0.9, now=OLD + timedelta(days=i) if i < 3 else NOW - timedelta(hours=i))
-                   .memory_id)  # fmt: skip
+        ids.append(
+            api.add(
+                "u1",
+                f"note number {i} about topic {i}",
+                category="semantic" if i % 2 else "episodic",
+                importance=0.1 if i < 3 else 0.9,
+                now=OLD + timedelta(days=i) if i < 3 else NOW - timedelta(hours=i),
+            ).memory_id
+        )
     api.add("u2", "someone else's note", now=NOW)
     _archive(api)  # notes 0..2 are old and unimportant: archived
     seen, cursor = [], None
@@ -103,7 +136,9 @@ def test_list_pages_with_a_keyset_cursor_and_filters(api):
         cursor = page.next_cursor
         if cursor is None:
             break
-        api.add("u1", f"written while paging {len(seen)}", now=NOW + timedelta(days=1))  # newer: never in later pages
+        api.add(
+            "u1", f"written while paging {len(seen)}", now=NOW + timedelta(days=1)
+        )  # newer: never in later pages
     assert [m.id for m in seen][:7] == [ids[i] for i in (3, 4, 5, 6, 2, 1, 0)]
     assert len(seen) == 7 and all(m.user_id == "u1" for m in seen)
     assert {m.tier for m in seen} == {"hot", "archived"}
@@ -124,12 +159,18 @@ def test_update_supersedes_new_text_in_place_for_fields_and_audits_both(api):
     newer = api.update("u1", first, "Drives a blue bicycle", now=NOW + timedelta(minutes=1))
     assert newer.outcome == "superseded" and newer.previous_id == first and newer.memory_id != first
     new = api.get("u1", newer.memory_id)
-    assert (new.content, new.tags, new.pinned, new.importance) == ("Drives a blue bicycle", ("bike", "red"), True, 0.8)
+    assert (new.content, new.tags, new.pinned, new.importance) == (
+        "Drives a blue bicycle",
+        ("bike", "red"),
+        True,
+        0.8,
+    )
     assert api.get("u1", first).superseded_by == newer.memory_id
     row = api.conn.execute("SELECT embedding FROM memories WHERE id = %s", (newer.memory_id,)).fetchone()
     expected = HashingEmbedder(TEST_DIM).embed(["Drives a blue bicycle"])[0]
-    assert np.allclose(np.asarray(row["embedding"].to_list()), expected / np.linalg.norm(expected), atol=1e-5) or \
-        np.allclose(np.asarray(row["embedding"].to_list()), expected, atol=1e-5)  # fmt: skip
+    assert np.allclose(
+        np.asarray(row["embedding"].to_list()), expected / np.linalg.norm(expected), atol=1e-5
+    ) or np.allclose(np.asarray(row["embedding"].to_list()), expected, atol=1e-5)
     assert [m.id for m in api.list("u1").items] == [newer.memory_id]  # the old version is history
     assert {m.id for m in api.list("u1", include_superseded=True).items} == {first, newer.memory_id}
     assert [e.event_type for e in api.history("u1", first)] == ["created", "updated", "superseded"]
@@ -184,9 +225,10 @@ def test_update_to_a_case_change_or_to_another_live_memorys_text(api):
     merged = api.update("u1", cased.memory_id, "Works in Porto")  # the text of another live memory: that one
     assert (merged.outcome, merged.memory_id, merged.previous_id) == ("superseded", b, cased.memory_id)
     assert [m.id for m in api.list("u1").items] == [b]
-    live = api.conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1' AND superseded_by IS NULL")
+    live = api.conn.execute(
+        "SELECT count(*) AS n FROM memories WHERE user_id = 'u1' AND superseded_by IS NULL"
+    )
     assert live.fetchone()["n"] == 1
-
 
 
 def _audit(api: Api, user: str, query: str, **kw: Any) -> dict[uuid.UUID, Any]:

@@ -271,9 +271,13 @@ def test_missing_pgvector_is_one_clear_error_and_writes_nothing(limited_role, mo
     assert _tables(admin_url) == set()  # not even schema_migrations
     assert _extensions(admin_url) == {"plpgsql"}  # nor btree_gin, which the role could have created
 
-    for name, value in {"DATABASE_URL": role_url, "MEMORY_ARCHIVE_EMBEDDING_DIM": "32",
-                        "MEMORY_ARCHIVE_EMBEDDER": "hashing", "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
-                        "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects")}.items():  # fmt: skip
+    for name, value in {
+        "DATABASE_URL": role_url,
+        "MEMORY_ARCHIVE_EMBEDDING_DIM": "32",
+        "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+        "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+        "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
+    }.items():
         monkeypatch.setenv(name, value)
     capsys.readouterr()
     assert main(["migrate"]) != 0

@@ -42,7 +42,10 @@ OLD = NOW - timedelta(days=200)  # archived by the nightly run (min_age_days 90)
 USER = "observer-user-7"
 QUERY = "zanzibar kayak harbour"
 HOT = ["Zanzibar kayak rental booked for the harbour tour", "Kayak paddles need new grips before Zanzibar"]
-ARCHIVED = ["Old zanzibar harbour kayak race, finished third", "Harbour permit for the zanzibar kayak club renewed"]
+ARCHIVED = [
+    "Old zanzibar harbour kayak race, finished third",
+    "Harbour permit for the zanzibar kayak club renewed",
+]
 PRIVATE_WORDS = ("zanzibar", "kayak", "harbour", "paddles", "permit", USER.lower())
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,8 +73,14 @@ def spans(otel):
 
 
 def _client(conn, store, reranker=None, **retrieval) -> MemoryClient:
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, actor="test",
-                        settings=Settings(retrieval=RetrievalConfig(**retrieval)), reranker=reranker)  # fmt: skip
+    return MemoryClient(
+        conn,
+        embedder=HashingEmbedder(TEST_DIM),
+        object_store=store,
+        actor="test",
+        settings=Settings(retrieval=RetrievalConfig(**retrieval)),
+        reranker=reranker,
+    )
 
 
 def _seed(conn, store) -> MemoryClient:
@@ -88,14 +97,17 @@ def _seed(conn, store) -> MemoryClient:
 
 def _tree(exported):
     by_id = {s.context.span_id: s for s in exported}
-    parent = {s.context.span_id: (by_id[s.parent.span_id].name if s.parent and s.parent.span_id in by_id else None)
-              for s in exported}  # fmt: skip
+    parent = {
+        s.context.span_id: (by_id[s.parent.span_id].name if s.parent and s.parent.span_id in by_id else None)
+        for s in exported
+    }
     return by_id, parent
 
 
 def _attr_blob(exported) -> str:
-    return json.dumps([{k: list(v) if isinstance(v, tuple) else v for k, v in s.attributes.items()}
-                       for s in exported]).lower()  # fmt: skip
+    return json.dumps(
+        [{k: list(v) if isinstance(v, tuple) else v for k, v in s.attributes.items()} for s in exported]
+    ).lower()
 
 
 def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, spans, fake_llm):
@@ -108,7 +120,9 @@ def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, 
     by_id, parent = _tree(exported)
     ours = [s for s in exported if s.instrumentation_scope.name == "memory_archive"]
     named = {s.name: s for s in ours}
-    assert {"memory_archive.build_context", "memory_archive.search", "retrieve", "rerank", "pack"} <= set(named)
+    assert {"memory_archive.build_context", "memory_archive.search", "retrieve", "rerank", "pack"} <= set(
+        named
+    )
     assert parent[named["memory_archive.build_context"].context.span_id] is None
     assert parent[named["memory_archive.search"].context.span_id] == "memory_archive.build_context"
     assert parent[named["pack"].context.span_id] == "memory_archive.build_context"
@@ -121,7 +135,9 @@ def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, 
     assert named["rerank"].end_time <= named["pack"].start_time
 
     phase1, phase2 = (s.attributes for s in retrieves)
-    assert phase1["memory_archive.candidates.hot"] == len(HOT) and phase1["memory_archive.phase2.needed"] is True
+    assert (
+        phase1["memory_archive.candidates.hot"] == len(HOT) and phase1["memory_archive.phase2.needed"] is True
+    )
     assert phase2["memory_archive.phase2.reason"] == "too_few_hot_hits"
     assert phase2["memory_archive.candidates.archived"] == len(ARCHIVED)
     assert tuple(phase2["memory_archive.tiers"]) == ("archived",)
@@ -129,7 +145,9 @@ def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, 
     search = named["memory_archive.search"].attributes
     hit_ids = list(search["memory_archive.hit_ids"])
     assert len(hit_ids) == len(HOT) + len(ARCHIVED) == search["memory_archive.hits"]
-    assert list(named["rerank"].attributes["memory_archive.hit_ids"]) == hit_ids  # the reranked order is returned
+    assert (
+        list(named["rerank"].attributes["memory_archive.hit_ids"]) == hit_ids
+    )  # the reranked order is returned
     assert search["memory_archive.reranker"] == reranker.name
     assert tuple(search["memory_archive.tiers_searched"]) == ("hot", "archived")
     assert len(search["memory_archive.hit_scores"]) == len(hit_ids)
@@ -160,8 +178,13 @@ def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans, 
         aconn = await psycopg.AsyncConnection.connect(db_url, autocommit=True, row_factory=dict_row)
         await register_vector_async(aconn)
         try:
-            client = AsyncMemoryClient(aconn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store,
-                                       actor="test", reranker=reranker)  # fmt: skip
+            client = AsyncMemoryClient(
+                aconn,
+                embedder=HashingEmbedder(TEST_DIM),
+                object_store=local_store,
+                actor="test",
+                reranker=reranker,
+            )
             return await client.search(USER, QUERY, now=NOW, phase3="never", debug=True)
         finally:
             await aconn.close()
@@ -171,7 +194,9 @@ def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans, 
     _, parent = _tree(ours)
     [search] = [s for s in ours if s.name == "memory_archive.search"]
     retrieves = [s for s in ours if s.name == "retrieve"]
-    assert len(retrieves) == 2 and all(parent[s.context.span_id] == "memory_archive.search" for s in retrieves)
+    assert len(retrieves) == 2 and all(
+        parent[s.context.span_id] == "memory_archive.search" for s in retrieves
+    )
     [rerank] = [s for s in ours if s.name == "rerank"]  # run in a worker thread, still under the search
     assert parent[rerank.context.span_id] == "memory_archive.search"
     assert list(rerank.attributes["memory_archive.hit_ids"]) == [str(h.id) for h in result.hits]
@@ -207,7 +232,9 @@ def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
         assert c.tier == hit.source and c.scores == hit.scores and c.memory_id == hit.provenance.memory_id
     archived = [c for c in d.candidates if c.tier == "archived"]
     for c in archived:  # the cosine estimated from the summary's bits, the fused relevance in [0, 1]
-        assert -1.0 <= c.scores.similarity <= 1.0 and 0.0 <= c.scores.hybrid_similarity <= 1.0 + 1e-9, c.scores
+        assert -1.0 <= c.scores.similarity <= 1.0 and 0.0 <= c.scores.hybrid_similarity <= 1.0 + 1e-9, (
+            c.scores
+        )
     assert any(c.scores.text_rank is not None for c in d.candidates)
     assert d.reranker is None
 
@@ -230,10 +257,16 @@ def test_debug_without_phase2(conn, local_store):
 
 
 def _llm_client(conn, store, fake_llm, action: str) -> MemoryClient:
-    fake_llm.evaluator_decision = {"sufficient": False, "reason": f"the test wants {action}", "action": action,
-                                   "refinedQuery": "harbour permit renewed"}  # fmt: skip
+    fake_llm.evaluator_decision = {
+        "sufficient": False,
+        "reason": f"the test wants {action}",
+        "action": action,
+        "refinedQuery": "harbour permit renewed",
+    }
     evaluator = LLMEvaluator("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0, timeout=5)
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, actor="test", evaluator=evaluator)
+    return MemoryClient(
+        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, actor="test", evaluator=evaluator
+    )
 
 
 def test_debug_adds_a_search_warm_re_search(conn, local_store, fake_llm):
@@ -281,13 +314,21 @@ def _metric_points(reader) -> dict[str, tuple[float, int]]:
 def test_context_metrics_on_a_constructed_case(otel):
     _, reader = otel
     before = _metric_points(reader)
-    snippets = [ContextItem(t, "hot", score=1.0 - i / 10) for i, t in
-                enumerate(["alpha bravo charlie delta", "sierra tango victor whiskey", "romeo quebec yankee oscar"])]  # fmt: skip
+    snippets = [
+        ContextItem(t, "hot", score=1.0 - i / 10)
+        for i, t in enumerate(
+            ["alpha bravo charlie delta", "sierra tango victor whiskey", "romeo quebec yankee oscar"]
+        )
+    ]
     budget = ContextBudget(total=100, summaries=10, recent_turns=10, snippets=16, reserve=10)
-    ctx = assemble_context(snippets=snippets, recent_turns=["hello there"], summaries=["caller note"],
-                           budget=budget)  # fmt: skip
+    ctx = assemble_context(
+        snippets=snippets, recent_turns=["hello there"], summaries=["caller note"], budget=budget
+    )
     # 8 tokens a snippet: 2 of the 3 fit in 16; the turn is 4 tokens, the caller's summary 5 (not memory).
-    assert [b.text for b in ctx.part("snippets")] == ["alpha bravo charlie delta", "sierra tango victor whiskey"]
+    assert [b.text for b in ctx.part("snippets")] == [
+        "alpha bravo charlie delta",
+        "sierra tango victor whiskey",
+    ]
     assert ctx.offered_memories == 3 and ctx.injected_memories == 2
     assert ctx.injection_hit_rate == pytest.approx(0.667, abs=1e-3)
     assert ctx.total_tokens == 16 + 4 + ctx.part("summaries")[0].tokens
@@ -315,8 +356,14 @@ def test_build_context_exports_its_metrics(conn, local_store, otel):
     _, reader = otel
     client = _seed(conn, local_store)
     before = _metric_points(reader)
-    ctx = client.build_context(USER, QUERY, ["ok"], now=NOW, phase3="never",
-                               budget=ContextBudget(total=60, summaries=0, recent_turns=10, snippets=18, reserve=0))
+    ctx = client.build_context(
+        USER,
+        QUERY,
+        ["ok"],
+        now=NOW,
+        phase3="never",
+        budget=ContextBudget(total=60, summaries=0, recent_turns=10, snippets=18, reserve=0),
+    )
     after = _metric_points(reader)
     assert ctx.offered_memories == len(HOT) + len(ARCHIVED)  # archived hits go to summaries: none fit there
     assert 0 < ctx.injected_memories < ctx.offered_memories
@@ -353,8 +400,14 @@ print(json.dumps({"hits": [str(h.id) for h in result.hits], "chosen": [str(i) fo
 
 def test_the_library_works_without_opentelemetry(db_url):
     env = os.environ | {"PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", _WITHOUT_OTEL, db_url, str(TEST_DIM)], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_OTEL, db_url, str(TEST_DIM)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["hits"] == report["chosen"] == [report["added"]]

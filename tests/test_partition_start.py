@@ -44,7 +44,11 @@ def _with_oldest(conn, when: datetime) -> None:
 
 
 def _settings(url: str, **slow_path) -> Settings:
-    return Settings.from_env(database_url=url, slow_path=slow_path) if slow_path else Settings.from_env(database_url=url)
+    return (
+        Settings.from_env(database_url=url, slow_path=slow_path)
+        if slow_path
+        else Settings.from_env(database_url=url)
+    )
 
 
 def test_unset_start_is_the_oldest_memorys_night_in_the_zone(conn, db_url, unset_start):
@@ -105,7 +109,13 @@ def test_loaded_definitions_start_at_the_oldest_night(conn, db_url):
     _with_oldest(conn, OLDEST)
     env = {k: v for k, v in os.environ.items() if k != "MEMORY_ARCHIVE_PARTITION_START"}
     env |= {"DATABASE_URL": db_url, "MEMORY_ARCHIVE_TIMEZONE": "Asia/Tokyo", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", _FIRST_PARTITION], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=180)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_PARTITION],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "2025-11-15"

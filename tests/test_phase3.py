@@ -34,18 +34,29 @@ def _client(conn, store=None, **kwargs) -> MemoryClient:
 
 def _archive(conn, store) -> None:
     services = ArchivalServices(ExtractiveSummarizer(), EMBEDDER, store)
-    run_batch(conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test")
+    run_batch(
+        conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
+    )
 
 
 def _history(conn, store) -> dict[str, list[uuid.UUID]]:
     """alice: Sarah's memories archived, a few hot ones; bob: his own Sarah, archived."""
     client = _client(conn, store)
-    sarah = [client.add("alice", text, importance=0.1, now=OLD + timedelta(hours=i)).memory_id for i, text in enumerate([
-        "Had lunch with my sister Sarah, she just started a new job at Acme Robotics.",
-        "Sarah moved from Acme Robotics to Globex in the spring, she is much happier there.",
-    ])]  # fmt: skip
-    hot = [client.add("alice", text, now=NOW - timedelta(days=i)).memory_id for i, text in enumerate([
-        "Booked the dentist for Tuesday morning.", "Garden tomatoes need compost and watering."])]  # fmt: skip
+    sarah = [
+        client.add("alice", text, importance=0.1, now=OLD + timedelta(hours=i)).memory_id
+        for i, text in enumerate(
+            [
+                "Had lunch with my sister Sarah, she just started a new job at Acme Robotics.",
+                "Sarah moved from Acme Robotics to Globex in the spring, she is much happier there.",
+            ]
+        )
+    ]
+    hot = [
+        client.add("alice", text, now=NOW - timedelta(days=i)).memory_id
+        for i, text in enumerate(
+            ["Booked the dentist for Tuesday morning.", "Garden tomatoes need compost and watering."]
+        )
+    ]
     bob = [client.add("bob", "My colleague Sarah runs the Berlin office.", importance=0.1, now=OLD).memory_id]
     _archive(conn, store)
     archived = {r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories")}
@@ -56,15 +67,50 @@ def _history(conn, store) -> dict[str, list[uuid.UUID]]:
 def _facts(conn, ids) -> dict[str, uuid.UUID]:
     s1, s2 = ids["sarah"]
     return {
-        "sister": insert_fact(conn, EMBEDDER, user_id="alice", subject="Sarah", predicate="is", obj="the user's sister",
-                              valid_from=OLD, source_memory_ids=[s1]),
-        "acme": insert_fact(conn, EMBEDDER, user_id="alice", subject="Sarah", predicate="works at", obj="Acme Robotics",
-                            valid_from=OLD, valid_to=OLD + timedelta(hours=1), source_memory_ids=[s1], kind="other"),
-        "globex": insert_fact(conn, EMBEDDER, user_id="alice", subject="Sarah", predicate="works at", obj="Globex",
-                              valid_from=OLD + timedelta(hours=1), source_memory_ids=[s2], kind="other"),
-        "bob": insert_fact(conn, EMBEDDER, user_id="bob", subject="Sarah", predicate="runs", obj="the Berlin office",
-                           valid_from=OLD, source_memory_ids=ids["bob"]),
-    }  # fmt: skip
+        "sister": insert_fact(
+            conn,
+            EMBEDDER,
+            user_id="alice",
+            subject="Sarah",
+            predicate="is",
+            obj="the user's sister",
+            valid_from=OLD,
+            source_memory_ids=[s1],
+        ),
+        "acme": insert_fact(
+            conn,
+            EMBEDDER,
+            user_id="alice",
+            subject="Sarah",
+            predicate="works at",
+            obj="Acme Robotics",
+            valid_from=OLD,
+            valid_to=OLD + timedelta(hours=1),
+            source_memory_ids=[s1],
+            kind="other",
+        ),
+        "globex": insert_fact(
+            conn,
+            EMBEDDER,
+            user_id="alice",
+            subject="Sarah",
+            predicate="works at",
+            obj="Globex",
+            valid_from=OLD + timedelta(hours=1),
+            source_memory_ids=[s2],
+            kind="other",
+        ),
+        "bob": insert_fact(
+            conn,
+            EMBEDDER,
+            user_id="bob",
+            subject="Sarah",
+            predicate="runs",
+            obj="the Berlin office",
+            valid_from=OLD,
+            source_memory_ids=ids["bob"],
+        ),
+    }
 
 
 def test_who_is_x_is_answered_from_facts_when_xs_memories_are_archived(conn, local_store):
@@ -97,15 +143,27 @@ def test_who_is_x_is_answered_from_facts_when_xs_memories_are_archived(conn, loc
 def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(conn, local_store):
     ids = _history(conn, local_store)
     _facts(conn, ids)
-    insert_digest(conn, EMBEDDER, user_id="alice", level=2, period_start=date(2026, 5, 1), period_end=date(2026, 6, 1),
-                  summary="May 2026: dentist booked, garden tomatoes", source_memory_ids=ids["hot"])  # fmt: skip
+    insert_digest(
+        conn,
+        EMBEDDER,
+        user_id="alice",
+        level=2,
+        period_start=date(2026, 5, 1),
+        period_end=date(2026, 6, 1),
+        summary="May 2026: dentist booked, garden tomatoes",
+        source_memory_ids=ids["hot"],
+    )
     client = _client(conn, local_store)
     result = client.search("alice", "garden tomatoes compost", now=NOW)
     esc = result.escalation
     assert (esc.evaluator, esc.action, result.consolidated) == (HEURISTIC, "return", [])
     assert "digests" not in esc.tiers_searched and "facts" not in esc.tiers_searched
     never = client.search("alice", "Who is Sarah?", phase3="never", now=NOW)
-    assert never.consolidated == [] and never.escalation.action == "return" and never.escalation.evaluator == "caller"
+    assert (
+        never.consolidated == []
+        and never.escalation.action == "return"
+        and never.escalation.evaluator == "caller"
+    )
     always = client.search("alice", "garden tomatoes compost", phase3="always", now=NOW)
     assert always.escalation.tiers_searched[-2:] == ("digests", "facts")
     assert any(h.kind == "digest" for h in always.consolidated)
@@ -120,9 +178,16 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
 def test_a_digest_expands_to_its_memories_never_another_users(conn, db_url, local_store):
     ids = _history(conn, local_store)
     # A bad row on purpose: one source id is bob's memory. Expansion must not read it.
-    digest = insert_digest(conn, EMBEDDER, user_id="alice", level=2, period_start=date(2025, 11, 1),
-                           period_end=date(2025, 12, 1), summary="November 2025: lunch with sister Sarah, new job at Acme",
-                           source_memory_ids=[*ids["sarah"], ids["hot"][0], *ids["bob"]])  # fmt: skip
+    digest = insert_digest(
+        conn,
+        EMBEDDER,
+        user_id="alice",
+        level=2,
+        period_start=date(2025, 11, 1),
+        period_end=date(2025, 12, 1),
+        summary="November 2025: lunch with sister Sarah, new job at Acme",
+        source_memory_ids=[*ids["sarah"], ids["hot"][0], *ids["bob"]],
+    )
     client = _client(conn, local_store)
     result = client.search("alice", "what happened with Sarah in November 2025?", now=NOW)
     assert result.escalation.action == "search_cold" and "before the hot horizon" in result.escalation.reason
@@ -167,15 +232,34 @@ def _evaluator(provider: str, server) -> LLMEvaluator:
 def test_the_llm_evaluators_json_decision_drives_escalation(conn, local_store, fake_llm, provider, action):
     ids = _history(conn, local_store)
     _facts(conn, ids)
-    insert_digest(conn, EMBEDDER, user_id="alice", level=2, period_start=date(2025, 11, 1), period_end=date(2025, 12, 1),
-                  summary="November 2025: lunch with sister Sarah", source_memory_ids=ids["sarah"])  # fmt: skip
-    fake_llm.evaluator_decision = {"sufficient": action == "return", "reason": f"the test wants {action}",
-                                   "action": action, "refinedQuery": "Sarah sister"}  # fmt: skip
+    insert_digest(
+        conn,
+        EMBEDDER,
+        user_id="alice",
+        level=2,
+        period_start=date(2025, 11, 1),
+        period_end=date(2025, 12, 1),
+        summary="November 2025: lunch with sister Sarah",
+        source_memory_ids=ids["sarah"],
+    )
+    fake_llm.evaluator_decision = {
+        "sufficient": action == "return",
+        "reason": f"the test wants {action}",
+        "action": action,
+        "refinedQuery": "Sarah sister",
+    }
     evaluator = _evaluator(provider, fake_llm)
-    result = _client(conn, local_store, evaluator=evaluator).search("alice", "tell me about my family", now=NOW)
+    result = _client(conn, local_store, evaluator=evaluator).search(
+        "alice", "tell me about my family", now=NOW
+    )
     esc = result.escalation
     assert fake_llm.evaluation_requests() == 1
-    assert (esc.evaluator, esc.action, esc.reason, esc.fallback) == (evaluator.name, action, f"the test wants {action}", None)
+    assert (esc.evaluator, esc.action, esc.reason, esc.fallback) == (
+        evaluator.name,
+        action,
+        f"the test wants {action}",
+        None,
+    )
     assert evaluator.name.startswith(provider + ":")
     kinds = {h.kind for h in result.consolidated}
     if action == "return":
@@ -191,10 +275,17 @@ def test_the_llm_evaluators_json_decision_drives_escalation(conn, local_store, f
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
-@pytest.mark.parametrize("answer", ["Sure! I think we should search deeper.", '{"sufficient": false, "reason": "x", '
-                                    '"action": "search_everything"}', '{"sufficient": "no", "action": "return"'])
-def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(conn, local_store, fake_llm, provider,
-                                                                           answer):  # fmt: skip
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Sure! I think we should search deeper.",
+        '{"sufficient": false, "reason": "x", "action": "search_everything"}',
+        '{"sufficient": "no", "action": "return"',
+    ],
+)
+def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(
+    conn, local_store, fake_llm, provider, answer
+):
     ids = _history(conn, local_store)
     _facts(conn, ids)
     fake_llm.evaluator_decision = answer
@@ -206,11 +297,14 @@ def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(conn, 
     assert esc.action == "search_facts" and {h.kind for h in result.consolidated} == {"fact"}
 
 
-def test_a_failing_evaluator_falls_back_and_the_llm_evaluator_comes_from_settings(conn, local_store, fake_llm,
-                                                                                  llm_keys):  # fmt: skip
+def test_a_failing_evaluator_falls_back_and_the_llm_evaluator_comes_from_settings(
+    conn, local_store, fake_llm, llm_keys
+):
     _history(conn, local_store)
-    settings = Settings(retrieval=RetrievalConfig(phase3_evaluator="llm"),
-                        llm=LLMConfig(provider="openai", base_url=fake_llm.openai_base_url, max_retries=0))  # fmt: skip
+    settings = Settings(
+        retrieval=RetrievalConfig(phase3_evaluator="llm"),
+        llm=LLMConfig(provider="openai", base_url=fake_llm.openai_base_url, max_retries=0),
+    )
     client = _client(conn, local_store, settings=settings)
     result = client.search("alice", "Who is Sarah?", now=NOW)  # the fake's own answer for "who": search_facts
     assert result.escalation.evaluator == "openai:gpt-4o-mini" and result.escalation.action == "search_facts"
@@ -222,5 +316,9 @@ def test_a_failing_evaluator_falls_back_and_the_llm_evaluator_comes_from_setting
     assert failed.escalation.evaluator == HEURISTIC and "call failed" in failed.escalation.fallback
     assert "HTTP 500" in failed.escalation.fallback and FAKE_API_KEY not in failed.escalation.fallback
     with pytest.raises(InvalidInputError, match="phase3_evaluator"):
-        _client(conn, settings=Settings(retrieval=RetrievalConfig(phase3_evaluator="llm"),
-                                        llm=LLMConfig(provider="extractive")))  # fmt: skip
+        _client(
+            conn,
+            settings=Settings(
+                retrieval=RetrievalConfig(phase3_evaluator="llm"), llm=LLMConfig(provider="extractive")
+            ),
+        )

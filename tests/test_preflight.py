@@ -52,12 +52,26 @@ def s3_env(cli_env, seaweed, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # it caches the credentials it first read
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-                 "MEMORY_ARCHIVE_LOCAL_ROOT"):  # fmt: skip
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "MEMORY_ARCHIVE_LOCAL_ROOT",
+    ):
         monkeypatch.delenv(name, raising=False)
     with connect(cli_env) as conn:
-        insert_memories(conn, make_memories(6, dim=TEST_DIM, age_days=400, now=datetime.now(UTC),
-                                            embedding_model=HashingEmbedder(TEST_DIM).model), actor="test")  # fmt: skip
+        insert_memories(
+            conn,
+            make_memories(
+                6,
+                dim=TEST_DIM,
+                age_days=400,
+                now=datetime.now(UTC),
+                embedding_model=HashingEmbedder(TEST_DIM).model,
+            ),
+            actor="test",
+        )
     return cli_env
 
 
@@ -74,7 +88,10 @@ def test_cli_archive_into_a_missing_bucket_exits_2_naming_it_and_creates_no_buck
     assert main(["archive"]) == EXIT_INPUT
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"bucket '{bucket}' at {seaweed.endpoint_url} does not exist" in err and "MEMORY_ARCHIVE_BUCKET" in err
+    assert (
+        f"bucket '{bucket}' at {seaweed.endpoint_url} does not exist" in err
+        and "MEMORY_ARCHIVE_BUCKET" in err
+    )
     assert bucket not in bucket_names(seaweed)  # SeaweedFS was never sent a PUT that would create it
     assert attempts(s3_env) == 0
 
@@ -137,13 +154,20 @@ def test_cli_archive_refuses_a_malformed_llm_key_without_showing_it(cli_env, mon
 
 
 def test_llm_key_shapes():
-    check_llm_key(LLMConfig(), {"ANTHROPIC_API_KEY": ANTHROPIC_SHAPED, "OPENAI_API_KEY": "whatever"})  # auto: Anthropic
+    check_llm_key(
+        LLMConfig(), {"ANTHROPIC_API_KEY": ANTHROPIC_SHAPED, "OPENAI_API_KEY": "whatever"}
+    )  # auto: Anthropic
     check_llm_key(LLMConfig(), {"OPENAI_API_KEY": OPENAI_SHAPED})
     check_llm_key(LLMConfig(provider="extractive"), {"ANTHROPIC_API_KEY": "nope"})  # no LLM: no key used
     check_llm_key(LLMConfig(base_url="http://127.0.0.1:9/v1"), {"ANTHROPIC_API_KEY": "gateway-key"})
-    check_llm_key(LLMConfig(), {"ANTHROPIC_API_KEY": "gateway-key", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
-    for env in ({"OPENAI_API_KEY": ANTHROPIC_SHAPED}, {"ANTHROPIC_API_KEY": f'"{ANTHROPIC_SHAPED}"'},
-                {"ANTHROPIC_API_KEY": "sk-ant-api03 x"}):  # fmt: skip
+    check_llm_key(
+        LLMConfig(), {"ANTHROPIC_API_KEY": "gateway-key", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    )
+    for env in (
+        {"OPENAI_API_KEY": ANTHROPIC_SHAPED},
+        {"ANTHROPIC_API_KEY": f'"{ANTHROPIC_SHAPED}"'},
+        {"ANTHROPIC_API_KEY": "sk-ant-api03 x"},
+    ):
         with pytest.raises(PreflightError) as err:
             check_llm_key(LLMConfig(), env)
         assert next(iter(env.values()))[3:] not in str(err.value)
@@ -171,7 +195,9 @@ def test_exit_codes_mean_one_thing_each():
     assert exit_code(SummarizationError("overloaded")) == EXIT_UNAVAILABLE
     assert exit_code(SchemaError("run migrate")) == EXIT_INPUT
     assert exit_code(IntegrityError("k", "a", "b")) == EXIT_FAILED
-    assert exit_code(psycopg.OperationalError("server closed the connection unexpectedly")) == EXIT_UNAVAILABLE
+    assert (
+        exit_code(psycopg.OperationalError("server closed the connection unexpectedly")) == EXIT_UNAVAILABLE
+    )
     wrong_password = psycopg.OperationalError('FATAL:  password authentication failed for user "u"')
     assert exit_code(wrong_password) == EXIT_INPUT
 
@@ -180,8 +206,9 @@ def test_dagster_summarizer_refuses_a_malformed_key(monkeypatch):
     from memory_assets.resources import SummarizerResource
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "not-a-key-" + "z" * 20)
-    with pytest.raises(dg.DagsterResourceFunctionError) as err, dg.build_resources(
-        {"summarizer": SummarizerResource(provider="anthropic")}
+    with (
+        pytest.raises(dg.DagsterResourceFunctionError) as err,
+        dg.build_resources({"summarizer": SummarizerResource(provider="anthropic")}),
     ):
         pass
     assert isinstance(err.value.__cause__, PreflightError) and "ANTHROPIC_API_KEY" in str(err.value.__cause__)

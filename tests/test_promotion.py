@@ -21,8 +21,10 @@ from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
-ORIGINAL = ("Anniversary dinner booked at Casa Lumi for 14 June, table 7, deposit 80 EUR paid by card. "
-            "Ask for the window seat.")  # fmt: skip
+ORIGINAL = (
+    "Anniversary dinner booked at Casa Lumi for 14 June, table 7, deposit 80 EUR paid by card. "
+    "Ask for the window seat."
+)
 
 
 def _client(conn, store, **promotion) -> MemoryClient:
@@ -76,8 +78,9 @@ def test_expand_returns_the_exact_original_and_logs_it(conn, object_store):
     assert np.array_equal(exp.original.embedding_array(), expected)  # every float32 bit
     assert exp.original.metadata == {"tags": ["plans"]} and exp.original.created_at == OLD
     assert exp.expansions_in_window == 1 and not exp.promoted
-    row = conn.execute("SELECT expansion_count, last_expanded_at FROM archived_memories WHERE id = %s",
-                       (arch["id"],)).fetchone()  # fmt: skip
+    row = conn.execute(
+        "SELECT expansion_count, last_expanded_at FROM archived_memories WHERE id = %s", (arch["id"],)
+    ).fetchone()
     assert row == {"expansion_count": 1, "last_expanded_at": when}
     assert _events(conn, memory_id) == ["created", "archived", "expanded"]
 
@@ -92,8 +95,9 @@ def test_a_tampered_backup_is_an_integrity_error_and_nothing_is_recorded(conn, o
     with pytest.raises(IntegrityError):
         client.restore("u1", archive_id=arch["id"], now=NOW)
     assert _events(conn, memory_id) == ["created", "archived"]
-    assert conn.execute("SELECT expansion_count FROM archived_memories WHERE id = %s", (arch["id"],)).fetchone() == {
-        "expansion_count": 0}  # fmt: skip
+    assert conn.execute(
+        "SELECT expansion_count FROM archived_memories WHERE id = %s", (arch["id"],)
+    ).fetchone() == {"expansion_count": 0}
     assert not _is_hot(conn, memory_id)
 
 
@@ -105,14 +109,16 @@ def test_third_expansion_within_the_window_promotes(conn, local_store):
     assert (first.promoted, second.promoted) == (False, False) and not _is_hot(conn, memory_id)
     third = client.expand("u1", arch["id"], now=NOW + timedelta(days=20))
     assert third.promoted and third.expansions_in_window == 3
-    row = conn.execute("SELECT content, embedding, created_at, metadata, pinned FROM memories WHERE id = %s",
-                       (memory_id,)).fetchone()  # fmt: skip
+    row = conn.execute(
+        "SELECT content, embedding, created_at, metadata, pinned FROM memories WHERE id = %s", (memory_id,)
+    ).fetchone()
     assert row["content"] == ORIGINAL and row["created_at"] == OLD and row["metadata"] == {"tags": ["plans"]}
     assert np.array_equal(row["embedding"].to_numpy(), HashingEmbedder(TEST_DIM).embed([ORIGINAL])[0])
     assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 0
     assert _events(conn, memory_id) == ["created", "archived", "expanded", "expanded", "expanded", "promoted"]
-    details = conn.execute("SELECT details FROM memory_events WHERE memory_id = %s AND event_type = 'promoted'",
-                           (memory_id,)).fetchone()["details"]  # fmt: skip
+    details = conn.execute(
+        "SELECT details FROM memory_events WHERE memory_id = %s AND event_type = 'promoted'", (memory_id,)
+    ).fetchone()["details"]
     assert details["archive_id"] == str(arch["id"]) and details["expansions"] == 3
     # It is a hot memory again: search finds it there, and the old archive id says where it went.
     hits = client.search("u1", "anniversary dinner Casa Lumi", phase2="never", now=NOW + timedelta(days=20))
@@ -175,15 +181,22 @@ def test_nightly_sweep_promotes_what_the_rule_now_says(conn, local_store):
     again = sweep_promotions(conn, local_store, lowered, as_of=as_of, actor="sweep")
     assert again.due == 0 and again.promoted == []  # re-running is a no-op
     # Outside the window nothing is due.
-    late = sweep_promotions(conn, local_store, PromotionConfig(expansions_to_promote=1), as_of=NOW + timedelta(days=90),
-                            actor="sweep")  # fmt: skip
+    late = sweep_promotions(
+        conn,
+        local_store,
+        PromotionConfig(expansions_to_promote=1),
+        as_of=NOW + timedelta(days=90),
+        actor="sweep",
+    )
     assert late.due == 0
 
 
 def test_sweep_reports_a_tampered_backup_and_goes_on(conn, local_store):
     client = _client(conn, local_store)
-    archs = [_archived_memory(conn, local_store, client, text=t)[1]
-             for t in ("Lentil soup needs two carrots", "Bike tyre pressure should be 4 bar")]  # fmt: skip
+    archs = [
+        _archived_memory(conn, local_store, client, text=t)[1]
+        for t in ("Lentil soup needs two carrots", "Bike tyre pressure should be 4 bar")
+    ]
     for arch in archs:
         client.expand("u1", arch["id"], now=NOW)
     _tamper(local_store, archs[0]["storage_ref"], b"{}")
@@ -247,8 +260,13 @@ def _materialize_promotions(db_url, store, run_config: dict):
         "database": DatabaseResource(database_url=db_url, embedding_dim=TEST_DIM),
         "object_store": ObjectStoreResource(kind="local", local_root=str(store.root), prefix=store.prefix),
     }
-    return dg.materialize([promotions], resources=resources, instance=dg.DagsterInstance.ephemeral(),
-                          run_config={"ops": {"promotions": {"config": run_config}}}, raise_on_error=False)  # fmt: skip
+    return dg.materialize(
+        [promotions],
+        resources=resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        run_config={"ops": {"promotions": {"config": run_config}}},
+        raise_on_error=False,
+    )
 
 
 def test_promotions_asset_runs_the_sweep(db_url, conn, local_store):
@@ -297,7 +315,9 @@ def test_archive_and_restore_keep_the_write_paths_dedupe_key(conn, local_store):
     embedder = HashingEmbedder(dim=64)
     client = MemoryClient(conn, embedder=embedder, object_store=local_store)
     long_ago = datetime.now(UTC) - timedelta(days=400)
-    added = client.add("alice", "Kenji Sato renewed passport P-7731 on 2 May 2025", importance=0.1, now=long_ago)
+    added = client.add(
+        "alice", "Kenji Sato renewed passport P-7731 on 2 May 2025", importance=0.1, now=long_ago
+    )
     before = exact_rows(conn, [added.memory_id])
     assert before[added.memory_id]["dedupe_key"]
     svc = ArchivalServices(ExtractiveSummarizer(), embedder, local_store)

@@ -38,7 +38,9 @@ def test_memory_api_example_runs(db_url, local_store, capsys):
     section = text[text.index("### Memory API") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     with connect(db_url) as conn:
-        memory = MemoryClient(conn, embedder=HashingEmbedder(64), object_store=local_store, settings=Settings())
+        memory = MemoryClient(
+            conn, embedder=HashingEmbedder(64), object_store=local_store, settings=Settings()
+        )
         exec(compile(code, "README.md", "exec"), {"memory": memory, "user": "user-42"})
         assert capsys.readouterr().out.strip() == "['created', 'superseded']"
         rows = conn.execute("SELECT content, superseded_by IS NULL AS live FROM memories").fetchall()
@@ -61,20 +63,37 @@ def test_library_example_against_the_demo_data(tmp_path):
 
     root = README.parent
     state = tmp_path / "state"
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_ARCHIVE_")
-            and k not in ("DATABASE_URL", "DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")}  # fmt: skip
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORY_ARCHIVE_")
+        and k not in ("DATABASE_URL", "DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+    }
     base |= {"PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
-    demo = subprocess.run([sys.executable, "-m", "memory_assets.demo", "--days", "100", "--users", "1",
-                           "--per-day", "5,5"], cwd=root, env=base | {"MEMORY_ARCHIVE_STATE_DIR": str(state)},
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    demo = subprocess.run(
+        [sys.executable, "-m", "memory_assets.demo", "--days", "100", "--users", "1", "--per-day", "5,5"],
+        cwd=root,
+        env=base | {"MEMORY_ARCHIVE_STATE_DIR": str(state)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert demo.returncode == 0, demo.stderr[-3000:]
     demo_env = dict(
-        line.split("=", 1) for line in (state / "demo.env").read_text().splitlines() if line and line[0] != "#"
+        line.split("=", 1)
+        for line in (state / "demo.env").read_text().splitlines()
+        if line and line[0] != "#"
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    out = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=base | demo_env, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=elsewhere,
+        env=base | demo_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert any("[archived]" in line for line in lines), out.stdout

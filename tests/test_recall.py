@@ -79,7 +79,9 @@ def test_a_natural_question_finds_the_archived_memory_with_default_settings(
 ):
     embedder = HashingEmbedder(TEST_DIM) if embedder_name == "hashing" else _local_embedder()
     conn = make_conn(embedder.dim)
-    client = MemoryClient(conn, embedder=embedder, object_store=local_store, settings=Settings(), actor="test")
+    client = MemoryClient(
+        conn, embedder=embedder, object_store=local_store, settings=Settings(), actor="test"
+    )
     ids = _history(client)
     assert _archive_everything_old(conn, embedder, local_store) == len(OLD_FACTS)
 
@@ -118,13 +120,23 @@ def test_one_search_sees_one_snapshot_while_archival_runs(db_url, local_store):
     """Archive the memory between phase 1 and phase 2 of one search: the search must not return it twice."""
     embedder = HashingEmbedder(TEST_DIM)
     setup = connect(db_url)
-    client = MemoryClient(setup, embedder=embedder, object_store=local_store, settings=Settings(), actor="test")
-    target = client.add("u1", "Kayak trip on Lake Bled with Ana", importance=0.0, now=NOW - timedelta(days=200))
+    client = MemoryClient(
+        setup, embedder=embedder, object_store=local_store, settings=Settings(), actor="test"
+    )
+    target = client.add(
+        "u1", "Kayak trip on Lake Bled with Ana", importance=0.0, now=NOW - timedelta(days=200)
+    )
     for text in RECENT[:3]:
         client.add("u1", text, now=NOW)
     query = "kayak trip Lake Bled"
-    request = SearchRequest(user_id="u1", query=query, embedding=embedder.embed([query])[0],
-                            config=RetrievalConfig(), now=NOW, phase2="always")  # fmt: skip
+    request = SearchRequest(
+        user_id="u1",
+        query=query,
+        embedding=embedder.embed([query])[0],
+        config=RetrievalConfig(),
+        now=NOW,
+        phase2="always",
+    )
     archived_meanwhile = threading.Event()
 
     def interleaved():
@@ -134,7 +146,11 @@ def test_one_search_sees_one_snapshot_while_archival_runs(db_url, local_store):
         op = next(plan)
         try:
             while True:
-                if isinstance(op, Sql) and op.query is ARCHIVED_SEARCH_SQL and not archived_meanwhile.is_set():
+                if (
+                    isinstance(op, Sql)
+                    and op.query is ARCHIVED_SEARCH_SQL
+                    and not archived_meanwhile.is_set()
+                ):
                     other = connect(db_url)  # another session archives it now, and commits
                     try:
                         assert _archive_everything_old(other, embedder, local_store) == 1
@@ -168,7 +184,9 @@ def test_offline_summary_keeps_findable_terms_and_is_not_a_copy():
     for term in ("Melanie", "Harbour 10K", "52:40", "Priya Raman", "pho", "Lisbon", "12 October 2025"):
         assert term in summary.text, (term, summary.text)
     assert "Wow" not in summary.text and "Haha" not in summary.text
-    assert "Priya Raman" in extract_key_entities(content) and "12 October 2025" in extract_key_entities(content)
+    assert "Priya Raman" in extract_key_entities(content) and "12 October 2025" in extract_key_entities(
+        content
+    )
     short = [
         "Caroline: I went to a LGBTQ support group yesterday and it was so powerful.",
         "Melanie: Oh, yes, I love painting sunsets with my kids.",

@@ -79,8 +79,14 @@ def _history(conn, store) -> None:
     for text in OLD:
         old.add("u1", text, importance=0.1, now=ADDED)
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = run_batch(conn, services, ArchivalCriteria(), batch_key=f"night-{uuid.uuid4().hex[:8]}",
-                       as_of=ARCHIVED, actor="test")  # fmt: skip
+    report = run_batch(
+        conn,
+        services,
+        ArchivalCriteria(),
+        batch_key=f"night-{uuid.uuid4().hex[:8]}",
+        as_of=ARCHIVED,
+        actor="test",
+    )
     assert report.gate_passed and report.status.failed == 0
     for text in RECENT:
         old.add("u1", text, importance=0.5, now=NOW)
@@ -107,8 +113,10 @@ class Searcher(threading.Thread):
     def __init__(self, url: str, store, local: LocalEmbedder):
         super().__init__(daemon=True)
         self.conn = connect(url)
-        self.clients = {TEST_DIM: _client(self.conn, store, HashingEmbedder(TEST_DIM)),
-                        LOCAL_MODEL_DIM: _client(self.conn, store, local)}  # fmt: skip
+        self.clients = {
+            TEST_DIM: _client(self.conn, store, HashingEmbedder(TEST_DIM)),
+            LOCAL_MODEL_DIM: _client(self.conn, store, local),
+        }
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.results: list[tuple[int, str, list[uuid.UUID]]] = []
@@ -139,7 +147,8 @@ class Searcher(threading.Thread):
 
 def _columns(conn, table: str) -> set[str]:
     rows = conn.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped", (table,)
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+        (table,),
     ).fetchall()
     return {r["attname"] for r in rows}
 
@@ -152,7 +161,12 @@ class CrashingEmbedder:
     """The local model's identity, but it dies after the rows are claimed: a killed backfill batch."""
 
     def __init__(self, inner: LocalEmbedder):
-        self.model, self.dim, self.kind, self.max_tokens = inner.model, inner.dim, inner.kind, inner.max_tokens
+        self.model, self.dim, self.kind, self.max_tokens = (
+            inner.model,
+            inner.dim,
+            inner.kind,
+            inner.max_tokens,
+        )
 
     def embed(self, texts):
         raise Crash("killed mid-batch")
@@ -183,11 +197,19 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
 
         # A write during the migration fills both spaces (dual write).
         added = old_client.add("u1", "Bought a new espresso grinder for the kitchen.", now=NOW)
-        row = conn.execute("SELECT embedding, embedding_next, embedding_model_next, embedding_dim_next FROM memories "
-                           "WHERE id = %s", (added.memory_id,)).fetchone()  # fmt: skip
-        assert row["embedding_model_next"] == LOCAL_MODEL_NAME and row["embedding_dim_next"] == LOCAL_MODEL_DIM
-        np.testing.assert_allclose(row["embedding_next"].to_numpy(),
-                                   local.embed(["Bought a new espresso grinder for the kitchen."])[0], atol=1e-6)
+        row = conn.execute(
+            "SELECT embedding, embedding_next, embedding_model_next, embedding_dim_next FROM memories "
+            "WHERE id = %s",
+            (added.memory_id,),
+        ).fetchone()
+        assert (
+            row["embedding_model_next"] == LOCAL_MODEL_NAME and row["embedding_dim_next"] == LOCAL_MODEL_DIM
+        )
+        np.testing.assert_allclose(
+            row["embedding_next"].to_numpy(),
+            local.embed(["Bought a new espresso grinder for the kitchen."])[0],
+            atol=1e-6,
+        )
         assert row["embedding"].to_numpy().size == TEST_DIM
         conn.execute("DELETE FROM memories WHERE id = %s", (added.memory_id,))  # keep the baseline comparable
 
@@ -202,10 +224,16 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
         for kind in reembedding.KINDS:
             while reembedding.backfill_batch(conn, local, kind, limit=2):
                 assert sum(reembedding.coverage(conn).values()) > 0 or kind == "facts"
-        assert reembedding.coverage(conn) == {"memories": 0, "archived_memories": 0, "memory_digests": 0,
-                                              "memory_facts": 0}  # fmt: skip
-        stub_bits = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE bit_length(summary_bits_next) = %s",
-                                 (LOCAL_MODEL_DIM,)).fetchone()["n"]  # fmt: skip
+        assert reembedding.coverage(conn) == {
+            "memories": 0,
+            "archived_memories": 0,
+            "memory_digests": 0,
+            "memory_facts": 0,
+        }
+        stub_bits = conn.execute(
+            "SELECT count(*) AS n FROM archived_memories WHERE bit_length(summary_bits_next) = %s",
+            (LOCAL_MODEL_DIM,),
+        ).fetchone()["n"]
         assert stub_bits == n_arch
         # Before the flip, old-space searches are exactly what they were.
         for q, _ in QUESTIONS:
@@ -228,8 +256,9 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
 
         # Flipped: writes keep the old space up to date too (dual write into _prev), so flip back loses nothing.
         late = new_client.add("u1", "Booked a pottery class for Saturday afternoon.", now=NOW)
-        prev = conn.execute("SELECT embedding_prev, embedding_model_prev FROM memories WHERE id = %s",
-                            (late.memory_id,)).fetchone()  # fmt: skip
+        prev = conn.execute(
+            "SELECT embedding_prev, embedding_model_prev FROM memories WHERE id = %s", (late.memory_id,)
+        ).fetchone()
         assert prev["embedding_model_prev"] == HashingEmbedder(TEST_DIM).model
         assert reembedding.coverage(conn)["memories"] == 0
 
@@ -280,17 +309,28 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
     _history(conn, local_store)
     target = HashingEmbedder(96)
     res = {"database": DatabaseResource(database_url=db_url)}
-    defs = dg.Definitions(assets=[assets.reembedding], asset_checks=[assets.reembedding_coverage],
-                          jobs=[jobs.reembedding_start, jobs.reembedding_flip, jobs.reembedding_flip_back,
-                                jobs.reembedding_drop_old], resources=res)  # fmt: skip
+    defs = dg.Definitions(
+        assets=[assets.reembedding],
+        asset_checks=[assets.reembedding_coverage],
+        jobs=[
+            jobs.reembedding_start,
+            jobs.reembedding_flip,
+            jobs.reembedding_flip_back,
+            jobs.reembedding_drop_old,
+        ],
+        resources=res,
+    )
     instance = dg.DagsterInstance.ephemeral()
 
     def run_job(name: str, config: dict | None = None):
         return defs.resolve_job_def(name).execute_in_process(
-            run_config={"ops": config or {}}, instance=instance, raise_on_error=False)
+            run_config={"ops": config or {}}, instance=instance, raise_on_error=False
+        )
 
-    started = run_job("reembedding_start", {"start_reembedding": {"config": {"target_model": target.model,
-                                                                              "target_dim": 96}}})  # fmt: skip
+    started = run_job(
+        "reembedding_start",
+        {"start_reembedding": {"config": {"target_model": target.model, "target_dim": 96}}},
+    )
     assert started.success
     refused = run_job("reembedding_flip")
     assert not refused.success
@@ -302,8 +342,13 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
     assert len(keys) == len(lib_kinds()) * assets.BUCKETS
     done = 0
     for i, key in enumerate(keys):  # in order: hot-0 .. facts-3
-        result = dg.materialize([assets.reembedding, assets.reembedding_coverage], partition_key=key, resources=res,
-                                instance=instance, raise_on_error=False)  # fmt: skip
+        result = dg.materialize(
+            [assets.reembedding, assets.reembedding_coverage],
+            partition_key=key,
+            resources=res,
+            instance=instance,
+            raise_on_error=False,
+        )
         (mat,) = result.asset_materializations_for_node("reembedding")
         assert mat.metadata["remaining"].value == 0
         assert {"rows_done", "rows_per_s", "seconds"} <= set(mat.metadata)
@@ -318,7 +363,12 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
     assert reembedding.coverage(conn) == {t: 0 for t in reembedding.coverage(conn)}
 
     assert run_job("reembedding_flip").success
-    assert conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()["value"] == "96"
+    assert (
+        conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()[
+            "value"
+        ]
+        == "96"
+    )
     assert _hits(_client(conn, local_store, target), "what coffee does the user like?")
     assert run_job("reembedding_flip_back").success
     assert _hits(_client(conn, local_store, HashingEmbedder(TEST_DIM)), "what coffee does the user like?")
@@ -349,32 +399,51 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
     conn = connect(db_url)
     _history(conn, local_store)
     old, new = HashingEmbedder(TEST_DIM), HashingEmbedder(96)
-    arch = conn.execute("SELECT original_id, storage_ref, backup_sha256 FROM archived_memories ORDER BY id").fetchall()
+    arch = conn.execute(
+        "SELECT original_id, storage_ref, backup_sha256 FROM archived_memories ORDER BY id"
+    ).fetchall()
     backups = [local_store.read_ref(a["storage_ref"], a["backup_sha256"]) for a in arch]
     # Before the flip a restore reuses the backup's vector, as ever.
     _client(conn, local_store, old).restore("u1", original_id=arch[0]["original_id"])
-    first = conn.execute("SELECT content, embedding FROM memories WHERE id = %s", (arch[0]["original_id"],)).fetchone()
+    first = conn.execute(
+        "SELECT content, embedding FROM memories WHERE id = %s", (arch[0]["original_id"],)
+    ).fetchone()
     np.testing.assert_array_equal(first["embedding"].to_numpy(), old.embed([first["content"]])[0])
     _flipped_to(conn, new)
 
     with pytest.raises(EmbeddingMismatchError, match="hashing-lexical-v1-96"):
         _client(conn, local_store, old).restore("u1", original_id=arch[1]["original_id"])
-    report = restore.restore_archives(conn, local_store, actor="test", original_ids=[arch[1]["original_id"]],
-                                      pause_archival=False)  # fmt: skip
+    report = restore.restore_archives(
+        conn, local_store, actor="test", original_ids=[arch[1]["original_id"]], pause_archival=False
+    )
     assert report.failed == 1 and "pass that embedder" in report.errors[0]
-    assert conn.execute("SELECT count(*) AS n FROM memories WHERE id = %s", (arch[1]["original_id"],)).fetchone()["n"] == 0
+    assert (
+        conn.execute(
+            "SELECT count(*) AS n FROM memories WHERE id = %s", (arch[1]["original_id"],)
+        ).fetchone()["n"]
+        == 0
+    )
 
     outcome = _client(conn, local_store, new).restore("u1", original_id=arch[1]["original_id"])
     assert outcome.restored
-    row = conn.execute("""SELECT content, embedding, embedding_model, embedding_dim, embedding_prev, embedding_model_prev
-                          FROM memories WHERE id = %s""", (arch[1]["original_id"],)).fetchone()  # fmt: skip
+    row = conn.execute(
+        """SELECT content, embedding, embedding_model, embedding_dim, embedding_prev, embedding_model_prev
+                          FROM memories WHERE id = %s""",
+        (arch[1]["original_id"],),
+    ).fetchone()
     assert (row["embedding_model"], row["embedding_dim"]) == (new.model, 96)
     np.testing.assert_allclose(row["embedding"].to_numpy(), new.embed([row["content"]])[0], atol=1e-6)
     # A restore during the flipped state also fills the old space (dual write): flip back stays lossless.
     assert row["embedding_model_prev"] == old.model
     np.testing.assert_allclose(row["embedding_prev"].to_numpy(), old.embed([row["content"]])[0], atol=1e-6)
-    report = restore.restore_archives(conn, local_store, actor="test", original_ids=[arch[2]["original_id"]],
-                                      pause_archival=False, embedder=new)  # fmt: skip
+    report = restore.restore_archives(
+        conn,
+        local_store,
+        actor="test",
+        original_ids=[arch[2]["original_id"]],
+        pause_archival=False,
+        embedder=new,
+    )
     assert report.restored == 1
     # The backups are untouched: still the old model's vectors, byte for byte.
     assert [local_store.read_ref(a["storage_ref"], a["backup_sha256"]) for a in arch] == backups
@@ -412,9 +481,14 @@ def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_
     # A write that changes the active vector without the second one (any writer, even raw SQL) clears it:
     # the second vector never describes old content, and the row is pending again.
     new_vec = HashingEmbedder(TEST_DIM).embed(["Prefers aisle seats now."])[0]
-    conn.execute("UPDATE memories SET content = 'Prefers aisle seats now.', embedding = %s WHERE id = %s",
-                 (new_vec, added.memory_id))  # fmt: skip
-    assert conn.execute(covered, (added.memory_id,)).fetchone() == {"has": False, "embedding_model_next": None}
+    conn.execute(
+        "UPDATE memories SET content = 'Prefers aisle seats now.', embedding = %s WHERE id = %s",
+        (new_vec, added.memory_id),
+    )
+    assert conn.execute(covered, (added.memory_id,)).fetchone() == {
+        "has": False,
+        "embedding_model_next": None,
+    }
     assert reembedding.pending(conn, "hot") == 1
     # Other changes keep it.
     reembedding.backfill_batch(conn, target, "hot")
@@ -430,7 +504,6 @@ def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_
     assert not {c for c in _columns(conn, "memories") if c.endswith("_next")}
     assert client.search("u1", "aisle seats", limit=1, now=NOW).hits  # the active space is untouched
     conn.close()
-
 
 
 def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
@@ -452,7 +525,9 @@ def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
     def assert_filled(memory_id):
         row = conn.execute(filled, (memory_id,)).fetchone()
         assert row["embedding_model_next"] == target.model, row
-        np.testing.assert_allclose(row["embedding_next"].to_numpy(), target.embed([row["content"]])[0], atol=1e-6)
+        np.testing.assert_allclose(
+            row["embedding_next"].to_numpy(), target.embed([row["content"]])[0], atol=1e-6
+        )
 
     # A client learns of the migration on its next look at the database (cached 10 s): a new one at once.
     sync_client = _client(conn, local_store, old)
@@ -464,9 +539,13 @@ def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
         aconn = await psycopg.AsyncConnection.connect(db_url, autocommit=True, row_factory=dict_row)
         await register_vector_async(aconn)
         try:
-            client = AsyncMemoryClient(aconn, embedder=old, object_store=local_store, settings=Settings(), actor="t")
+            client = AsyncMemoryClient(
+                aconn, embedder=old, object_store=local_store, settings=Settings(), actor="t"
+            )
             added = await client.add("u1", "Keeps the spare key under the blue pot.", now=NOW)
-            again = await client.update("u1", added.memory_id, "Keeps the spare key with the neighbour.", now=NOW)
+            again = await client.update(
+                "u1", added.memory_id, "Keeps the spare key with the neighbour.", now=NOW
+            )
             return added, again
         finally:
             await aconn.close()

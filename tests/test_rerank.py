@@ -32,11 +32,24 @@ TEXTS = [
 
 def _hits():
     rows = [
-        {"memory_id": uuid.uuid4(), "archive_id": None, "user_id": "u1", "text": t, "created_at": NOW,
-         "updated_at": NOW, "category": "episodic", "domain": None, "tags": None, "storage_ref": None,
-         "archived_at": None, "similarity": 0.9 - 0.1 * i, "in_vector": True, "text_rank": None}
+        {
+            "memory_id": uuid.uuid4(),
+            "archive_id": None,
+            "user_id": "u1",
+            "text": t,
+            "created_at": NOW,
+            "updated_at": NOW,
+            "category": "episodic",
+            "domain": None,
+            "tags": None,
+            "storage_ref": None,
+            "archived_at": None,
+            "similarity": 0.9 - 0.1 * i,
+            "in_vector": True,
+            "text_rank": None,
+        }
         for i, t in enumerate(TEXTS)
-    ]  # fmt: skip
+    ]
     return rank_candidates(rows, sources=["hot"] * len(rows), config=RetrievalConfig(), tags=[], now=NOW)
 
 

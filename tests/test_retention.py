@@ -37,8 +37,14 @@ def _memory(label: str, *, idle_days: float, category: str = "episodic", accesse
     """A memory last touched `idle_days` before the end of NIGHT0."""
     touched = as_of(NIGHT0) - timedelta(days=idle_days)
     mem = make_memories(1, dim=TEST_DIM, seed=abs(hash(label)) % 10_000, users=("u1",))[0]
-    mem.update(content=f"{label}: a memory about the Heron rollout.", category=category, access_count=accesses,
-               created_at=touched, last_accessed_at=None, importance_score=0.9)  # fmt: skip
+    mem.update(
+        content=f"{label}: a memory about the Heron rollout.",
+        category=category,
+        access_count=accesses,
+        created_at=touched,
+        last_accessed_at=None,
+        importance_score=0.9,
+    )
     return mem | fields
 
 
@@ -53,7 +59,9 @@ def _rows(conn) -> dict[str, dict]:
 def _expected(idle_days: float, half_life: float | None, floor: float, accesses: int = 0) -> float:
     if half_life is None:
         return 1.0
-    return max(floor, 0.5 ** (idle_days / (half_life * (1 + CONFIG.retrieval_boost * math.log(1 + accesses)))))
+    return max(
+        floor, 0.5 ** (idle_days / (half_life * (1 + CONFIG.retrieval_boost * math.log(1 + accesses))))
+    )
 
 
 # --------------------------------------------------------------------------- decay and floors
@@ -71,8 +79,11 @@ def test_decay_and_floors_per_category(conn):
         "core_ancient": ("core", 3650, 0),
         "core_beyond_underflow": ("core", 10**5, 0),
     }
-    insert_memories(conn, [_memory(k, idle_days=d, category=c, accesses=n) for k, (c, d, n) in cases.items()],
-                    actor="test")  # fmt: skip
+    insert_memories(
+        conn,
+        [_memory(k, idle_days=d, category=c, accesses=n) for k, (c, d, n) in cases.items()],
+        actor="test",
+    )
     run = retention.score(conn, as_of(NIGHT0), CONFIG)
     assert (run.scored, run.users, run.statements) == (len(cases), 1, 1)
     rows = _rows(conn)
@@ -139,8 +150,10 @@ def test_an_access_restarts_the_streak_even_when_the_score_stays_at_floor(conn):
     for i in range(3):
         retention.score(conn, as_of(NIGHT0 + timedelta(days=i)), config)
     assert _rows(conn)["flat"]["days_at_floor"] == 3
-    conn.execute("UPDATE memories SET last_accessed_at = %s WHERE id = %s",
-                 (as_of(NIGHT0 + timedelta(days=2)) + timedelta(hours=1), mid))  # fmt: skip
+    conn.execute(
+        "UPDATE memories SET last_accessed_at = %s WHERE id = %s",
+        (as_of(NIGHT0 + timedelta(days=2)) + timedelta(hours=1), mid),
+    )
     retention.score(conn, as_of(NIGHT0 + timedelta(days=3)), config)
     assert _rows(conn)["flat"]["days_at_floor"] == 1
 
@@ -154,8 +167,10 @@ def _services(local_store) -> ArchivalServices:
 
 def _archived(conn) -> dict[str, str]:
     rows = conn.execute("SELECT summary, archive_reason, original_id FROM archived_memories").fetchall()
-    labels = {r["id"]: r["label"] for r in conn.execute(
-        "SELECT id, split_part(content, ':', 1) AS label FROM memories").fetchall()}  # fmt: skip
+    labels = {
+        r["id"]: r["label"]
+        for r in conn.execute("SELECT id, split_part(content, ':', 1) AS label FROM memories").fetchall()
+    }
     return {labels.get(r["original_id"], str(r["original_id"])): r["archive_reason"] for r in rows}
 
 
@@ -190,23 +205,37 @@ def test_retention_policy_archives_after_seven_nights_at_floor_and_not_before(co
     assert hot == set(ids.values()) - {ids["faded"]}
     assert _rows(conn)["core_faded"]["days_at_floor"] == 7  # at the floor all along, still hot
     # Its retention row went with the original.
-    assert conn.execute("SELECT count(*) AS n FROM memory_retention WHERE memory_id = %s",
-                        (ids["faded"],)).fetchone()["n"] == 0  # fmt: skip
+    assert (
+        conn.execute(
+            "SELECT count(*) AS n FROM memory_retention WHERE memory_id = %s", (ids["faded"],)
+        ).fetchone()["n"]
+        == 0
+    )
 
 
 def test_default_policy_is_adr004_and_ignores_the_floor(conn):
     assert ArchivalCriteria().policy == "adr004" and Settings.from_env({}).archival.policy == "adr004"
     # At the floor for 10 nights but only 60 days old: ADR-004 keeps it (min_age_days = 90).
-    insert_memories(conn, [_memory("faded_young", idle_days=60, importance_score=0.1),
-                           _memory("old_unimportant", idle_days=120, importance_score=0.1)], actor="test")  # fmt: skip
+    insert_memories(
+        conn,
+        [
+            _memory("faded_young", idle_days=60, importance_score=0.1),
+            _memory("old_unimportant", idle_days=120, importance_score=0.1),
+        ],
+        actor="test",
+    )
     config = CONFIG.model_copy(update={"episodic_half_life_days": 1.0})
     for i in range(10):
         retention.score(conn, as_of(NIGHT0 + timedelta(days=i)), config)
     night = as_of(NIGHT0 + timedelta(days=9))
     assert _rows(conn)["faded_young"]["days_at_floor"] == 10
-    labels = {r["id"]: r["label"] for r in conn.execute(
-        "SELECT id, split_part(content, ':', 1) AS label FROM memories").fetchall()}  # fmt: skip
-    default = {labels[r["id"]]: r["reason"] for r in select_eligible(conn, ArchivalCriteria(), night, limit=10)}
+    labels = {
+        r["id"]: r["label"]
+        for r in conn.execute("SELECT id, split_part(content, ':', 1) AS label FROM memories").fetchall()
+    }
+    default = {
+        labels[r["id"]]: r["reason"] for r in select_eligible(conn, ArchivalCriteria(), night, limit=10)
+    }
     assert default == {"old_unimportant": "stale_low_importance"}
     by_retention = select_eligible(conn, ArchivalCriteria(policy="retention"), night, limit=10)
     assert {labels[r["id"]] for r in by_retention} == {"faded_young", "old_unimportant"}
@@ -219,8 +248,12 @@ def test_superseded_memory_is_archived_the_next_night_with_reason_superseded(con
     day = NIGHT0
     start = as_of(day) - timedelta(hours=15)  # 09:00 on NIGHT0
     old = client.add("u1", "User prefers cortado in the morning", now=start)
-    new = client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
-                     now=start + timedelta(hours=6))  # fmt: skip
+    new = client.add(
+        "u1",
+        "User prefers flat white in the morning",
+        supersedes=old.memory_id,
+        now=start + timedelta(hours=6),
+    )
     assert new.outcome == "superseded" and new.previous_id == old.memory_id
     criteria = ArchivalCriteria(policy=policy)
     # The night before it was superseded archives nothing.
@@ -228,9 +261,14 @@ def test_superseded_memory_is_archived_the_next_night_with_reason_superseded(con
     assert report.archived == 0
     report = nights.run_night(conn, _services(local_store), criteria, day, TZ)
     assert report.ok and report.archived == 1, report.problem
-    row = conn.execute("SELECT original_id, archive_reason, original_superseded_by FROM archived_memories").fetchone()
+    row = conn.execute(
+        "SELECT original_id, archive_reason, original_superseded_by FROM archived_memories"
+    ).fetchone()
     assert (row["original_id"], row["archive_reason"], row["original_superseded_by"]) == (
-        old.memory_id, REASON_SUPERSEDED, new.memory_id)  # fmt: skip
+        old.memory_id,
+        REASON_SUPERSEDED,
+        new.memory_id,
+    )
     assert [r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()] == [new.memory_id]
 
 
@@ -239,8 +277,12 @@ def test_superseded_memories_come_first_in_a_full_batch(conn):
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
     insert_memories(conn, make_memories(5, dim=TEST_DIM, now=as_of(NIGHT0), importance=0.0), actor="test")
     old = client.add("u1", "User prefers cortado in the morning", now=as_of(NIGHT0) - timedelta(hours=5))
-    new = client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
-                     now=as_of(NIGHT0) - timedelta(hours=4))  # fmt: skip
+    new = client.add(
+        "u1",
+        "User prefers flat white in the morning",
+        supersedes=old.memory_id,
+        now=as_of(NIGHT0) - timedelta(hours=4),
+    )
     rows = select_eligible(conn, ArchivalCriteria(), as_of(NIGHT0), limit=1)
     assert [(r["id"], r["reason"]) for r in rows] == [(new.previous_id, REASON_SUPERSEDED)]
 
@@ -250,7 +292,9 @@ def test_superseded_memories_come_first_in_a_full_batch(conn):
 
 def _metadata(instance, night: date) -> dict:
     events = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("retention_scores"), asset_partitions=[night.isoformat()]),
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("retention_scores"), asset_partitions=[night.isoformat()]
+        ),
         limit=10,
     ).records
     assert len(events) == 1, f"{night}: {len(events)} materializations"
@@ -259,17 +303,29 @@ def _metadata(instance, night: date) -> dict:
 
 def test_asset_materializes_each_night_with_its_own_numbers_in_one_ranged_run(conn, db_url):
     assert SLOW_PATH.timezone == TZ
-    insert_memories(conn, [_memory("faded", idle_days=400), _memory("core_faded", idle_days=4000, category="core")],
-                    actor="test")  # fmt: skip
+    insert_memories(
+        conn,
+        [_memory("faded", idle_days=400), _memory("core_faded", idle_days=4000, category="core")],
+        actor="test",
+    )
     # A memory written during the second night: not counted on the first.
     insert_memories(conn, [_memory("new", idle_days=-0.5)], actor="test")
     instance = dg.DagsterInstance.ephemeral()
-    res = {"database": DatabaseResource(database_url=db_url), "archival": ArchivalCriteriaResource(policy="retention")}
+    res = {
+        "database": DatabaseResource(database_url=db_url),
+        "archival": ArchivalCriteriaResource(policy="retention"),
+    }
     first, second = NIGHT0, NIGHT0 + timedelta(days=1)
     # One run over both nights (as a backfill runs them): each night still gets its own numbers.
-    result = dg.materialize([retention_scores], resources=res, instance=instance,
-                            tags={"dagster/asset_partition_range_start": first.isoformat(),
-                                  "dagster/asset_partition_range_end": second.isoformat()})  # fmt: skip
+    result = dg.materialize(
+        [retention_scores],
+        resources=res,
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": second.isoformat(),
+        },
+    )
     assert result.success
     m1, m2 = _metadata(instance, first), _metadata(instance, second)
     assert (m1["scored"], m1["hot_memories"], m1["archived_memories"], m1["users"]) == (2, 2, 0, 1)
@@ -289,8 +345,12 @@ def test_a_superseded_memory_used_since_is_not_sent_back(conn):
     settings = Settings()
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
     old = client.add("u1", "User prefers cortado in the morning", now=as_of(NIGHT0) - timedelta(hours=9))
-    client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
-               now=as_of(NIGHT0) - timedelta(hours=8))  # fmt: skip
+    client.add(
+        "u1",
+        "User prefers flat white in the morning",
+        supersedes=old.memory_id,
+        now=as_of(NIGHT0) - timedelta(hours=8),
+    )
     assert [r["reason"] for r in select_eligible(conn, ArchivalCriteria(), as_of(NIGHT0), limit=5)] == [
         REASON_SUPERSEDED
     ]

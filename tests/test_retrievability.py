@@ -26,8 +26,13 @@ from tests.support.backups import edit_content
 from tests.support.dagster_helpers import END, last_night, load_history
 
 NIGHT = last_night()
-DEFS = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows,
-        archive_retrievable]  # fmt: skip
+DEFS = [
+    assets.archival_candidates,
+    assets.memory_summaries,
+    assets.archive_backups,
+    assets.archive_rows,
+    archive_retrievable,
+]
 
 
 @pytest.fixture
@@ -47,9 +52,12 @@ def _resources(db_url, store_resource):
 
 def _materialize(db_url, store_resource, night=NIGHT):
     return dg.materialize(
-        DEFS, partition_key=night.isoformat(), resources=_resources(db_url, store_resource),
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-    )  # fmt: skip
+        DEFS,
+        partition_key=night.isoformat(),
+        resources=_resources(db_url, store_resource),
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
 
 
 def _check(result) -> dg.AssetCheckEvaluation:
@@ -107,8 +115,9 @@ def test_an_unreadable_backup_is_a_miss_not_a_crashed_probe(conn, db_url, store_
     # its neighbours stay readable).
     gone = conn.execute(
         "SELECT original_id, storage_ref FROM archived_memories WHERE metadata ->> 'batch_key' = %s "
-        "ORDER BY md5(original_id::text), original_id LIMIT 1", (key,),
-    ).fetchone()  # fmt: skip
+        "ORDER BY md5(original_id::text), original_id LIMIT 1",
+        (key,),
+    ).fetchone()
     edit_content(store, gone["storage_ref"])
     after = probe_night(conn, embedder, store, key, now=END, sample_size=5)
     assert after.sampled == 5 and after.missed == [gone["original_id"]] and after.found == 4
@@ -160,8 +169,9 @@ def _supersede_archived(conn, key: str, *, first: int | None = None) -> set[str]
         """UPDATE archived_memories a SET original_superseded_by = gen_random_uuid()
            WHERE a.original_id IN (SELECT original_id FROM archived_memories WHERE metadata ->> 'batch_key' = %s
                                    ORDER BY md5(original_id::text), original_id LIMIT %s)
-           RETURNING a.storage_ref""", (key, first),
-    ).fetchall()  # fmt: skip
+           RETURNING a.storage_ref""",
+        (key, first),
+    ).fetchall()
     return {r["storage_ref"] for r in rows}
 
 
@@ -170,8 +180,9 @@ def test_probe_never_samples_superseded_archive_rows(conn, db_url, store_resourc
     assert _materialize(db_url, store_resource).success
     key = nights.batch_key_for(NIGHT)
     embedder = HashingEmbedder(TEST_DIM)
-    total = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE metadata ->> 'batch_key' = %s",
-                         (key,)).fetchone()["n"]  # fmt: skip
+    total = conn.execute(
+        "SELECT count(*) AS n FROM archived_memories WHERE metadata ->> 'batch_key' = %s", (key,)
+    ).fetchone()["n"]
     assert total > 8
 
     # A mixed night: the first rows of the sample order are superseded; the probe skips them, so the

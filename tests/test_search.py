@@ -25,9 +25,12 @@ OLD = NOW - timedelta(days=200)  # old enough to be archived (min_age_days 90)
 
 def _client(conn, store=None, **retrieval) -> MemoryClient:
     return MemoryClient(
-        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store,
-        settings=Settings(retrieval=RetrievalConfig(**retrieval)), actor="test",
-    )  # fmt: skip
+        conn,
+        embedder=HashingEmbedder(TEST_DIM),
+        object_store=store,
+        settings=Settings(retrieval=RetrievalConfig(**retrieval)),
+        actor="test",
+    )
 
 
 def _archive_old(conn, store, batch_key: str = "night-1") -> None:
@@ -39,15 +42,32 @@ def _archive_old(conn, store, batch_key: str = "night-1") -> None:
 # --------------------------------------------------------------------------- pure ranking
 
 
-def _row(similarity: float, *, text_rank: float | None = None, in_vector: bool = True, age_days: float = 0.0,
-         tags: list[str] | None = None, archived: bool = False) -> dict:  # fmt: skip
+def _row(
+    similarity: float,
+    *,
+    text_rank: float | None = None,
+    in_vector: bool = True,
+    age_days: float = 0.0,
+    tags: list[str] | None = None,
+    archived: bool = False,
+) -> dict:
     mid = uuid.uuid4()
     return {
-        "memory_id": mid, "archive_id": uuid.uuid4() if archived else None, "user_id": "u1", "text": f"m{mid}",
-        "created_at": NOW - timedelta(days=age_days), "updated_at": NOW - timedelta(days=age_days),
-        "category": "episodic", "domain": None, "tags": tags, "storage_ref": None, "archived_at": None,
-        "similarity": similarity, "in_vector": in_vector, "text_rank": text_rank,
-    }  # fmt: skip
+        "memory_id": mid,
+        "archive_id": uuid.uuid4() if archived else None,
+        "user_id": "u1",
+        "text": f"m{mid}",
+        "created_at": NOW - timedelta(days=age_days),
+        "updated_at": NOW - timedelta(days=age_days),
+        "category": "episodic",
+        "domain": None,
+        "tags": tags,
+        "storage_ref": None,
+        "archived_at": None,
+        "similarity": similarity,
+        "in_vector": in_vector,
+        "text_rank": text_rank,
+    }
 
 
 def test_recency_halves_every_half_life():
@@ -78,11 +98,15 @@ def test_score_follows_the_documented_formula():
     k = cfg.rrf_k
     assert both.vector_position == 1 and both.text_position == 1
     assert both.rrf == pytest.approx(2 / (k + 1)) and both.hybrid_similarity == pytest.approx(1.0)
-    assert both.final == pytest.approx(cfg.alpha_similarity * 1.0 + cfg.beta_recency * 0.5 + cfg.gamma_tags * 1.0)
+    assert both.final == pytest.approx(
+        cfg.alpha_similarity * 1.0 + cfg.beta_recency * 0.5 + cfg.gamma_tags * 1.0
+    )
     vec_only = by_sim[0.8]  # second in the vector list only
     assert vec_only.text_position is None
     assert vec_only.hybrid_similarity == pytest.approx((1 / (k + 2)) / (2 / (k + 1)))
-    assert vec_only.final == pytest.approx(cfg.alpha_similarity * vec_only.hybrid_similarity + cfg.beta_recency)
+    assert vec_only.final == pytest.approx(
+        cfg.alpha_similarity * vec_only.hybrid_similarity + cfg.beta_recency
+    )
 
 
 def test_defaults_let_recency_and_the_tier_only_break_ties():
@@ -94,8 +118,9 @@ def test_defaults_let_recency_and_the_tier_only_break_ties():
     # Exact ties go to the hot hit, then to the more recent one.
     a, b = _row(0.5, archived=True), _row(0.5)
     b["memory_id"] = a["memory_id"]  # seen hot and archived (a concurrent archival)
-    tie = rank_candidates([a, b], sources=["archived", "hot"], config=RetrievalConfig(vector_weight=0.0),
-                          tags=[], now=NOW)  # fmt: skip
+    tie = rank_candidates(
+        [a, b], sources=["archived", "hot"], config=RetrievalConfig(vector_weight=0.0), tags=[], now=NOW
+    )
     assert len(tie) == 1 and tie[0].source == "hot"  # same original id: one hit, the hot one
 
 
@@ -167,13 +192,18 @@ def test_full_text_finds_an_exact_order_number_that_vector_search_ranks_low(conn
     query = "ORD-4417 refund"
     # Vector search alone: the long memory is far down the list.
     q = HashingEmbedder(TEST_DIM).embed([query])[0]
-    ranked = [r["id"] for r in conn.execute(
-        "SELECT id FROM memories WHERE user_id = 'u1' ORDER BY embedding <=> %s LIMIT 100", (q,)
-    )]  # fmt: skip
+    ranked = [
+        r["id"]
+        for r in conn.execute(
+            "SELECT id FROM memories WHERE user_id = 'u1' ORDER BY embedding <=> %s LIMIT 100", (q,)
+        )
+    ]
     assert ranked.index(target.memory_id) + 1 > 5
     # Exact tokens sent as text_query (websearch syntax: every term required) put it first.
     natural = [h.provenance.memory_id for h in client.search("u1", query, phase2="never", now=NOW)]
-    assert target.memory_id in natural  # within the default top 10, though fusion with the vector arm ranks it lower
+    assert (
+        target.memory_id in natural
+    )  # within the default top 10, though fusion with the vector arm ranks it lower
     result = client.search("u1", query, text_query="ORD-4417", phase2="never", now=NOW)
     top = result.hits[0]
     assert top.provenance.memory_id == target.memory_id
@@ -183,8 +213,10 @@ def test_full_text_finds_an_exact_order_number_that_vector_search_ranks_low(conn
 
 def test_archived_memory_is_found_labeled_and_carries_provenance(conn, object_store):
     client = _client(conn, object_store, hot_similarity_threshold=0.5, archived_similarity_threshold=0.3)
-    original = ("Project Heron kickoff with Priya Raman in Lisbon: budget 48,000 EUR approved. "
-                "The team will meet every Thursday.")  # fmt: skip
+    original = (
+        "Project Heron kickoff with Priya Raman in Lisbon: budget 48,000 EUR approved. "
+        "The team will meet every Thursday."
+    )
     archived = client.add("u1", original, importance=0.1, tags=["work"], now=OLD)
     client.add("u1", "Bought oat milk and bread at the corner shop", now=NOW)
     _archive_old(conn, object_store)
@@ -204,8 +236,9 @@ def test_archived_memory_is_found_labeled_and_carries_provenance(conn, object_st
     assert hit.provenance.created_at == OLD and hit.provenance.tags == ("work",)
     assert "Heron" in hit.text
     # The archive row kept the memory's tags: tag filters and scores work on archived hits too.
-    tagged = client.search("u1", "Project Heron budget", filters=SearchFilters(required_tags=["work"]),
-                           tags=["work"], now=NOW)  # fmt: skip
+    tagged = client.search(
+        "u1", "Project Heron budget", filters=SearchFilters(required_tags=["work"]), tags=["work"], now=NOW
+    )
     assert [h.provenance.memory_id for h in tagged] == [archived.memory_id]
     assert tagged.hits[0].scores.tag_match == 1.0
     # never: phase 2 does not run; always: it runs even when hot hits suffice.
@@ -231,9 +264,12 @@ def test_filters_apply_to_both_tiers(conn, local_store):
     assert texts(filters=SearchFilters(categories=["semantic"])) == ["Tennis racket restrung"]
     assert texts(filters=SearchFilters(domains=["money"])) == ["Tennis club membership fee"]
     assert texts(filters=SearchFilters(required_tags=["TENNIS"])) == [
-        "Old tennis tournament result", "Tennis lesson with coach Marco"]  # fmt: skip
+        "Old tennis tournament result",
+        "Tennis lesson with coach Marco",
+    ]
     assert texts(filters=SearchFilters(since=NOW - timedelta(days=30), until=NOW - timedelta(days=1))) == [
-        "Tennis racket restrung"]  # fmt: skip
+        "Tennis racket restrung"
+    ]
     # A window before the hot horizon asks for the past: archived memories are searched in auto mode.
     past = client.search("u1", "tennis", filters=SearchFilters(until=NOW - timedelta(days=150)), now=NOW)
     assert past.phase2_reason == "window_before_hot_horizon"
@@ -242,8 +278,16 @@ def test_filters_apply_to_both_tiers(conn, local_store):
 
 def test_limits_and_merge_order(conn, local_store):
     # Numbered notes: the write path would take "note 1" for a changed value of "note 0"; off here.
-    client = _client(conn, local_store, hot_similarity_threshold=0.0, archived_similarity_threshold=0.0,
-                     hot_limit=2, archived_limit=1, near_duplicate_threshold=1.0, near_duplicate_floor=1.0)  # fmt: skip
+    client = _client(
+        conn,
+        local_store,
+        hot_similarity_threshold=0.0,
+        archived_similarity_threshold=0.0,
+        hot_limit=2,
+        archived_limit=1,
+        near_duplicate_threshold=1.0,
+        near_duplicate_floor=1.0,
+    )
     for i in range(4):
         client.add("u1", f"Garden note {i}: tomatoes need water", now=NOW)
         client.add("u1", f"Old garden note {i}: tomatoes planted", importance=0.0, now=OLD)
@@ -263,15 +307,18 @@ def test_search_hits_can_count_as_accessed(conn, local_store):
     _archive_old(conn, local_store)
     client.search("u1", "sourdough", phase2="always", now=NOW)  # not used: nothing counted
     assert conn.execute("SELECT access_count FROM memories WHERE id = %s", (hot.memory_id,)).fetchone() == {
-        "access_count": 0}  # fmt: skip
+        "access_count": 0
+    }
     later = NOW + timedelta(hours=1)
     client.search("u1", "sourdough", phase2="always", record_access=True, now=later)
     row = conn.execute(
         "SELECT access_count, last_accessed_at FROM memories WHERE id = %s", (hot.memory_id,)
     ).fetchone()
     assert row == {"access_count": 1, "last_accessed_at": later}
-    arch = conn.execute("SELECT access_count, last_accessed_at FROM archived_memories WHERE original_id = %s",
-                        (old.memory_id,)).fetchone()  # fmt: skip
+    arch = conn.execute(
+        "SELECT access_count, last_accessed_at FROM archived_memories WHERE original_id = %s",
+        (old.memory_id,),
+    ).fetchone()
     assert arch == {"access_count": 1, "last_accessed_at": later}
 
 
@@ -323,8 +370,14 @@ class _RenamedEmbedder(HashingEmbedder):
 def test_each_search_statement_has_an_include_superseded_twin_without_the_live_predicates():
     from memory_lib.retrieval import sql as search
 
-    defaults = (search.HOT_SEARCH_SQL, search.ARCHIVED_SEARCH_SQL, search.BOTH_TIERS_SQL, search.HOT_SCOPED_SQL,
-                search.ARCHIVED_SCOPED_SQL, search.BOTH_TIERS_SCOPED_SQL)  # fmt: skip
+    defaults = (
+        search.HOT_SEARCH_SQL,
+        search.ARCHIVED_SEARCH_SQL,
+        search.BOTH_TIERS_SQL,
+        search.HOT_SCOPED_SQL,
+        search.ARCHIVED_SCOPED_SQL,
+        search.BOTH_TIERS_SCOPED_SQL,
+    )
     assert set(search.WITH_SUPERSEDED_SQL) == set(defaults)
     for sql in defaults:
         twin = search.WITH_SUPERSEDED_SQL[sql]

@@ -69,7 +69,10 @@ def bucket(seaweed):
 
 
 def _eligible_ids(conn, shard: Shard = ALL) -> set:
-    return {r["id"] for r in eligibility.select_eligible(conn, CRITERIA, nights.night_as_of(NIGHT, "UTC"), 10_000, shard)}
+    return {
+        r["id"]
+        for r in eligibility.select_eligible(conn, CRITERIA, nights.night_as_of(NIGHT, "UTC"), 10_000, shard)
+    }
 
 
 def _shard_ids(conn, shard: Shard) -> set:
@@ -82,12 +85,17 @@ def _shard_ids(conn, shard: Shard) -> set:
 
 
 def _users_of(conn, ids: set) -> set:
-    return {r["user_id"] for r in conn.execute("SELECT DISTINCT user_id FROM memories WHERE id = ANY(%s)", (list(ids),))}
+    return {
+        r["user_id"]
+        for r in conn.execute("SELECT DISTINCT user_id FROM memories WHERE id = ANY(%s)", (list(ids),))
+    }
 
 
 def _assert_exactly_once(conn, store: S3ObjectStore, before_hot: set, eligible: set) -> list[dict]:
     """Every eligible memory archived once (hot xor archived), nothing else touched, one verified object each."""
-    archived = conn.execute("SELECT original_id, storage_ref, backup_sha256, metadata FROM archived_memories").fetchall()
+    archived = conn.execute(
+        "SELECT original_id, storage_ref, backup_sha256, metadata FROM archived_memories"
+    ).fetchall()
     ids = [r["original_id"] for r in archived]
     assert len(ids) == len(set(ids))
     assert set(ids) == eligible
@@ -97,7 +105,9 @@ def _assert_exactly_once(conn, store: S3ObjectStore, before_hot: set, eligible: 
     keys = [v["Key"] for v in versions.get("Versions", [])]
     assert not versions.get("IsTruncated") and not versions.get("DeleteMarkers")
     # Each object (a lone backup or a user's pack: memory_lib.storage.packs) written once, and each one a row points to.
-    assert len(keys) == len(set(keys)) and set(keys) == {store.key_from_ref(r["storage_ref"]) for r in archived}
+    assert len(keys) == len(set(keys)) and set(keys) == {
+        store.key_from_ref(r["storage_ref"]) for r in archived
+    }
     for r in archived:
         store.read_ref(r["storage_ref"], r["backup_sha256"])
     events = conn.execute("SELECT memory_id FROM memory_events WHERE event_type = 'archived'").fetchall()
@@ -109,7 +119,15 @@ def _assert_exactly_once(conn, store: S3ObjectStore, before_hot: set, eligible: 
 
 
 @pytest.mark.parametrize(
-    "text,field", [("3/2", "shard"), ("-1/2", "shard"), ("0/0", "shard"), ("1", "shard"), ("a/b", "shard"), ("2/2", "shard")]
+    "text,field",
+    [
+        ("3/2", "shard"),
+        ("-1/2", "shard"),
+        ("0/0", "shard"),
+        ("1", "shard"),
+        ("a/b", "shard"),
+        ("2/2", "shard"),
+    ],
 )
 def test_bad_shard_text_names_the_field_and_value(text, field):
     with pytest.raises(InvalidInputError, match=field) as err:
@@ -154,7 +172,9 @@ def _run_night(url: str, bucket: str, seaweed, shard: Shard):
         return nights.run_night(c, services, CRITERIA, NIGHT, "UTC", shard=shard)
 
 
-@pytest.mark.parametrize("shards", [(Shard(0, 2), Shard(1, 2)), (Shard(1, 2), Shard(1, 2))], ids=["0+1of2", "1+1of2"])
+@pytest.mark.parametrize(
+    "shards", [(Shard(0, 2), Shard(1, 2)), (Shard(1, 2), Shard(1, 2))], ids=["0+1of2", "1+1of2"]
+)
 def test_concurrent_shard_nights_archive_each_memory_once(db_url, conn, seaweed, bucket, shards):
     load_history(conn, TEST_DIM, users=USERS)
     before_hot = {r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()}
@@ -185,7 +205,9 @@ def test_concurrent_shard_nights_archive_each_memory_once(db_url, conn, seaweed,
 
 def test_cli_shard_archives_only_its_users_and_refuses_bad_values(cli_env, capsys):
     conn = connect(cli_env)
-    load_history(conn, TEST_DIM, users=USERS, end=__import__("datetime").datetime.now(__import__("datetime").UTC))
+    load_history(
+        conn, TEST_DIM, users=USERS, end=__import__("datetime").datetime.now(__import__("datetime").UTC)
+    )
     before = table_fingerprint(conn)
     for bad in ("3/2", "-1/2", "0/0"):
         assert main(["archive", "--shard", bad]) == 2
@@ -196,7 +218,9 @@ def test_cli_shard_archives_only_its_users_and_refuses_bad_values(cli_env, capsy
     assert main(["archive", "--shard", "1/2"]) == 0
     out = __import__("json").loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["shard"] == "1/2" and out["batch_key"].endswith("-shard-1of2") and out["archived"] > 0
-    archived = {r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories").fetchall()}
+    archived = {
+        r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories").fetchall()
+    }
     assert len(archived) == out["archived"] and archived <= mine
     conn.close()
 
@@ -207,22 +231,31 @@ def test_cli_shard_archives_only_its_users_and_refuses_bad_values(cli_env, capsy
 def _materialize(db_url: str, store: ObjectStoreResource, tags: dict[str, str]):
     with dg.DagsterInstance.ephemeral() as instance:  # closed in the thread that made it
         return dg.materialize(
-            SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=resources(db_url, store),
-            instance=instance, raise_on_error=False, tags=tags,
-        )  # fmt: skip
+            SLOW_PATH_DEFS,
+            partition_key=NIGHT.isoformat(),
+            resources=resources(db_url, store),
+            instance=instance,
+            raise_on_error=False,
+            tags=tags,
+        )
 
 
 def _s3_resource(seaweed, bucket: str) -> ObjectStoreResource:
-    s3 = S3Resource(endpoint_url=seaweed.endpoint_url, region_name=seaweed.region,
-                    aws_access_key_id=seaweed.access_key, aws_secret_access_key=seaweed.secret_key)  # fmt: skip
+    s3 = S3Resource(
+        endpoint_url=seaweed.endpoint_url,
+        region_name=seaweed.region,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+    )
     return ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3)
 
 
 def _night_meta(result, asset: str) -> dict:
     return next(
         {k: v.value for k, v in e.materialization.metadata.items()}
-        for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == asset
-    )  # fmt: skip
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.path[-1] == asset
+    )
 
 
 def test_two_concurrent_dagster_shard_runs_archive_disjoint_sets(db_url, conn, seaweed, bucket):
@@ -230,7 +263,9 @@ def test_two_concurrent_dagster_shard_runs_archive_disjoint_sets(db_url, conn, s
     before_hot = {r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()}
     eligible = _eligible_ids(conn)
     store = _s3_resource(seaweed, bucket)
-    results = _concurrently(*(lambda i=i: _materialize(db_url, store, {SHARD_TAG: f"{i}/2"}) for i in range(2)))
+    results = _concurrently(
+        *(lambda i=i: _materialize(db_url, store, {SHARD_TAG: f"{i}/2"}) for i in range(2))
+    )
     assert all(r.success for r in results)
     archived = _assert_exactly_once(conn, store.get_store(), before_hot, eligible)
     per_shard = {}
@@ -242,8 +277,13 @@ def test_two_concurrent_dagster_shard_runs_archive_disjoint_sets(db_url, conn, s
         assert rows["shard"] == f"{i}/2" and rows["archived"] == rows["archived_total"] == len(mine) > 0
         assert rows["night_all_shards_archived"] >= rows["archived"]
         assert _night_meta(result, "archival_candidates")["claimed"] == len(mine)
-        checks = {e.check_name: (e.passed, e.metadata["shard"].value) for e in result.get_asset_check_evaluations()}
-        assert checks["tiers_consistent"] == (True, f"{i}/2") and checks["error_rate_gate"] == (True, f"{i}/2")
+        checks = {
+            e.check_name: (e.passed, e.metadata["shard"].value) for e in result.get_asset_check_evaluations()
+        }
+        assert checks["tiers_consistent"] == (True, f"{i}/2") and checks["error_rate_gate"] == (
+            True,
+            f"{i}/2",
+        )
         per_shard[i] = mine
     assert per_shard[0].isdisjoint(per_shard[1]) and per_shard[0] | per_shard[1] == eligible
     assert nights.night_totals(conn, NIGHT)["archived"] == len(eligible)

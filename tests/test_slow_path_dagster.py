@@ -37,9 +37,14 @@ from tests.support.backups import members_sharing
 from tests.support.dagster_helpers import last_night, table_fingerprint
 
 SLOW_PATH_DEFS = [
-    assets.archival_candidates, assets.memory_summaries, assets.archive_backups, assets.archive_rows,
-    checks.backups_round_trip, checks.error_rate_gate, checks.tiers_consistent,
-]  # fmt: skip
+    assets.archival_candidates,
+    assets.memory_summaries,
+    assets.archive_backups,
+    assets.archive_rows,
+    checks.backups_round_trip,
+    checks.error_rate_gate,
+    checks.tiers_consistent,
+]
 NIGHT = last_night()
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,8 +58,12 @@ def local_store_resource(tmp_path):
 def s3_store_resource(seaweed):
     bucket = f"dg-{os.urandom(6).hex()}"
     seaweed.create_bucket(bucket)
-    s3 = S3Resource(endpoint_url=seaweed.endpoint_url, region_name=seaweed.region,
-                    aws_access_key_id=seaweed.access_key, aws_secret_access_key=seaweed.secret_key)  # fmt: skip
+    s3 = S3Resource(
+        endpoint_url=seaweed.endpoint_url,
+        region_name=seaweed.region,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+    )
     return ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3)
 
 
@@ -70,9 +79,12 @@ def resources(db_url, store, summarizer=None, **criteria):
 
 def materialize(res, night=NIGHT, defs=SLOW_PATH_DEFS, instance=None):
     return dg.materialize(
-        defs, partition_key=night.isoformat(), resources=res,
-        instance=instance or dg.DagsterInstance.ephemeral(), raise_on_error=False,
-    )  # fmt: skip
+        defs,
+        partition_key=night.isoformat(),
+        resources=res,
+        instance=instance or dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
 
 
 def checks_of(result) -> dict[str, tuple[bool, str]]:
@@ -98,8 +110,10 @@ def test_partition_archives_and_rows_objects_and_events_agree(conn, db_url, hist
     result = materialize(res)
     assert result.success
     assert checks_of(result) == {
-        "backups_round_trip": (True, "ERROR"), "error_rate_gate": (True, "ERROR"), "tiers_consistent": (True, "ERROR"),
-    }  # fmt: skip
+        "backups_round_trip": (True, "ERROR"),
+        "error_rate_gate": (True, "ERROR"),
+        "tiers_consistent": (True, "ERROR"),
+    }
     meta = materialized(result)
     archived = conn.execute("SELECT * FROM archived_memories").fetchall()
     assert meta["archive_rows"]["archived"] == len(archived) == meta["archival_candidates"]["claimed"] > 0
@@ -149,7 +163,9 @@ def test_candidates_metadata_counts_every_reason_and_expired_memories(conn, db_u
 
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), actor="test")
     end = nights.night_as_of(NIGHT, SLOW_PATH.timezone)
-    expired = client.add("u1", "Visitor badge 12 is valid this week", ttl_days=2, now=end - timedelta(days=2, hours=1))
+    expired = client.add(
+        "u1", "Visitor badge 12 is valid this week", ttl_days=2, now=end - timedelta(days=2, hours=1)
+    )
     client.add("u1", "Visitor badge policy lives on the wiki", ttl_days=2, now=end - timedelta(hours=1))
     result = materialize(resources(db_url, local_store_resource))
     assert result.success
@@ -180,21 +196,29 @@ def test_a_backfill_run_goes_through_its_nights_in_date_order_within_the_cap(
 ):
     run_nights = [NIGHT - timedelta(days=9 - i) for i in range(10)]
     result = dg.materialize(
-        SLOW_PATH_DEFS, resources=resources(db_url, local_store_resource, batch_size=15),
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-        tags={"dagster/asset_partition_range_start": run_nights[0].isoformat(),
-              "dagster/asset_partition_range_end": run_nights[-1].isoformat()},
-    )  # fmt: skip
+        SLOW_PATH_DEFS,
+        resources=resources(db_url, local_store_resource, batch_size=15),
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+        tags={
+            "dagster/asset_partition_range_start": run_nights[0].isoformat(),
+            "dagster/asset_partition_range_end": run_nights[-1].isoformat(),
+        },
+    )
     assert result.success
-    assert {e.partition for e in result.get_asset_materialization_events()} == {n.isoformat() for n in run_nights}
+    assert {e.partition for e in result.get_asset_materialization_events()} == {
+        n.isoformat() for n in run_nights
+    }
     batches = conn.execute(
         "SELECT batch_key, claimed_count FROM archival_batches ORDER BY created_at"
     ).fetchall()
     assert [b["batch_key"] for b in batches] == [nights.batch_key_for(n) for n in run_nights]
     assert all(b["claimed_count"] <= 15 for b in batches) and sum(b["claimed_count"] for b in batches) > 15
-    assert sum(archive.batch_status(conn, b["batch_key"]).archived for b in batches) == count(
-        conn, "SELECT count(*) AS n FROM archived_memories"
-    ) == sum(b["claimed_count"] for b in batches)
+    assert (
+        sum(archive.batch_status(conn, b["batch_key"]).archived for b in batches)
+        == count(conn, "SELECT count(*) AS n FROM archived_memories")
+        == sum(b["claimed_count"] for b in batches)
+    )
 
 
 # --------------------------------------------------------------------------- the error-rate gate
@@ -237,8 +261,14 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
     assert "archival paused" in materialized(paused_run)["archival_candidates"]["paused_because"]
     assert checks_of(paused_run)["error_rate_gate"] == (False, "WARN")
     assert fake_llm.count() == 0
-    assert count(conn, "SELECT count(*) AS n FROM archival_attempts WHERE batch_key = %s",
-                 nights.batch_key_for(next_night)) == 0  # fmt: skip
+    assert (
+        count(
+            conn,
+            "SELECT count(*) AS n FROM archival_attempts WHERE batch_key = %s",
+            nights.batch_key_for(next_night),
+        )
+        == 0
+    )
     assert [s["step"] for s in pause_switch.skipped_nights(conn, nights.batch_key_for(next_night))] == [
         "claim",
         "summarize",
@@ -258,7 +288,9 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == status.attempted
 
 
-def test_an_empty_summary_fails_its_memory_not_the_run(conn, db_url, history, local_store_resource, fake_llm, llm_keys):
+def test_an_empty_summary_fails_its_memory_not_the_run(
+    conn, db_url, history, local_store_resource, fake_llm, llm_keys
+):
     fake_llm.empty_summary_fraction = 0.05
     llm = SummarizerResource(provider="openai", base_url=fake_llm.openai_base_url, requests_per_second=1000.0)
     res = resources(db_url, local_store_resource, summarizer=llm, max_error_rate=0.2)  # a per-run override
@@ -316,8 +348,13 @@ def test_a_tampered_backup_fails_the_round_trip_and_blocks_deletion(
     assert count(conn, "SELECT count(*) AS n FROM memories") == hot_before - count(
         conn, "SELECT count(*) AS n FROM archived_memories"
     )
-    restore.restore_archive(conn, store, user_id=before[victim["memory_id"]]["user_id"],
-                            original_id=victim["memory_id"], actor="test")  # fmt: skip
+    restore.restore_archive(
+        conn,
+        store,
+        user_id=before[victim["memory_id"]]["user_id"],
+        original_id=victim["memory_id"],
+        actor="test",
+    )
     assert integrity.exact_rows(conn, [victim["memory_id"]]) == before
 
 
@@ -366,8 +403,11 @@ def test_a_run_killed_between_backups_and_archive_rows_resumes_exactly_once(conn
     root = tmp_path / "objects"
     proc = subprocess.run(
         [sys.executable, "-c", _KILLED_RUN, db_url, str(root), NIGHT.isoformat(), str(TEST_DIM), "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     store_res = ObjectStoreResource(kind="local", local_root=str(root), prefix="test")
     store = store_res.get_store()
@@ -383,10 +423,14 @@ def test_a_run_killed_between_backups_and_archive_rows_resumes_exactly_once(conn
     assert archived == len(claimed) == archive.batch_status(conn, nights.batch_key_for(NIGHT)).archived
     assert count(conn, "SELECT count(*) AS n FROM archival_attempts WHERE status = 'archived'") == 0
     assert count(conn, "SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", claimed) == 0
-    assert count(
-        conn, "SELECT count(*) AS n FROM (SELECT memory_id FROM memory_events WHERE event_type = 'archived' "
-        "GROUP BY 1 HAVING count(*) = 1) x",
-    ) == archived  # fmt: skip
+    assert (
+        count(
+            conn,
+            "SELECT count(*) AS n FROM (SELECT memory_id FROM memory_events WHERE event_type = 'archived' "
+            "GROUP BY 1 HAVING count(*) = 1) x",
+        )
+        == archived
+    )
     assert integrity.orphaned_backups(conn, store) == []
     rows = conn.execute("SELECT storage_ref FROM archived_memories").fetchall()
     assert set(integrity.backup_keys(store)) == {store.key_from_ref(r["storage_ref"]) for r in rows}
@@ -441,7 +485,9 @@ def test_rollback_job_restores_byte_exact_and_is_idempotent(conn, db_url, histor
     assert (meta["restored"], meta["failed"], meta["archival_paused"]) == (len(ids), 0, True)
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
     assert integrity.exact_rows(conn, ids) == {i: before[i] for i in ids}
-    assert pause_switch.pause_status(conn).paused  # restoring all pauses, so the nights do not re-archive them
+    assert pause_switch.pause_status(
+        conn
+    ).paused  # restoring all pauses, so the nights do not re-archive them
     events = count(conn, "SELECT count(*) AS n FROM memory_events WHERE event_type = 'restored'")
     assert events == len(ids)
 
@@ -472,8 +518,13 @@ def test_rollback_needs_a_selection(db_url, local_store_resource):
 def test_archive_rows_fails_its_night_when_the_store_dies_before_commit(conn, db_url, history, tmp_path):
     store = ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
     res = resources(db_url, store)
-    before = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups,
-              checks.backups_round_trip, checks.error_rate_gate]  # fmt: skip
+    before = [
+        assets.archival_candidates,
+        assets.memory_summaries,
+        assets.archive_backups,
+        checks.backups_round_trip,
+        checks.error_rate_gate,
+    ]
     first = materialize(res, defs=before)
     assert first.success and all(passed for passed, _ in checks_of(first).values())
     import shutil
@@ -484,7 +535,9 @@ def test_archive_rows_fails_its_night_when_the_store_dies_before_commit(conn, db
     failure = next(e for e in second.all_events if e.event_type_value == "STEP_FAILURE")
     assert "failed the gate after commit" in failure.step_failure_data.error.message
     key = nights.batch_key_for(NIGHT)
-    assert count(conn, "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s", key) == 0
+    assert (
+        count(conn, "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s", key) == 0
+    )
     assert pause_switch.pause_status(conn).paused
 
 
@@ -505,10 +558,17 @@ def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url,
     lib_store.delete(lib_store.key_from_ref(ref))
     # The check alone only reads what archive_rows recorded: the same audit, no HEAD of its own.
     job = dg.define_asset_job("tier_check", selection=dg.AssetSelection.checks(checks.tiers_consistent))
-    alone = dg.Definitions(assets=[assets.archive_rows], asset_checks=[checks.tiers_consistent], jobs=[job],
-                           resources=res).resolve_job_def("tier_check").execute_in_process(
-        tags={"dagster/partition": NIGHT.isoformat()}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-    )  # fmt: skip
+    alone = (
+        dg.Definitions(
+            assets=[assets.archive_rows], asset_checks=[checks.tiers_consistent], jobs=[job], resources=res
+        )
+        .resolve_job_def("tier_check")
+        .execute_in_process(
+            tags={"dagster/partition": NIGHT.isoformat()},
+            instance=dg.DagsterInstance.ephemeral(),
+            raise_on_error=False,
+        )
+    )
     again = next(e for e in alone.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
     assert again.passed and again.metadata["audited_at"] == recorded.metadata["audited_at"]
     assert again.metadata["backups_checked"].value == recorded.metadata["backups_checked"].value > 0
@@ -518,4 +578,8 @@ def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url,
     assert evaluation.metadata["backups_missing"].value == lost > 1
     assert evaluation.metadata["audited_at"] != recorded.metadata["audited_at"]
     pause = pause_switch.pause_status(conn)  # archive_rows audited the night after its commit and paused
-    assert pause.paused and "tier integrity failed" in pause.reason and pause.details == {"check": "tiers_consistent"}
+    assert (
+        pause.paused
+        and "tier integrity failed" in pause.reason
+        and pause.details == {"check": "tiers_consistent"}
+    )

@@ -213,7 +213,9 @@ def test_a_lossy_serializer_is_caught_field_by_field(conn, services, monkeypatch
     """Bytes that match their recorded sha256 can still lose data: the round trip compares every field."""
     import memory_lib.core.models as models
 
-    monkeypatch.setattr(models, "_float32_json", lambda xs: [round(float(x), 3) for x in xs])  # a lossy serializer bug
+    monkeypatch.setattr(
+        models, "_float32_json", lambda xs: [round(float(x), 3) for x in xs]
+    )  # a lossy serializer bug
     key = _backed_up_night(conn, services)
     report = fidelity.verify_backups(conn, services.object_store, key)
     assert report.checked > 0 and report.stale == 0
@@ -319,9 +321,13 @@ def test_restore_archives_is_byte_exact_idempotent_and_selective(conn, services)
 
 @pytest.mark.parametrize(
     "kwargs,field",
-    [({}, "selection"), ({"all_archives": True, "user_id": "u"}, "all"), ({"original_ids": ["nope"]}, "original_ids[0]"),
-     ({"user_id": " "}, "user_id")],
-)  # fmt: skip
+    [
+        ({}, "selection"),
+        ({"all_archives": True, "user_id": "u"}, "all"),
+        ({"original_ids": ["nope"]}, "original_ids[0]"),
+        ({"user_id": " "}, "user_id"),
+    ],
+)
 def test_restore_selection_is_validated(conn, local_store, kwargs, field):
     with pytest.raises(InvalidInputError, match=field.replace("[", r"\[").replace("]", r"\]")):
         restore.restore_archives(conn, local_store, actor="t", **kwargs)

@@ -29,20 +29,29 @@ ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)  # the test history's archival time
 DAYS = RetentionConfig().stub_after_days
 DUE = ARCHIVED + timedelta(days=DAYS + 1)
-ORIGINAL = ("Anniversary dinner booked at Casa Lumi for 14 June, table 7, deposit 80 EUR paid by card. "
-            "Ask for the window seat.")  # fmt: skip
+ORIGINAL = (
+    "Anniversary dinner booked at Casa Lumi for 14 June, table 7, deposit 80 EUR paid by card. "
+    "Ask for the window seat."
+)
 
 
 def _client(conn, store) -> MemoryClient:
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(),
-                        actor="test")  # fmt: skip
+    return MemoryClient(
+        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(), actor="test"
+    )
 
 
 def _archive_all(conn, store) -> None:
     """Archive every memory added before ARCHIVED - 90 days (ADR-004), as archived at ARCHIVED."""
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = run_batch(conn, services, ArchivalCriteria(), batch_key=f"night-{uuid.uuid4().hex[:8]}",
-                       as_of=ARCHIVED, actor="test")  # fmt: skip
+    report = run_batch(
+        conn,
+        services,
+        ArchivalCriteria(),
+        batch_key=f"night-{uuid.uuid4().hex[:8]}",
+        as_of=ARCHIVED,
+        actor="test",
+    )
     assert report.gate_passed and report.status.failed == 0
     conn.execute("UPDATE archived_memories SET archived_at = %s", (ARCHIVED,))
 
@@ -56,8 +65,9 @@ def _arch_of(conn, memory_id) -> dict:
 
 
 def _events(conn, event_type: str) -> list[tuple]:
-    rows = conn.execute("SELECT memory_id, user_id FROM memory_events WHERE event_type = %s ORDER BY id",
-                        (event_type,)).fetchall()  # fmt: skip
+    rows = conn.execute(
+        "SELECT memory_id, user_id FROM memory_events WHERE event_type = %s ORDER BY id", (event_type,)
+    ).fetchall()
     return [(r["memory_id"], r["user_id"]) for r in rows]
 
 
@@ -132,7 +142,9 @@ def test_three_expansions_of_a_stub_in_30_days_re_promote_it(conn, local_store):
     assert client.expand("u1", arch_id, now=when).vector_restored
     last = client.expand("u1", arch_id, now=when + timedelta(days=1))
     assert not last.promoted
-    conn.execute("UPDATE archived_memories SET summary_bits = NULL, stubbed_at = %s WHERE id = %s", (when, arch_id))
+    conn.execute(
+        "UPDATE archived_memories SET summary_bits = NULL, stubbed_at = %s WHERE id = %s", (when, arch_id)
+    )
     third = client.expand("u1", arch_id, now=when + timedelta(days=2))
     assert third.promoted and not third.vector_restored and third.content == ORIGINAL
     assert _row(conn, arch_id) is None
@@ -159,7 +171,9 @@ class _CrashingStore:
 def test_conversion_is_idempotent_and_crash_safe(conn, local_store):
     client = _client(conn, local_store)
     for i in range(5):
-        client.add(f"u{i % 2}", f"Trip {i}: train to Lyon on platform {i}, seat {40 + i}.", importance=0.1, now=ADDED)
+        client.add(
+            f"u{i % 2}", f"Trip {i}: train to Lyon on platform {i}, seat {40 + i}.", importance=0.1, now=ADDED
+        )
     _archive_all(conn, local_store)
     assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 5
 
@@ -200,7 +214,10 @@ def test_users_never_cross(conn, local_store):
     arch_a, arch_b = _arch_of(conn, a.memory_id), _arch_of(conn, b.memory_id)
     client.expand("u2", arch_b["id"], now=DUE - timedelta(days=10))  # u2 used theirs: not due
     # Two shard runs (as two concurrent Dagster runs): each converts its own users' rows only.
-    runs = [stubs.convert(conn, local_store, DUE, stub_after_days=DAYS, shard=Shard.parse(f"{i}/2")) for i in (0, 1)]
+    runs = [
+        stubs.convert(conn, local_store, DUE, stub_after_days=DAYS, shard=Shard.parse(f"{i}/2"))
+        for i in (0, 1)
+    ]
     assert sorted((r.due, r.stubbed) for r in runs) == [(0, 0), (1, 1)]
     assert _events(conn, "stubbed") == [(a.memory_id, "u1")]
     assert _row(conn, arch_a["id"])["stubbed_at"] == DUE and _row(conn, arch_b["id"])["stubbed_at"] is None
@@ -213,12 +230,15 @@ def test_users_never_cross(conn, local_store):
     # u2 cannot expand nor restore the vector of u1's stub.
     with pytest.raises(NotFoundError):
         client.expand("u2", arch_a["id"], now=DUE)
-    plan = stubs.restore_vector_plan("u2", arch_a["id"], HashingEmbedder(TEST_DIM).embed(["x"])[0],
-                                     model="hashing", actor="test", now=DUE)  # fmt: skip
+    plan = stubs.restore_vector_plan(
+        "u2", arch_a["id"], HashingEmbedder(TEST_DIM).embed(["x"])[0], model="hashing", actor="test", now=DUE
+    )
     assert run_plan(conn, plan) is False
     assert _row(conn, arch_a["id"])["summary_bits"] is None and _events(conn, "unstubbed") == []
     # The check of a shard reads only that shard's users' stubs.
-    by_shard = [stubs.verify_stub_backups(conn, local_store, shard=Shard.parse(f"{i}/2")).stubs for i in (0, 1)]
+    by_shard = [
+        stubs.verify_stub_backups(conn, local_store, shard=Shard.parse(f"{i}/2")).stubs for i in (0, 1)
+    ]
     assert sorted(by_shard) == [0, 1] and stubs.verify_stub_backups(conn, local_store).stubs == 1
 
 
@@ -230,13 +250,17 @@ def _night(t: datetime) -> date:
 
 
 def _resources(db_url, store) -> dict:
-    return {"database": DatabaseResource(database_url=db_url),
-            "object_store": ObjectStoreResource(kind="local", local_root=str(store.root), prefix=store.prefix)}  # fmt: skip
+    return {
+        "database": DatabaseResource(database_url=db_url),
+        "object_store": ObjectStoreResource(kind="local", local_root=str(store.root), prefix=store.prefix),
+    }
 
 
 def _metadata(instance, night: date) -> dict:
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("stub_conversions"), asset_partitions=[night.isoformat()]),
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("stub_conversions"), asset_partitions=[night.isoformat()]
+        ),
         limit=10,
     ).records
     assert len(records) == 1, f"{night}: {len(records)} materializations"
@@ -256,22 +280,36 @@ def test_asset_records_each_nights_tier_counts(conn, db_url, local_store):
     # The first night whose end is stub_after_days after ARCHIVED is the night the two stubs are made.
     first, second = _night(ARCHIVED + timedelta(days=100)), _night(ARCHIVED + timedelta(days=DAYS))
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize([stub_conversions, stubs_backed_up], resources=_resources(db_url, local_store),
-                            instance=instance,
-                            tags={"dagster/asset_partition_range_start": first.isoformat(),
-                                  "dagster/asset_partition_range_end": second.isoformat()})  # fmt: skip
+    result = dg.materialize(
+        [stub_conversions, stubs_backed_up],
+        resources=_resources(db_url, local_store),
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": second.isoformat(),
+        },
+    )
     assert result.success
     m1, m2 = _metadata(instance, first), _metadata(instance, second)
     assert (m1["stubbed"], m1["hot_memories"], m1["archived_memories"], m1["stub_memories"]) == (0, 3, 3, 0)
     assert (m2["stubbed"], m2["hot_memories"], m2["archived_memories"], m2["stub_memories"]) == (2, 3, 1, 2)
     before = _metadata(instance, second - timedelta(days=1))
     assert (before["stubbed"], before["stub_memories"], before["archived_memories"]) == (0, 0, 3)
-    assert (m2["users"], m2["users_with_stubs"], m2["max_stub_per_user"], m2["stub_per_user_p50"]) == (2, 1, 2, 1.0)
+    assert (m2["users"], m2["users_with_stubs"], m2["max_stub_per_user"], m2["stub_per_user_p50"]) == (
+        2,
+        1,
+        2,
+        1.0,
+    )
     assert (m2["max_hot_per_user"], m2["hot_per_user_p50"], m2["max_archived_per_user"]) == (2, 1.5, 1)
     assert "| u1 | 2 | 0 | 2 |" in m2["tiers_by_user"] and "| u2 | 1 | 1 | 0 |" in m2["tiers_by_user"]
     # A night re-run later (a backfill) shows its own numbers, not today's.
-    again = dg.materialize([stub_conversions], resources=_resources(db_url, local_store),
-                           instance=dg.DagsterInstance.ephemeral(), partition_key=first.isoformat())  # fmt: skip
+    again = dg.materialize(
+        [stub_conversions],
+        resources=_resources(db_url, local_store),
+        instance=dg.DagsterInstance.ephemeral(),
+        partition_key=first.isoformat(),
+    )
     meta = again.asset_materializations_for_node("stub_conversions")[0].metadata
     assert meta["stub_memories"].value == 0 and meta["archived_memories"].value == 3
 
@@ -283,18 +321,26 @@ def test_blocking_check_fails_when_a_stubs_backup_is_deleted(conn, db_url, local
     night = _night(DUE)
     instance = dg.DagsterInstance.ephemeral()
     res = _resources(db_url, local_store)
-    ok = dg.materialize([stub_conversions, stubs_backed_up], resources=res, instance=instance,
-                        partition_key=night.isoformat())  # fmt: skip
+    ok = dg.materialize(
+        [stub_conversions, stubs_backed_up], resources=res, instance=instance, partition_key=night.isoformat()
+    )
     [evaluation] = ok.get_asset_check_evaluations()
     assert ok.success and evaluation.passed and evaluation.metadata["stubs"].value == 1
 
     ref = _arch_of(conn, added.memory_id)["storage_ref"]
     local_store.delete(local_store.key_from_ref(ref))
-    bad = dg.materialize([stub_conversions, stubs_backed_up], resources=res, instance=instance,
-                         partition_key=night.isoformat(), raise_on_error=False)  # fmt: skip
+    bad = dg.materialize(
+        [stub_conversions, stubs_backed_up],
+        resources=res,
+        instance=instance,
+        partition_key=night.isoformat(),
+        raise_on_error=False,
+    )
     [evaluation] = bad.get_asset_check_evaluations()
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
-    assert evaluation.metadata["backups_missing"].value == 1 and ref in evaluation.metadata["bad_backups"].value
+    assert (
+        evaluation.metadata["backups_missing"].value == 1 and ref in evaluation.metadata["bad_backups"].value
+    )
     assert all(spec.blocking for spec in stubs_backed_up.check_specs)
     # The stub itself is untouched by the check (read-only): still a stub.
     assert _arch_of(conn, added.memory_id)["stubbed_at"] is not None

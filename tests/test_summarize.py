@@ -75,7 +75,9 @@ def test_summary_entities_and_domain_in_one_call_with_usage_and_cost(provider: s
     [request] = fake_llm.requests
     assert fake_llm.count() == 1
     # Usage is the server's: computed from the prompt and the answer, not constants.
-    answer = json.dumps({"summary": fake_summary(MEMORY), "entities": fake_entities(MEMORY), "domain": fake_domain(MEMORY)})
+    answer = json.dumps(
+        {"summary": fake_summary(MEMORY), "entities": fake_entities(MEMORY), "domain": fake_domain(MEMORY)}
+    )
     assert summary.input_tokens == fake_llm.input_tokens_for(request.body) > count_tokens(MEMORY)
     assert summary.output_tokens == count_tokens(answer)
     price_in, price_out = PRICE[provider]
@@ -107,7 +109,10 @@ def test_malformed_json_is_a_paid_error_for_that_memory(provider: str, fake_llm:
 @pytest.mark.parametrize(
     ("raw", "names"),
     [
-        ('```json\n{"summary": "The user met Ana.", "entities": [["Ana", "person"]], "domain": "family"}\n```', ["Ana"]),
+        (
+            '```json\n{"summary": "The user met Ana.", "entities": [["Ana", "person"]], "domain": "family"}\n```',
+            ["Ana"],
+        ),
         ('{"summary": "The user met Ana.", "entities": [{"name": "Ana", "type": "friend"}]}', ["Ana"]),
     ],
 )
@@ -119,7 +124,7 @@ def test_summary_json_variants_accepted(raw: str, names: list[str]):
 
 @pytest.mark.parametrize(
     "raw",
-    ['The user met Ana.', '{"entities": []}', '{"summary": "x", "entities": [["a", "b", "c"]]}', '[1, 2]'],
+    ["The user met Ana.", '{"entities": []}', '{"summary": "x", "entities": [["a", "b", "c"]]}', "[1, 2]"],
 )
 def test_summary_json_that_is_not_the_shape_is_refused(raw: str):
     with pytest.raises(SummarizationError, match="malformed summary JSON"):

@@ -34,17 +34,25 @@ OLD_FACTS = [
     "Grandma's lasagna recipe uses nutmeg in the bechamel.",
     "Car insurance with Allianz renews every March for 610 EUR.",
 ]
-RECENT = ["Bought oat milk at the corner shop.", "Team standup moved to 9:30 on Mondays.",
-          "Ran 8 km along the river before work."]  # fmt: skip
+RECENT = [
+    "Bought oat milk at the corner shop.",
+    "Team standup moved to 9:30 on Mondays.",
+    "Ran 8 km along the river before work.",
+]
 
 
 def _client(conn, store) -> MemoryClient:
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(), actor="t")
+    return MemoryClient(
+        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(), actor="t"
+    )
 
 
 def _fill_and_archive(conn, store) -> dict[str, uuid.UUID]:
     client = _client(conn, store)
-    ids = {t: client.add("u1", t, importance=0.1, now=OLD + timedelta(days=i)).memory_id for i, t in enumerate(OLD_FACTS)}
+    ids = {
+        t: client.add("u1", t, importance=0.1, now=OLD + timedelta(days=i)).memory_id
+        for i, t in enumerate(OLD_FACTS)
+    }
     for i, t in enumerate(RECENT):
         client.add("u1", t, now=NOW - timedelta(days=i))
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
@@ -58,7 +66,10 @@ def _assert_found_first(conn, store, ids: dict[str, uuid.UUID]) -> None:
     for text, memory_id in ids.items():
         result = client.search("u1", text, phase2="always", now=NOW)
         top = result.hits[0]
-        assert top.provenance.memory_id == memory_id and top.source == "archived", (text, [h.text for h in result])
+        assert top.provenance.memory_id == memory_id and top.source == "archived", (
+            text,
+            [h.text for h in result],
+        )
         # The vector arm on its own puts it first too: its estimated cosine is the best of the archived.
         archived = [h for h in result.hits if h.source == "archived"]
         assert top.scores.similarity == max(h.scores.similarity for h in archived) > 0.5
@@ -71,18 +82,25 @@ def test_an_archived_memory_is_found_first_by_its_own_sentence(conn, local_store
 
 def test_rows_keep_only_the_bits_of_the_summary_embedding(conn, local_store):
     _fill_and_archive(conn, local_store)
-    rows = conn.execute("SELECT summary, summary_embedding, summary_bits::text AS bits FROM archived_memories").fetchall()
+    rows = conn.execute(
+        "SELECT summary, summary_embedding, summary_bits::text AS bits FROM archived_memories"
+    ).fetchall()
     assert len(rows) == len(OLD_FACTS)
     vecs = HashingEmbedder(TEST_DIM).embed([r["summary"] for r in rows])
     for row, vec in zip(rows, vecs, strict=True):
         assert row["summary_embedding"] is None  # the halfvec is not kept at rest
         assert row["bits"] == "".join("1" if x > 0 else "0" for x in vec)  # binary_quantize: the signs
     # No HNSW over halfvec is left; the bit index is used by phase 2's vector arm.
-    indexes = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'archived_memories'")}
+    indexes = {
+        r["indexname"]
+        for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'archived_memories'")
+    }
     assert "archived_summary_bits_hnsw" in indexes and "archived_summary_hnsw" not in indexes
     with pytest.raises(psycopg.errors.CheckViolation):  # nothing can park a halfvec in a row
         conn.execute("ALTER TABLE archived_memories DISABLE TRIGGER archived_memories_quantize")
-        conn.execute(f"UPDATE archived_memories SET summary_embedding = array_fill(0.5, ARRAY[{TEST_DIM}])::halfvec")
+        conn.execute(
+            f"UPDATE archived_memories SET summary_embedding = array_fill(0.5, ARRAY[{TEST_DIM}])::halfvec"
+        )
 
 
 def test_expand_and_restore_are_byte_exact(conn, local_store):
@@ -117,8 +135,12 @@ def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, loca
             assert all(r["bits"] and len(r["bits"]) == TEST_DIM for r in before)
         assert migrate(url, embedding_dim=TEST_DIM) == ["007_binary_summary_vectors", "011_stubs"]
         with connect(url) as conn:
-            after = {r["original_id"]: r for r in conn.execute(
-                "SELECT original_id, summary_bits::text AS bits, summary_embedding FROM archived_memories")}  # fmt: skip
+            after = {
+                r["original_id"]: r
+                for r in conn.execute(
+                    "SELECT original_id, summary_bits::text AS bits, summary_embedding FROM archived_memories"
+                )
+            }
             assert {r["original_id"]: r["bits"] for r in before} == {k: r["bits"] for k, r in after.items()}
             assert all(r["summary_embedding"] is None for r in after.values())
             _assert_found_first(conn, local_store, ids)
@@ -147,20 +169,33 @@ def _plan_statements(conn, plan) -> tuple[object, list[str]]:
     return run_plan(conn, spy()), sent
 
 
-@pytest.mark.parametrize("query", [OLD_FACTS[0], "electricity bill", "who borrowed my bike?", "Mondays standup"])
+@pytest.mark.parametrize(
+    "query", [OLD_FACTS[0], "electricity bill", "who borrowed my bike?", "Mondays standup"]
+)
 def test_one_statement_for_both_tiers_returns_the_same_hits(conn, local_store, query):
     from memory_lib.retrieval.search import search_plan
     from memory_lib.retrieval.types import SearchRequest
 
     _fill_and_archive(conn, local_store)
     vec = HashingEmbedder(TEST_DIM).embed([query])[0]
-    request = SearchRequest(user_id="u1", query=query, embedding=vec, config=Settings().retrieval, now=NOW,
-                            phase2="always", embedder_kind="lexical")  # fmt: skip
+    request = SearchRequest(
+        user_id="u1",
+        query=query,
+        embedding=vec,
+        config=Settings().retrieval,
+        now=NOW,
+        phase2="always",
+        embedder_kind="lexical",
+    )
     one, sent_one = _plan_statements(conn, search_plan(request, one_statement=True))
     two, sent_two = _plan_statements(conn, search_plan(request, one_statement=False))
     assert sent_one == ["both"] and sent_two == ["hot", "archived"]
     assert [(h.source, h.provenance.memory_id, h.scores) for h in one.hits] == [
-        (h.source, h.provenance.memory_id, h.scores) for h in two.hits]  # fmt: skip
+        (h.source, h.provenance.memory_id, h.scores) for h in two.hits
+    ]
     assert (one.phase2_reason, one.hot_candidates, one.archived_candidates) == (
-        two.phase2_reason, two.hot_candidates, two.archived_candidates)  # fmt: skip
+        two.phase2_reason,
+        two.hot_candidates,
+        two.archived_candidates,
+    )
     assert any(h.source == "archived" for h in one.hits)

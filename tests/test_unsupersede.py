@@ -28,19 +28,29 @@ OLD = NOW - timedelta(days=200)
 
 @pytest.fixture
 def client(conn, local_store):
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store, settings=Settings(),
-                        actor="test")  # fmt: skip
+    return MemoryClient(
+        conn, embedder=HashingEmbedder(TEST_DIM), object_store=local_store, settings=Settings(), actor="test"
+    )
 
 
 def _hide(conn, user: str, old: uuid.UUID, new: uuid.UUID) -> None:
     """What add's former rule left: superseded_by set and a 'superseded' event with no reason."""
-    assert conn.execute("UPDATE memories SET superseded_by = %s WHERE user_id = %s AND id = %s",
-                        (new, user, old)).rowcount == 1  # fmt: skip
+    assert (
+        conn.execute(
+            "UPDATE memories SET superseded_by = %s WHERE user_id = %s AND id = %s", (new, user, old)
+        ).rowcount
+        == 1
+    )
     conn.execute(
         """INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
            VALUES (%s, %s, 'superseded', 'memory_lib.client', %s, %s)""",
-        (old, user, NOW, Jsonb({"superseded_by": str(new), "similarity": 0.91, "removed": ["3"], "added": ["5"]})),
-    )  # fmt: skip
+        (
+            old,
+            user,
+            NOW,
+            Jsonb({"superseded_by": str(new), "similarity": 0.91, "removed": ["3"], "added": ["5"]}),
+        ),
+    )
 
 
 def _superseded_by(conn, memory_id: uuid.UUID) -> uuid.UUID | None:
@@ -48,7 +58,7 @@ def _superseded_by(conn, memory_id: uuid.UUID) -> uuid.UUID | None:
         """SELECT superseded_by AS s FROM memories WHERE id = %(id)s
            UNION ALL SELECT original_superseded_by FROM archived_memories WHERE original_id = %(id)s""",
         {"id": memory_id},
-    ).fetchone()  # fmt: skip
+    ).fetchone()
     return row["s"]
 
 
@@ -66,8 +76,9 @@ def test_unsupersede_lists_then_makes_live_the_memories_the_former_rule_hid(conn
     birthday = client.add("u1", "Sister's birthday is on 12 March", now=NOW).memory_id
     _hide(conn, "u1", dentist, birthday)
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
-    assert run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=OLD + timedelta(days=100),
-                     actor="test").gate_passed  # fmt: skip
+    assert run_batch(
+        conn, services, ArchivalCriteria(), batch_key="night-1", as_of=OLD + timedelta(days=100), actor="test"
+    ).gate_passed
     assert client.get("u1", dentist).tier == "archived" and _superseded_by(conn, dentist) == birthday
 
     car = client.add("u1", "Parks the car on level 3 of the Ribeira garage", now=NOW).memory_id
@@ -90,8 +101,12 @@ def test_unsupersede_lists_then_makes_live_the_memories_the_former_rule_hid(conn
     assert not dry.applied and _events(conn) == events and _superseded_by(conn, car) == birthday
     out = dry.to_json()
     assert (out["applied"], out["unsuperseded"], out["would_unsupersede"], out["kept"]) == (False, 0, 3, 1)
-    assert out["by_user"]["u1"] == {"unsupersede": 2, "hot": [str(car)], "archived": [str(dentist)],
-                                    "kept": {str(locker): f"kept: same text as {again}"}}  # fmt: skip
+    assert out["by_user"]["u1"] == {
+        "unsupersede": 2,
+        "hot": [str(car)],
+        "archived": [str(dentist)],
+        "kept": {str(locker): f"kept: same text as {again}"},
+    }
     assert out["by_user"]["u2"]["hot"] == [str(theirs)]
     assert set(unsupersede(conn, user_id="u2").to_json()["by_user"]) == {"u2"}
 

@@ -82,7 +82,9 @@ def _search(conn, query: str, *, scoped: bool = True, one_statement: bool = True
 def test_a_month_scoped_phase_2_reads_only_that_month(conn, archive, one_statement):
     may_rows = conn.execute(
         "SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u1' AND original_created_at >= %s "
-        "AND original_created_at < %s", MAY).fetchone()["n"]  # fmt: skip
+        "AND original_created_at < %s",
+        MAY,
+    ).fetchone()["n"]
     assert may_rows == PER_MONTH
     result, plans = _search(conn, "kayaking with Tiago in May 2025", one_statement=one_statement)
     assert result.archive_scope == MAY and result.phase2_reason == "query_names_the_past"

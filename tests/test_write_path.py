@@ -156,8 +156,9 @@ def test_changed_value_is_a_new_memory_unless_told_it_supersedes(conn):
     other = client.add("u2", "User prefers cortado in the morning", now=T0)
     kept = client.add("u2", "User prefers flat white in the morning", now=T0 + timedelta(days=1))
     assert kept.outcome == "created" and len(_live(conn, "u2")) == 2 and other.outcome == "created"
-    new = client.add("u1", "User prefers flat white in the morning", supersedes=old.memory_id,
-                     now=T0 + timedelta(days=1))  # fmt: skip
+    new = client.add(
+        "u1", "User prefers flat white in the morning", supersedes=old.memory_id, now=T0 + timedelta(days=1)
+    )
     assert new.outcome == "superseded" and new.previous_id == old.memory_id
     assert new.change is not None and new.change.added == ("flat", "white")
     rows = {r["id"]: r for r in _live(conn, "u1")}
@@ -176,8 +177,9 @@ def test_changed_value_is_a_new_memory_unless_told_it_supersedes(conn):
     )
     assert [h.provenance.memory_id for h in hits] == [new.memory_id]
     # Going back to the old value supersedes again: the old text is not "still there".
-    back = client.add("u1", "User prefers cortado in the morning", supersedes=new.memory_id,
-                      now=T0 + timedelta(days=2))  # fmt: skip
+    back = client.add(
+        "u1", "User prefers cortado in the morning", supersedes=new.memory_id, now=T0 + timedelta(days=2)
+    )
     assert back.outcome == "superseded" and back.previous_id == new.memory_id
     assert sum(r["superseded_by"] is None for r in _live(conn, "u1")) == 1
 
@@ -242,10 +244,16 @@ def test_rows_written_by_bulk_insert_are_matched_by_content(conn):
     emb = HashingEmbedder(TEST_DIM)
     [mid] = insert_memories(
         conn,
-        [{"user_id": "u1", "content": "Allergic to peanuts", "embedding": emb.embed(["Allergic to peanuts"])[0],
-          "embedding_model": emb.model}],
+        [
+            {
+                "user_id": "u1",
+                "content": "Allergic to peanuts",
+                "embedding": emb.embed(["Allergic to peanuts"])[0],
+                "embedding_model": emb.model,
+            }
+        ],
         actor="bulk",
-    )  # fmt: skip
+    )
     again = _client(conn).add("u1", "Allergic to peanuts")
     assert again.outcome == "duplicate" and again.memory_id == mid
 

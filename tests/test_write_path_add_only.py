@@ -20,13 +20,20 @@ from tests.support.fake_llm import FAKE_API_KEY
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 ISSUE_EVENTS = [
-    ("Tom asked Ada to review pull request #3290 for Project Heron before Thursday",
-     "Tom asked Ada to review pull request #1086 for Project Atlas before Tuesday"),
-    ("Booked a hotel in Montreal for the conference in June", "Booked a hotel in Reykjavik for the conference in June"),
-    ("Meeting with Dr. Patel on Monday at 10am about the knee",
-     "Meeting with Dr. Patel on Friday at 3pm about the shoulder"),
+    (
+        "Tom asked Ada to review pull request #3290 for Project Heron before Thursday",
+        "Tom asked Ada to review pull request #1086 for Project Atlas before Tuesday",
+    ),
+    (
+        "Booked a hotel in Montreal for the conference in June",
+        "Booked a hotel in Reykjavik for the conference in June",
+    ),
+    (
+        "Meeting with Dr. Patel on Monday at 10am about the knee",
+        "Meeting with Dr. Patel on Friday at 3pm about the shoulder",
+    ),
     ("Ada's daughter Mia started piano lessons", "Ada's son Leo started piano lessons"),
-]  # fmt: skip
+]
 STATE = ("Lives in Lisbon", "Lives in Porto")
 HAS_LOCAL = importlib.util.find_spec("sentence_transformers") is not None
 _MINILM = None
@@ -161,8 +168,9 @@ def test_the_llm_judge_supersedes_a_changed_state_and_keeps_events_apart(conn, f
         client.add(f"e{i}", a, now=T0)
         assert client.add(f"e{i}", b, now=T0 + timedelta(minutes=1)).outcome == "created"
     # Each answer is billed in the ledger, under its purpose.
-    rows = conn.execute("SELECT count(*) AS n, bool_and(outcome = 'ok') AS ok FROM llm_usage "
-                        "WHERE purpose = 'write_judge'").fetchone()  # fmt: skip
+    rows = conn.execute(
+        "SELECT count(*) AS n, bool_and(outcome = 'ok') AS ok FROM llm_usage WHERE purpose = 'write_judge'"
+    ).fetchone()
     assert rows["n"] == fake_llm.judge_requests() and rows["ok"]
     events = [e.details for e in client.history("u", old.memory_id) if e.event_type == "superseded"]
     assert events[0]["reason"] == "llm" and events[0]["judge"]["decision"] == "updates"
@@ -302,8 +310,13 @@ def test_not_restatements_even_at_a_high_cosine(old, new):
 def test_salient_tokens_keep_names_numbers_dates_and_negations():
     assert salient_tokens("Meeting with Dr. Patel on Monday at 10am, not Tuesday") == {
         "meeting",
-        "dr", "patel", "monday", "10am", "not", "tuesday"
-    }  # fmt: skip
+        "dr",
+        "patel",
+        "monday",
+        "10am",
+        "not",
+        "tuesday",
+    }
     assert salient_tokens("The user doesn't eat meat") == {"not"}
 
 
@@ -342,7 +355,11 @@ def test_the_shipped_thresholds_merge_no_distinct_pair_of_the_labelled_set(kind)
     a, b = embedder.embed([p["old"] for p in pairs]), embedder.embed([p["new"] for p in pairs])
     cos = (np.asarray(a) * np.asarray(b)).sum(axis=1)
     shipped = thresholds_for(embedder.model, embedder.kind)
-    merged = [p["id"] for p, c in zip(pairs, cos, strict=True) if restatement(float(c), p["old"], p["new"], shipped)]
+    merged = [
+        p["id"] for p, c in zip(pairs, cos, strict=True) if restatement(float(c), p["old"], p["new"], shipped)
+    ]
     distinct = {p["id"] for p in pairs if p["label"] == "distinct"}
     assert not distinct & set(merged)
-    assert {p["id"] for p in pairs if p["kind"] == "duplicate"} & set(merged)  # the rule still merges something
+    assert {p["id"] for p in pairs if p["kind"] == "duplicate"} & set(
+        merged
+    )  # the rule still merges something

@@ -13,8 +13,10 @@ from memory_lib.client import MemoryClient
 from memory_lib.core.config import Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.retrieval.sql import DF_CAP as _DF_CAP, MATCH_CAP as _MATCH_CAP, N_CAP as _N_CAP
+from memory_lib.retrieval.sql import DF_CAP as _DF_CAP
 from memory_lib.retrieval.sql import HOT_SEARCH_SQL
+from memory_lib.retrieval.sql import MATCH_CAP as _MATCH_CAP
+from memory_lib.retrieval.sql import N_CAP as _N_CAP
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
@@ -32,21 +34,36 @@ def _seed(conn, n: int = 4000) -> None:
     rows = []
     for i in range(n):
         created = NOW - timedelta(days=365) + timedelta(minutes=131 * i)
-        rows.append({
-            "user_id": "u1" if i % 10 else "u2", "content": f"Harbour log entry {i} about cargo and tides",
-            "embedding": vectors[i], "embedding_model": model,
-            "category": "procedural" if i % 200 == 0 else CATEGORIES[i % 2],
-            "metadata": {"tags": ["vellmar"] if i % 250 == 0 else ["log"]},
-            "created_at": created, "last_accessed_at": created + timedelta(days=1) if i % 7 == 0 else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "user_id": "u1" if i % 10 else "u2",
+                "content": f"Harbour log entry {i} about cargo and tides",
+                "embedding": vectors[i],
+                "embedding_model": model,
+                "category": "procedural" if i % 200 == 0 else CATEGORIES[i % 2],
+                "metadata": {"tags": ["vellmar"] if i % 250 == 0 else ["log"]},
+                "created_at": created,
+                "last_accessed_at": created + timedelta(days=1) if i % 7 == 0 else None,
+            }
+        )
     insert_memories(conn, rows, actor="test", now=NOW)
     conn.execute("ANALYZE memories")
 
 
 def _plan(conn, filters: SearchFilters) -> str:
     q = HashingEmbedder(TEST_DIM).embed(["cargo tides harbour"])[0]
-    params = {"user_id": "u1", "embedding": q, "text_query": "cargo tides harbour", "websearch": False,
-              "bm25": True, "df_cap": _DF_CAP, "match_cap": _MATCH_CAP, "n_cap": _N_CAP, "pool": 40, **filters.params()}  # fmt: skip
+    params = {
+        "user_id": "u1",
+        "embedding": q,
+        "text_query": "cargo tides harbour",
+        "websearch": False,
+        "bm25": True,
+        "df_cap": _DF_CAP,
+        "match_cap": _MATCH_CAP,
+        "n_cap": _N_CAP,
+        "pool": 40,
+        **filters.params(),
+    }
     rows = conn.execute("EXPLAIN (FORMAT JSON) " + HOT_SEARCH_SQL, params, prepare=False).fetchall()
     return json.dumps(rows[0]["QUERY PLAN"])
 
@@ -63,16 +80,25 @@ def test_filters_return_only_matching_memories(conn):
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
     t0 = NOW - timedelta(days=60)
     old = client.add("u1", "Ferry timetable changes in winter", category="procedural", tags=["ferry"], now=t0)
-    fresh = client.add("u1", "Ferry tickets are sold at the quay", category="procedural", tags=["ferry"], now=t0)
-    other = client.add("u1", "Ferry crossing was rough last week", category="episodic", tags=["ferry"], now=t0)
+    fresh = client.add(
+        "u1", "Ferry tickets are sold at the quay", category="procedural", tags=["ferry"], now=t0
+    )
+    other = client.add(
+        "u1", "Ferry crossing was rough last week", category="episodic", tags=["ferry"], now=t0
+    )
     untagged = client.add("u1", "Ferry cafe serves cortado", category="procedural", now=t0)
-    client.record_access("u1", [fresh.memory_id, other.memory_id, untagged.memory_id], now=NOW - timedelta(days=2))
-    window = SearchFilters(categories=["procedural"], required_tags=["ferry"], seen_since=NOW - timedelta(days=7))
+    client.record_access(
+        "u1", [fresh.memory_id, other.memory_id, untagged.memory_id], now=NOW - timedelta(days=2)
+    )
+    window = SearchFilters(
+        categories=["procedural"], required_tags=["ferry"], seen_since=NOW - timedelta(days=7)
+    )
     hits = client.search("u1", "ferry", filters=window, phase2="never", now=NOW)
     assert [h.provenance.memory_id for h in hits] == [fresh.memory_id]
     before = SearchFilters(categories=["procedural", "episodic"], seen_until=NOW - timedelta(days=7))
-    assert [h.provenance.memory_id for h in client.search("u1", "ferry", filters=before, phase2="never", now=NOW)] == [
-        old.memory_id]  # fmt: skip
+    assert [
+        h.provenance.memory_id for h in client.search("u1", "ferry", filters=before, phase2="never", now=NOW)
+    ] == [old.memory_id]
 
 
 def test_a_seen_window_the_wrong_way_round_is_refused():
@@ -91,8 +117,11 @@ def test_full_text_finds_one_users_matches_in_the_user_tsv_index(conn):
     plan = _plan(conn, SearchFilters())
     assert "memories_user_tsv" in plan
     assert "memories_content_tsv" not in plan
-    indexes = {r["indexname"]: r["indexdef"] for r in conn.execute(
-        "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN ('memories_user_tsv', 'archived_user_summary_tsv')"
-    ).fetchall()}  # fmt: skip
+    indexes = {
+        r["indexname"]: r["indexdef"]
+        for r in conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN ('memories_user_tsv', 'archived_user_summary_tsv')"
+        ).fetchall()
+    }
     assert "gin (user_id, content_tsv)" in indexes["memories_user_tsv"]
     assert "gin (user_id, to_tsvector('english'::regconfig, summary))" in indexes["archived_user_summary_tsv"]

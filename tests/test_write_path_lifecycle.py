@@ -29,8 +29,9 @@ def as_of(night: date) -> datetime:
 
 
 def _client(conn, dim: int = TEST_DIM, store=None, **settings) -> MemoryClient:
-    return MemoryClient(conn, embedder=HashingEmbedder(dim), object_store=store, settings=Settings(**settings),
-                        actor="test")  # fmt: skip
+    return MemoryClient(
+        conn, embedder=HashingEmbedder(dim), object_store=store, settings=Settings(**settings), actor="test"
+    )
 
 
 def _services(store) -> ArchivalServices:
@@ -48,9 +49,13 @@ def long_text(tokens: int = 3000, seed: int = 4) -> str:
     sentences = []
     while chunking.count_tokens(" ".join(sentences)) < tokens:
         a, b = rng.sample(_TOPICS, 2)
-        sentences.append(f"The {a} log for day {len(sentences)} notes that the {b} crew checked the harbour "
-                         f"charts before {rng.choice(['dawn', 'noon', 'dusk'])} and wrote it down.")  # fmt: skip
-    sentences.insert(len(sentences) * 2 // 3, "The Vellmar invoice of 1,870 EUR was settled by the quartermaster.")
+        sentences.append(
+            f"The {a} log for day {len(sentences)} notes that the {b} crew checked the harbour "
+            f"charts before {rng.choice(['dawn', 'noon', 'dusk'])} and wrote it down."
+        )
+    sentences.insert(
+        len(sentences) * 2 // 3, "The Vellmar invoice of 1,870 EUR was settled by the quartermaster."
+    )
     return " ".join(sentences)
 
 
@@ -68,16 +73,25 @@ def test_a_3000_token_text_is_stored_as_overlapping_chunks_and_found_once_per_pa
     assert [r["id"] for r in rows] == list(added.chunk_ids) and len(rows) >= 6
     chunks = [r["metadata"]["chunk"] for r in rows]
     assert {c["parent_id"] for c in chunks} == {str(added.parent_id)}
-    assert [c["index"] for c in chunks] == list(range(len(rows))) and {c["count"] for c in chunks} == {len(rows)}
+    assert [c["index"] for c in chunks] == list(range(len(rows))) and {c["count"] for c in chunks} == {
+        len(rows)
+    }
     counts = [chunking.count_tokens(r["content"]) for r in rows]
     assert max(counts) <= 512 and sum(counts) > total  # overlapping
     for a, b in zip(chunks, chunks[1:], strict=False):
         shared = chunking.count_tokens(text[b["start"] : a["end"]])
         assert 20 <= shared <= 30, (a, b, shared)
     # Every chunk carries the parent's fields; together they are the text, nothing lost.
-    assert {r["category"] for r in rows} == {"semantic"} and all(r["metadata"]["tags"] == ["logbook"] for r in rows)
+    assert {r["category"] for r in rows} == {"semantic"} and all(
+        r["metadata"]["tags"] == ["logbook"] for r in rows
+    )
     assert {r["ttl_days"] for r in rows} == {30} and {r["expires_at"] for r in rows} == {added.expires_at}
-    assert chunking.join_chunks([(c["start"], c["end"], r["content"]) for c, r in zip(chunks, rows, strict=True)]) == text
+    assert (
+        chunking.join_chunks(
+            [(c["start"], c["end"], r["content"]) for c, r in zip(chunks, rows, strict=True)]
+        )
+        == text
+    )
 
     # Searched as memories, returned once per parent: its best chunk, with the parent's provenance.
     client.add("u1", "The harbour office closes at six on Sundays", now=as_of(NIGHT))
@@ -101,7 +115,9 @@ def test_chunks_never_supersede_and_are_never_superseded(conn):
     client = _client(conn)
     text = long_text(1200, seed=9)
     added = client.add("u1", text, now=as_of(NIGHT))
-    first = conn.execute("SELECT content FROM memories WHERE id = %s", (added.chunk_ids[0],)).fetchone()["content"]
+    first = conn.execute("SELECT content FROM memories WHERE id = %s", (added.chunk_ids[0],)).fetchone()[
+        "content"
+    ]
     # A short text equal to a chunk but for one word would supersede a memory; a chunk is a passage.
     changed = first.replace("harbour", "marina", 1)
     other = client.add("u1", changed, now=as_of(NIGHT))
@@ -149,22 +165,30 @@ def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired
     text = "Gate code for the Tuesday delivery is 4471 — valid this week only"
     short = client.add("u1", text, ttl_days=3, importance=0.9, now=written)
     assert short.expires_at == written + timedelta(days=3)
-    row = conn.execute("SELECT ttl_days, expires_at, pinned FROM memories WHERE id = %s", (short.memory_id,)).fetchone()
+    row = conn.execute(
+        "SELECT ttl_days, expires_at, pinned FROM memories WHERE id = %s", (short.memory_id,)
+    ).fetchone()
     assert (row["ttl_days"], row["expires_at"], row["pinned"]) == (3, short.expires_at, False)
     canonical = client.add("u1", "Blood type is O negative", ttl_days=0, now=written)
     assert canonical.expires_at is None
-    assert conn.execute("SELECT pinned FROM memories WHERE id = %s", (canonical.memory_id,)).fetchone()["pinned"]
+    assert conn.execute("SELECT pinned FROM memories WHERE id = %s", (canonical.memory_id,)).fetchone()[
+        "pinned"
+    ]
     plain = client.add("u1", "Likes the harbour walk on Sundays", now=written)
     # get and list show the expiry
     record = client.get("u1", short.memory_id)
     assert (record.tier, record.ttl_days, record.expires_at) == ("hot", 3, short.expires_at)
     listed = {r.id: r for r in client.list("u1").items}
-    assert listed[short.memory_id].expires_at == short.expires_at and listed[plain.memory_id].expires_at is None
+    assert (
+        listed[short.memory_id].expires_at == short.expires_at and listed[plain.memory_id].expires_at is None
+    )
     assert listed[canonical.memory_id].ttl_days == 0 and listed[canonical.memory_id].pinned
 
     # Nights before it expires archive nothing (it is important and recent: only the TTL can take it).
     for i in range(3):
-        report = nights.run_night(conn, _services(local_store), ArchivalCriteria(), NIGHT + timedelta(days=i), TZ)
+        report = nights.run_night(
+            conn, _services(local_store), ArchivalCriteria(), NIGHT + timedelta(days=i), TZ
+        )
         assert report.ok and report.archived == 0
     expired_night = NIGHT + timedelta(days=3)
     assert eligible_counts(conn, ArchivalCriteria(), as_of(expired_night)) == {REASON_TTL_EXPIRED: 1}
@@ -177,7 +201,10 @@ def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired
     assert hot == {canonical.memory_id, plain.memory_id}
     # Archived, not dropped: the original comes back byte for byte.
     expansion = client.expand("u1", arch["id"], now=as_of(expired_night))
-    assert expansion.content.encode() == text.encode() and expansion.original.archive_reason == REASON_TTL_EXPIRED
+    assert (
+        expansion.content.encode() == text.encode()
+        and expansion.original.archive_reason == REASON_TTL_EXPIRED
+    )
     record = client.get("u1", short.memory_id)
     assert (record.tier, record.archive_reason, record.expires_at) == ("archived", REASON_TTL_EXPIRED, None)
 
@@ -190,7 +217,9 @@ def test_ttl_expiry_takes_an_exempt_category_but_never_a_pinned_memory(conn):
     later = as_of(NIGHT + timedelta(days=5))
     counts = eligible_counts(conn, ArchivalCriteria(), later)
     assert counts == {REASON_TTL_EXPIRED: 1}
-    ids = {r["id"] for r in conn.execute("SELECT id FROM memories WHERE expires_at <= %s", (later,)).fetchall()}
+    ids = {
+        r["id"] for r in conn.execute("SELECT id FROM memories WHERE expires_at <= %s", (later,)).fetchall()
+    }
     assert ids == {core.memory_id} and pinned.memory_id not in ids
 
 
@@ -202,7 +231,9 @@ def test_the_same_text_with_a_ttl_renews_the_expiry(conn):
     assert again.outcome == "duplicate" and again.expires_at == t + timedelta(days=11)
     kept = client.add("u1", "parking permit is on the dashboard", now=t + timedelta(days=2))
     assert kept.expires_at == t + timedelta(days=11)
-    row = conn.execute("SELECT ttl_days, expires_at FROM memories WHERE id = %s", (first.memory_id,)).fetchone()
+    row = conn.execute(
+        "SELECT ttl_days, expires_at FROM memories WHERE id = %s", (first.memory_id,)
+    ).fetchone()
     assert (row["ttl_days"], row["expires_at"]) == (10, t + timedelta(days=11))
 
 
@@ -222,7 +253,9 @@ def _readme_example(client: MemoryClient, conn) -> None:
     new = client.add("alice", README_NEW, supersedes=old.memory_id, now=t + timedelta(hours=1))
     assert new.outcome == "superseded" and new.previous_id == old.memory_id, new
     assert new.change is not None and new.change.added == ("flat", "white")
-    live = conn.execute("SELECT content FROM memories WHERE superseded_by IS NULL AND user_id = 'alice'").fetchall()
+    live = conn.execute(
+        "SELECT content FROM memories WHERE superseded_by IS NULL AND user_id = 'alice'"
+    ).fetchall()
     assert [r["content"] for r in live] == [README_NEW]
     # Unrelated and related-but-different facts stay separate memories.
     assert client.add("alice", "Drinks green tea in the evening", now=t).outcome == "created"
@@ -235,7 +268,9 @@ def test_the_readme_example_with_the_default_hashing_embedder(make_conn):
     settings = Settings()
     assert settings.embedding.provider == "auto" and settings.retrieval.near_duplicate_threshold is None
     conn = make_conn(settings.embedding.dim)
-    client = MemoryClient(conn, embedder=HashingEmbedder(settings.embedding.dim), settings=settings, actor="t")
+    client = MemoryClient(
+        conn, embedder=HashingEmbedder(settings.embedding.dim), settings=settings, actor="t"
+    )
     _readme_example(client, conn)
 
 

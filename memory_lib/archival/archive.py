@@ -119,7 +119,9 @@ class BatchStatus:
 # --------------------------------------------------------------------------- step plumbing
 
 
-def _pending(conn: psycopg.Connection, batch_key: str, status: str, extra_cols: str = "") -> list[dict[str, Any]]:
+def _pending(
+    conn: psycopg.Connection, batch_key: str, status: str, extra_cols: str = ""
+) -> list[dict[str, Any]]:
     return conn.execute(
         f"""SELECT a.memory_id, a.user_id, a.archive_reason, a.attempts, a.llm_submission {extra_cols}
             FROM archival_attempts a WHERE a.batch_key = %s AND a.status = %s ORDER BY a.memory_id""",
@@ -128,8 +130,13 @@ def _pending(conn: psycopg.Connection, batch_key: str, status: str, extra_cols: 
 
 
 def record_failure(
-    conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, step: str, exc: BaseException,
-    criteria: ArchivalCriteria, result: StepResult,
+    conn: psycopg.Connection,
+    batch_key: str,
+    memory_id: uuid.UUID,
+    step: str,
+    exc: BaseException,
+    criteria: ArchivalCriteria,
+    result: StepResult,
 ) -> None:
     message = f"{type(exc).__name__}: {exc}"[:1000]
     row = conn.execute(
@@ -162,10 +169,17 @@ class _Checkpoints:
     """
 
     def __init__(
-        self, conn: psycopg.Connection, batch_key: str, step: str, sql: str,
-        params: Callable[[uuid.UUID, Any], Sequence[Any]], criteria: ArchivalCriteria, result: StepResult,
-        saved: Callable[[Any], None] | None = None, before_flush: Callable[[], None] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        conn: psycopg.Connection,
+        batch_key: str,
+        step: str,
+        sql: str,
+        params: Callable[[uuid.UUID, Any], Sequence[Any]],
+        criteria: ArchivalCriteria,
+        result: StepResult,
+        saved: Callable[[Any], None] | None = None,
+        before_flush: Callable[[], None] | None = None,
+    ) -> None:
         self.conn, self.batch_key, self.step, self.sql = conn, batch_key, step, sql
         self.params, self.criteria, self.result, self.saved = params, criteria, result, saved
         self.before_flush = before_flush
@@ -211,7 +225,9 @@ class _Checkpoints:
                     with self.conn.transaction():
                         self.conn.execute(self.sql, p)
                 except psycopg.DataError as exc:
-                    record_failure(self.conn, self.batch_key, memory_id, self.step, exc, self.criteria, self.result)
+                    record_failure(
+                        self.conn, self.batch_key, memory_id, self.step, exc, self.criteria, self.result
+                    )
                 else:
                     self._ok(outcome)
             return
@@ -251,7 +267,10 @@ def run_parallel(
             try:
                 yield item, future.result(timeout=timeout)
             except FutureTimeout:
-                yield item, DeadlineExceeded(f"step deadline passed before this memory's {fn.__name__} finished")
+                yield (
+                    item,
+                    DeadlineExceeded(f"step deadline passed before this memory's {fn.__name__} finished"),
+                )
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -269,8 +288,12 @@ def _start_step(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCrit
 
 
 def summarize_batch(
-    conn: psycopg.Connection, batch_key: str, summarizer: Summarizer, criteria: ArchivalCriteria,
-    *, workers: int = 4,
+    conn: psycopg.Connection,
+    batch_key: str,
+    summarizer: Summarizer,
+    criteria: ArchivalCriteria,
+    *,
+    workers: int = 4,
 ) -> StepResult:
     """Summarize every claimed memory of the batch that has no summary yet: synchronously, or through
     the provider's batch API when more than the summarizer's `batch_threshold` are to do or some
@@ -293,8 +316,19 @@ def summarize_batch(
     if batches.supports_batches(summarizer) and (waiting or (threshold and len(todo) > threshold)):
         submit = todo if threshold and len(todo) > threshold else []
         todo = [] if submit else todo
-        todo += _summarize_via_batches(conn, batch_key, summarizer, criteria, submit, waiting, originals,
-                                       ledger, checkpoints, result, deadline)  # fmt: skip
+        todo += _summarize_via_batches(
+            conn,
+            batch_key,
+            summarizer,
+            criteria,
+            submit,
+            waiting,
+            originals,
+            ledger,
+            checkpoints,
+            result,
+            deadline,
+        )
 
     def run(attempt: dict[str, Any]):
         row = originals.get(attempt["memory_id"])
@@ -316,10 +350,18 @@ def summarize_batch(
 
 
 def _summarize_via_batches(
-    conn: psycopg.Connection, batch_key: str, summarizer: Any, criteria: ArchivalCriteria,
-    submit: list[dict[str, Any]], waiting: list[dict[str, Any]], originals: dict[uuid.UUID, dict[str, Any]],
-    ledger: _LedgerBuffer, checkpoints: _Checkpoints, result: StepResult, step_deadline_at: float,
-) -> list[dict[str, Any]]:  # fmt: skip
+    conn: psycopg.Connection,
+    batch_key: str,
+    summarizer: Any,
+    criteria: ArchivalCriteria,
+    submit: list[dict[str, Any]],
+    waiting: list[dict[str, Any]],
+    originals: dict[uuid.UUID, dict[str, Any]],
+    ledger: _LedgerBuffer,
+    checkpoints: _Checkpoints,
+    result: StepResult,
+    step_deadline_at: float,
+) -> list[dict[str, Any]]:
     """Submit `submit` as one provider batch, poll it and the submissions `waiting` memories are in,
     apply what ended (memory_lib.llm.batches). Returns the attempts to summarize synchronously instead
     (their batch expired or was canceled, the provider refused it, or showed none for it past
@@ -389,8 +431,11 @@ def _summarize_via_batches(
             lookup_failed = f"looking its batch up at the provider failed: {' '.join(str(exc).split())}"
         if batches.past_lookup_window(sub):  # bounded: released, whether or not the provider answered
             hours = batches.LOOKUP_WINDOW.total_seconds() / 3600
-            release(key, f"{'the provider shows no batch for it' if lookup_failed is None else lookup_failed} "
-                         f"{hours:g} h after it was submitted (last error: {sub['error'] or 'none recorded'})"[:500])  # fmt: skip
+            release(
+                key,
+                f"{'the provider shows no batch for it' if lookup_failed is None else lookup_failed} "
+                f"{hours:g} h after it was submitted (last error: {sub['error'] or 'none recorded'})"[:500],
+            )
         elif lookup_failed is not None:  # left for the next run
             batches.mark(conn, key, "submitting", lookup_failed[:500])
             log.warning("submission %s: %s", key, lookup_failed)
@@ -398,15 +443,19 @@ def _summarize_via_batches(
             send(key, list(by_key[key].values()))  # the provider has no batch for it: never submitted
     subs = {s["submission_key"]: s for s in batches.open_submissions(conn, set(by_key))}
 
-    wait_until = batches.wait_deadline(time.monotonic(), getattr(summarizer, "batch_wait_seconds", 0.0),
-                                       step_deadline_at)  # fmt: skip
+    wait_until = batches.wait_deadline(
+        time.monotonic(), getattr(summarizer, "batch_wait_seconds", 0.0), step_deadline_at
+    )
     for key, sub in subs.items():
         if sub["status"] in ("collected", "failed", "expired", "canceled") and key in by_key:
             # Done with, yet memories still point at it (a crash between its last two writes).
             batches.release_memories(conn, key, list(by_key[key]))
             fallback.extend(by_key.pop(key).values())
-    pending = {k: s for k, s in subs.items() if s["provider_batch_id"] and s["status"] in ("submitted", "ended")
-               and k in by_key}  # fmt: skip
+    pending = {
+        k: s
+        for k, s in subs.items()
+        if s["provider_batch_id"] and s["status"] in ("submitted", "ended") and k in by_key
+    }
     for key in set(by_key) - set(pending):  # no provider batch: a submit without an answer, left for later
         result.waiting += len(by_key[key])
     while pending:
@@ -415,8 +464,9 @@ def _summarize_via_batches(
             if pb.status == "in_progress":
                 continue
             del pending[key]
-            fallback.extend(_collect(conn, api, summarizer, sub, pb.status, by_key[key], originals, ledger,
-                                     checkpoints))  # fmt: skip
+            fallback.extend(
+                _collect(conn, api, summarizer, sub, pb.status, by_key[key], originals, ledger, checkpoints)
+            )
         if pending:
             renew_lease(conn, batch_key, criteria)
             if not batches.sleep_until_next_poll(getattr(summarizer, "batch_poll_seconds", 30.0), wait_until):
@@ -427,10 +477,16 @@ def _summarize_via_batches(
 
 
 def _collect(
-    conn: psycopg.Connection, api: batches.BatchClient, summarizer: Any, sub: dict[str, Any], status: str,
-    attempts: dict[uuid.UUID, dict[str, Any]], originals: dict[uuid.UUID, dict[str, Any]],
-    ledger: _LedgerBuffer, checkpoints: _Checkpoints,
-) -> list[dict[str, Any]]:  # fmt: skip
+    conn: psycopg.Connection,
+    api: batches.BatchClient,
+    summarizer: Any,
+    sub: dict[str, Any],
+    status: str,
+    attempts: dict[uuid.UUID, dict[str, Any]],
+    originals: dict[uuid.UUID, dict[str, Any]],
+    ledger: _LedgerBuffer,
+    checkpoints: _Checkpoints,
+) -> list[dict[str, Any]]:
     """Apply an ended provider batch's results to the memories still waiting in it; return those to
     summarize synchronously (canceled or expired, or missing from the results)."""
     key, provider_id = sub["submission_key"], sub["provider_batch_id"]
@@ -470,11 +526,16 @@ def _collect(
     kinds = {r.kind for r in results}
     # Anthropic reports an expired or canceled batch as "ended" with expired/canceled results.
     final = {"expired": "expired", "canceled": "canceled", "failed": "failed"}.get(
-        status, "expired" if "expired" in kinds else "canceled" if "canceled" in kinds else "collected")  # fmt: skip
+        status, "expired" if "expired" in kinds else "canceled" if "canceled" in kinds else "collected"
+    )
     batches.mark(conn, key, final)
     if fallback:
-        log.warning("provider batch %s (%s): %d memories summarized synchronously instead", provider_id, status,
-                    len(fallback))  # fmt: skip
+        log.warning(
+            "provider batch %s (%s): %d memories summarized synchronously instead",
+            provider_id,
+            status,
+            len(fallback),
+        )
     return fallback
 
 
@@ -515,15 +576,30 @@ def accept_summary(
 
 
 def summary_checkpoints(
-    conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, result: StepResult, ledger: _LedgerBuffer
+    conn: psycopg.Connection,
+    batch_key: str,
+    criteria: ArchivalCriteria,
+    result: StepResult,
+    ledger: _LedgerBuffer,
 ) -> _Checkpoints:
     """Checkpoints of accepted summaries (claimed -> summarized), the ledger written before each set."""
 
     def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
         summary, entities = outcome
         typed = None if summary.entities is None else Jsonb([[e.name, e.type] for e in summary.entities])
-        return (summary.text, summary.model, summary.kind, entities, typed, summary.domain_guess,
-                summary.input_tokens, summary.output_tokens, summary.cost_usd, batch_key, mid)  # fmt: skip
+        return (
+            summary.text,
+            summary.model,
+            summary.kind,
+            entities,
+            typed,
+            summary.domain_guess,
+            summary.input_tokens,
+            summary.output_tokens,
+            summary.cost_usd,
+            batch_key,
+            mid,
+        )
 
     def saved(outcome: Any) -> None:
         summary = outcome[0]
@@ -532,15 +608,21 @@ def summary_checkpoints(
         result.cost_usd += summary.cost_usd
 
     return _Checkpoints(
-        conn, batch_key, Step.SUMMARIZE,
+        conn,
+        batch_key,
+        Step.SUMMARIZE,
         """UPDATE archival_attempts
            SET status = 'summarized', summary = %s, summary_model = %s, summarizer_kind = %s,
                key_entities = %s, summary_entities = %s, domain_guess = %s, input_tokens = %s,
                output_tokens = %s, cost_usd = %s, llm_submission = NULL,
                error = NULL, failed_step = NULL, updated_at = now()
            WHERE batch_key = %s AND memory_id = %s AND status = 'claimed'""",
-        params, criteria, result, saved, before_flush=ledger.flush,
-    )  # fmt: skip
+        params,
+        criteria,
+        result,
+        saved,
+        before_flush=ledger.flush,
+    )
 
 
 def check_embedder(conn: psycopg.Connection, embedder: Embedder) -> None:
@@ -554,8 +636,12 @@ def check_embedder(conn: psycopg.Connection, embedder: Embedder) -> None:
 
 
 def embed_batch(
-    conn: psycopg.Connection, batch_key: str, embedder: Embedder, criteria: ArchivalCriteria,
-    *, chunk_size: int = 64,
+    conn: psycopg.Connection,
+    batch_key: str,
+    embedder: Embedder,
+    criteria: ArchivalCriteria,
+    *,
+    chunk_size: int = 64,
 ) -> StepResult:
     """Embed every summary of the batch that has no embedding yet."""
     result = StepResult(Step.EMBED)
@@ -582,13 +668,17 @@ def embed_batch(
         return (Vector(vec), embedder.model, batch_key, mid)
 
     checkpoints = _Checkpoints(
-        conn, batch_key, Step.EMBED,
+        conn,
+        batch_key,
+        Step.EMBED,
         """UPDATE archival_attempts
            SET status = 'embedded', summary_embedding = %b::vector::halfvec,
                summary_embedding_model = %s, error = NULL, failed_step = NULL, updated_at = now()
            WHERE batch_key = %s AND memory_id = %s AND status = 'summarized'""",
-        params, criteria, result,
-    )  # fmt: skip
+        params,
+        criteria,
+        result,
+    )
     chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
     for chunk, vectors in run_parallel(embed_chunk, chunks, 1, deadline=deadline):
         if isinstance(vectors, BaseException):
@@ -601,8 +691,13 @@ def embed_batch(
 
 
 def backup_batch(
-    conn: psycopg.Connection, batch_key: str, object_store: ObjectStore, criteria: ArchivalCriteria,
-    *, workers: int = 8, now: datetime | None = None,
+    conn: psycopg.Connection,
+    batch_key: str,
+    object_store: ObjectStore,
+    criteria: ArchivalCriteria,
+    *,
+    workers: int = 8,
+    now: datetime | None = None,
 ) -> StepResult:
     """Write each original as a backup (alone, or as a member of its user's pack: memory_lib.storage.packs),
     verified by the store, and checkpoint its ref, sha256 and size."""
@@ -619,10 +714,15 @@ def backup_batch(
     ).fetchone()
     try:
         if started_before is not None and started_before["at"] is not None:
-            integrity.purge_unrecorded_packs(conn, batch_key, object_store, sorted({r["user_id"] for r in todo}))
+            integrity.purge_unrecorded_packs(
+                conn, batch_key, object_store, sorted({r["user_id"] for r in todo})
+            )
     except Exception as exc:  # hygiene, not this night's work: the puts below report a store that is down
-        log.warning("backup of %s: could not look for a dead run's packs (%s); `sweep` removes them later",
-                    batch_key, exc)  # fmt: skip
+        log.warning(
+            "backup of %s: could not look for a dead run's packs (%s); `sweep` removes them later",
+            batch_key,
+            exc,
+        )
 
     def archived_at(attempt: dict[str, Any]) -> datetime:
         # The claim's time, not the clock's: a re-run after a crash writes the same bytes, so the same
@@ -631,21 +731,35 @@ def backup_batch(
 
     def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
         stored, row_xmin, at = outcome
-        return (stored.object.key, stored.ref, stored.sha256, stored.size, stored.object.version_id, at,
-                row_xmin, batch_key, mid)  # fmt: skip
+        return (
+            stored.object.key,
+            stored.ref,
+            stored.sha256,
+            stored.size,
+            stored.object.version_id,
+            at,
+            row_xmin,
+            batch_key,
+            mid,
+        )
 
     def saved(outcome: Any) -> None:
         result.bytes_written += outcome[0].size
 
     checkpoints = _Checkpoints(
-        conn, batch_key, Step.BACKUP,
+        conn,
+        batch_key,
+        Step.BACKUP,
         """UPDATE archival_attempts
            SET status = 'backed_up', backup_key = %s, backup_ref = %s, backup_sha256 = %s,
                backup_size_bytes = %s, backup_version_id = %s, backup_archived_at = %s,
                backup_row_xmin = %s, error = NULL, failed_step = NULL, updated_at = now()
            WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
-        params, criteria, result, saved,
-    )  # fmt: skip
+        params,
+        criteria,
+        result,
+        saved,
+    )
     members: list[tuple[str, packs.Member]] = []
     when: dict[uuid.UUID, datetime] = {}
     for attempt in todo:
@@ -672,8 +786,12 @@ def backup_batch(
             for i, member in enumerate(unit.members):
                 stored = outcome if isinstance(outcome, BaseException) else outcome[i]
                 mid = member.memory_id
-                checkpoints.add(mid, stored if isinstance(stored, BaseException)
-                                else (stored, originals[mid]["row_xmin"], when[mid]))  # fmt: skip
+                checkpoints.add(
+                    mid,
+                    stored
+                    if isinstance(stored, BaseException)
+                    else (stored, originals[mid]["row_xmin"], when[mid]),
+                )
     checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result
@@ -705,8 +823,14 @@ _COMMIT_INSERT = """
 
 
 def commit_batch(
-    conn: psycopg.Connection, batch_key: str, object_store: ObjectStore, criteria: ArchivalCriteria,
-    *, actor: str, chunk_size: int = 100, workers: int = 8,
+    conn: psycopg.Connection,
+    batch_key: str,
+    object_store: ObjectStore,
+    criteria: ArchivalCriteria,
+    *,
+    actor: str,
+    chunk_size: int = 100,
+    workers: int = 8,
 ) -> StepResult:
     """Replace each backed-up original by its archive row, in one transaction per chunk.
 
@@ -716,8 +840,12 @@ def commit_batch(
     result = StepResult(Step.COMMIT)
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
-    todo = _pending(conn, batch_key, AttemptStatus.BACKED_UP,
-                    ", a.backup_key, a.backup_ref, a.backup_sha256, a.backup_size_bytes")  # fmt: skip
+    todo = _pending(
+        conn,
+        batch_key,
+        AttemptStatus.BACKED_UP,
+        ", a.backup_key, a.backup_ref, a.backup_sha256, a.backup_size_bytes",
+    )
     by_key: dict[str, list[dict[str, Any]]] = {}
     for a in todo:
         by_key.setdefault(a["backup_key"], []).append(a)
@@ -735,7 +863,9 @@ def commit_batch(
                 except Exception as exc:
                     out.append(exc)
             return out
-        read = packs.read_members(object_store, [(a["backup_ref"], a["backup_sha256"]) for a in group], workers=1)
+        read = packs.read_members(
+            object_store, [(a["backup_ref"], a["backup_sha256"]) for a in group], workers=1
+        )
         return [r if isinstance(r, BaseException) else None for r in read]
 
     verified: list[dict[str, Any]] = []
@@ -774,7 +904,9 @@ def backup_still_matches(row: dict[str, Any], attempt: dict[str, Any]) -> bool:
     """
     if attempt.get("backup_row_xmin") is not None and row.get("row_xmin") == attempt["backup_row_xmin"]:
         return True
-    doc = BackupObject.from_row(row, archived_at=attempt["backup_archived_at"], archive_reason=attempt["archive_reason"])
+    doc = BackupObject.from_row(
+        row, archived_at=attempt["backup_archived_at"], archive_reason=attempt["archive_reason"]
+    )
     return sha256_hex(doc.to_json_bytes()) == attempt["backup_sha256"]
 
 
@@ -795,8 +927,9 @@ def _commit_chunk(
         lock_users(conn, (a["user_id"] for a in chunk))
         rows = conn.execute(
             f"""SELECT {MEMORY_COLUMNS}, {ROW_XMIN} FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE""",
-            (ids,), binary=True,
-        ).fetchall()  # fmt: skip
+            (ids,),
+            binary=True,
+        ).fetchall()
         live = {r["id"]: r for r in rows}
         # Read under the row locks, and only what is still backed up in this batch: an attempt another
         # run committed, or that a takeover moved, since `todo` was read is not ours to touch.
@@ -883,4 +1016,6 @@ def batch_status(conn: psycopg.Connection, batch_key: str) -> BatchStatus:
     if pruned and pruned["archived_pruned"]:
         by_status[AttemptStatus.ARCHIVED.value] += pruned["archived_pruned"]
     attempted = sum(by_status.values())
-    return BatchStatus(batch_key, dict(by_status), attempted, sum(failed_by_step.values()), dict(failed_by_step))
+    return BatchStatus(
+        batch_key, dict(by_status), attempted, sum(failed_by_step.values()), dict(failed_by_step)
+    )

@@ -101,11 +101,20 @@ def claim_batch(
                                              lease_host, lease_pid, lease_expires_at)
                VALUES (%s, %s, %s, 0, %s, %s, %s, now() + make_interval(secs => %s))
                ON CONFLICT (batch_key) DO NOTHING RETURNING batch_key""",
-            (batch_key, as_of, Jsonb(criteria.model_dump(mode="json")), holder.owner, holder.host,
-             holder.pid, criteria.lease_seconds),
-        ).fetchone()  # fmt: skip
+            (
+                batch_key,
+                as_of,
+                Jsonb(criteria.model_dump(mode="json")),
+                holder.owner,
+                holder.host,
+                holder.pid,
+                criteria.lease_seconds,
+            ),
+        ).fetchone()
         if inserted is None:
-            existing = conn.execute("SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
+            existing = conn.execute(
+                "SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)
+            ).fetchone()
             _renew(conn, batch_key, criteria, holder)
             by_reason = _reason_counts(conn, batch_key)
             return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
@@ -136,22 +145,31 @@ def claim_batch(
                     [(batch_key, r["id"], r["user_id"], r["reason"]) for r in rows],
                 )
         conn.execute(
-            "UPDATE archival_batches SET claimed_count = %s WHERE batch_key = %s", (taken + len(rows), batch_key)
+            "UPDATE archival_batches SET claimed_count = %s WHERE batch_key = %s",
+            (taken + len(rows), batch_key),
         )
     by_reason = _reason_counts(conn, batch_key)
     return ClaimResult(batch_key, as_of, sum(by_reason.values()), by_reason, True, taken)
 
 
-def _renew(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, holder: Holder | None) -> None:
+def _renew(
+    conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, holder: Holder | None
+) -> None:
     conn.execute(
         """UPDATE archival_batches
            SET lease_expires_at = now() + make_interval(secs => %s),
                lease_owner = coalesce(%s, lease_owner), lease_host = coalesce(%s, lease_host),
                lease_pid = CASE WHEN %s THEN %s ELSE lease_pid END
            WHERE batch_key = %s""",
-        (criteria.lease_seconds, holder and holder.owner, holder and holder.host, holder is not None,
-         holder and holder.pid, batch_key),
-    )  # fmt: skip
+        (
+            criteria.lease_seconds,
+            holder and holder.owner,
+            holder and holder.host,
+            holder is not None,
+            holder and holder.pid,
+            batch_key,
+        ),
+    )
 
 
 @contextmanager
@@ -202,9 +220,12 @@ def attempt_counts(conn: psycopg.Connection) -> dict[str, Any]:
                               AND EXISTS (SELECT 1 FROM memories m WHERE m.id = a.memory_id)) AS released
            FROM archival_attempts a JOIN archival_batches b ON b.batch_key = a.batch_key
            WHERE a.status <> %(archived)s""",
-        {"open": list(OPEN_STATUSES), "released": AttemptStatus.RELEASED.value,
-         "archived": AttemptStatus.ARCHIVED.value},
-    ).fetchone()  # fmt: skip
+        {
+            "open": list(OPEN_STATUSES),
+            "released": AttemptStatus.RELEASED.value,
+            "archived": AttemptStatus.ARCHIVED.value,
+        },
+    ).fetchone()
     return dict(row)
 
 

@@ -122,11 +122,19 @@ def dry_run(
         ok = not isinstance(out, BaseException)
         samples.append(
             SampleReview(
-                row["id"], row["user_id"], row["reason"], row["created_at"], float(row["importance_score"]),
-                row["content"], out.text if ok else None, None if ok else f"{type(out).__name__}: {out}"[:300],
-                out.input_tokens if ok else 0, out.output_tokens if ok else 0, out.cost_usd if ok else 0.0,
+                row["id"],
+                row["user_id"],
+                row["reason"],
+                row["created_at"],
+                float(row["importance_score"]),
+                row["content"],
+                out.text if ok else None,
+                None if ok else f"{type(out).__name__}: {out}"[:300],
+                out.input_tokens if ok else 0,
+                out.output_tokens if ok else 0,
+                out.cost_usd if ok else 0.0,
             )
-        )  # fmt: skip
+        )
     t1 = time.monotonic()
     texts = [s.summary for s in samples if s.summary]
     if texts:
@@ -147,8 +155,17 @@ def dry_run(
         per["summarize"] = max(per["summarize"], 1.0 / requests_per_second)
     # Per sampled memory, every answer counted (a failed one is billed and would be retried).
     scale = eligible / max(len(samples), 1)
-    projected = Usage(*(round(scale * getattr(measured, f)) for f in (
-        "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")))  # fmt: skip
+    projected = Usage(
+        *(
+            round(scale * getattr(measured, f))
+            for f in (
+                "input_tokens",
+                "output_tokens",
+                "cache_creation_input_tokens",
+                "cache_read_input_tokens",
+            )
+        )
+    )
     summarizer = services.summarizer
     prices = getattr(summarizer, "prices", DEFAULT_PRICES)
     offline = summarizer.kind == "extractive-offline"
@@ -210,5 +227,3 @@ def _scratch_round_trip(
             deleted += 1
             size += out
     return RoundTrip(written, faithful, deleted, size, failures, time.monotonic() - started)
-
-

@@ -39,8 +39,19 @@ class FidelityReport:
         return not self.failures
 
 
-_BACKUP_FIELDS = ("schema_version", "original_id", "user_id", "content", "embedding", "entity_links",
-                  "metadata", "importance_score", "created_at", "archived_at", "archive_reason")  # fmt: skip
+_BACKUP_FIELDS = (
+    "schema_version",
+    "original_id",
+    "user_id",
+    "content",
+    "embedding",
+    "entity_links",
+    "metadata",
+    "importance_score",
+    "created_at",
+    "archived_at",
+    "archive_reason",
+)
 
 
 def _differences(doc: BackupObject, expected: dict[str, Any]) -> list[str]:
@@ -62,9 +73,13 @@ def _differences(doc: BackupObject, expected: dict[str, Any]) -> list[str]:
 
 
 def verify_backups(
-    conn: psycopg.Connection, store: ObjectStore, batch_key: str, *, workers: int = 8,
+    conn: psycopg.Connection,
+    store: ObjectStore,
+    batch_key: str,
+    *,
+    workers: int = 8,
     deadline: float | None = None,
-) -> FidelityReport:  # fmt: skip
+) -> FidelityReport:
     """Read back every backup object the batch wrote and compare it with its source.
 
     Source: the live row while the memory is hot (every backup field, the embedding bit for bit),
@@ -119,8 +134,10 @@ def verify_backups(
 
     for key, outcome in run_parallel(read_and_check, list(by_key), workers, deadline=deadline):
         if isinstance(outcome, BaseException):
-            outcome = [(a, 0, ("failed", f"read failed: {type(outcome).__name__}: {outcome}"[:300]))
-                       for a in by_key[key]]  # fmt: skip
+            outcome = [
+                (a, 0, ("failed", f"read failed: {type(outcome).__name__}: {outcome}"[:300]))
+                for a in by_key[key]
+            ]
         for attempt, size, (verdict, problem) in outcome:
             report.checked += 1
             mid = attempt["memory_id"]
@@ -136,9 +153,12 @@ def verify_backups(
 
 
 def _check_one(
-    att: dict[str, Any], data: bytes, row: dict[str, Any] | None, arch: dict[str, Any] | None,
+    att: dict[str, Any],
+    data: bytes,
+    row: dict[str, Any] | None,
+    arch: dict[str, Any] | None,
     store: ObjectStore,
-) -> tuple[str, str | None]:  # fmt: skip
+) -> tuple[str, str | None]:
     """("faithful", None), ("stale", None) when the live row changed after its backup (commit backs it
     up again), or ("failed", what differs)."""
     if len(data) != att["backup_size_bytes"]:
@@ -163,10 +183,14 @@ def _check_one(
         return ("failed", f"fields differ from the live row: {', '.join(bad)}") if bad else ("faithful", None)
     if arch is not None:
         expected = {
-            "schema_version": 1, "original_id": att["memory_id"], "user_id": arch["user_id"],
-            "importance_score": arch["importance_score"], "created_at": arch["original_created_at"],
-            "archived_at": arch["archived_at"], "archive_reason": arch["archive_reason"],
-        }  # fmt: skip
+            "schema_version": 1,
+            "original_id": att["memory_id"],
+            "user_id": arch["user_id"],
+            "importance_score": arch["importance_score"],
+            "created_at": arch["original_created_at"],
+            "archived_at": arch["archived_at"],
+            "archive_reason": arch["archive_reason"],
+        }
         bad = _differences(doc, expected)
         if (
             arch["backup_sha256"] != att["backup_sha256"]
@@ -194,8 +218,15 @@ def reset_unfaithful_backups(
         ).fetchone()
         if row is None or row["status"] != "backed_up":
             continue  # an archived memory's backup cannot be rewritten from a source that is gone
-        record_failure(conn, report.batch_key, mid, Step.FIDELITY, IntegrityError("backup", "round trip", problem),
-                                criteria, sink)  # fmt: skip
+        record_failure(
+            conn,
+            report.batch_key,
+            mid,
+            Step.FIDELITY,
+            IntegrityError("backup", "round trip", problem),
+            criteria,
+            sink,
+        )
         return_to_status(conn, report.batch_key, mid, AttemptStatus.EMBEDDED)
         sent_back += 1
     return sent_back

@@ -37,8 +37,13 @@ class IntegrityReport:
 
     @property
     def passed(self) -> bool:
-        return not (self.both_tiers or self.double_open or self.lost or self.archived_without_event
-                    or self.mismatched_records)  # fmt: skip
+        return not (
+            self.both_tiers
+            or self.double_open
+            or self.lost
+            or self.archived_without_event
+            or self.mismatched_records
+        )
 
     def problems(self) -> dict[str, int]:
         names = ("both_tiers", "double_open", "lost", "archived_without_event", "mismatched_records")
@@ -112,9 +117,10 @@ def orphaned_backups(
             pack_refs[r["ref"]]
             for r in conn.execute(
                 "SELECT DISTINCT split_part(storage_ref, '#', 1) AS ref FROM archived_memories"
-                " WHERE split_part(storage_ref, '#', 1) = ANY(%s)", (list(pack_refs),),
+                " WHERE split_part(storage_ref, '#', 1) = ANY(%s)",
+                (list(pack_refs),),
             ).fetchall()
-        }  # fmt: skip
+        }
     return [k for k in keys if k not in known]
 
 
@@ -126,10 +132,16 @@ def purge_unrecorded_packs(
     never landed. Called by the batch's backup step under the batch's lease when an earlier run
     started it, so no live run is between its put and its checkpoint. (forget finds such packs by
     listing the user's folder either way: this is the storage they would waste.)"""
-    folders = [f"packs/{packs.owner_tag(u)}/{batch_key}/" for u in sorted(set(user_ids))] + [f"packs/{batch_key}/"]
+    folders = [f"packs/{packs.owner_tag(u)}/{batch_key}/" for u in sorted(set(user_ids))] + [
+        f"packs/{batch_key}/"
+    ]
     # A batch key may hold '/': keep only the packs directly in this batch's folder.
-    keys = [k for folder in folders for k in store.list(folder)
-            if packs.is_pack_key(k) and packs.batch_of(store, k) == batch_key]  # fmt: skip
+    keys = [
+        k
+        for folder in folders
+        for k in store.list(folder)
+        if packs.is_pack_key(k) and packs.batch_of(store, k) == batch_key
+    ]
     orphans = orphaned_backups(conn, store, keys=keys)
     for key in orphans:
         purge(store, key)
@@ -211,17 +223,24 @@ def audit_batch(
     committed batch, kept on the batch (record_audit). A passed audit then prunes the batch's
     archived checkpoint rows (prune_archived_attempts); a failed one keeps them for the investigation."""
     report = integrity_report(conn, [batch_key])
-    committed = verify_committed(conn, store, [batch_key], sample_max=AUDIT_SAMPLE if sample_max is None else sample_max)
+    committed = verify_committed(
+        conn, store, [batch_key], sample_max=AUDIT_SAMPLE if sample_max is None else sample_max
+    )
     if not committed.passed:
         recovered = recover_from_versions(conn, store, committed.missing + committed.mismatched)
         committed = replace(
-            committed, missing=[r for r in committed.missing if r not in recovered],
-            mismatched=[r for r in committed.mismatched if r not in recovered], recovered=sorted(recovered),
-        )  # fmt: skip
+            committed,
+            missing=[r for r in committed.missing if r not in recovered],
+            mismatched=[r for r in committed.mismatched if r not in recovered],
+            recovered=sorted(recovered),
+        )
     at = datetime.now(UTC)
     conn.execute(
         "UPDATE archival_batches SET tier_audit = %s WHERE batch_key = %s",
-        (Jsonb({"integrity": asdict(report), "committed": asdict(committed), "at": at.isoformat()}), batch_key),
+        (
+            Jsonb({"integrity": asdict(report), "committed": asdict(committed), "at": at.isoformat()}),
+            batch_key,
+        ),
     )
     audit = TierAudit(batch_key, report, committed, at)
     if audit.passed:
@@ -255,18 +274,28 @@ def prune_archived_attempts(conn: psycopg.Connection, batch_key: str) -> int:
 
 def recorded_audit(conn: psycopg.Connection, batch_key: str) -> TierAudit | None:
     """The last audit `audit_batch` kept for the batch, or None when it was never audited (not committed)."""
-    row = conn.execute("SELECT tier_audit AS a FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
+    row = conn.execute(
+        "SELECT tier_audit AS a FROM archival_batches WHERE batch_key = %s", (batch_key,)
+    ).fetchone()
     if row is None or row["a"] is None:
         return None
     a = row["a"]
-    return TierAudit(batch_key, IntegrityReport(**a["integrity"]), CommittedBackups(**a["committed"]),
-                     datetime.fromisoformat(a["at"]))  # fmt: skip
+    return TierAudit(
+        batch_key,
+        IntegrityReport(**a["integrity"]),
+        CommittedBackups(**a["committed"]),
+        datetime.fromisoformat(a["at"]),
+    )
 
 
 def verify_committed(
-    conn: psycopg.Connection, store: ObjectStore, batch_keys: Sequence[str], *, sample_max: int = 1000,
+    conn: psycopg.Connection,
+    store: ObjectStore,
+    batch_keys: Sequence[str],
+    *,
+    sample_max: int = 1000,
     workers: int = 8,
-) -> CommittedBackups:  # fmt: skip
+) -> CommittedBackups:
     """HEAD the backup of each archive row these batches committed (a random sample above
     `sample_max`): closes the race where an object is deleted between commit's verify and its
     transaction. Bucket versioning and object lock prevent that race; this check detects it."""
@@ -297,7 +326,9 @@ def verify_committed(
             elif obj.sha256 != r["backup_sha256"] or obj.size != r["backup_size_bytes"]:
                 mismatched.append(r["storage_ref"])
     # Pack members: one GET per pack, each member's bytes checked against its own sha256.
-    read = packs.read_members(store, [(r["storage_ref"], r["backup_sha256"]) for r in members], workers=workers)
+    read = packs.read_members(
+        store, [(r["storage_ref"], r["backup_sha256"]) for r in members], workers=workers
+    )
     for r, got in zip(members, read, strict=True):
         if isinstance(got, ObjectNotFoundError):
             missing.append(r["storage_ref"])
@@ -333,8 +364,11 @@ def recover_from_versions(conn: psycopg.Connection, store: ObjectStore, refs: Se
             put_back.append(r)
     # Read back as every other check does: one read per pack for all of its members, each checked.
     read = packs.read_members(store, [(r["storage_ref"], r["backup_sha256"]) for r in put_back])
-    recovered = {r["storage_ref"] for r, got in zip(put_back, read, strict=True)
-                 if not isinstance(got, ObjectNotFoundError | IntegrityError)}  # fmt: skip
+    recovered = {
+        r["storage_ref"]
+        for r, got in zip(put_back, read, strict=True)
+        if not isinstance(got, ObjectNotFoundError | IntegrityError)
+    }
     for got in read:
         if isinstance(got, BaseException) and not isinstance(got, ObjectNotFoundError | IntegrityError):
             raise got  # the store down: raises, as verify_committed does
@@ -383,7 +417,8 @@ def sweep_orphans(conn: psycopg.Connection, store: ObjectStore, *, remove: bool 
     if orphans:
         open_ids, open_batches = set(), set()
         for r in conn.execute(
-            "SELECT memory_id, batch_key FROM archival_attempts WHERE status = ANY(%s)", (list(OPEN_STATUSES),)
+            "SELECT memory_id, batch_key FROM archival_attempts WHERE status = ANY(%s)",
+            (list(OPEN_STATUSES),),
         ).fetchall():
             open_ids.add(str(r["memory_id"]))
             open_batches.add(r["batch_key"])

@@ -72,8 +72,6 @@ def night_as_of(night: date, timezone: str) -> datetime:
     return datetime.combine(night + timedelta(days=1), dtime(0), _zone(timezone)).astimezone(UTC)
 
 
-
-
 def oldest_night(url: str, timezone: str, *, connect_timeout: int = 3) -> date | None:
     """The night (date in `timezone`) of the oldest memory, hot or archived, or None in an empty
     database. Archived memories count, so the first night does not move as archival goes on.
@@ -93,49 +91,105 @@ def _on(night: date, outcome: StageOutcome) -> StageOutcome:
 
 
 def claim_night(
-    conn: psycopg.Connection, night: date, criteria: ArchivalCriteria, timezone: str, *, limit: int | None = None,
+    conn: psycopg.Connection,
+    night: date,
+    criteria: ArchivalCriteria,
+    timezone: str,
+    *,
+    limit: int | None = None,
     shard: Shard = ALL,
-) -> StageOutcome:  # fmt: skip
+) -> StageOutcome:
     """Claim the night's batch of `shard` (at most criteria.batch_size memories, once per night and shard)."""
-    return _on(night, pipeline.claim_stage(conn, batch_key_for(night, shard), criteria, night_as_of(night, timezone),
-                                           limit=limit, shard=shard))  # fmt: skip
+    return _on(
+        night,
+        pipeline.claim_stage(
+            conn,
+            batch_key_for(night, shard),
+            criteria,
+            night_as_of(night, timezone),
+            limit=limit,
+            shard=shard,
+        ),
+    )
 
 
 def summarize_night(
-    conn: psycopg.Connection, night: date, summarizer: Summarizer, embedder: Embedder,
-    criteria: ArchivalCriteria, *, workers: int = 4, shard: Shard = ALL,
-) -> StageOutcome:  # fmt: skip
-    return _on(night, pipeline.summarize_stage(conn, batch_key_for(night, shard), summarizer, embedder, criteria,
-                                               workers=workers))  # fmt: skip
+    conn: psycopg.Connection,
+    night: date,
+    summarizer: Summarizer,
+    embedder: Embedder,
+    criteria: ArchivalCriteria,
+    *,
+    workers: int = 4,
+    shard: Shard = ALL,
+) -> StageOutcome:
+    return _on(
+        night,
+        pipeline.summarize_stage(
+            conn, batch_key_for(night, shard), summarizer, embedder, criteria, workers=workers
+        ),
+    )
 
 
 def backup_night(
-    conn: psycopg.Connection, night: date, store: ObjectStore, criteria: ArchivalCriteria, *, workers: int = 8,
+    conn: psycopg.Connection,
+    night: date,
+    store: ObjectStore,
+    criteria: ArchivalCriteria,
+    *,
+    workers: int = 8,
     shard: Shard = ALL,
-) -> StageOutcome:  # fmt: skip
-    return _on(night, pipeline.backup_stage(conn, batch_key_for(night, shard), store, criteria, workers=workers))
+) -> StageOutcome:
+    return _on(
+        night, pipeline.backup_stage(conn, batch_key_for(night, shard), store, criteria, workers=workers)
+    )
 
 
 def commit_night(
-    conn: psycopg.Connection, night: date, store: ObjectStore, criteria: ArchivalCriteria,
-    *, actor: str = ACTOR, workers: int = 8, shard: Shard = ALL,
-) -> StageOutcome:  # fmt: skip
-    return _on(night, pipeline.commit_stage(conn, batch_key_for(night, shard), store, criteria, actor=actor,
-                                            workers=workers))  # fmt: skip
+    conn: psycopg.Connection,
+    night: date,
+    store: ObjectStore,
+    criteria: ArchivalCriteria,
+    *,
+    actor: str = ACTOR,
+    workers: int = 8,
+    shard: Shard = ALL,
+) -> StageOutcome:
+    return _on(
+        night,
+        pipeline.commit_stage(
+            conn, batch_key_for(night, shard), store, criteria, actor=actor, workers=workers
+        ),
+    )
 
 
 def run_night(
-    conn: psycopg.Connection, services: ArchivalServices, criteria: ArchivalCriteria, night: date,
-    timezone: str, *, actor: str = ACTOR, workers: int = 4, shard: Shard = ALL,
+    conn: psycopg.Connection,
+    services: ArchivalServices,
+    criteria: ArchivalCriteria,
+    night: date,
+    timezone: str,
+    *,
+    actor: str = ACTOR,
+    workers: int = 4,
+    shard: Shard = ALL,
     retention_config: RetentionConfig | None = None,
-) -> BatchReport:  # fmt: skip
+) -> BatchReport:
     """One partition night (of `shard`'s users) without Dagster, as the Dagster job runs it: the night's
     retention scores (memory_lib.lifecycle.retention, with `retention_config` or the defaults), then
     pipeline.run_batch on the shard's batch."""
     as_of = night_as_of(night, timezone)
     retention.score(conn, as_of, retention_config or RetentionConfig(), shard=shard)
-    report = pipeline.run_batch(conn, services, criteria, batch_key=batch_key_for(night, shard),
-                                as_of=as_of, actor=actor, workers=workers, shard=shard)  # fmt: skip
+    report = pipeline.run_batch(
+        conn,
+        services,
+        criteria,
+        batch_key=batch_key_for(night, shard),
+        as_of=as_of,
+        actor=actor,
+        workers=workers,
+        shard=shard,
+    )
     for o in report.outcomes:
         o.night = night
     return report
@@ -167,5 +221,3 @@ def totals(outcomes: Iterable[StageOutcome]) -> StepTotals:
                 t.failed_by_step[r.step] += r.failed
             t.errors.extend(r.errors[: max(0, 20 - len(t.errors))])
     return t
-
-

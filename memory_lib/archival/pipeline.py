@@ -59,9 +59,15 @@ def _skip(conn: psycopg.Connection, batch_key: str, step: str) -> StageOutcome |
 
 
 def claim_stage(
-    conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, as_of: datetime,
-    *, limit: int | None = None, holder: Holder | None = None, shard: Shard = ALL,
-) -> StageOutcome:  # fmt: skip
+    conn: psycopg.Connection,
+    batch_key: str,
+    criteria: ArchivalCriteria,
+    as_of: datetime,
+    *,
+    limit: int | None = None,
+    holder: Holder | None = None,
+    shard: Shard = ALL,
+) -> StageOutcome:
     if (skip := _skip(conn, batch_key, "claim")) is not None:
         return skip
     claim = claim_batch(conn, batch_key, criteria, as_of, limit=limit, holder=holder, shard=shard)
@@ -69,9 +75,14 @@ def claim_stage(
 
 
 def summarize_stage(
-    conn: psycopg.Connection, batch_key: str, summarizer: Summarizer, embedder: Embedder,
-    criteria: ArchivalCriteria, *, workers: int = 4,
-) -> StageOutcome:  # fmt: skip
+    conn: psycopg.Connection,
+    batch_key: str,
+    summarizer: Summarizer,
+    embedder: Embedder,
+    criteria: ArchivalCriteria,
+    *,
+    workers: int = 4,
+) -> StageOutcome:
     """Summarize the batch's claimed memories, then embed the summaries."""
     if (skip := _skip(conn, batch_key, "summarize")) is not None:
         return skip
@@ -85,7 +96,12 @@ def summarize_stage(
 
 
 def backup_stage(
-    conn: psycopg.Connection, batch_key: str, store: ObjectStore, criteria: ArchivalCriteria, *, workers: int = 8
+    conn: psycopg.Connection,
+    batch_key: str,
+    store: ObjectStore,
+    criteria: ArchivalCriteria,
+    *,
+    workers: int = 8,
 ) -> StageOutcome:
     if (skip := _skip(conn, batch_key, "backup")) is not None:
         return skip
@@ -95,38 +111,63 @@ def backup_stage(
 
 
 def fidelity_stage(
-    conn: psycopg.Connection, batch_key: str, store: ObjectStore, criteria: ArchivalCriteria,
-    *, actor: str, workers: int = 8,
-) -> FidelityReport:  # fmt: skip
+    conn: psycopg.Connection,
+    batch_key: str,
+    store: ObjectStore,
+    criteria: ArchivalCriteria,
+    *,
+    actor: str,
+    workers: int = 8,
+) -> FidelityReport:
     """Read every backup of the batch back; on a failure, send those memories back to be backed up
     again and pause archival."""
     with working_on(conn, batch_key):
-        report = verify_backups(conn, store, batch_key, workers=workers, deadline=archive.step_deadline(criteria))
+        report = verify_backups(
+            conn, store, batch_key, workers=workers, deadline=archive.step_deadline(criteria)
+        )
         if not report.passed:
             reset_unfaithful_backups(conn, report, criteria)
             set_pause(
-                conn, reason=f"backup fidelity failed for {len(report.failures)} memories", actor=actor,
-                batch_key=batch_key, details={"check": "backups_round_trip"},
-            )  # fmt: skip
+                conn,
+                reason=f"backup fidelity failed for {len(report.failures)} memories",
+                actor=actor,
+                batch_key=batch_key,
+                details={"check": "backups_round_trip"},
+            )
     return report
 
 
 def gate_stage(
-    conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, *, actor: str, after_commit: bool = False
+    conn: psycopg.Connection,
+    batch_key: str,
+    criteria: ArchivalCriteria,
+    *,
+    actor: str,
+    after_commit: bool = False,
 ) -> GateResult:
     """Decide the gate (gate.error_gate) and pause archival when it fails."""
     gate = error_gate(conn, batch_key, criteria, after_commit=after_commit)
     if not gate.passed:
         log.error("%s: originals of the failed memories kept, archival paused", gate.describe())
-        set_pause(conn, reason=gate.describe(), actor=actor, batch_key=batch_key,
-                  details={"check": "error_rate_gate", "after_commit": after_commit})  # fmt: skip
+        set_pause(
+            conn,
+            reason=gate.describe(),
+            actor=actor,
+            batch_key=batch_key,
+            details={"check": "error_rate_gate", "after_commit": after_commit},
+        )
     return gate
 
 
 def commit_stage(
-    conn: psycopg.Connection, batch_key: str, store: ObjectStore, criteria: ArchivalCriteria,
-    *, actor: str, workers: int = 8,
-) -> StageOutcome:  # fmt: skip
+    conn: psycopg.Connection,
+    batch_key: str,
+    store: ObjectStore,
+    criteria: ArchivalCriteria,
+    *,
+    actor: str,
+    workers: int = 8,
+) -> StageOutcome:
     """Replace the batch's backed-up originals by archive rows if the gate passes, then mark the
     batch finished (its remaining open attempts go to the next batch).
 
@@ -200,8 +241,10 @@ class BatchReport:
         if self.integrity is not None and not self.integrity.passed:
             return f"{self.batch_key}: tier integrity failed: {self.integrity.problems()}"
         if self.committed is not None and not self.committed.passed:
-            return (f"{self.batch_key}: {len(self.committed.missing)} committed backups missing, "
-                    f"{len(self.committed.mismatched)} differ")  # fmt: skip
+            return (
+                f"{self.batch_key}: {len(self.committed.missing)} committed backups missing, "
+                f"{len(self.committed.mismatched)} differ"
+            )
         return None
 
     @property
@@ -243,8 +286,9 @@ def run_batch(
     if outcomes[0].skipped:
         report.paused = pause_status(conn)
         return report
-    outcomes.append(summarize_stage(conn, batch_key, services.summarizer, services.embedder, criteria,
-                                    workers=workers))  # fmt: skip
+    outcomes.append(
+        summarize_stage(conn, batch_key, services.summarizer, services.embedder, criteria, workers=workers)
+    )
     outcomes.append(backup_stage(conn, batch_key, store, criteria, workers=io_workers))
     report.fidelity = fidelity_stage(conn, batch_key, store, criteria, actor=actor, workers=io_workers)
     if report.fidelity.passed:
@@ -255,8 +299,13 @@ def run_batch(
         audit = audit_batch(conn, store, batch_key)  # kept on the batch for the tiers_consistent check
         report.integrity, report.committed = audit.integrity, audit.committed
         if not (report.integrity.passed and report.committed.passed):
-            set_pause(conn, reason=report.problem or "tier integrity failed", actor=actor, batch_key=batch_key,
-                      details={"check": "tiers_consistent"})  # fmt: skip
+            set_pause(
+                conn,
+                reason=report.problem or "tier integrity failed",
+                actor=actor,
+                batch_key=batch_key,
+                details={"check": "tiers_consistent"},
+            )
     report.status = archive.batch_status(conn, batch_key)
     report.stall = stalls.diagnose(conn, batch_key, report.status)
     if report.problem is not None:

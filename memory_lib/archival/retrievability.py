@@ -160,17 +160,30 @@ def probe_night(
     search_config = config.model_copy(update={"limit": k})
     for row, question, vector in zip(readable, questions, vectors, strict=True):
         request = SearchRequest(
-            user_id=row["user_id"], query=question, embedding=query_vector(vector, embedder.dim),
-            config=search_config, now=when, phase2="auto", embedding_model=embedder.model,
+            user_id=row["user_id"],
+            query=question,
+            embedding=query_vector(vector, embedder.dim),
+            config=search_config,
+            now=when,
+            phase2="auto",
+            embedding_model=embedder.model,
             embedder_kind=getattr(embedder, "kind", None),
-        )  # fmt: skip
+        )
         result = run_plan(conn, search_plan(request))
-        if not any(h.provenance.archive_id == row["archive_id"] or _same_fact(h.text, question) for h in result.hits):
+        if not any(
+            h.provenance.archive_id == row["archive_id"] or _same_fact(h.text, question) for h in result.hits
+        ):
             missed.append(row["original_id"])
     return NightRetrievability(
-        batch_key, archived, len(rows), len(rows) - len(missed), config.retrievability_floor, k, missed,
+        batch_key,
+        archived,
+        len(rows),
+        len(rows) - len(missed),
+        config.retrievability_floor,
+        k,
+        missed,
         time.monotonic() - started,
-    )  # fmt: skip
+    )
 
 
 def probe_nights(
@@ -188,17 +201,38 @@ def record(conn: psycopg.Connection, result: NightRetrievability) -> None:
     """Keep a night's result on its batch (archival_batches.retrievability), for the read-only check."""
     conn.execute(
         "UPDATE archival_batches SET retrievability = %s WHERE batch_key = %s",
-        (Jsonb({"archived": result.archived, "sampled": result.sampled, "found": result.found,
-                "floor": result.floor, "k": result.k, "missed": [str(m) for m in result.missed],
-                "seconds": round(result.seconds, 3)}), result.batch_key),
-    )  # fmt: skip
+        (
+            Jsonb(
+                {
+                    "archived": result.archived,
+                    "sampled": result.sampled,
+                    "found": result.found,
+                    "floor": result.floor,
+                    "k": result.k,
+                    "missed": [str(m) for m in result.missed],
+                    "seconds": round(result.seconds, 3),
+                }
+            ),
+            result.batch_key,
+        ),
+    )
 
 
 def recorded(conn: psycopg.Connection, batch_key: str) -> NightRetrievability | None:
     """The last result `record` kept for the night, or None when the night was never probed."""
-    row = conn.execute("SELECT retrievability AS r FROM archival_batches WHERE batch_key = %s", (batch_key,)).fetchone()
+    row = conn.execute(
+        "SELECT retrievability AS r FROM archival_batches WHERE batch_key = %s", (batch_key,)
+    ).fetchone()
     if row is None or row["r"] is None:
         return None
     r = row["r"]
-    return NightRetrievability(batch_key, r["archived"], r["sampled"], r["found"], r["floor"], r["k"],
-                               [uuid.UUID(m) for m in r["missed"]], r["seconds"])  # fmt: skip
+    return NightRetrievability(
+        batch_key,
+        r["archived"],
+        r["sampled"],
+        r["found"],
+        r["floor"],
+        r["k"],
+        [uuid.UUID(m) for m in r["missed"]],
+        r["seconds"],
+    )

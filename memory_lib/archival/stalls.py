@@ -56,17 +56,25 @@ def diagnose(conn: psycopg.Connection, batch_key: str, status: BatchStatus | Non
     parts = [h.describe() for h in sorted(held, key=lambda h: not h.stalled)]
     batch = conn.execute("SELECT created_at FROM archival_batches WHERE batch_key = %s", (batch_key,))
     claimed_at = batch.fetchone()
-    ids = [r["memory_id"] for r in conn.execute(
-        "SELECT memory_id FROM archival_attempts WHERE batch_key = %s", (batch_key,)).fetchall()]  # fmt: skip
+    ids = [
+        r["memory_id"]
+        for r in conn.execute(
+            "SELECT memory_id FROM archival_attempts WHERE batch_key = %s", (batch_key,)
+        ).fetchall()
+    ]
     if claimed_at is not None and ids:
         for r in batches.refused_submissions(conn, ids, claimed_at["created_at"]):
-            parts.append(f"LLM batch {r['submission_key']} of {r['memories']} memories failed: {r['error']}; "
-                         "its memories went to synchronous summaries")  # fmt: skip
+            parts.append(
+                f"LLM batch {r['submission_key']} of {r['memories']} memories failed: {r['error']}; "
+                "its memories went to synchronous summaries"
+            )
     if status.failed:
         steps = ", ".join(f"{k}: {v}" for k, v in sorted(status.failed_by_step.items()))
         top = _top_error(conn, batch_key)
-        parts.append(f"{status.failed} memories failed ({steps})"
-                     + (f", most often: {' '.join(top['error'].split())[:300]}" if top else ""))  # fmt: skip
+        parts.append(
+            f"{status.failed} memories failed ({steps})"
+            + (f", most often: {' '.join(top['error'].split())[:300]}" if top else "")
+        )
     if not parts:
         parts.append(f"{claimed - archived} claimed memories are not archived yet (no failure recorded)")
     why = f"{batch_key}: archived {archived} of {claimed} claimed; " + "; ".join(parts)

@@ -127,10 +127,19 @@ def _aggregate(inp: DigestInput) -> _Aggregate:
                     projects[entity] += 1
                 elif kind == "date" and entity not in dates:
                     dates.append(entity)
-        important = sorted((m for m in inp.memories if m.importance >= HIGHLIGHT_MIN_IMPORTANCE),
-                           key=lambda m: (-m.importance, m.created_at))  # fmt: skip
-        highlights = [{"text": first_sentence(m.text), "memoryId": str(m.id), "importance": round(m.importance, 3),
-                       "date": m.created_at.date().isoformat()} for m in important[:MAX_HIGHLIGHTS]]  # fmt: skip
+        important = sorted(
+            (m for m in inp.memories if m.importance >= HIGHLIGHT_MIN_IMPORTANCE),
+            key=lambda m: (-m.importance, m.created_at),
+        )
+        highlights = [
+            {
+                "text": first_sentence(m.text),
+                "memoryId": str(m.id),
+                "importance": round(m.importance, 3),
+                "date": m.created_at.date().isoformat(),
+            }
+            for m in important[:MAX_HIGHLIGHTS]
+        ]
         counts = Counter(memories=len(inp.memories), archived=sum(m.tier == "archived" for m in inp.memories))
         counts["hot"] = counts["memories"] - counts["archived"]
         return _Aggregate(people, topics, places, projects, dates[:10], highlights, counts)
@@ -153,11 +162,20 @@ def _top(counter: Counter[str], n: int = MAX_NAMES) -> list[str]:
     return [name for name, _ in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
-def _body(inp: DigestInput, agg: _Aggregate, summary: str, topics: list[str], people: list[str],
-          highlights: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def _body(
+    inp: DigestInput,
+    agg: _Aggregate,
+    summary: str,
+    topics: list[str],
+    people: list[str],
+    highlights: list[dict[str, Any]],
+) -> dict[str, Any]:
     """Seed 003's shape, plus the counts the next level up sums (mentions, counts)."""
-    body: dict[str, Any] = {"level": inp.level, "period": period_label(inp.level, inp.period_start),
-                            "year": inp.period_start.year}  # fmt: skip
+    body: dict[str, Any] = {
+        "level": inp.level,
+        "period": period_label(inp.level, inp.period_start),
+        "year": inp.period_start.year,
+    }
     if inp.level == 2:
         body["month"] = inp.period_start.strftime("%B")
     body |= {
@@ -165,9 +183,17 @@ def _body(inp: DigestInput, agg: _Aggregate, summary: str, topics: list[str], pe
         "keyTopics": topics,
         "keyPeople": people,
         "emotionalHighlights": highlights,
-        "factualExtractions": {"places": _top(agg.places), "projects": _top(agg.projects), "dates": agg.dates},
-        "mentions": {"people": dict(agg.people), "topics": dict(agg.topics), "places": dict(agg.places),
-                     "projects": dict(agg.projects)},  # fmt: skip
+        "factualExtractions": {
+            "places": _top(agg.places),
+            "projects": _top(agg.projects),
+            "dates": agg.dates,
+        },
+        "mentions": {
+            "people": dict(agg.people),
+            "topics": dict(agg.topics),
+            "places": dict(agg.places),
+            "projects": dict(agg.projects),
+        },
         "counts": dict(agg.counts),
     }
     return body
@@ -184,17 +210,25 @@ class ExtractiveDigestBuilder:
         agg = _aggregate(inp)
         label = period_label(inp.level, inp.period_start)
         c = agg.counts
-        parts = [f"{label}: {c['memories']} memories ({c['archived']} archived, {c['hot']} hot)"
-                 + (f" over {len(inp.children)} lower-level digests." if inp.level > 2 else ".")]  # fmt: skip
+        parts = [
+            f"{label}: {c['memories']} memories ({c['archived']} archived, {c['hot']} hot)"
+            + (f" over {len(inp.children)} lower-level digests." if inp.level > 2 else ".")
+        ]
         people, topics = _top(agg.people), _top(agg.topics)
         if topics:
             parts.append("Mostly about " + ", ".join(f"{t} ({agg.topics[t]})" for t in topics) + ".")
         if people:
             parts.append("Key people: " + ", ".join(f"{p} ({agg.people[p]})" for p in people) + ".")
         if agg.highlights:
-            parts.append("Highlights: " + "; ".join(f"{h['date']}: {h['text'].rstrip('.')}" for h in agg.highlights) + ".")
+            parts.append(
+                "Highlights: "
+                + "; ".join(f"{h['date']}: {h['text'].rstrip('.')}" for h in agg.highlights)
+                + "."
+            )
         summary = " ".join(parts)
-        return DigestDraft(summary, _body(inp, agg, summary, topics, people, agg.highlights), self.kind, self.model)
+        return DigestDraft(
+            summary, _body(inp, agg, summary, topics, people, agg.highlights), self.kind, self.model
+        )
 
 
 class _Highlight(BaseModel):
@@ -242,8 +276,10 @@ class LLMDigestBuilder:
         agg = _aggregate(inp)
         if inp.level == 2:
             ranked = sorted(inp.memories, key=lambda m: (-m.importance, m.created_at))[:MAX_PROMPT_ITEMS]
-            lines = [f"[{m.id}] {m.created_at:%Y-%m-%d} (importance {m.importance:.2f}) {m.text[:300]}"
-                     for m in sorted(ranked, key=lambda m: m.created_at)]  # fmt: skip
+            lines = [
+                f"[{m.id}] {m.created_at:%Y-%m-%d} (importance {m.importance:.2f}) {m.text[:300]}"
+                for m in sorted(ranked, key=lambda m: m.created_at)
+            ]
         else:
             lines = [f"[digest {c['period_start']:%Y-%m}] {c['summary'][:1500]}" for c in inp.children]
             lines += [f"[{h['memoryId']}] {h.get('date', '')} highlight: {h['text']}" for h in agg.highlights]
@@ -252,11 +288,16 @@ class LLMDigestBuilder:
         allowed = {str(i) for i in inp.memory_ids}
         unknown = [str(h.memoryId) for h in answer.emotionalHighlights if str(h.memoryId) not in allowed]
         if unknown:  # provenance must hold: a highlight names a memory this digest covers
-            raise SummarizationError(f"model {self.model!r} cited memories the digest does not cover: {unknown[:3]}")
+            raise SummarizationError(
+                f"model {self.model!r} cited memories the digest does not cover: {unknown[:3]}"
+            )
         highlights = [{"text": h.text, "memoryId": str(h.memoryId)} for h in answer.emotionalHighlights]
         body = _body(inp, agg, answer.summary, answer.keyTopics, answer.keyPeople, highlights)
-        body["usage"] = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                         "cost_usd": usage.cost_usd}  # fmt: skip
+        body["usage"] = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost_usd": usage.cost_usd,
+        }
         return DigestDraft(answer.summary, body, self.kind, usage.model)
 
 
@@ -273,7 +314,9 @@ class DigestOutcome:
     sources: int
 
 
-def _children(conn: psycopg.Connection, user_id: str, level: int, start: date, end: date) -> list[dict[str, Any]]:
+def _children(
+    conn: psycopg.Connection, user_id: str, level: int, start: date, end: date
+) -> list[dict[str, Any]]:
     return conn.execute(
         """SELECT id, period_start, summary, body, source_memory_ids, source_fingerprint FROM memory_digests
            WHERE user_id = %s AND level = %s AND period_start >= %s AND period_end <= %s ORDER BY period_start""",
@@ -281,17 +324,27 @@ def _children(conn: psycopg.Connection, user_id: str, level: int, start: date, e
     ).fetchall()
 
 
-def load_input(conn: psycopg.Connection, level: int, user_id: str, day: date, *, tz: str = "UTC") -> DigestInput:
+def load_input(
+    conn: psycopg.Connection, level: int, user_id: str, day: date, *, tz: str = "UTC"
+) -> DigestInput:
     start, end = period_bounds(level, day)
     if level == 2:
-        return DigestInput(user_id, level, start, end, memories=load_period_memories(conn, user_id, start, end, tz=tz))
+        return DigestInput(
+            user_id, level, start, end, memories=load_period_memories(conn, user_id, start, end, tz=tz)
+        )
     return DigestInput(user_id, level, start, end, children=_children(conn, user_id, level, start, end))
 
 
 def build_level(
-    conn: psycopg.Connection, level: int, user_id: str, day: date, *, builder: DigestBuilder, embedder: Embedder,
+    conn: psycopg.Connection,
+    level: int,
+    user_id: str,
+    day: date,
+    *,
+    builder: DigestBuilder,
+    embedder: Embedder,
     tz: str = "UTC",
-) -> DigestOutcome:  # fmt: skip
+) -> DigestOutcome:
     """Build (or leave as is) the user's level-`level` digest of the period containing `day`."""
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidInputError("user_id", user_id, "must be a non-empty string")
@@ -324,10 +377,22 @@ def build_level(
                source_fingerprint = EXCLUDED.source_fingerprint, summarizer_kind = EXCLUDED.summarizer_kind,
                summary_model = EXCLUDED.summary_model, built_at = now()
            RETURNING id""",
-        {"u": user_id, "l": level, "s": inp.period_start, "e": inp.period_end, "summary": draft.summary,
-         "body": json.dumps(draft.body), "v": vector, "em": embedder.model, "mids": inp.memory_ids,
-         "dids": [c["id"] for c in inp.children], "fp": fp, "kind": draft.kind, "model": draft.model},
-    ).fetchone()  # fmt: skip
+        {
+            "u": user_id,
+            "l": level,
+            "s": inp.period_start,
+            "e": inp.period_end,
+            "summary": draft.summary,
+            "body": json.dumps(draft.body),
+            "v": vector,
+            "em": embedder.model,
+            "mids": inp.memory_ids,
+            "dids": [c["id"] for c in inp.children],
+            "fp": fp,
+            "kind": draft.kind,
+            "model": draft.model,
+        },
+    ).fetchone()
     return DigestOutcome(user_id, level, inp.period_start, "built", row["id"], n)
 
 
@@ -339,7 +404,7 @@ def period_users(conn: psycopg.Connection, level: int, day: date, *, tz: str = "
                    AND created_at >= (%(s)s::timestamp AT TIME ZONE %(tz)s) AND created_at < (%(e)s::timestamp AT TIME ZONE %(tz)s)
                  UNION SELECT user_id FROM archived_memories WHERE original_superseded_by IS NULL
                    AND original_created_at >= (%(s)s::timestamp AT TIME ZONE %(tz)s)
-                   AND original_created_at < (%(e)s::timestamp AT TIME ZONE %(tz)s)"""  # fmt: skip
+                   AND original_created_at < (%(e)s::timestamp AT TIME ZONE %(tz)s)"""
     else:
         sql = "SELECT user_id FROM memory_digests WHERE level = %(below)s AND period_start >= %(s)s AND period_end <= %(e)s"
     sql += " UNION SELECT user_id FROM memory_digests WHERE level = %(level)s AND period_start = %(s)s ORDER BY 1"
@@ -348,9 +413,17 @@ def period_users(conn: psycopg.Connection, level: int, day: date, *, tz: str = "
 
 
 def build_period(
-    conn: psycopg.Connection, level: int, day: date, *, builder: DigestBuilder, embedder: Embedder,
-    tz: str = "UTC", users: list[str] | None = None,
-) -> list[DigestOutcome]:  # fmt: skip
+    conn: psycopg.Connection,
+    level: int,
+    day: date,
+    *,
+    builder: DigestBuilder,
+    embedder: Embedder,
+    tz: str = "UTC",
+    users: list[str] | None = None,
+) -> list[DigestOutcome]:
     """`build_level` for every user of the period (or the given ones), one user at a time."""
-    return [build_level(conn, level, u, day, builder=builder, embedder=embedder, tz=tz)
-            for u in (users if users is not None else period_users(conn, level, day, tz=tz))]  # fmt: skip
+    return [
+        build_level(conn, level, u, day, builder=builder, embedder=embedder, tz=tz)
+        for u in (users if users is not None else period_users(conn, level, day, tz=tz))
+    ]

@@ -83,35 +83,101 @@ def _merge(raw: Iterable[tuple[FactKind, str, str, str, bool, SourceMemory, floa
         if not subject or not obj or subject.casefold() == obj.casefold():
             continue
         key = (kind, subject.casefold(), predicate, obj.casefold())
-        entry = merged.setdefault(key, {"kind": kind, "subject": subject, "predicate": predicate, "object": obj,
-                                        "single": single, "ids": [], "from": memory.created_at, "conf": confidence})
+        entry = merged.setdefault(
+            key,
+            {
+                "kind": kind,
+                "subject": subject,
+                "predicate": predicate,
+                "object": obj,
+                "single": single,
+                "ids": [],
+                "from": memory.created_at,
+                "conf": confidence,
+            },
+        )
         if memory.id not in entry["ids"]:
             entry["ids"].append(memory.id)
         entry["from"] = min(entry["from"], memory.created_at)
-    return [Fact(e["kind"], e["subject"], e["predicate"], e["object"], e["single"], tuple(sorted(e["ids"])),
-                 e["from"], e["conf"]) for e in merged.values()]  # fmt: skip
+    return [
+        Fact(
+            e["kind"],
+            e["subject"],
+            e["predicate"],
+            e["object"],
+            e["single"],
+            tuple(sorted(e["ids"])),
+            e["from"],
+            e["conf"],
+        )
+        for e in merged.values()
+    ]
 
 
 # ------------------------------------------------------------------------------------------ offline rules
 
 _NAME = r"((?:[A-Z][\w'’-]+)(?: (?:[A-Z][\w'’-]+|of|de|da|van|von))*)"
-_SENTENCE_START_WORDS = {"had", "the", "a", "an", "paid", "small", "dinner", "debugged", "order", "to", "in", "on",
-                         "it", "this", "that", "user", "they", "he", "she", "we", "i"}  # fmt: skip
+_SENTENCE_START_WORDS = {
+    "had",
+    "the",
+    "a",
+    "an",
+    "paid",
+    "small",
+    "dinner",
+    "debugged",
+    "order",
+    "to",
+    "in",
+    "on",
+    "it",
+    "this",
+    "that",
+    "user",
+    "they",
+    "he",
+    "she",
+    "we",
+    "i",
+}
 # (pattern, kind, predicate, single-valued, which groups are subject and object, subject must be a name?)
 _RULES: list[tuple[re.Pattern[str], FactKind, str, bool]] = [
     (re.compile(_NAME + r"['’]s manager is " + _NAME), "person", "has manager", True),
     (re.compile(_NAME + r" (?:lives|is living|resides) in " + _NAME), "place", "lives in", True),
     (re.compile(_NAME + r" (?:moved|relocated) to " + _NAME), "place", "lives in", True),
-    (re.compile(_NAME + r" works (?:on|in|for) (?:the )?([\w -]{2,40}?) team\b"), "project", "works on team", True),
+    (
+        re.compile(_NAME + r" works (?:on|in|for) (?:the )?([\w -]{2,40}?) team\b"),
+        "project",
+        "works on team",
+        True,
+    ),
     (re.compile(_NAME + r" works (?:at|for) " + _NAME), "project", "works at", True),
-    (re.compile(_NAME + r"['’]s birthday is (?:on )?([^.;,]*\d{4}|[^.;,]*\d{1,2}(?:st|nd|rd|th)?)"), "date", "birthday", True),
-    (re.compile(_NAME + r" (?:prefers|likes|loves) (?:a |an |the )?([^.;,]{2,60}?)(?: and |[.;,]|$)"), "preference", "prefers", False),
-    (re.compile(_NAME + r" (?:avoids|dislikes|hates) (?:a |an |the )?([^.;,]{2,60}?)(?: and |[.;,]|$)"), "preference", "avoids", False),
+    (
+        re.compile(_NAME + r"['’]s birthday is (?:on )?([^.;,]*\d{4}|[^.;,]*\d{1,2}(?:st|nd|rd|th)?)"),
+        "date",
+        "birthday",
+        True,
+    ),
+    (
+        re.compile(_NAME + r" (?:prefers|likes|loves) (?:a |an |the )?([^.;,]{2,60}?)(?: and |[.;,]|$)"),
+        "preference",
+        "prefers",
+        False,
+    ),
+    (
+        re.compile(_NAME + r" (?:avoids|dislikes|hates) (?:a |an |the )?([^.;,]{2,60}?)(?: and |[.;,]|$)"),
+        "preference",
+        "avoids",
+        False,
+    ),
     (re.compile(_NAME + r" is allergic to ([\w -]{2,40}?)(?:[.;,]|$)"), "other", "is allergic to", False),
     (re.compile(_NAME + r" wants ([^.;]{2,80}?)(?:[.;]|$)"), "preference", "wants", False),
-]  # fmt: skip
-_ROLE = re.compile(r"\b(?:the |her |his |their )?(doctor|manager|dentist|lawyer|teacher|landlord|accountant|mentor), "
-                   + _NAME + ",")  # fmt: skip
+]
+_ROLE = re.compile(
+    r"\b(?:the |her |his |their )?(doctor|manager|dentist|lawyer|teacher|landlord|accountant|mentor), "
+    + _NAME
+    + ","
+)
 _TRAVEL = re.compile(_NAME + r" (?:booked a flight|flew|travelled|traveled|went|is going|drove) to " + _NAME)
 
 
@@ -137,7 +203,11 @@ class RuleFactExtractor:
             for match in _ROLE.finditer(text):
                 role, person = match.group(1), match.group(2)
                 first = re.match(_NAME, text)
-                whose = first.group(1) if first and _ok_name(first.group(1)) and first.group(1) != person else None
+                whose = (
+                    first.group(1)
+                    if first and _ok_name(first.group(1)) and first.group(1) != person
+                    else None
+                )
                 raw.append(("person", person, "is", f"{role} of {whose}" if whose else role, False, m, None))
             for match in _TRAVEL.finditer(text):
                 if _ok_name(match.group(1)):
@@ -205,12 +275,19 @@ class LLMFactExtractor:
             for f in answer.facts:
                 unknown = [str(x) for x in f.memory_ids if x not in by_id]
                 if unknown:
-                    raise SummarizationError(f"model {self.llm.model!r} cited memories not in the request: {unknown[:3]}")
+                    raise SummarizationError(
+                        f"model {self.llm.model!r} cited memories not in the request: {unknown[:3]}"
+                    )
                 for mid in f.memory_ids:
-                    raw.append((f.kind, f.subject, f.predicate, f.object, f.single_valued, by_id[mid], f.confidence))
+                    raw.append(
+                        (f.kind, f.subject, f.predicate, f.object, f.single_valued, by_id[mid], f.confidence)
+                    )
             out.extend(_merge(raw))
-        return _merge((f.kind, f.subject, f.predicate, f.object, f.single_valued, by_id[mid], f.confidence)
-                      for f in out for mid in f.source_memory_ids)  # fmt: skip
+        return _merge(
+            (f.kind, f.subject, f.predicate, f.object, f.single_valued, by_id[mid], f.confidence)
+            for f in out
+            for mid in f.source_memory_ids
+        )
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -240,7 +317,9 @@ def lock_user(conn: psycopg.Connection, family: str, user_id: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{family}:{user_id}",))
 
 
-def _record_build(conn: psycopg.Connection, user_id: str, family: str, month: date, fp: str, builder: str) -> None:
+def _record_build(
+    conn: psycopg.Connection, user_id: str, family: str, month: date, fp: str, builder: str
+) -> None:
     conn.execute(
         """INSERT INTO consolidation_builds (user_id, family, period_start, source_fingerprint, builder)
            VALUES (%s, %s, %s, %s, %s) ON CONFLICT (user_id, family, period_start) DO UPDATE SET
@@ -249,8 +328,16 @@ def _record_build(conn: psycopg.Connection, user_id: str, family: str, month: da
     )
 
 
-def _fact_key(kind: str, subject: str, predicate: str, obj: str, valid_from: datetime, ids: Iterable[uuid.UUID],
-              single: bool, extractor: str) -> tuple[Any, ...]:  # fmt: skip
+def _fact_key(
+    kind: str,
+    subject: str,
+    predicate: str,
+    obj: str,
+    valid_from: datetime,
+    ids: Iterable[uuid.UUID],
+    single: bool,
+    extractor: str,
+) -> tuple[Any, ...]:
     return (kind, subject, predicate, obj, valid_from, tuple(sorted(ids)), single, extractor)
 
 
@@ -271,9 +358,14 @@ CLOSE_SUPERSEDED_SQL = """UPDATE memory_facts f SET valid_to = c.next_from FROM 
 
 
 def build_facts(
-    conn: psycopg.Connection, user_id: str, month: date, *, extractor: FactExtractor, embedder: Embedder,
+    conn: psycopg.Connection,
+    user_id: str,
+    month: date,
+    *,
+    extractor: FactExtractor,
+    embedder: Embedder,
     tz: str = "UTC",
-) -> BuildOutcome:  # fmt: skip
+) -> BuildOutcome:
     """Extract the month's facts for one user and write the difference (see the module docstring)."""
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidInputError("user_id", user_id, "must be a non-empty string")
@@ -283,8 +375,19 @@ def build_facts(
     if _unchanged(conn, user_id, "facts", start, fp):
         return BuildOutcome(user_id, "facts", start, "unchanged")
     facts = extractor.extract(memories) if memories else []
-    wanted = {_fact_key(f.kind, f.subject, f.predicate, f.object, f.valid_from, f.source_memory_ids,
-                        f.single_valued, extractor.name): f for f in facts}  # fmt: skip
+    wanted = {
+        _fact_key(
+            f.kind,
+            f.subject,
+            f.predicate,
+            f.object,
+            f.valid_from,
+            f.source_memory_ids,
+            f.single_valued,
+            extractor.name,
+        ): f
+        for f in facts
+    }
     with conn.transaction():
         # One writer of a user's facts at a time: concurrent runs of two months would otherwise race on the
         # validity chains, and two runs of one month would insert the same facts twice.
@@ -294,8 +397,19 @@ def build_facts(
                FROM memory_facts WHERE user_id = %s AND source_month = %s""",
             (user_id, start),
         ).fetchall()
-        have = {_fact_key(r["kind"], r["subject"], r["predicate"], r["object"], r["valid_from"], r["source_memory_ids"],
-                          r["single_valued"], r["extractor"]): r["id"] for r in existing}  # fmt: skip
+        have = {
+            _fact_key(
+                r["kind"],
+                r["subject"],
+                r["predicate"],
+                r["object"],
+                r["valid_from"],
+                r["source_memory_ids"],
+                r["single_valued"],
+                r["extractor"],
+            ): r["id"]
+            for r in existing
+        }
         stale = [fid for key, fid in have.items() if key not in wanted]
         new = [f for key, f in wanted.items() if key not in have]
         vectors = embedder.embed([f"{f.subject} {f.predicate} {f.object}" for f in new]) if new else []
@@ -307,18 +421,40 @@ def build_facts(
                     """INSERT INTO memory_facts (user_id, kind, subject, predicate, object, valid_from, source_memory_ids,
                            extractor, confidence, embedding, embedding_model, source_month, single_valued)
                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-                    [(user_id, f.kind, f.subject, f.predicate, f.object, f.valid_from, list(f.source_memory_ids),
-                      extractor.name, f.confidence, v, embedder.model, start, f.single_valued)
-                     for f, v in zip(new, vectors, strict=True)],
-                )  # fmt: skip
+                    [
+                        (
+                            user_id,
+                            f.kind,
+                            f.subject,
+                            f.predicate,
+                            f.object,
+                            f.valid_from,
+                            list(f.source_memory_ids),
+                            extractor.name,
+                            f.confidence,
+                            v,
+                            embedder.model,
+                            start,
+                            f.single_valued,
+                        )
+                        for f, v in zip(new, vectors, strict=True)
+                    ],
+                )
         if stale or new:
             close_superseded(conn, user_id)
         _record_build(conn, user_id, "facts", start, fp, extractor.name)
     return BuildOutcome(user_id, "facts", start, "built", len(new), len(stale), len(have) - len(stale))
 
 
-def build_key_moments(conn: psycopg.Connection, user_id: str, month: date, *, tz: str = "UTC",
-                      min_importance: float = KEY_MOMENT_MIN_IMPORTANCE, limit: int = MAX_KEY_MOMENTS) -> BuildOutcome:  # fmt: skip
+def build_key_moments(
+    conn: psycopg.Connection,
+    user_id: str,
+    month: date,
+    *,
+    tz: str = "UTC",
+    min_importance: float = KEY_MOMENT_MIN_IMPORTANCE,
+    limit: int = MAX_KEY_MOMENTS,
+) -> BuildOutcome:
     """The month's `limit` most important memories (>= min_importance) as key moments of one user."""
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidInputError("user_id", user_id, "must be a non-empty string")
@@ -328,19 +464,25 @@ def build_key_moments(conn: psycopg.Connection, user_id: str, month: date, *, tz
     fp = fingerprint(builder, memories)
     if _unchanged(conn, user_id, "key_moments", start, fp):
         return BuildOutcome(user_id, "key_moments", start, "unchanged")
-    chosen = sorted((m for m in memories if m.importance >= min_importance),
-                    key=lambda m: (-m.importance, m.created_at))[:limit]  # fmt: skip
+    chosen = sorted(
+        (m for m in memories if m.importance >= min_importance), key=lambda m: (-m.importance, m.created_at)
+    )[:limit]
     wanted = {m.id: (first_sentence(m.text, 200), round(m.importance, 6), m.created_at) for m in chosen}
     with conn.transaction():
         lock_user(conn, "key_moments", user_id)
-        existing = conn.execute("SELECT memory_id, title, importance, occurred_at FROM key_moments "
-                                "WHERE user_id = %s AND month = %s", (user_id, start)).fetchall()  # fmt: skip
+        existing = conn.execute(
+            "SELECT memory_id, title, importance, occurred_at FROM key_moments "
+            "WHERE user_id = %s AND month = %s",
+            (user_id, start),
+        ).fetchall()
         have = {r["memory_id"]: (r["title"], round(r["importance"], 6), r["occurred_at"]) for r in existing}
         stale = [mid for mid in have if have[mid] != wanted.get(mid)]
         new = [mid for mid in wanted if have.get(mid) != wanted[mid]]
         if stale:
-            conn.execute("DELETE FROM key_moments WHERE user_id = %s AND month = %s AND memory_id = ANY(%s)",
-                         (user_id, start, stale))  # fmt: skip
+            conn.execute(
+                "DELETE FROM key_moments WHERE user_id = %s AND month = %s AND memory_id = ANY(%s)",
+                (user_id, start, stale),
+            )
         for mid in new:
             title, importance, at = wanted[mid]
             conn.execute(
@@ -352,7 +494,9 @@ def build_key_moments(conn: psycopg.Connection, user_id: str, month: date, *, tz
     return BuildOutcome(user_id, "key_moments", start, "built", len(new), len(stale), len(have) - len(stale))
 
 
-def facts_about(conn: psycopg.Connection, user_id: str, name: str, *, current_only: bool = False) -> list[dict[str, Any]]:
+def facts_about(
+    conn: psycopg.Connection, user_id: str, name: str, *, current_only: bool = False
+) -> list[dict[str, Any]]:
     """The user's facts whose subject or object names `name` (case-insensitive), newest first, with
     their sources and validity: the "who is X?" answer."""
     if not isinstance(name, str) or not name.strip():
@@ -372,20 +516,32 @@ _WEAK_PREDICATES = ("works with", "travelled to")
 
 
 def who_is(conn: psycopg.Connection, user_id: str, name: str, *, limit: int = 8) -> list[dict[str, Any]]:
-    """"Who is `name`?" from the user's facts: one line per (subject, predicate, object), months merged,
+    """ "Who is `name`?" from the user's facts: one line per (subject, predicate, object), months merged,
     with every source memory, the first valid_from and the last valid_to (None while one is still valid).
     Stated relations ("has manager", "is doctor of") come first, then co-mentions; more sources first."""
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for f in facts_about(conn, user_id, name):
         key = (f["subject"].casefold(), f["predicate"], f["object"].casefold())
-        g = groups.setdefault(key, {"subject": f["subject"], "predicate": f["predicate"], "object": f["object"],
-                                    "kind": f["kind"], "valid_from": f["valid_from"], "valid_to": f["valid_to"],
-                                    "source_memory_ids": [], "extractors": set()})  # fmt: skip
+        g = groups.setdefault(
+            key,
+            {
+                "subject": f["subject"],
+                "predicate": f["predicate"],
+                "object": f["object"],
+                "kind": f["kind"],
+                "valid_from": f["valid_from"],
+                "valid_to": f["valid_to"],
+                "source_memory_ids": [],
+                "extractors": set(),
+            },
+        )
         g["valid_from"] = min(g["valid_from"], f["valid_from"])
         if g["valid_to"] is not None and (f["valid_to"] is None or f["valid_to"] > g["valid_to"]):
             g["valid_to"] = f["valid_to"]
         g["source_memory_ids"] += [i for i in f["source_memory_ids"] if i not in g["source_memory_ids"]]
         g["extractors"].add(f["extractor"])
-    ranked = sorted(groups.values(), key=lambda g: (g["predicate"] in _WEAK_PREDICATES, -len(g["source_memory_ids"]),
-                                                    g["valid_from"]))  # fmt: skip
+    ranked = sorted(
+        groups.values(),
+        key=lambda g: (g["predicate"] in _WEAK_PREDICATES, -len(g["source_memory_ids"]), g["valid_from"]),
+    )
     return ranked[:limit]

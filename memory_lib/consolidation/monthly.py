@@ -50,9 +50,15 @@ class MonthReport:
 
 
 def consolidate_month(
-    conn: psycopg.Connection, month: date, *, builder: DigestBuilder, extractor: FactExtractor,
-    embedder: Embedder, tz: str = "UTC", users: list[str] | None = None,
-) -> MonthReport:  # fmt: skip
+    conn: psycopg.Connection,
+    month: date,
+    *,
+    builder: DigestBuilder,
+    extractor: FactExtractor,
+    embedder: Embedder,
+    tz: str = "UTC",
+    users: list[str] | None = None,
+) -> MonthReport:
     report = MonthReport(period_bounds(2, month)[0])
     who = users if users is not None else period_users(conn, 2, month, tz=tz)
     report.digests = build_period(conn, 2, month, builder=builder, embedder=embedder, tz=tz, users=who)
@@ -108,20 +114,29 @@ LIMIT %(limit)s
 
 
 def check_provenance(
-    conn: psycopg.Connection, *, user_id: str | None = None, start: date | None = None, end: date | None = None,
+    conn: psycopg.Connection,
+    *,
+    user_id: str | None = None,
+    start: date | None = None,
+    end: date | None = None,
     limit: int = 1000,
-) -> list[ProvenanceProblem]:  # fmt: skip
+) -> list[ProvenanceProblem]:
     """References to memories (or lower digests) that do not exist or belong to another user; [] is a pass.
     `start`/`end` limit it to digests inside [start, end) and facts / key moments of months in it."""
     params = {"user": user_id, "limit": limit, "start": start or date.min, "end": end or date.max}
     rows = conn.execute(_PROVENANCE_SQL, params).fetchall()
-    return [ProvenanceProblem(r["tbl"], r["row_id"], r["user_id"], r["memory_id"], r["problem"]) for r in rows]
+    return [
+        ProvenanceProblem(r["tbl"], r["row_id"], r["user_id"], r["memory_id"], r["problem"]) for r in rows
+    ]
 
 
 def missing_digests(
-    conn: psycopg.Connection, *, builder: DigestBuilder | None = None, months: list[date] | None = None,
+    conn: psycopg.Connection,
+    *,
+    builder: DigestBuilder | None = None,
+    months: list[date] | None = None,
     tz: str = "UTC",
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """(user, month) with archived memories and no level-2 digest; with `builder`, also a digest whose
     fingerprint no longer matches its memories (stale: a covered memory changed since)."""
     rows = conn.execute(
@@ -140,20 +155,35 @@ def missing_digests(
         if wanted is not None and r["month"] not in wanted:
             continue
         if r["source_fingerprint"] is None:
-            out.append({"user_id": r["user_id"], "month": r["month"], "archived": r["archived"], "problem": "no digest"})
+            out.append(
+                {
+                    "user_id": r["user_id"],
+                    "month": r["month"],
+                    "archived": r["archived"],
+                    "problem": "no digest",
+                }
+            )
         elif builder is not None:
             start, end = period_bounds(2, r["month"])
             memories = load_period_memories(conn, r["user_id"], start, end, tz=tz)
             if fingerprint(f"{builder.kind}:{builder.model}", memories) != r["source_fingerprint"]:
-                out.append({"user_id": r["user_id"], "month": r["month"], "archived": r["archived"],
-                            "problem": "stale digest"})  # fmt: skip
+                out.append(
+                    {
+                        "user_id": r["user_id"],
+                        "month": r["month"],
+                        "archived": r["archived"],
+                        "problem": "stale digest",
+                    }
+                )
     return out
 
 
 # ------------------------------------------------------------------------------------------ forget hooks
 
 
-def drop_memory_from_consolidation(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> dict[str, int]:
+def drop_memory_from_consolidation(
+    conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID
+) -> dict[str, int]:
     """Remove one memory of `user_id` from everything consolidation derived from it, in the caller's
     transaction (see `drop_from_consolidation_plan`). Returns counts per table."""
     if not isinstance(user_id, str) or not user_id.strip():
@@ -172,7 +202,9 @@ def drop_from_consolidation_plan(
     months' builds are forgotten so the next run rebuilds what remains. `whole_user`: every row of
     the user in the consolidation tables goes, builds included."""
     for family in ("memory_facts", "key_moments"):  # the builders' per-user locks (facts.lock_user)
-        yield Sql("SELECT pg_advisory_xact_lock(hashtextextended(%(k)s, 0))", {"k": f"{family}:{user_id}"}, "one")
+        yield Sql(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%(k)s, 0))", {"k": f"{family}:{user_id}"}, "one"
+        )
     p = {"u": user_id, "ids": list(memory_ids)}
     if whole_user:
         counts = {}
@@ -181,33 +213,55 @@ def drop_from_consolidation_plan(
         return counts
     digests = yield Sql(
         "DELETE FROM memory_digests WHERE user_id = %(u)s AND source_memory_ids && %(ids)s::uuid[] "
-        "RETURNING period_start", p, "all")  # fmt: skip
+        "RETURNING period_start",
+        p,
+        "all",
+    )
     facts_deleted = yield Sql(
         "DELETE FROM memory_facts WHERE user_id = %(u)s AND source_memory_ids <@ %(ids)s::uuid[] "
-        "RETURNING source_month", p, "all")  # fmt: skip
+        "RETURNING source_month",
+        p,
+        "all",
+    )
     facts_updated = yield Sql(
         """UPDATE memory_facts SET source_memory_ids = ARRAY(
                SELECT s FROM unnest(source_memory_ids) WITH ORDINALITY AS t (s, i)
                WHERE s <> ALL (%(ids)s::uuid[]) ORDER BY i)
-           WHERE user_id = %(u)s AND source_memory_ids && %(ids)s::uuid[] RETURNING source_month""", p, "all")  # fmt: skip
+           WHERE user_id = %(u)s AND source_memory_ids && %(ids)s::uuid[] RETURNING source_month""",
+        p,
+        "all",
+    )
     moments = yield Sql(
         "DELETE FROM key_moments WHERE user_id = %(u)s AND memory_id = ANY(%(ids)s) RETURNING month", p, "all"
     )
     months = {r["source_month"] for r in facts_deleted + facts_updated} | {r["month"] for r in moments}
     months |= {r["period_start"] for r in digests}
     if months:
-        yield Sql("DELETE FROM consolidation_builds WHERE user_id = %(u)s AND period_start = ANY(%(m)s)",
-                  {"u": user_id, "m": sorted(months)}, "rowcount")  # fmt: skip
+        yield Sql(
+            "DELETE FROM consolidation_builds WHERE user_id = %(u)s AND period_start = ANY(%(m)s)",
+            {"u": user_id, "m": sorted(months)},
+            "rowcount",
+        )
     if facts_deleted or facts_updated:
         yield Sql(CLOSE_SUPERSEDED_SQL, {"u": user_id}, "rowcount")
-    return {"memory_digests": len(digests), "memory_facts_deleted": len(facts_deleted),
-            "memory_facts_updated": len(facts_updated), "key_moments": len(moments)}  # fmt: skip
+    return {
+        "memory_digests": len(digests),
+        "memory_facts_deleted": len(facts_deleted),
+        "memory_facts_updated": len(facts_updated),
+        "key_moments": len(moments),
+    }
 
 
 def rebuild_for_user(
-    conn: psycopg.Connection, user_id: str, *, builder: DigestBuilder, extractor: FactExtractor,
-    embedder: Embedder, tz: str = "UTC", max_level: int = 3,
-) -> dict[str, int]:  # fmt: skip
+    conn: psycopg.Connection,
+    user_id: str,
+    *,
+    builder: DigestBuilder,
+    extractor: FactExtractor,
+    embedder: Embedder,
+    tz: str = "UTC",
+    max_level: int = 3,
+) -> dict[str, int]:
     """Bring every month (and each higher level's period) of one user up to date with its memories:
     months with memories are (re)built when their fingerprint changed; months without memories lose
     their digests, facts and key moments. Returns how many digests were built and dropped."""
@@ -223,14 +277,16 @@ def rebuild_for_user(
     months |= {r["m"] for r in derived}
     built = dropped = 0
     for month in sorted(months):
-        report = consolidate_month(conn, month, builder=builder, extractor=extractor, embedder=embedder, tz=tz,
-                                   users=[user_id])  # fmt: skip
+        report = consolidate_month(
+            conn, month, builder=builder, extractor=extractor, embedder=embedder, tz=tz, users=[user_id]
+        )
         built += report.count("digests", "built")
         dropped += report.count("digests", "deleted")
     for level in range(3, max_level + 1):
         periods = sorted({period_bounds(level, m)[0] for m in months})
-        periods_now = conn.execute("SELECT period_start FROM memory_digests WHERE user_id = %s AND level = %s",
-                                   (user_id, level)).fetchall()  # fmt: skip
+        periods_now = conn.execute(
+            "SELECT period_start FROM memory_digests WHERE user_id = %s AND level = %s", (user_id, level)
+        ).fetchall()
         for start in sorted(set(periods) | {r["period_start"] for r in periods_now}):
             out = build_level(conn, level, user_id, start, builder=builder, embedder=embedder, tz=tz)
             built += out.status == "built"

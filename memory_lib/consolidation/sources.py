@@ -109,12 +109,25 @@ def load_period_memories(
     out = []
     for r in rows:
         entities = tuple(r["entities"]) if r["entities"] else tuple(extract_key_entities(r["text"], limit=20))
-        out.append(SourceMemory(r["id"], r["user_id"], r["tier"], r["text"], r["created_at"], r["updated_at"],
-                                float(r["importance"]), r["domain"], entities))  # fmt: skip
+        out.append(
+            SourceMemory(
+                r["id"],
+                r["user_id"],
+                r["tier"],
+                r["text"],
+                r["created_at"],
+                r["updated_at"],
+                float(r["importance"]),
+                r["domain"],
+                entities,
+            )
+        )
     return out
 
 
-def user_months(conn: psycopg.Connection, *, tz: str = "UTC", user_id: str | None = None) -> list[tuple[str, date]]:
+def user_months(
+    conn: psycopg.Connection, *, tz: str = "UTC", user_id: str | None = None
+) -> list[tuple[str, date]]:
     """(user, month) pairs that have at least one current memory (hot or archived), in order."""
     rows = conn.execute(
         """SELECT DISTINCT user_id, date_trunc('month', created_at AT TIME ZONE %(tz)s)::date AS month FROM (
@@ -127,7 +140,9 @@ def user_months(conn: psycopg.Connection, *, tz: str = "UTC", user_id: str | Non
     return [(r["user_id"], r["month"]) for r in rows]
 
 
-def fingerprint(builder: str, memories: list[SourceMemory] = (), digests: list[tuple[uuid.UUID, str]] = ()) -> str:
+def fingerprint(
+    builder: str, memories: list[SourceMemory] = (), digests: list[tuple[uuid.UUID, str]] = ()
+) -> str:
     """sha256 over the builder and what a build covers: each memory's (tier, id, updated_at), each lower
     digest's (id, fingerprint). Archive, restore, an edit, a supersede or a forget changes it."""
     lines = [f"builder\t{builder}"]
@@ -140,9 +155,12 @@ def fingerprint(builder: str, memories: list[SourceMemory] = (), digests: list[t
 
 # Offline rules: the words around a name say what it names. Only a hint (an LLM does better), but
 # deterministic, and it needs no list of known people or places.
-_PLACE_BEFORE = re.compile(r"\b(?:in|to|from|at|near|visit|visited|visiting|around|across)\s+(?:the\s+)?$", re.I)
+_PLACE_BEFORE = re.compile(
+    r"\b(?:in|to|from|at|near|visit|visited|visiting|around|across)\s+(?:the\s+)?$", re.I
+)
 _PERSON_BEFORE = re.compile(
-    r"(?:\bwith|\bby|\basked|\btold|\bmanager is|\bdoctor,|\bmet|\bcalled|\bemailed|\bthanked|\bfor|\bdear)\s+$", re.I
+    r"(?:\bwith|\bby|\basked|\btold|\bmanager is|\bdoctor,|\bmet|\bcalled|\bemailed|\bthanked|\bfor|\bdear)\s+$",
+    re.I,
 )
 _PERSON_AFTER = re.compile(
     r"^(?:'s|’s|\s+(?:said|asked|approved|noted|mentioned|wants|thinks|is|was|will|lives|works|prefers|plans|"
@@ -181,7 +199,12 @@ def _entity_cues(text: str, entities: list[str] | tuple[str, ...] | None) -> dic
     for entity in entities if entities is not None else extract_key_entities(text, limit=30):
         if _DATE.fullmatch(entity) and not _WEEKDAY.match(entity):
             out[entity] = "date"
-        elif any(c.isdigit() for c in entity) or _WEEKDAY.match(entity) or not entity[:1].isupper() or _CURRENCY.fullmatch(entity):
+        elif (
+            any(c.isdigit() for c in entity)
+            or _WEEKDAY.match(entity)
+            or not entity[:1].isupper()
+            or _CURRENCY.fullmatch(entity)
+        ):
             continue
         elif _PROJECT.search(entity):
             out[entity] = "project"

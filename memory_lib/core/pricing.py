@@ -34,9 +34,17 @@ class ModelPrice(BaseModel):
     cache_read: float = Field(0.0, ge=0.0)
 
 
-def _p(i: float, o: float, *, cache_write: float = 0.0, cache_read: float = 0.0, batch: float = 0.5) -> ModelPrice:
-    return ModelPrice(input=i, output=o, batch_input=i * batch, batch_output=o * batch,
-                      cache_write=cache_write, cache_read=cache_read)  # fmt: skip
+def _p(
+    i: float, o: float, *, cache_write: float = 0.0, cache_read: float = 0.0, batch: float = 0.5
+) -> ModelPrice:
+    return ModelPrice(
+        input=i,
+        output=o,
+        batch_input=i * batch,
+        batch_output=o * batch,
+        cache_write=cache_write,
+        cache_read=cache_read,
+    )
 
 
 # Prices checked 2026-11-23 with the project's search tool (pages as published Oct-Nov 2026):
@@ -91,11 +99,16 @@ def usage_from_response(provider: str, usage: Any) -> Usage:
         return Usage()
     if provider == "anthropic":
         return Usage(
-            _int(usage, "input_tokens"), _int(usage, "output_tokens"),
-            _int(usage, "cache_creation_input_tokens"), _int(usage, "cache_read_input_tokens"),
-        )  # fmt: skip
-    details = usage.get("prompt_tokens_details") if isinstance(usage, Mapping) else getattr(
-        usage, "prompt_tokens_details", None)  # fmt: skip
+            _int(usage, "input_tokens"),
+            _int(usage, "output_tokens"),
+            _int(usage, "cache_creation_input_tokens"),
+            _int(usage, "cache_read_input_tokens"),
+        )
+    details = (
+        usage.get("prompt_tokens_details")
+        if isinstance(usage, Mapping)
+        else getattr(usage, "prompt_tokens_details", None)
+    )
     cached = _int(details, "cached_tokens") if details is not None else 0
     prompt = _int(usage, "prompt_tokens")
     return Usage(max(prompt - cached, 0), _int(usage, "completion_tokens"), 0, cached)
@@ -107,7 +120,9 @@ def price_for(prices: Mapping[str, ModelPrice], model: str) -> ModelPrice | None
     return prices[max(matches, key=len)] if matches else None
 
 
-def cost_usd(prices: Mapping[str, ModelPrice], model: str, usage: Usage, *, batch: bool = False) -> float | None:
+def cost_usd(
+    prices: Mapping[str, ModelPrice], model: str, usage: Usage, *, batch: bool = False
+) -> float | None:
     """USD for `usage` of `model`, at batch prices when `batch`; None when the model has no price."""
     price = price_for(prices, model)
     if price is None:

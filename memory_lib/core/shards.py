@@ -29,7 +29,9 @@ class Shard:
         if not 1 <= self.count <= MAX_SHARDS:
             raise InvalidInputError("shard_count", self.count, f"must be between 1 and {MAX_SHARDS}")
         if not 0 <= self.index < self.count:
-            raise InvalidInputError("shard_index", self.index, f"must be between 0 and shard_count-1={self.count - 1}")
+            raise InvalidInputError(
+                "shard_index", self.index, f"must be between 0 and shard_count-1={self.count - 1}"
+            )
 
     @classmethod
     def parse(cls, text: str, *, field: str = "shard") -> Shard:
@@ -38,7 +40,9 @@ class Shard:
         try:
             index, count = (int(p) for p in parts)
         except ValueError:
-            raise InvalidInputError(field, text, "must be 'i/n' with integers 0 <= i < n, e.g. '0/4'") from None
+            raise InvalidInputError(
+                field, text, "must be 'i/n' with integers 0 <= i < n, e.g. '0/4'"
+            ) from None
         if not 1 <= count <= MAX_SHARDS or not 0 <= index < count:
             raise InvalidInputError(field, text, f"must be 'i/n' with 0 <= i < n <= {MAX_SHARDS}, e.g. '0/4'")
         return cls(index, count)

@@ -196,7 +196,9 @@ def ttl_days(field: str, value: object) -> int | None:
     if value is None:
         return None
     if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
-        raise InvalidInputError(field, value, f"must be None or an integer between 0 and {MAX_TTL_DAYS} (days)")
+        raise InvalidInputError(
+            field, value, f"must be None or an integer between 0 and {MAX_TTL_DAYS} (days)"
+        )
     if not 0 <= int(value) <= MAX_TTL_DAYS:
         raise InvalidInputError(field, value, f"must be between 0 (pinned) and {MAX_TTL_DAYS} days")
     return int(value)

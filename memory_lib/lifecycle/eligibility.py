@@ -99,7 +99,9 @@ REASON_SQL = f"""CASE WHEN {SUPERSEDED_SQL} AND m.category <> ALL(%(exempt)s) TH
                       WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
                       ELSE '{REASON_FORCE_AGE}' END"""
 # Superseded and expired first: they go the next night even when the batch is full.
-ORDER_SQL = "ORDER BY (m.superseded_by IS NULL AND m.expires_at IS NULL), m.importance_score, m.created_at, m.id"
+ORDER_SQL = (
+    "ORDER BY (m.superseded_by IS NULL AND m.expires_at IS NULL), m.importance_score, m.created_at, m.id"
+)
 
 
 def eligible_counts(

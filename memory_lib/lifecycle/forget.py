@@ -211,7 +211,9 @@ def forget_steps(
     # listing cannot tell whose they are or which memories they hold.
     mine, untagged = yield ("call", lambda: _listed_packs(store, user, untagged=target is None))
     unrecorded = yield ("plan", _unrecorded_plan(store, user, mine, untagged))
-    to_read = unrecorded if target is not None else [k for k in unrecorded if packs.owner_of(store, k) is None]
+    to_read = (
+        unrecorded if target is not None else [k for k in unrecorded if packs.owner_of(store, k) is None]
+    )
     members = yield ("call", lambda: _pack_members(store, to_read))
     found = (set(mine) if target is None else set()) | {
         k for k, held in members.items() if any(u == user for u, _ in held)
@@ -219,9 +221,11 @@ def forget_steps(
 
     def with_found(ids: Iterable[uuid.UUID], refs: Iterable[str]) -> list[str]:
         wanted = set(ids)
-        extra = found if target is None else {
-            k for k in found if any(u == user and i in wanted for u, i in members[k])
-        }  # fmt: skip
+        extra = (
+            found
+            if target is None
+            else {k for k in found if any(u == user and i in wanted for u, i in members[k])}
+        )
         return sorted(set(keys_for(wanted, refs)) | extra)
 
     opened = yield ("plan", _open_plan(user, target, who, when, with_found))
@@ -233,19 +237,35 @@ def forget_steps(
         # A pack also holding memories not forgotten is rewritten without these first (memory_lib.storage.packs).
         keep = yield ("plan", _pack_neighbours_plan(store, request))
         if keep:
-            moved = yield ("call", lambda: {k: packs.rewrite_without(store, k, rows) for k, rows in keep.items()})
+            moved = yield (
+                "call",
+                lambda: {k: packs.rewrite_without(store, k, rows) for k, rows in keep.items()},
+            )
             yield ("plan", _moved_plan(request["user_id"], keep, moved))
-        versions += yield ("call", lambda: purge_objects(store, request["object_keys"], request["memory_ids"]))
+        versions += yield (
+            "call",
+            lambda: purge_objects(store, request["object_keys"], request["memory_ids"]),
+        )
         request = yield ("plan", _status_plan(request["id"], "objects_deleted", versions))
     if request["status"] == "objects_deleted":
         request = yield ("plan", _rows_plan(request, who, when, with_found))
-    again = [] if target is not None else (yield ("call", lambda: _listed_packs(store, user, untagged=False)))[0]
-    swept = yield ("call", lambda: purge_objects(store, [*request["object_keys"], *again], request["memory_ids"]))
+    again = (
+        [] if target is not None else (yield ("call", lambda: _listed_packs(store, user, untagged=False)))[0]
+    )
+    swept = yield (
+        "call",
+        lambda: purge_objects(store, [*request["object_keys"], *again], request["memory_ids"]),
+    )
     done = yield ("plan", _done_plan(request["id"], swept))
     return ForgetResult(
-        done["id"], user, done["memory_id"], tuple(done["memory_ids"]), done["object_versions_deleted"],
-        dict(done["rows_deleted"]), resumed=resumed,
-    )  # fmt: skip
+        done["id"],
+        user,
+        done["memory_id"],
+        tuple(done["memory_ids"]),
+        done["object_versions_deleted"],
+        dict(done["rows_deleted"]),
+        resumed=resumed,
+    )
 
 
 def run_forget(conn: psycopg.Connection, steps: Steps) -> ForgetResult:
@@ -271,9 +291,14 @@ async def run_forget_async(conn: psycopg.AsyncConnection, steps: Steps) -> Forge
 
 
 def forget_memory(
-    conn: psycopg.Connection, store: ObjectStore | None, user_id: str, memory_id: uuid.UUID, *, actor: str,
+    conn: psycopg.Connection,
+    store: ObjectStore | None,
+    user_id: str,
+    memory_id: uuid.UUID,
+    *,
+    actor: str,
     now: datetime | None = None,
-) -> ForgetResult:  # fmt: skip
+) -> ForgetResult:
     """Forget one memory (and the versions it superseded) of `user_id`; NotFoundError if it never existed."""
     if memory_id is None:
         raise InvalidInputError("memory_id", None, "is required (forget_user forgets every memory)")
@@ -281,7 +306,12 @@ def forget_memory(
 
 
 def forget_user(
-    conn: psycopg.Connection, store: ObjectStore | None, user_id: str, *, actor: str, now: datetime | None = None
+    conn: psycopg.Connection,
+    store: ObjectStore | None,
+    user_id: str,
+    *,
+    actor: str,
+    now: datetime | None = None,
 ) -> ForgetResult:
     """Forget every memory of `user_id` in every tier, table and object version. Idempotent."""
     return run_forget(conn, forget_steps(store, user_id, None, actor=actor, now=now))
@@ -291,9 +321,12 @@ def forget_user(
 
 
 def _open_plan(
-    user: str, target: uuid.UUID | None, actor: str, now: datetime,
+    user: str,
+    target: uuid.UUID | None,
+    actor: str,
+    now: datetime,
     keys_for: Callable[[Iterable[uuid.UUID], Iterable[str]], list[str]],
-) -> Plan[tuple[dict[str, Any], bool] | ForgetResult]:  # fmt: skip
+) -> Plan[tuple[dict[str, Any], bool] | ForgetResult]:
     yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
     if target is not None:
         # An unfinished request covering it first: its rows may already be gone.
@@ -304,7 +337,9 @@ def _open_plan(
             done = yield Sql(_DONE_FOR_MEMORY_SQL, {"user_id": user, "id": target}, "one")
             if done is None:
                 raise NotFoundError(f"no memory {target} for user_id={user!r}")
-            return ForgetResult(done["id"], user, target, tuple(done["memory_ids"]), 0, {}, already_forgotten=True)
+            return ForgetResult(
+                done["id"], user, target, tuple(done["memory_ids"]), 0, {}, already_forgotten=True
+            )
         target = found["memory_id"]
     request = yield Sql(_OPEN_SQL, {"user_id": user, "memory_id": target}, "one")
     ids = yield from _scope_ids(user, target)
@@ -316,11 +351,14 @@ def _open_plan(
         keys = sorted(set(keys) | set(request["object_keys"]))
         request = yield Sql(
             "UPDATE forget_requests SET memory_ids = %(ids)s, object_keys = %(keys)s WHERE id = %(id)s RETURNING *",
-            {"ids": ids, "keys": keys, "id": request["id"]}, "one",
-        )  # fmt: skip
+            {"ids": ids, "keys": keys, "id": request["id"]},
+            "one",
+        )
         return request, True
     request = yield Sql(
-        _INSERT_SQL, {"user_id": user, "memory_id": target, "actor": actor, "ids": ids, "keys": keys, "now": now}, "one"
+        _INSERT_SQL,
+        {"user_id": user, "memory_id": target, "actor": actor, "ids": ids, "keys": keys, "now": now},
+        "one",
     )
     return request, False
 
@@ -333,7 +371,9 @@ def _scope_ids(user: str, target: uuid.UUID | None) -> Plan[list[uuid.UUID]]:
     return sorted(r["id"] for r in rows)
 
 
-def _pack_neighbours_plan(store: ObjectStore, request: dict[str, Any]) -> Plan[dict[str, list[dict[str, Any]]]]:
+def _pack_neighbours_plan(
+    store: ObjectStore, request: dict[str, Any]
+) -> Plan[dict[str, list[dict[str, Any]]]]:
     """pack key -> the archive rows of memories NOT forgotten whose backup is a member of that pack.
     In-flight archival attempts backed up into such a pack go back to be backed up again."""
     keys = {k for k in request["object_keys"] if packs.is_pack_key(k)}
@@ -344,13 +384,15 @@ def _pack_neighbours_plan(store: ObjectStore, request: dict[str, Any]) -> Plan[d
         """UPDATE archival_attempts SET status = 'embedded', updated_at = now()
            WHERE user_id = %(user_id)s AND backup_key = ANY(%(keys)s) AND status = 'backed_up'
              AND NOT (memory_id = ANY(%(ids)s))""",
-        {"user_id": user, "keys": sorted(keys), "ids": ids}, "rowcount",
-    )  # fmt: skip
+        {"user_id": user, "keys": sorted(keys), "ids": ids},
+        "rowcount",
+    )
     rows = yield Sql(
         """SELECT original_id, storage_ref, backup_sha256 FROM archived_memories
            WHERE user_id = %(user_id)s AND NOT (original_id = ANY(%(ids)s)) AND storage_ref LIKE ANY(%(like)s)""",
-        {"user_id": user, "ids": ids, "like": [_like_prefix(store.ref_for(k)) + "#%" for k in sorted(keys)]}, "all",
-    )  # fmt: skip
+        {"user_id": user, "ids": ids, "like": [_like_prefix(store.ref_for(k)) + "#%" for k in sorted(keys)]},
+        "all",
+    )
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         key = store.key_from_ref(r["storage_ref"])
@@ -375,9 +417,15 @@ def _moved_plan(
             n += yield Sql(
                 """UPDATE archived_memories SET storage_ref = %(new)s, backup_version_id = %(version)s
                    WHERE user_id = %(user_id)s AND original_id = %(id)s AND storage_ref = %(old)s""",
-                {"new": new.ref, "version": new.object.version_id, "user_id": user, "id": r["original_id"],
-                 "old": r["storage_ref"]}, "rowcount",
-            )  # fmt: skip
+                {
+                    "new": new.ref,
+                    "version": new.object.version_id,
+                    "user_id": user,
+                    "id": r["original_id"],
+                    "old": r["storage_ref"],
+                },
+                "rowcount",
+            )
     return n
 
 
@@ -387,12 +435,16 @@ def _status_plan(request_id: uuid.UUID, status: str, versions: int) -> Plan[dict
 
 
 def _rows_plan(
-    request: dict[str, Any], actor: str, now: datetime,
+    request: dict[str, Any],
+    actor: str,
+    now: datetime,
     keys_for: Callable[[Iterable[uuid.UUID], Iterable[str]], list[str]],
-) -> Plan[dict[str, Any]]:  # fmt: skip
+) -> Plan[dict[str, Any]]:
     user, target = request["user_id"], request["memory_id"]
     yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
-    current = yield Sql("SELECT * FROM forget_requests WHERE id = %(id)s FOR UPDATE", {"id": request["id"]}, "one")
+    current = yield Sql(
+        "SELECT * FROM forget_requests WHERE id = %(id)s FOR UPDATE", {"id": request["id"]}, "one"
+    )
     if current["status"] != "objects_deleted":
         return current  # another run finished this step
     # Memories written since the request was recorded (or versions superseded since) are included.
@@ -404,21 +456,30 @@ def _rows_plan(
     for table, column in _ERASED.items():
         counts[table] = yield Sql(
             f"DELETE FROM {table} WHERE user_id = %(user_id)s AND {column} = ANY(%(ids)s)",
-            {"user_id": user, "ids": ids}, "rowcount",
-        )  # fmt: skip
+            {"user_id": user, "ids": ids},
+            "rowcount",
+        )
     consolidated = yield from drop_from_consolidation_plan(user, ids, whole_user=target is None)
     counts |= {f"consolidation.{k}": v for k, v in consolidated.items()}
     redacted = yield Sql(
         "SELECT redact_memory_events(%(request)s, %(user_id)s, %(ids)s, %(actor)s) AS n",
-        {"request": current["id"], "user_id": user, "ids": None if target is None else ids, "actor": actor}, "one",
-    )  # fmt: skip
+        {"request": current["id"], "user_id": user, "ids": None if target is None else ids, "actor": actor},
+        "one",
+    )
     counts["memory_events_redacted"] = redacted["n"]
     scope = "user" if target is None else "memory"
     details = [
-        Jsonb({"forget_request": str(current["id"]), "scope": scope, "tiers": list(f["tiers"]),
-               "content_sha256": f["content_sha256"], "backup_sha256": f["backup_sha256"]})
+        Jsonb(
+            {
+                "forget_request": str(current["id"]),
+                "scope": scope,
+                "tiers": list(f["tiers"]),
+                "content_sha256": f["content_sha256"],
+                "backup_sha256": f["backup_sha256"],
+            }
+        )
         for f in facts
-    ]  # fmt: skip
+    ]
     counts["tombstones"] = yield Sql(
         _EVENT_SQL,
         {"ids": [f["memory_id"] for f in facts], "user_id": user, "actor": actor, "details": details},
@@ -428,8 +489,9 @@ def _rows_plan(
         """UPDATE forget_requests SET status = 'rows_deleted', memory_ids = %(ids)s, object_keys = %(keys)s,
                   rows_deleted = %(counts)s, updated_at = clock_timestamp()
            WHERE id = %(id)s RETURNING *""",
-        {"ids": ids, "keys": keys, "counts": Jsonb(counts), "id": current["id"]}, "one",
-    )  # fmt: skip
+        {"ids": ids, "keys": keys, "counts": Jsonb(counts), "id": current["id"]},
+        "one",
+    )
     return row
 
 
@@ -466,8 +528,9 @@ def _unrecorded_plan(store: ObjectStore, user: str, mine: list[str], untagged: l
         """SELECT backup_key AS key, NULL AS ref, user_id FROM archival_attempts WHERE backup_key = ANY(%(keys)s)
            UNION SELECT NULL, split_part(storage_ref, '#', 1), user_id FROM archived_memories
                  WHERE split_part(storage_ref, '#', 1) = ANY(%(refs)s)""",
-        {"keys": list(refs.values()), "refs": list(refs)}, "all",
-    )  # fmt: skip
+        {"keys": list(refs.values()), "refs": list(refs)},
+        "all",
+    )
     old = set(untagged)
     recorded = set()
     for r in rows:
@@ -576,7 +639,9 @@ def remaining(conn: psycopg.Connection, store: ObjectStore, user_id: str) -> Lef
     keys = {k for k in manifest["keys"] if k is not None} | {store.key_for(i) for i in ids}
     mine, untagged = _listed_packs(store, user)
     legacy = run_plan(conn, _unrecorded_plan(store, user, [], untagged))
-    keys |= set(mine) | {k for k, held in _pack_members(store, legacy).items() if any(u == user for u, _ in held)}
+    keys |= set(mine) | {
+        k for k, held in _pack_members(store, legacy).items() if any(u == user for u, _ in held)
+    }
     objects = []
     for key in sorted(keys):
         objects += [f"{v.key}@{v.version_id}" for v in list_versions(store, key) if v.key == key]

@@ -20,7 +20,6 @@ from ..core.errors import InvalidInputError, SchemaError
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class PauseState:
     paused: bool
@@ -102,9 +101,20 @@ def clear_pause(conn: psycopg.Connection, *, reason: str, actor: str) -> PauseSt
         conn.execute(
             """INSERT INTO archival_pause_events (action, reason, actor, details)
                VALUES ('cleared', %s, %s, %s)""",
-            (reason, actor, Jsonb({"was": {"reason": current.reason, "actor": current.actor,
-                                           "batch_key": current.batch_key}})),
-        )  # fmt: skip
+            (
+                reason,
+                actor,
+                Jsonb(
+                    {
+                        "was": {
+                            "reason": current.reason,
+                            "actor": current.actor,
+                            "batch_key": current.batch_key,
+                        }
+                    }
+                ),
+            ),
+        )
     log.warning("archival pause cleared by %s: %s", actor, reason)
     return _pause_row(conn)
 
@@ -131,8 +141,6 @@ def _record_skip(conn: psycopg.Connection, batch_key: str, step: str, pause: Pau
            SELECT %s, %s, %s, (SELECT max(id) FROM archival_pause_events WHERE action = 'paused')""",
         (batch_key, step, pause.describe()),
     )
-
-
 
 
 def paused_skip(conn: psycopg.Connection, batch_key: str, step: str) -> PauseState | None:

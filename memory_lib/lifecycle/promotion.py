@@ -172,16 +172,28 @@ def restore_rows_plan(
         model = shape["model"]
     yield Sql(
         RESTORE_INSERT_SQL,
-        {"id": doc.original_id, "user_id": doc.user_id, "content": doc.content,
-         "content_sha256": sha256_hex(doc.content), "embedding": embedding,
-         "embedding_model": model, "embedding_dim": int(embedding.size),
-         "entity_links": doc.entity_links, "metadata": Jsonb(doc.metadata), "domain": arch["original_domain"],
-         "category": arch["original_category"], "importance_score": doc.importance_score,
-         "access_count": arch["access_count"], "last_accessed_at": arch["last_accessed_at"],
-         "created_at": doc.created_at, "updated_at": arch["original_updated_at"],
-         "superseded_by": arch["original_superseded_by"], "dedupe_key": arch["original_dedupe_key"]},
+        {
+            "id": doc.original_id,
+            "user_id": doc.user_id,
+            "content": doc.content,
+            "content_sha256": sha256_hex(doc.content),
+            "embedding": embedding,
+            "embedding_model": model,
+            "embedding_dim": int(embedding.size),
+            "entity_links": doc.entity_links,
+            "metadata": Jsonb(doc.metadata),
+            "domain": arch["original_domain"],
+            "category": arch["original_category"],
+            "importance_score": doc.importance_score,
+            "access_count": arch["access_count"],
+            "last_accessed_at": arch["last_accessed_at"],
+            "created_at": doc.created_at,
+            "updated_at": arch["original_updated_at"],
+            "superseded_by": arch["original_superseded_by"],
+            "dedupe_key": arch["original_dedupe_key"],
+        },
         "rowcount",
-    )  # fmt: skip
+    )
     yield Sql(DELETE_ARCHIVE_SQL, {"user_id": arch["user_id"], "archive_id": arch["id"]}, "rowcount")
     info = {
         "archive_id": str(arch["id"]),
@@ -194,10 +206,15 @@ def restore_rows_plan(
 def _expansions_in_window(arch: dict[str, Any], config: PromotionConfig, now: datetime) -> Sql:
     return Sql(
         EXPANSIONS_IN_WINDOW_SQL,
-        {"memory_id": arch["original_id"], "user_id": arch["user_id"], "archive_id": str(arch["id"]),
-         "since": now - timedelta(days=config.window_days), "now": now},
+        {
+            "memory_id": arch["original_id"],
+            "user_id": arch["user_id"],
+            "archive_id": str(arch["id"]),
+            "since": now - timedelta(days=config.window_days),
+            "now": now,
+        },
         "one",
-    )  # fmt: skip
+    )
 
 
 def expand_plan(
@@ -217,16 +234,26 @@ def expand_plan(
             + (f": it was promoted back to hot memory id={hot['id']}" if hot else "")
         )
     doc = yield from _verified_original(arch)
-    yield event(arch["original_id"], user_id, "expanded", actor, now,
-                {"archive_id": str(arch["id"]), "storage_ref": arch["storage_ref"]})  # fmt: skip
+    yield event(
+        arch["original_id"],
+        user_id,
+        "expanded",
+        actor,
+        now,
+        {"archive_id": str(arch["id"]), "storage_ref": arch["storage_ref"]},
+    )
     yield Sql(BUMP_EXPANSION_SQL, {"user_id": user_id, "archive_id": arch["id"], "now": now}, "rowcount")
     count = int((yield _expansions_in_window(arch, config, now))["n"])
     promoted = count >= config.expansions_to_promote
     if promoted:
         yield from restore_rows_plan(
-            arch, doc, event_type="promoted", actor=actor, now=now,
+            arch,
+            doc,
+            event_type="promoted",
+            actor=actor,
+            now=now,
             details={"expansions": count, "window_days": config.window_days, "trigger": "expand"},
-        )  # fmt: skip
+        )
     return Expansion(
         user_id, arch["original_id"], arch["id"], doc.content, doc, arch["storage_ref"], count, promoted
     )
@@ -245,9 +272,13 @@ def promote_plan(
         return False
     doc = yield from _verified_original(arch)
     yield from restore_rows_plan(
-        arch, doc, event_type="promoted", actor=actor, now=now,
+        arch,
+        doc,
+        event_type="promoted",
+        actor=actor,
+        now=now,
         details={"expansions": count, "window_days": config.window_days, "trigger": "sweep"},
-    )  # fmt: skip
+    )
     return True
 
 
@@ -340,8 +371,12 @@ def sweep_promotions(
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     limit = validation.row_limit("limit", limit, maximum=1_000_000)
     report = SweepReport(as_of)
-    params = {"since": as_of - timedelta(days=config.window_days), "now": as_of,
-              "needed": config.expansions_to_promote, "limit": limit}  # fmt: skip
+    params = {
+        "since": as_of - timedelta(days=config.window_days),
+        "now": as_of,
+        "needed": config.expansions_to_promote,
+        "limit": limit,
+    }
     due = run_plan(conn, _read(DUE_FOR_PROMOTION_SQL, params))
     report.due = len(due)
     for row in due:

@@ -115,23 +115,57 @@ class _Group:
 
 
 VECTOR_GROUPS: tuple[_Group, ...] = (
-    _Group("memories", "hot", "embedding", "embedding_model",
-           (_Col("embedding", "vector({dim})", True), _Col("embedding_model", "text", True),
-            _Col("embedding_dim", "integer", True)),
-           text="content", index="hnsw ({col} vector_cosine_ops) WITH (m = 16, ef_construction = 64)"),
-    _Group("archived_memories", "archived", "summary_bits", "summary_embedding_model",
-           (_Col("summary_bits", "bit({dim})", False), _Col("summary_embedding", "halfvec({dim})", False),
-            _Col("summary_embedding_model", "text", True)),
-           text="summary", needs_vector="summary_bits IS NOT NULL",
-           index="hnsw ({col} bit_hamming_ops) WITH (m = 16, ef_construction = 64)"),
-    _Group("memory_digests", "digests", "embedding", "embedding_model",
-           (_Col("embedding", "vector({dim})", True), _Col("embedding_model", "text", True)), text="summary"),
-    _Group("memory_facts", "facts", "embedding", "embedding_model",
-           (_Col("embedding", "vector({dim})", True), _Col("embedding_model", "text", True)),
-           text="subject || ' ' || predicate || ' ' || object"),
-    _Group("archival_attempts", None, "summary_embedding", "summary_embedding_model",
-           (_Col("summary_embedding", "halfvec({dim})", False), _Col("summary_embedding_model", "text", False))),
-)  # fmt: skip
+    _Group(
+        "memories",
+        "hot",
+        "embedding",
+        "embedding_model",
+        (
+            _Col("embedding", "vector({dim})", True),
+            _Col("embedding_model", "text", True),
+            _Col("embedding_dim", "integer", True),
+        ),
+        text="content",
+        index="hnsw ({col} vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    ),
+    _Group(
+        "archived_memories",
+        "archived",
+        "summary_bits",
+        "summary_embedding_model",
+        (
+            _Col("summary_bits", "bit({dim})", False),
+            _Col("summary_embedding", "halfvec({dim})", False),
+            _Col("summary_embedding_model", "text", True),
+        ),
+        text="summary",
+        needs_vector="summary_bits IS NOT NULL",
+        index="hnsw ({col} bit_hamming_ops) WITH (m = 16, ef_construction = 64)",
+    ),
+    _Group(
+        "memory_digests",
+        "digests",
+        "embedding",
+        "embedding_model",
+        (_Col("embedding", "vector({dim})", True), _Col("embedding_model", "text", True)),
+        text="summary",
+    ),
+    _Group(
+        "memory_facts",
+        "facts",
+        "embedding",
+        "embedding_model",
+        (_Col("embedding", "vector({dim})", True), _Col("embedding_model", "text", True)),
+        text="subject || ' ' || predicate || ' ' || object",
+    ),
+    _Group(
+        "archival_attempts",
+        None,
+        "summary_embedding",
+        "summary_embedding_model",
+        (_Col("summary_embedding", "halfvec({dim})", False), _Col("summary_embedding_model", "text", False)),
+    ),
+)
 _BY_KIND = {g.kind: g for g in VECTOR_GROUPS if g.kind is not None}
 _LOCK_ALL = "LOCK TABLE " + ", ".join(g.table for g in VECTOR_GROUPS) + " IN ACCESS EXCLUSIVE MODE"
 
@@ -208,7 +242,9 @@ def _cached_embedder(model: str, dim: int) -> Embedder:
     if model == HashingEmbedder(dim).model:
         return HashingEmbedder(dim)
     # Any other name is an OpenAI(-compatible) model: the key and base URL of the configured embedding.
-    cfg = Settings.from_env().embedding.model_copy(update={"provider": "openai", "openai_model": model, "dim": dim})
+    cfg = Settings.from_env().embedding.model_copy(
+        update={"provider": "openai", "openai_model": model, "dim": dim}
+    )
     return embedder_from_settings(cfg)
 
 
@@ -221,9 +257,10 @@ def embedder_for(model: str, dim: int) -> Embedder:
 def _check_embedder(embedder: Embedder, model: str, dim: int, what: str) -> None:
     if embedder.model != model or embedder.dim != dim:
         raise EmbeddingMismatchError(
-            "embedder", f"{embedder.model} ({embedder.dim}-d)",
+            "embedder",
+            f"{embedder.model} ({embedder.dim}-d)",
             f"the {what} columns hold {model!r} ({dim}-d) vectors",
-        )  # fmt: skip
+        )
 
 
 # --------------------------------------------------------------------------- start / abort
@@ -261,24 +298,41 @@ def start(conn: psycopg.Connection, target_model: str, target_dim: int, *, actor
     is recorded yet (an empty database just changes its settings). Catalog-only DDL: instant."""
     target_model = validation.text("target_model", target_model, max_chars=validation.MAX_LABEL_CHARS)
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
-    if isinstance(target_dim, bool) or not isinstance(target_dim, int) or not 1 <= target_dim <= HNSW_MAX_VECTOR_DIM:
-        raise InvalidInputError("target_dim", target_dim, f"must be an integer from 1 to {HNSW_MAX_VECTOR_DIM} (HNSW)")
+    if (
+        isinstance(target_dim, bool)
+        or not isinstance(target_dim, int)
+        or not 1 <= target_dim <= HNSW_MAX_VECTOR_DIM
+    ):
+        raise InvalidInputError(
+            "target_dim", target_dim, f"must be an integer from 1 to {HNSW_MAX_VECTOR_DIM} (HNSW)"
+        )
     if target_model == LOCAL_MODEL_NAME and target_dim != LOCAL_MODEL_DIM:
-        raise InvalidInputError("target_dim", target_dim, f"{LOCAL_MODEL_NAME} makes {LOCAL_MODEL_DIM}-d vectors")
+        raise InvalidInputError(
+            "target_dim", target_dim, f"{LOCAL_MODEL_NAME} makes {LOCAL_MODEL_DIM}-d vectors"
+        )
     if target_model.startswith("hashing-lexical-") and target_model != HashingEmbedder(target_dim).model:
-        raise InvalidInputError("target_model", target_model, f"the {target_dim}-d hashing embedder is "
-                                f"{HashingEmbedder(target_dim).model!r}")  # fmt: skip
+        raise InvalidInputError(
+            "target_model",
+            target_model,
+            f"the {target_dim}-d hashing embedder is {HashingEmbedder(target_dim).model!r}",
+        )
     with conn.transaction():
         _lock_all(conn)
-        settings = {r["key"]: r["value"] for r in conn.execute(
-            "SELECT key, value FROM memory_archive_settings WHERE key IN ('embedding_model', 'embedding_dim')")}  # fmt: skip
+        settings = {
+            r["key"]: r["value"]
+            for r in conn.execute(
+                "SELECT key, value FROM memory_archive_settings WHERE key IN ('embedding_model', 'embedding_dim')"
+            )
+        }
         if "embedding_model" not in settings:
             raise ReembeddingError(
                 "no embedding model is recorded in this database yet: nothing to re-embed (set the new embedder)"
             )
         source_model, source_dim = settings["embedding_model"], int(settings["embedding_dim"])
         if (source_model, source_dim) == (target_model, target_dim):
-            raise InvalidInputError("target_model", target_model, f"is already the active space ({source_dim}-d)")
+            raise InvalidInputError(
+                "target_model", target_model, f"is already the active space ({source_dim}-d)"
+            )
         open_ = active_migration(conn)
         if open_ is not None:
             raise ReembeddingError(
@@ -316,7 +370,9 @@ def abort(conn: psycopg.Connection, *, actor: str) -> Migration:
     return _close(conn, actor, state="running", what="abort", suffix="_next", final="aborted")
 
 
-def _close(conn: psycopg.Connection, actor: str, *, state: str, what: str, suffix: str, final: str) -> Migration:
+def _close(
+    conn: psycopg.Connection, actor: str, *, state: str, what: str, suffix: str, final: str
+) -> Migration:
     """End the open migration (abort, drop_old): drop the `suffix` columns, record `final`, one transaction."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     with conn.transaction():
@@ -340,8 +396,12 @@ def _in_state(m: Migration | None, state: str, what: str, *, missing: str) -> Mi
 
 
 def _require(conn: psycopg.Connection, state: str, what: str) -> Migration:
-    return _in_state(active_migration(conn, for_update=True), state, what,
-                     missing=f"no re-embedding is open: nothing to {what}")  # fmt: skip
+    return _in_state(
+        active_migration(conn, for_update=True),
+        state,
+        what,
+        missing=f"no re-embedding is open: nothing to {what}",
+    )
 
 
 def _by_id(conn: psycopg.Connection, mid: int) -> Migration:
@@ -371,12 +431,16 @@ def _vector_text(v: np.ndarray) -> str:
 
 def _write_sql(g: _Group, suffix: str, dim: int) -> str:
     if g.kind == "hot":
-        sets = (f"embedding{suffix} = v.vec::vector({dim}), embedding_model{suffix} = %(model)s, "
-                f"embedding_dim{suffix} = {dim}")  # fmt: skip
+        sets = (
+            f"embedding{suffix} = v.vec::vector({dim}), embedding_model{suffix} = %(model)s, "
+            f"embedding_dim{suffix} = {dim}"
+        )
     elif g.kind == "archived":
         # 007's representation: one bit per dimension (the sign); a stub gets no bits, only the model.
-        sets = (f"summary_bits{suffix} = binary_quantize(v.vec::vector({dim}))::bit({dim}), "
-                f"summary_embedding_model{suffix} = %(model)s")  # fmt: skip
+        sets = (
+            f"summary_bits{suffix} = binary_quantize(v.vec::vector({dim}))::bit({dim}), "
+            f"summary_embedding_model{suffix} = %(model)s"
+        )
     else:
         sets = f"embedding{suffix} = v.vec::vector({dim}), embedding_model{suffix} = %(model)s"
     return f"""UPDATE {g.table} t SET {sets}
@@ -391,7 +455,9 @@ _STATE_SQL = "SELECT state FROM embedding_migrations WHERE id = %(id)s FOR SHARE
 
 def _check_state(m: Migration, row: dict[str, Any] | None) -> None:
     if row is None or row["state"] != m.state:
-        raise ReembeddingError(f"re-embedding {m.id} changed state ({m.state} -> {row and row['state']}): retry")
+        raise ReembeddingError(
+            f"re-embedding {m.id} changed state ({m.state} -> {row and row['state']}): retry"
+        )
 
 
 def _claim_sql(g: _Group, suffix: str, where: str) -> str:
@@ -414,12 +480,24 @@ def fill_plan(migration: Migration, kind: Kind, ids: Sequence[uuid.UUID]) -> Pla
         by_id[r["id"]] = None if vec is None else _vector_text(vec)
     if not by_id:
         return 0
-    return (yield Sql(_write_sql(g, m.suffix, dim), {"ids": list(by_id), "vecs": list(by_id.values()),
-                                                     "model": model}, "rowcount"))  # fmt: skip
+    return (
+        yield Sql(
+            _write_sql(g, m.suffix, dim),
+            {"ids": list(by_id), "vecs": list(by_id.values()), "model": model},
+            "rowcount",
+        )
+    )
 
 
-def _fill(conn: psycopg.Connection, g: _Group, m: Migration, embedder: Embedder, where: str,
-          params: dict[str, Any], limit: int) -> int:  # fmt: skip
+def _fill(
+    conn: psycopg.Connection,
+    g: _Group,
+    m: Migration,
+    embedder: Embedder,
+    where: str,
+    params: dict[str, Any],
+    limit: int,
+) -> int:
     """Claim up to `limit` pending rows (FOR UPDATE SKIP LOCKED), embed them, write them in one UPDATE;
     one transaction, so a crash loses only the embedding work of this batch."""
     model, dim = m.secondary
@@ -442,9 +520,14 @@ def _fill(conn: psycopg.Connection, g: _Group, m: Migration, embedder: Embedder,
 
 
 def backfill_batch(
-    conn: psycopg.Connection, embedder: Embedder, kind: Kind, limit: int = 256, *,
-    bucket: int | None = None, buckets: int | None = None,
-) -> int:  # fmt: skip
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    kind: Kind,
+    limit: int = 256,
+    *,
+    bucket: int | None = None,
+    buckets: int | None = None,
+) -> int:
     """Fill the secondary columns of up to `limit` pending rows of `kind` (in `bucket` of `buckets` by a
     stable hash of the id, when given); returns how many. 0: nothing left (in that bucket). Idempotent
     and crash-safe: a row is pending until its write commits; concurrent workers skip locked rows.
@@ -457,7 +540,9 @@ def backfill_batch(
     m = active_migration(conn)
     if m is None:
         return 0
-    return _fill(conn, g, m, embedder, _bucket_filter(bucket, buckets), {"bucket": bucket, "buckets": buckets}, limit)
+    return _fill(
+        conn, g, m, embedder, _bucket_filter(bucket, buckets), {"bucket": bucket, "buckets": buckets}, limit
+    )
 
 
 def _group(kind: object) -> _Group:
@@ -466,7 +551,9 @@ def _group(kind: object) -> _Group:
     return _BY_KIND[kind]  # type: ignore[index]
 
 
-def pending(conn: psycopg.Connection, kind: Kind, *, bucket: int | None = None, buckets: int | None = None) -> int:
+def pending(
+    conn: psycopg.Connection, kind: Kind, *, bucket: int | None = None, buckets: int | None = None
+) -> int:
     """Rows of `kind` (in `bucket`) whose secondary columns are not filled yet; 0 without a migration."""
     g = _group(kind)
     m = active_migration(conn)
@@ -544,7 +631,9 @@ def _quantize_sql(dim: int) -> str:
             ADD CONSTRAINT archived_stub_without_vector CHECK ((stubbed_at IS NULL) = (summary_bits IS NOT NULL));"""
 
 
-def _swap(conn: psycopg.Connection, m: Migration, *, to_state: str, actor: str, lock_timeout: str) -> Migration:
+def _swap(
+    conn: psycopg.Connection, m: Migration, *, to_state: str, actor: str, lock_timeout: str
+) -> Migration:
     """Make the secondary space active, in one transaction; the active space becomes the secondary."""
     incoming, outgoing = m.suffix, ("_prev" if m.state == "running" else "_next")
     new_model, new_dim = m.secondary
@@ -570,8 +659,11 @@ def _swap(conn: psycopg.Connection, m: Migration, *, to_state: str, actor: str, 
             conn.execute(f"ALTER TABLE {g.table} RENAME COLUMN {c.name} TO {c.name}__swap")
             conn.execute(f"ALTER TABLE {g.table} RENAME COLUMN {c.name}{incoming} TO {c.name}")
             conn.execute(f"ALTER TABLE {g.table} RENAME COLUMN {c.name}__swap TO {c.name}{outgoing}")
-        nulls = [f"ALTER COLUMN {c.name} SET NOT NULL, ALTER COLUMN {c.name}{outgoing} DROP NOT NULL"
-                 for c in g.cols if c.not_null]  # fmt: skip
+        nulls = [
+            f"ALTER COLUMN {c.name} SET NOT NULL, ALTER COLUMN {c.name}{outgoing} DROP NOT NULL"
+            for c in g.cols
+            if c.not_null
+        ]
         if nulls:
             conn.execute(f"ALTER TABLE {g.table} {', '.join(nulls)}")
     conn.execute(_quantize_sql(new_dim))
@@ -605,15 +697,17 @@ def flip_back(conn: psycopg.Connection, *, actor: str, lock_timeout: str = "30s"
     return _flip(conn, "flipped", "running", "flip back", actor=actor, lock_timeout=lock_timeout)
 
 
-def _flip(conn: psycopg.Connection, from_state: str, to_state: str, what: str, *, actor: str,
-          lock_timeout: str) -> Migration:  # fmt: skip
+def _flip(
+    conn: psycopg.Connection, from_state: str, to_state: str, what: str, *, actor: str, lock_timeout: str
+) -> Migration:
     """flip and flip_back: the indexes built (CONCURRENTLY, outside a transaction), then the swap."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     _require_outside(conn, from_state, what)
     ensure_indexes(conn)
     with conn.transaction():
-        return _swap(conn, _require(conn, from_state, what), to_state=to_state, actor=actor,
-                     lock_timeout=lock_timeout)  # fmt: skip
+        return _swap(
+            conn, _require(conn, from_state, what), to_state=to_state, actor=actor, lock_timeout=lock_timeout
+        )
 
 
 def _require_outside(conn: psycopg.Connection, state: str, what: str) -> None:

@@ -166,9 +166,19 @@ def restore_archives(
     prefetch = _Prefetch(store, read_workers)
     try:
         with _Group(conn, commit_every) as group:
-            return _restore_archives(conn, prefetch, actor=actor, all_archives=all_archives, user_id=user_id,
-                                     original_ids=original_ids, chunk_size=chunk_size, progress=progress,
-                                     pause_archival=pause_archival, embedder=embedder, group=group)  # fmt: skip
+            return _restore_archives(
+                conn,
+                prefetch,
+                actor=actor,
+                all_archives=all_archives,
+                user_id=user_id,
+                original_ids=original_ids,
+                chunk_size=chunk_size,
+                progress=progress,
+                pause_archival=pause_archival,
+                embedder=embedder,
+                group=group,
+            )
     finally:
         prefetch.close()
 
@@ -223,8 +233,12 @@ def _restore_archives(
     ids = _check_selection(all_archives, user_id, original_ids)
     report = RestoreReport()
     if all_archives if pause_archival is None else pause_archival:
-        set_pause(conn, reason="bulk restore in progress: nights would re-archive what it restores",
-                  actor=actor, details={"restore": "all" if all_archives else "selection"})  # fmt: skip
+        set_pause(
+            conn,
+            reason="bulk restore in progress: nights would re-archive what it restores",
+            actor=actor,
+            details={"restore": "all" if all_archives else "selection"},
+        )
         report.paused_archival = True
     started = time.monotonic()
 
@@ -232,7 +246,9 @@ def _restore_archives(
         report.requested += 1
         group.before()
         try:
-            result = restore_archive(conn, store, user_id=uid, original_id=oid, actor=actor, embedder=embedder)
+            result = restore_archive(
+                conn, store, user_id=uid, original_id=oid, actor=actor, embedder=embedder
+            )
         except NotFoundError as exc:
             report.not_found += 1
             _note(report, _named(oid, str(exc)))
@@ -275,7 +291,9 @@ def _restore_archives(
                 report.not_found += 1
                 _note(
                     report,
-                    _named(oid, "no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else "")),
+                    _named(
+                        oid, "no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else "")
+                    ),
                 )
             else:
                 restore(owner, oid)
@@ -290,9 +308,13 @@ def _restore_archives(
                    WHERE (%(u)s::text IS NULL OR user_id = %(u)s)
                      AND (%(c_at)s::timestamptz IS NULL OR (archived_at, original_id) > (%(c_at)s, %(c_id)s))
                    ORDER BY archived_at, original_id LIMIT %(n)s""",
-                {"u": user_id, "c_at": cursor[0] if cursor else None, "c_id": cursor[1] if cursor else None,
-                 "n": chunk_size},
-            ).fetchall()  # fmt: skip
+                {
+                    "u": user_id,
+                    "c_at": cursor[0] if cursor else None,
+                    "c_id": cursor[1] if cursor else None,
+                    "n": chunk_size,
+                },
+            ).fetchall()
             if not page:
                 break
             store.load(page)
@@ -340,5 +362,3 @@ def _named(oid: uuid.UUID, message: str) -> str:
 def _note(report: RestoreReport, message: str) -> None:
     if len(report.errors) < 20:
         report.errors.append(message[:300])
-
-

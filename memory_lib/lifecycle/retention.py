@@ -84,21 +84,29 @@ class ScoreRun:
     seconds: float = 0.0
 
 
-def score(conn: psycopg.Connection, as_of: datetime, config: RetentionConfig, *, shard: Shard = ALL) -> ScoreRun:
+def score(
+    conn: psycopg.Connection, as_of: datetime, config: RetentionConfig, *, shard: Shard = ALL
+) -> ScoreRun:
     """Score every hot memory of `shard`'s users created by `as_of` (the end of a night), one statement
     per user batch. Concurrent shard runs score disjoint users, so they never upsert the same rows."""
     as_of = as_of.astimezone(UTC)
     started = time.monotonic()
     run = ScoreRun(as_of)
-    params = category_params(config) | shard.params() | {
-        "as_of": as_of, "boost": config.retrieval_boost, "tol": config.floor_tolerance}  # fmt: skip
+    params = (
+        category_params(config)
+        | shard.params()
+        | {"as_of": as_of, "boost": config.retrieval_boost, "tol": config.floor_tolerance}
+    )
     after = ""
     while True:
-        users = [r["user_id"] for r in conn.execute(
-            f"""SELECT DISTINCT user_id FROM memories WHERE user_id > %(after)s AND {shard_filter("user_id")}
+        users = [
+            r["user_id"]
+            for r in conn.execute(
+                f"""SELECT DISTINCT user_id FROM memories WHERE user_id > %(after)s AND {shard_filter("user_id")}
                 ORDER BY user_id LIMIT %(n)s""",
-            shard.params() | {"after": after, "n": config.users_per_statement},
-        ).fetchall()]  # fmt: skip
+                shard.params() | {"after": after, "n": config.users_per_statement},
+            ).fetchall()
+        ]
         if not users:
             break
         with conn.transaction():
@@ -125,8 +133,13 @@ class Distribution:
 
 def distribution(conn: psycopg.Connection, as_of: datetime, *, cold_migration_days: int) -> Distribution:
     as_of = as_of.astimezone(UTC)
-    p = {"as_of": as_of, "days": cold_migration_days, "qs": list(QUANTILES), "n": BUCKETS,
-         "exempt": list(RETENTION_EXEMPT)}  # fmt: skip
+    p = {
+        "as_of": as_of,
+        "days": cold_migration_days,
+        "qs": list(QUANTILES),
+        "n": BUCKETS,
+        "exempt": list(RETENTION_EXEMPT),
+    }
     row = conn.execute(
         """SELECT count(*) AS scored, count(*) FILTER (WHERE r.at_floor) AS at_floor,
                   count(*) FILTER (WHERE r.days_at_floor >= %(days)s AND m.category <> ALL(%(exempt)s)) AS ready,
@@ -151,12 +164,17 @@ def distribution(conn: psycopg.Connection, as_of: datetime, *, cold_migration_da
         p,
     ).fetchall()
     return Distribution(
-        scored=row["scored"], at_floor=row["at_floor"], ready=row["ready"],
+        scored=row["scored"],
+        at_floor=row["at_floor"],
+        ready=row["ready"],
         mean=None if row["mean"] is None else float(row["mean"]),
-        quantiles=dict(zip(QUANTILES, row["qs"] or [], strict=False)), buckets=buckets,
-        by_category={c["category"]: {"n": c["n"], "at_floor": c["at_floor"], "min": c["min"], "median": c["median"]}
-                     for c in cats},
-    )  # fmt: skip
+        quantiles=dict(zip(QUANTILES, row["qs"] or [], strict=False)),
+        buckets=buckets,
+        by_category={
+            c["category"]: {"n": c["n"], "at_floor": c["at_floor"], "min": c["min"], "median": c["median"]}
+            for c in cats
+        },
+    )
 
 
 class Tiers(NamedTuple):
@@ -202,5 +220,11 @@ def tier_counts(conn: psycopg.Connection, as_of: datetime) -> TierCounts:
            FROM h FULL JOIN a USING (user_id)""",
         {"t": as_of},
     ).fetchall()
-    return TierCounts(as_of, {r["user_id"]: Tiers(r["hot"], r["archived"], r["stub"])
-                              for r in rows if r["hot"] or r["archived"] or r["stub"]})  # fmt: skip
+    return TierCounts(
+        as_of,
+        {
+            r["user_id"]: Tiers(r["hot"], r["archived"], r["stub"])
+            for r in rows
+            if r["hot"] or r["archived"] or r["stub"]
+        },
+    )

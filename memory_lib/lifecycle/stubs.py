@@ -112,10 +112,13 @@ def _problems(store: ObjectStore, rows: list[dict[str, Any]], workers: int) -> l
     whole = [i for i in range(len(rows)) if i not in in_pack]
     if whole:
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(whole)))) as pool:
-            for i, problem in zip(whole, pool.map(lambda i: backup_problem(store, rows[i]), whole), strict=True):
+            for i, problem in zip(
+                whole, pool.map(lambda i: backup_problem(store, rows[i]), whole), strict=True
+            ):
                 out[i] = problem
-    read = packs.read_members(store, [(rows[i]["storage_ref"], rows[i]["backup_sha256"]) for i in packed],
-                              workers=workers)  # fmt: skip
+    read = packs.read_members(
+        store, [(rows[i]["storage_ref"], rows[i]["backup_sha256"]) for i in packed], workers=workers
+    )
     for i, got in zip(packed, read, strict=True):
         if isinstance(got, ObjectNotFoundError):
             out[i] = "missing"
@@ -127,9 +130,16 @@ def _problems(store: ObjectStore, rows: list[dict[str, Any]], workers: int) -> l
 
 
 def convert(
-    conn: psycopg.Connection, store: ObjectStore, as_of: datetime, *, stub_after_days: int,
-    shard: Shard = ALL, actor: str = "stub_conversions", batch_size: int = 500, workers: int = 8,
-) -> StubRun:  # fmt: skip
+    conn: psycopg.Connection,
+    store: ObjectStore,
+    as_of: datetime,
+    *,
+    stub_after_days: int,
+    shard: Shard = ALL,
+    actor: str = "stub_conversions",
+    batch_size: int = 500,
+    workers: int = 8,
+) -> StubRun:
     """Turn the shard's archive rows unused for `stub_after_days` before `as_of` into stubs, after
     verifying each backup; one transaction per batch of `batch_size` rows."""
     as_of = validation.timestamp("as_of", as_of).astimezone(UTC)
@@ -137,8 +147,14 @@ def convert(
     started = time.monotonic()
     run = StubRun(as_of)
     cutoff = as_of - timedelta(days=stub_after_days)
-    params = shard.params() | {"cutoff": cutoff, "as_of": as_of, "exempt": list(RETENTION_EXEMPT),
-                               "actor": actor, "days": stub_after_days, "n": batch_size}  # fmt: skip
+    params = shard.params() | {
+        "cutoff": cutoff,
+        "as_of": as_of,
+        "exempt": list(RETENTION_EXEMPT),
+        "actor": actor,
+        "days": stub_after_days,
+        "n": batch_size,
+    }
     after = uuid.UUID(int=0)
     while True:
         rows = conn.execute(_DUE_SQL, params | {"after": after}).fetchall()
@@ -173,8 +189,9 @@ class StubBackups:
         return not (self.missing or self.mismatched)
 
 
-def verify_stub_backups(conn: psycopg.Connection, store: ObjectStore, *, shard: Shard = ALL,
-                        workers: int = 8) -> StubBackups:  # fmt: skip
+def verify_stub_backups(
+    conn: psycopg.Connection, store: ObjectStore, *, shard: Shard = ALL, workers: int = 8
+) -> StubBackups:
     """Read-only: HEAD the backup of every stub of `shard`'s users (a stub's only full copy)."""
     rows = conn.execute(
         f"""SELECT a.storage_ref, a.backup_sha256, a.backup_size_bytes, a.backup_version_id
@@ -215,11 +232,19 @@ def restore_vector_plan(
 ) -> Plan[bool]:
     """Give a stub its summary vector back (the trigger of 007 stores its bits), audited 'unstubbed'.
     False, writing nothing, when the row is no longer a stub (restored by a concurrent expand)."""
-    row = yield Sql(_RESTORE_VECTOR_SQL, {"user_id": user_id, "archive_id": archive_id, "embedding": embedding,
-                                          "model": model}, "one")  # fmt: skip
+    row = yield Sql(
+        _RESTORE_VECTOR_SQL,
+        {"user_id": user_id, "archive_id": archive_id, "embedding": embedding, "model": model},
+        "one",
+    )
     if row is None:
         return False
-    yield event(row["original_id"], user_id, "unstubbed", actor, now,
-                {"archive_id": str(archive_id), "storage_ref": row["storage_ref"]})  # fmt: skip
+    yield event(
+        row["original_id"],
+        user_id,
+        "unstubbed",
+        actor,
+        now,
+        {"archive_id": str(archive_id), "storage_ref": row["storage_ref"]},
+    )
     return True
-

@@ -106,22 +106,43 @@ class BatchClient:
         """The provider's batch id. Raises SummarizationError; `not_created(exc)` tells whether the
         provider definitely has no batch for it."""
         if self.kind == "anthropic":
-            batch = self._call("batch create", _once_if_ambiguous(lambda: self.client.messages.batches.create(
-                requests=[{"custom_id": str(mid), "params": params} for mid, params in requests])))  # fmt: skip
+            batch = self._call(
+                "batch create",
+                _once_if_ambiguous(
+                    lambda: self.client.messages.batches.create(
+                        requests=[{"custom_id": str(mid), "params": params} for mid, params in requests]
+                    )
+                ),
+            )
             return batch.id
         lines = "".join(
-            json.dumps({"custom_id": str(mid), "method": "POST", "url": "/v1/chat/completions", "body": params}) + "\n"
+            json.dumps(
+                {"custom_id": str(mid), "method": "POST", "url": "/v1/chat/completions", "body": params}
+            )
+            + "\n"
             for mid, params in requests
         )
         data = lines.encode("utf-8")
         try:
-            uploaded = self._call("batch file upload", lambda: self.client.files.create(
-                file=(f"{submission_key}.jsonl", io.BytesIO(data)), purpose="batch"))  # fmt: skip
+            uploaded = self._call(
+                "batch file upload",
+                lambda: self.client.files.create(
+                    file=(f"{submission_key}.jsonl", io.BytesIO(data)), purpose="batch"
+                ),
+            )
         except SummarizationError as exc:
             raise NotCreated(str(exc)) from exc  # no batch without its input file
-        batch = self._call("batch create", _once_if_ambiguous(lambda: self.client.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h",
-            metadata={"submission_key": submission_key[:512]})))  # fmt: skip
+        batch = self._call(
+            "batch create",
+            _once_if_ambiguous(
+                lambda: self.client.batches.create(
+                    input_file_id=uploaded.id,
+                    endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                    metadata={"submission_key": submission_key[:512]},
+                )
+            ),
+        )
         return batch.id
 
     # -- poll ------------------------------------------------------------------------------------
@@ -132,15 +153,21 @@ class BatchClient:
             total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
             status = "ended" if b.processing_status == "ended" else "in_progress"
             return ProviderBatch(b.id, status, b.created_at, total, {})
-        status = {"completed": "ended", "expired": "expired", "cancelled": "canceled", "failed": "failed"}.get(
-            b.status, "in_progress")  # fmt: skip
+        status = {
+            "completed": "ended",
+            "expired": "expired",
+            "cancelled": "canceled",
+            "failed": "failed",
+        }.get(b.status, "in_progress")
         total = b.request_counts.total if b.request_counts else 0
         created = datetime.fromtimestamp(b.created_at, UTC)
         return ProviderBatch(b.id, status, created, total, dict(b.metadata or {}))
 
     def retrieve(self, batch_id: str) -> ProviderBatch:
         if self.kind == "anthropic":
-            return self._normalize(self._call("batch retrieve", lambda: self.client.messages.batches.retrieve(batch_id)))
+            return self._normalize(
+                self._call("batch retrieve", lambda: self.client.messages.batches.retrieve(batch_id))
+            )
         return self._normalize(self._call("batch retrieve", lambda: self.client.batches.retrieve(batch_id)))
 
     def recent(self, limit: int = 100) -> list[ProviderBatch]:
@@ -155,7 +182,9 @@ class BatchClient:
 
     def results(self, batch_id: str) -> Iterator[ItemResult]:
         if self.kind == "anthropic":
-            for r in self._call("batch results", lambda: list(self.client.messages.batches.results(batch_id))):
+            for r in self._call(
+                "batch results", lambda: list(self.client.messages.batches.results(batch_id))
+            ):
                 kind = r.result.type
                 error = None
                 if kind == "errored":
@@ -181,7 +210,13 @@ class BatchClient:
                     continue
                 err = row.get("error") or (response.get("body") or {}).get("error") or {}
                 code = err.get("code") if isinstance(err, dict) else None
-                kind = "expired" if code == "batch_expired" else "canceled" if code == "batch_cancelled" else "errored"
+                kind = (
+                    "expired"
+                    if code == "batch_expired"
+                    else "canceled"
+                    if code == "batch_cancelled"
+                    else "errored"
+                )
                 message = err.get("message") if isinstance(err, dict) else str(err)
                 yield ItemResult(mid, kind, None, f"batch request {kind}: {message}")
 
@@ -234,8 +269,10 @@ def not_created(exc: BaseException) -> bool:
             return 400 <= status < 500  # refused; a 5xx or a 2xx that did not parse may have created it
     # Refused or not resolved before any byte was sent (the SDKs' APIConnectionError wraps httpx's
     # ConnectError, which wraps ConnectionRefusedError / socket.gaierror). A reset mid-request is not.
-    return any(isinstance(e, (ConnectionRefusedError, socket.gaierror)) or type(e).__name__ == "ConnectError"
-               for e in chain)  # fmt: skip
+    return any(
+        isinstance(e, (ConnectionRefusedError, socket.gaierror)) or type(e).__name__ == "ConnectError"
+        for e in chain
+    )
 
 
 def describe_submit_failure(exc: BaseException) -> str:
@@ -261,8 +298,9 @@ def submission_key(batch_key: str, memory_ids: list[uuid.UUID]) -> str:
 # --------------------------------------------------------------------------- the submission's state
 
 
-def record_intent(conn: psycopg.Connection, batch_key: str, key: str, provider: str, model: str,
-                  memory_ids: list[uuid.UUID]) -> None:  # fmt: skip
+def record_intent(
+    conn: psycopg.Connection, batch_key: str, key: str, provider: str, model: str, memory_ids: list[uuid.UUID]
+) -> None:
     """Step 1: the submission row and each memory's pointer to it, in one transaction. The same
     memories submitted again after a create the provider refused ('failed', no provider batch) are a
     new intent: its time and error start over."""
@@ -293,8 +331,12 @@ def record_submitted(conn: psycopg.Connection, key: str, provider_batch_id: str)
 
 def adopt_or_forget(conn: psycopg.Connection, api: BatchClient, sub: dict[str, Any]) -> str | None:
     """A 'submitting' row (crash during submit): the provider's batch made for it, if one exists."""
-    known = {r["provider_batch_id"] for r in conn.execute(
-        "SELECT provider_batch_id FROM llm_batches WHERE provider_batch_id IS NOT NULL").fetchall()}  # fmt: skip
+    known = {
+        r["provider_batch_id"]
+        for r in conn.execute(
+            "SELECT provider_batch_id FROM llm_batches WHERE provider_batch_id IS NOT NULL"
+        ).fetchall()
+    }
     since = sub["created_at"] - _ADOPT_SKEW
     for b in api.recent():
         if b.id in known:
@@ -303,7 +345,9 @@ def adopt_or_forget(conn: psycopg.Connection, api: BatchClient, sub: dict[str, A
             api.kind == "anthropic" and b.created_at >= since and b.total == len(sub["memory_ids"])
         ):
             record_submitted(conn, sub["submission_key"], b.id)
-            log.warning("adopted provider batch %s for submission %s after a crash", b.id, sub["submission_key"])
+            log.warning(
+                "adopted provider batch %s for submission %s after a crash", b.id, sub["submission_key"]
+            )
             return b.id
     return None
 
@@ -320,11 +364,16 @@ def open_submissions(conn: psycopg.Connection, keys: set[str]) -> list[dict[str,
 
 
 def mark(conn: psycopg.Connection, key: str, status: str, error: str | None = None) -> None:
-    stamp = {"ended": "ended_at", "collected": "collected_at", "expired": "ended_at", "canceled": "ended_at",
-             "failed": "ended_at"}.get(status)  # fmt: skip
+    stamp = {
+        "ended": "ended_at",
+        "collected": "collected_at",
+        "expired": "ended_at",
+        "canceled": "ended_at",
+        "failed": "ended_at",
+    }.get(status)
     conn.execute(
         f"""UPDATE llm_batches SET status = %s, error = coalesce(%s, error)
-                {f', {stamp} = coalesce({stamp}, now())' if stamp else ''}
+                {f", {stamp} = coalesce({stamp}, now())" if stamp else ""}
             WHERE submission_key = %s""",
         (status, error, key),
     )
@@ -367,21 +416,31 @@ class Held:
         return False  # done with yet still pointed at (a run died between two writes): the next run releases
 
     def describe(self) -> str:
-        text = (f"{self.memories} memories held by LLM batch {self.submission_key} in status '{self.status}' "
-                f"since {self.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
+        text = (
+            f"{self.memories} memories held by LLM batch {self.submission_key} in status '{self.status}' "
+            f"since {self.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        )
         if self.error:
             return f"{text}: {self.error}"
         if self.status == "submitting" and self.stalled:
             return f"{text}: a run stopped while submitting it; the next run looks it up"
         if self.provider_batch_id and self.status in ("submitted", "ended"):
             return f"{text} (provider batch {self.provider_batch_id}" + (
-                ", past the providers' 24 h)" if self.stalled else ", still running)")  # fmt: skip
+                ", past the providers' 24 h)" if self.stalled else ", still running)"
+            )
         return text
 
     def as_dict(self) -> dict[str, Any]:
-        return {"submission_key": self.submission_key, "status": self.status, "since": self.since,
-                "age_seconds": round(self.age_seconds), "memories": self.memories,
-                "provider_batch_id": self.provider_batch_id, "error": self.error, "stalled": self.stalled}  # fmt: skip
+        return {
+            "submission_key": self.submission_key,
+            "status": self.status,
+            "since": self.since,
+            "age_seconds": round(self.age_seconds),
+            "memories": self.memories,
+            "provider_batch_id": self.provider_batch_id,
+            "error": self.error,
+            "stalled": self.stalled,
+        }
 
 
 def held_submissions(conn: psycopg.Connection, batch_key: str | None = None, limit: int = 20) -> list[Held]:
@@ -394,8 +453,18 @@ def held_submissions(conn: psycopg.Connection, batch_key: str | None = None, lim
            GROUP BY b.submission_key ORDER BY b.created_at, b.submission_key LIMIT %(limit)s""",
         {"open": list(OPEN_STATUSES), "batch": batch_key, "limit": limit},
     ).fetchall()
-    return [Held(r["submission_key"], r["status"], r["created_at"], r["age"], r["n"], r["provider_batch_id"],
-                 r["error"]) for r in rows]  # fmt: skip
+    return [
+        Held(
+            r["submission_key"],
+            r["status"],
+            r["created_at"],
+            r["age"],
+            r["n"],
+            r["provider_batch_id"],
+            r["error"],
+        )
+        for r in rows
+    ]
 
 
 def refused_submissions(
@@ -436,7 +505,9 @@ def wait_deadline(poll_started: float, wait_seconds: float, step_deadline: float
     return min(poll_started + wait_seconds, step_deadline)
 
 
-def sleep_until_next_poll(poll_seconds: float, deadline: float, sleep: Callable[[float], None] = time.sleep) -> bool:
+def sleep_until_next_poll(
+    poll_seconds: float, deadline: float, sleep: Callable[[float], None] = time.sleep
+) -> bool:
     """Sleep one poll interval (not past the deadline); False when the deadline has passed."""
     left = deadline - time.monotonic()
     if left <= 0:

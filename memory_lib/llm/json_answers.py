@@ -55,14 +55,20 @@ def parse_json_object(text: str | None, schema: type[M], *, model: str) -> M:
         return schema.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '-'}: {e['msg']}" for e in exc.errors()[:5])
-        raise SummarizationError(f"model {model!r} returned JSON that fails {schema.__name__}: {problems}") from exc
+        raise SummarizationError(
+            f"model {model!r} returned JSON that fails {schema.__name__}: {problems}"
+        ) from exc
 
 
 class JsonLLM:
     """One provider (Anthropic or OpenAI) asked for JSON objects."""
 
-    def __init__(self, provider: AnthropicSummarizer | OpenAISummarizer, *,
-                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS):  # fmt: skip
+    def __init__(
+        self,
+        provider: AnthropicSummarizer | OpenAISummarizer,
+        *,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    ):
         self._provider = provider
         self.kind = provider.kind
         self.model = provider.model
@@ -79,27 +85,40 @@ class JsonLLM:
         """The answer's text and what it cost, unparsed (a caller that must bill a malformed answer)."""
         p: Any = self._provider
         if isinstance(p, AnthropicSummarizer):
-            response: Any = p._call(lambda: p._client.messages.with_raw_response.create(
-                model=self.model, max_tokens=self.max_output_tokens, messages=[{"role": "user", "content": prompt}],
-            ))  # fmt: skip
+            response: Any = p._call(
+                lambda: p._client.messages.with_raw_response.create(
+                    model=self.model,
+                    max_tokens=self.max_output_tokens,
+                    messages=[{"role": "user", "content": prompt}],
+                )
+            )
             if response.stop_reason == "max_tokens":
-                raise SummarizationError(f"model {self.model!r} hit max_output_tokens={self.max_output_tokens}")
+                raise SummarizationError(
+                    f"model {self.model!r} hit max_output_tokens={self.max_output_tokens}"
+                )
             text = "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
             tokens_in, tokens_out = response.usage.input_tokens, response.usage.output_tokens
         else:
-            response = p._call(lambda: p._client.chat.completions.with_raw_response.create(
-                model=self.model, max_completion_tokens=self.max_output_tokens,
-                messages=[{"role": "user", "content": prompt}],
-            ))  # fmt: skip
+            response = p._call(
+                lambda: p._client.chat.completions.with_raw_response.create(
+                    model=self.model,
+                    max_completion_tokens=self.max_output_tokens,
+                    messages=[{"role": "user", "content": prompt}],
+                )
+            )
             if not response.choices:
                 raise SummarizationError(f"model {self.model!r} returned no choices")
             if response.choices[0].finish_reason == "length":
-                raise SummarizationError(f"model {self.model!r} hit max_output_tokens={self.max_output_tokens}")
+                raise SummarizationError(
+                    f"model {self.model!r} hit max_output_tokens={self.max_output_tokens}"
+                )
             text = response.choices[0].message.content
             usage = response.usage
             tokens_in, tokens_out = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
         model = getattr(response, "model", None) or self.model
-        return text, JsonUsage(model, tokens_in, tokens_out, estimate_cost_usd(self.model, tokens_in, tokens_out))
+        return text, JsonUsage(
+            model, tokens_in, tokens_out, estimate_cost_usd(self.model, tokens_in, tokens_out)
+        )
 
 
 def json_llm_from_settings(llm: LLMConfig, env: Mapping[str, str] | None = None) -> JsonLLM | None:

@@ -19,7 +19,15 @@ import psycopg
 
 from .summarize import Summary
 
-__all__ = ["INSERT_SQL", "LedgerEntry", "ModelUsage", "entry_params", "record_usage", "usage_by_model", "usage_of_batches"]
+__all__ = [
+    "INSERT_SQL",
+    "LedgerEntry",
+    "ModelUsage",
+    "entry_params",
+    "record_usage",
+    "usage_by_model",
+    "usage_of_batches",
+]
 
 
 @dataclass(frozen=True)
@@ -45,12 +53,22 @@ def entry_params(e: LedgerEntry) -> dict[str, object]:
     """INSERT_SQL's parameters for one entry (plans write ledger rows in their own transaction)."""
     s = e.spent
     return {
-        "batch_key": e.batch_key, "memory_id": e.memory_id, "user_id": e.user_id, "purpose": e.purpose,
-        "provider": s.kind, "model": s.model, "mode": s.mode, "request_id": s.request_id, "outcome": e.outcome,
-        "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
+        "batch_key": e.batch_key,
+        "memory_id": e.memory_id,
+        "user_id": e.user_id,
+        "purpose": e.purpose,
+        "provider": s.kind,
+        "model": s.model,
+        "mode": s.mode,
+        "request_id": s.request_id,
+        "outcome": e.outcome,
+        "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens,
         "cache_creation_input_tokens": s.cache_creation_input_tokens,
-        "cache_read_input_tokens": s.cache_read_input_tokens, "cost_usd": s.cost_usd, "priced": s.priced,
-    }  # fmt: skip
+        "cache_read_input_tokens": s.cache_read_input_tokens,
+        "cost_usd": s.cost_usd,
+        "priced": s.priced,
+    }
 
 
 def record_usage(conn: psycopg.Connection, entries: Sequence[LedgerEntry]) -> None:
@@ -100,5 +118,7 @@ def usage_of_batches(conn: psycopg.Connection, batch_keys: Iterable[str]) -> lis
 def usage_by_model(conn: psycopg.Connection, night_batch_key: str) -> list[ModelUsage]:
     """Totals per model and mode of one night: its batch and its shards' batches (`<key>-shard-*`)."""
     return _totals(
-        conn, "(batch_key = %(k)s OR batch_key LIKE %(like)s)", {"k": night_batch_key, "like": night_batch_key + "-shard-%"}
+        conn,
+        "(batch_key = %(k)s OR batch_key LIKE %(like)s)",
+        {"k": night_batch_key, "like": night_batch_key + "-shard-%"},
     )

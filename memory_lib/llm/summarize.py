@@ -94,8 +94,12 @@ class Summary:
 
     @property
     def usage(self) -> Usage:
-        return Usage(self.input_tokens, self.output_tokens, self.cache_creation_input_tokens,
-                     self.cache_read_input_tokens)  # fmt: skip
+        return Usage(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_creation_input_tokens,
+            self.cache_read_input_tokens,
+        )
 
     @property
     def entity_names(self) -> list[str]:
@@ -207,7 +211,9 @@ def parse_summary_output(raw: str, *, source: str) -> SummaryOutput:
 
 
 # Kept for callers of the old API: the list price of the built-in table.
-PRICES_USD_PER_MTOK: dict[str, tuple[float, float]] = {k: (p.input, p.output) for k, p in DEFAULT_PRICES.items()}
+PRICES_USD_PER_MTOK: dict[str, tuple[float, float]] = {
+    k: (p.input, p.output) for k, p in DEFAULT_PRICES.items()
+}
 
 
 def estimate_cost_usd(model: str, input_tokens: int, output_tokens: int) -> float:
@@ -415,7 +421,9 @@ def check_summary_text(text: str, original: str, *, source: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise SummarizationError(f"{source} returned a summary that is not valid Unicode (lone surrogate)") from None
+        raise SummarizationError(
+            f"{source} returned a summary that is not valid Unicode (lone surrogate)"
+        ) from None
     if _REFUSAL.match(text):
         raise SummarizationError(f"{source} declined to summarize: {text[:80]!r}")
     original_stems = _stems(original)
@@ -498,9 +506,13 @@ class _ProviderSummarizer:
     def call(self, request: Callable[[], T], what: str) -> T:
         """`request` under this summarizer's rate limit and retries (batch endpoints use it too)."""
         return call_with_retries(
-            request, what=f"{self.kind} {what} with model {self.model!r}", error_type=SummarizationError,
-            policy=self._policy, limiter=self._limiter, secret=self._secret,
-        )  # fmt: skip
+            request,
+            what=f"{self.kind} {what} with model {self.model!r}",
+            error_type=SummarizationError,
+            policy=self._policy,
+            limiter=self._limiter,
+            secret=self._secret,
+        )
 
     def _call(self, request: Callable[[], Any]) -> Any:
         """`request` returns the SDK's raw response; it is parsed only when the body is JSON."""
@@ -513,7 +525,9 @@ class _ProviderSummarizer:
             try:
                 return raw.parse()
             except ValueError as exc:  # JSON that does not parse
-                raise MalformedResponseError(self.kind, raw.status_code, content_type, raw.http_response.text) from exc
+                raise MalformedResponseError(
+                    self.kind, raw.status_code, content_type, raw.http_response.text
+                ) from exc
 
         return self.call(parsed, "summary")
 
@@ -532,14 +546,30 @@ class _ProviderSummarizer:
         raise NotImplementedError
 
     def _summary(
-        self, raw_text: str | None, *, model: str | None, usage: Usage, mode: str, request_id: str | None,
+        self,
+        raw_text: str | None,
+        *,
+        model: str | None,
+        usage: Usage,
+        mode: str,
+        request_id: str | None,
         cut_off: bool,
-    ) -> Summary:  # fmt: skip
+    ) -> Summary:
         model = model or self.model
         cost = cost_usd(self.prices, model, usage, batch=mode == "batch")
-        spent = Summary("", model, self.kind, usage.input_tokens, usage.output_tokens, cost or 0.0,
-                        usage.cache_creation_input_tokens, usage.cache_read_input_tokens, priced=cost is not None,
-                        mode=mode, request_id=request_id)  # fmt: skip
+        spent = Summary(
+            "",
+            model,
+            self.kind,
+            usage.input_tokens,
+            usage.output_tokens,
+            cost or 0.0,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+            priced=cost is not None,
+            mode=mode,
+            request_id=request_id,
+        )
         try:
             if cut_off:
                 # A summary cut mid-sentence would be archived as if whole (and its JSON is incomplete).
@@ -552,7 +582,9 @@ class _ProviderSummarizer:
             text = _validated_text(out.summary, model=self.model, max_chars=self.max_summary_chars)
         except SummarizationError as exc:
             raise PaidSummarizationError(str(exc), spent) from None
-        entities = tuple(dict.fromkeys(Entity(e.name.strip(), e.type) for e in out.entities if e.name.strip()))
+        entities = tuple(
+            dict.fromkeys(Entity(e.name.strip(), e.type) for e in out.entities if e.name.strip())
+        )
         return replace(spent, text=text, entities=entities, domain_guess=out.domain)
 
 
@@ -579,9 +611,13 @@ class AnthropicSummarizer(_ProviderSummarizer):
         """A Messages API `Message` (from a sync call or a batch result) as a Summary."""
         texts = [block.text for block in response.content if getattr(block, "type", None) == "text"]
         return self._summary(
-            "".join(texts) if texts else None, model=response.model, mode=mode, request_id=response.id,
-            usage=usage_from_response(self.kind, response.usage), cut_off=response.stop_reason == "max_tokens",
-        )  # fmt: skip
+            "".join(texts) if texts else None,
+            model=response.model,
+            mode=mode,
+            request_id=response.id,
+            usage=usage_from_response(self.kind, response.usage),
+            cut_off=response.stop_reason == "max_tokens",
+        )
 
 
 class OpenAISummarizer(_ProviderSummarizer):
@@ -610,9 +646,13 @@ class OpenAISummarizer(_ProviderSummarizer):
         usage = usage_from_response(self.kind, response.usage)
         choice = response.choices[0] if response.choices else None
         return self._summary(
-            choice.message.content if choice else None, model=response.model, mode=mode, request_id=response.id,
-            usage=usage, cut_off=choice is not None and choice.finish_reason == "length",
-        )  # fmt: skip
+            choice.message.content if choice else None,
+            model=response.model,
+            mode=mode,
+            request_id=response.id,
+            usage=usage,
+            cut_off=choice is not None and choice.finish_reason == "length",
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -732,8 +772,9 @@ _INTERJECTIONS = (
     "wow|oh|ooh|hey|hi|hello|haha|hahaha|lol|yeah|yep|yup|um|uh|hmm|omg|ah|aw|aww|awww|ok|okay|well|so"
 )
 # Interjections opening a sentence, after an optional "Speaker:" label: "Melanie: Wow, ..." -> "Melanie: ..."
-_OPENING_FILLER = re.compile(rf"^((?:[^\W\d_][\w .'-]{{0,40}}:\s+)?)(?:(?:{_INTERJECTIONS})\b[,!.…]*\s+)+",
-                             re.IGNORECASE)  # fmt: skip
+_OPENING_FILLER = re.compile(
+    rf"^((?:[^\W\d_][\w .'-]{{0,40}}:\s+)?)(?:(?:{_INTERJECTIONS})\b[,!.…]*\s+)+", re.IGNORECASE
+)
 
 
 def _content_words(text: str) -> list[str]:
@@ -750,8 +791,9 @@ def _content_words(text: str) -> list[str]:
 
 
 # Words a summary can drop without losing a findable term: articles and intensifiers.
-_DROPPABLE = re.compile(r"(?<![\w'’-])(?:a|an|the|so|very|really|just|totally|super|actually|literally)\s+(?=\w)",
-                        re.IGNORECASE)  # fmt: skip
+_DROPPABLE = re.compile(
+    r"(?<![\w'’-])(?:a|an|the|so|very|really|just|totally|super|actually|literally)\s+(?=\w)", re.IGNORECASE
+)
 
 
 def _compress(sentence: str) -> str:
@@ -798,9 +840,10 @@ class ExtractiveSummarizer:
         # names the topic: a small bonus breaks ties in its favour.
         scores = [
             (_information_score(s) + 0.25 * len(_content_words(s)) + (0.5 if i == 0 else 0.0))
-            if _content_words(s) else -1.0
+            if _content_words(s)
+            else -1.0
             for i, s in enumerate(sentences)
-        ]  # fmt: skip
+        ]
         return sentences, sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
 
     def select_sentences(self, content: str) -> list[str]:

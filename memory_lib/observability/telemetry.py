@@ -45,9 +45,13 @@ def _for_provider() -> tuple[Any, Any, Any, Any]:
     if found is None:
         meter = provider.get_meter(METER_NAME)
         found = (
-            meter.create_histogram(HIT_RATE, unit="1", description="Share of offered retrieved memories injected"),
+            meter.create_histogram(
+                HIT_RATE, unit="1", description="Share of offered retrieved memories injected"
+            ),
             meter.create_histogram(TOKEN_SHARE, unit="1", description="Memory tokens / context tokens"),
-            meter.create_counter(OFFERED, unit="{memory}", description="Retrieved memories offered to assembly"),
+            meter.create_counter(
+                OFFERED, unit="{memory}", description="Retrieved memories offered to assembly"
+            ),
             meter.create_counter(INJECTED, unit="{memory}", description="Retrieved memories in the context"),
         )
         _instruments.clear()  # one provider at a time: a replaced one's instruments are dead

@@ -67,28 +67,47 @@ def linked_archives_plan(request: SearchRequest, result: SearchResult) -> Plan[l
     hot_ids = [h.provenance.memory_id for h in result.hits if h.source == "hot"]
     if not hot_ids or limit == 0:
         return []
-    params = {"user_id": request.user_id, "hot_ids": hot_ids, "embedding": request.embedding,
-              **request.filters.params()}  # fmt: skip
+    params = {
+        "user_id": request.user_id,
+        "hot_ids": hot_ids,
+        "embedding": request.embedding,
+        **request.filters.params(),
+    }
     rows = yield Sql(LINKED_ARCHIVES_SQL, params)
     shown = {h.provenance.memory_id for h in result.hits}
-    rows = sorted((r for r in rows if r["memory_id"] not in shown),
-                  key=lambda r: (r["hot_rank"], -float(r["similarity"]), str(r["archive_id"])))  # fmt: skip
+    rows = sorted(
+        (r for r in rows if r["memory_id"] not in shown),
+        key=lambda r: (r["hot_rank"], -float(r["similarity"]), str(r["archive_id"])),
+    )
     return [_hit(r, request) for r in rows[:limit]]
 
 
 def _hit(row: dict[str, Any], request: SearchRequest) -> SearchHit:
     tags = tuple(row["tags"]) if isinstance(row["tags"], list) else ()
     scores = HitScores(
-        similarity=float(row["similarity"]), text_rank=None, vector_position=None, text_position=None,
-        rrf=0.0, hybrid_similarity=0.0,
+        similarity=float(row["similarity"]),
+        text_rank=None,
+        vector_position=None,
+        text_position=None,
+        rrf=0.0,
+        hybrid_similarity=0.0,
         recency=recency_decay(row["updated_at"], request.now, request.config.recency_half_life_days),
-        tag_match=tag_match(request.tags, tags), boost=1.0, final=0.0,
-    )  # fmt: skip
+        tag_match=tag_match(request.tags, tags),
+        boost=1.0,
+        final=0.0,
+    )
     provenance = Provenance(
-        user_id=row["user_id"], memory_id=row["memory_id"], archive_id=row["archive_id"],
-        created_at=row["created_at"], updated_at=row["updated_at"], category=row["category"],
-        domain=row["domain"], tags=tags, storage_ref=row["storage_ref"], archived_at=row["archived_at"],
-    )  # fmt: skip
+        user_id=row["user_id"],
+        memory_id=row["memory_id"],
+        archive_id=row["archive_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        category=row["category"],
+        domain=row["domain"],
+        tags=tags,
+        storage_ref=row["storage_ref"],
+        archived_at=row["archived_at"],
+    )
     linked_from: uuid.UUID = row["linked_from"]
     return SearchHit("archived", row["text"], scores, provenance, linked_from=linked_from)
 

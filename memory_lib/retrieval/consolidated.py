@@ -156,7 +156,9 @@ class ConsolidatedHit:
     def labeled_text(self) -> str:
         """What a prompt shows: the label, the text, the period or validity, and how many memories back it."""
         level = f" L{self.level}" if self.level else ""
-        return f"{self.label}{level} {self.text} ({self.interval}; from {len(self.source_memory_ids)} memories)"
+        return (
+            f"{self.label}{level} {self.text} ({self.interval}; from {len(self.source_memory_ids)} memories)"
+        )
 
     @property
     def created_at(self) -> datetime | None:
@@ -178,11 +180,18 @@ def _overlaps(row: dict[str, Any], window: TimeWindow | None) -> bool:
     return row["valid_from"] < window.until and (end is None or end > window.since)
 
 
-def rank_consolidated(rows: Sequence[dict[str, Any]], window: TimeWindow | None = None) -> list[ConsolidatedHit]:
+def rank_consolidated(
+    rows: Sequence[dict[str, Any]], window: TimeWindow | None = None
+) -> list[ConsolidatedHit]:
     """Fuse digests and facts by RRF (vector list by cosine, full-text list by rank), best first."""
-    vec = sorted((i for i, r in enumerate(rows) if r["in_vector"]), key=lambda i: (-rows[i]["similarity"], str(rows[i]["id"])))
-    txt = sorted((i for i, r in enumerate(rows) if r["text_rank"] is not None),
-                 key=lambda i: (-rows[i]["text_rank"], str(rows[i]["id"])))  # fmt: skip
+    vec = sorted(
+        (i for i, r in enumerate(rows) if r["in_vector"]),
+        key=lambda i: (-rows[i]["similarity"], str(rows[i]["id"])),
+    )
+    txt = sorted(
+        (i for i, r in enumerate(rows) if r["text_rank"] is not None),
+        key=lambda i: (-rows[i]["text_rank"], str(rows[i]["id"])),
+    )
     vpos = {i: p for p, i in enumerate(vec, 1)}
     tpos = {i: p for p, i in enumerate(txt, 1)}
     hits = []
@@ -196,12 +205,24 @@ def rank_consolidated(rows: Sequence[dict[str, Any]], window: TimeWindow | None 
 
 def _hit(r: dict[str, Any], relevance: float, score: float) -> ConsolidatedHit:
     return ConsolidatedHit(
-        kind=r["kind"], id=r["id"], user_id=r["user_id"], text=_row_text(r),
-        source_memory_ids=tuple(r["source_memory_ids"]), similarity=float(r["similarity"]),
-        text_rank=float(r["text_rank"]) if r["text_rank"] is not None else None, relevance=relevance, score=score,
-        level=r["level"], period_start=r["period_start"], period_end=r["period_end"], valid_from=r["valid_from"],
-        valid_to=r["valid_to"], extractor=r["extractor"], fact_kind=r["fact_kind"], body=r["body"] or {},
-    )  # fmt: skip
+        kind=r["kind"],
+        id=r["id"],
+        user_id=r["user_id"],
+        text=_row_text(r),
+        source_memory_ids=tuple(r["source_memory_ids"]),
+        similarity=float(r["similarity"]),
+        text_rank=float(r["text_rank"]) if r["text_rank"] is not None else None,
+        relevance=relevance,
+        score=score,
+        level=r["level"],
+        period_start=r["period_start"],
+        period_end=r["period_end"],
+        valid_from=r["valid_from"],
+        valid_to=r["valid_to"],
+        extractor=r["extractor"],
+        fact_kind=r["fact_kind"],
+        body=r["body"] or {},
+    )
 
 
 def consolidated_plan(
@@ -282,5 +303,7 @@ def source_memories_plan(
     found: dict[uuid.UUID, ExpandedMemory] = {}
     for r in (yield Sql(MEMORIES_SQL, {"user_id": user_id, "ids": ids})):
         if r["memory_id"] not in found or r["tier"] == "hot":
-            found[r["memory_id"]] = ExpandedMemory(r["memory_id"], r["tier"], r["archive_id"], r["text"], r["created_at"])
+            found[r["memory_id"]] = ExpandedMemory(
+                r["memory_id"], r["tier"], r["archive_id"], r["text"], r["created_at"]
+            )
     return [found[i] for i in ids if i in found], tuple(i for i in ids if i not in found)

@@ -257,7 +257,9 @@ class _CheckedCounter:
         n = self.counter(text)
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 0:
             raise InvalidInputError(
-                self.field, n, f"returned for a text of {len(text)} characters: a token count must be an integer >= 0"
+                self.field,
+                n,
+                f"returned for a text of {len(text)} characters: a token count must be an integer >= 0",
             )
         return int(n)
 
@@ -401,8 +403,18 @@ def assemble_context(
 
 
 def _block(part: Part, item: ContextItem, text: str, tokens: int, *, truncated: bool = False) -> ContextBlock:
-    return ContextBlock(part, text, tokens, item.source, item.role, item.created_at, item.score, item.provenance,
-                        truncated, item.level if part == "summaries" else None)  # fmt: skip
+    return ContextBlock(
+        part,
+        text,
+        tokens,
+        item.source,
+        item.role,
+        item.created_at,
+        item.score,
+        item.provenance,
+        truncated,
+        item.level if part == "summaries" else None,
+    )
 
 
 __all__ = [

@@ -145,11 +145,17 @@ class HeuristicEvaluator:
             return _decide("search_cold", "phases 1-2 found nothing")
         best = max(h.scores.similarity for h in hits)
         if not any(h.scores.text_rank is not None for h in hits) and best < cfg.strong_hot_similarity:
-            return _decide("search_cold", f"weak hits: none shares a query term, best cosine {best:.2f} "
-                           f"< strong_hot_similarity {cfg.strong_hot_similarity}")  # fmt: skip
+            return _decide(
+                "search_cold",
+                f"weak hits: none shares a query term, best cosine {best:.2f} "
+                f"< strong_hot_similarity {cfg.strong_hot_similarity}",
+            )
         matched = sum(h.scores.text_rank is not None for h in hits)
-        return EscalationDecision(sufficient=True, action="return",
-                                  reason=f"{len(hits)} hits, {matched} sharing a query term, best cosine {best:.2f}")  # fmt: skip
+        return EscalationDecision(
+            sufficient=True,
+            action="return",
+            reason=f"{len(hits)} hits, {matched} sharing a query term, best cosine {best:.2f}",
+        )
 
 
 def _decide(action: Action, reason: str, refined: str | None = None) -> EscalationDecision:
@@ -223,8 +229,15 @@ class LLMEvaluator:
         if provider not in ("anthropic", "openai"):
             raise InvalidInputError("provider", provider, "must be 'anthropic' or 'openai'")
         cls = AnthropicSummarizer if provider == "anthropic" else OpenAISummarizer
-        self._provider = cls(api_key, model=model, base_url=base_url, max_output_tokens=max_output_tokens,
-                             limiter=limiter, max_retries=max_retries, timeout=timeout)  # fmt: skip
+        self._provider = cls(
+            api_key,
+            model=model,
+            base_url=base_url,
+            max_output_tokens=max_output_tokens,
+            limiter=limiter,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
         self.kind = provider
         self.model = self._provider.model
         self.name = f"{provider}:{self.model}"
@@ -237,11 +250,17 @@ class LLMEvaluator:
         p: Any = self._provider
         messages = [{"role": "user", "content": prompt}]
         if self.kind == "anthropic":
-            response = p._call(lambda: p._client.messages.with_raw_response.create(
-                model=p.model, max_tokens=p.max_output_tokens, messages=messages))  # fmt: skip
+            response = p._call(
+                lambda: p._client.messages.with_raw_response.create(
+                    model=p.model, max_tokens=p.max_output_tokens, messages=messages
+                )
+            )
             return "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
-        response = p._call(lambda: p._client.chat.completions.with_raw_response.create(
-            model=p.model, max_completion_tokens=p.max_output_tokens, messages=messages))  # fmt: skip
+        response = p._call(
+            lambda: p._client.chat.completions.with_raw_response.create(
+                model=p.model, max_completion_tokens=p.max_output_tokens, messages=messages
+            )
+        )
         return (response.choices[0].message.content or "") if response.choices else ""
 
     def decide(self, item: EvaluationInput) -> tuple[EscalationDecision, str, str | None]:
@@ -254,7 +273,11 @@ class LLMEvaluator:
             return parse_decision(text), self.name, None
         except (ValueError, ValidationError) as exc:
             detail = " ".join(str(exc).split())[:200]
-            return self.fallback.evaluate(item), self.fallback.name, f"{self.name} answered malformed JSON: {detail}"
+            return (
+                self.fallback.evaluate(item),
+                self.fallback.name,
+                f"{self.name} answered malformed JSON: {detail}",
+            )
 
 
 Evaluator = HeuristicEvaluator | LLMEvaluator
@@ -279,12 +302,21 @@ def evaluator_from_settings(kind: str, llm: LLMConfig, env: Mapping[str, str] | 
     if provider == "auto":
         provider = "anthropic" if keys["anthropic"] else "openai" if keys["openai"] else provider
     if provider not in ("anthropic", "openai") or not keys[provider]:
-        raise InvalidInputError("retrieval.phase3_evaluator", kind,
-                                "'llm' needs ANTHROPIC_API_KEY or OPENAI_API_KEY (and llm.provider not 'extractive')")  # fmt: skip
+        raise InvalidInputError(
+            "retrieval.phase3_evaluator",
+            kind,
+            "'llm' needs ANTHROPIC_API_KEY or OPENAI_API_KEY (and llm.provider not 'extractive')",
+        )
     model = llm.anthropic_model if provider == "anthropic" else llm.openai_model
-    return LLMEvaluator(provider, keys[provider], model=model, base_url=str(llm.base_url) if llm.base_url else None,
-                        max_retries=min(llm.max_retries, 2), timeout=min(llm.timeout_seconds, 15.0),
-                        limiter=RateLimiter(llm.requests_per_second))  # fmt: skip
+    return LLMEvaluator(
+        provider,
+        keys[provider],
+        model=model,
+        base_url=str(llm.base_url) if llm.base_url else None,
+        max_retries=min(llm.max_retries, 2),
+        timeout=min(llm.timeout_seconds, 15.0),
+        limiter=RateLimiter(llm.requests_per_second),
+    )
 
 
 # --------------------------------------------------------------------------- the flow
@@ -328,8 +360,11 @@ def escalated_search(
     elif mode == "always":
         decision, who = _decide("search_cold", "phase3='always'"), "caller"
     elif result.phase2_reason is None and result.hits:
-        decision = EscalationDecision(sufficient=True, action="return",
-                                      reason="phase 1 strong: enough hot hits nearly restate the query")  # fmt: skip
+        decision = EscalationDecision(
+            sufficient=True,
+            action="return",
+            reason="phase 1 strong: enough hot hits nearly restate the query",
+        )
         who = "quick-check"
     else:
         decision, who, fallback = yield Evaluate(EvaluationInput(request.query, result.hits, window, request))
@@ -340,27 +375,48 @@ def escalated_search(
         embedding = request.embedding if query == request.query else (yield Embed(query))
         total = request.limits[0]
         if action == "search_warm":
-            again: SearchResult = yield RunPlan(search_plan(replace(request, query=query, embedding=embedding,
-                                                                    phase2="always")))  # fmt: skip
-            result = replace(result, hits=_merge(result.hits, again.hits, request),
-                             debug=merge_debug(result.debug, again.debug))  # fmt: skip
+            again: SearchResult = yield RunPlan(
+                search_plan(replace(request, query=query, embedding=embedding, phase2="always"))
+            )
+            result = replace(
+                result,
+                hits=_merge(result.hits, again.hits, request),
+                debug=merge_debug(result.debug, again.debug),
+            )
             tiers = sorted({*tiers, "hot", "archived"}, key=["hot", "archived"].index)
         else:
             kinds = ("fact",) if action == "search_facts" else ("digest", "fact")
             names = ["digests", "facts"] if len(kinds) == 2 else ["facts"]
-            with span("retrieve", {"memory_archive.phase": "3", "memory_archive.tiers": names,
-                                   "memory_archive.phase3.action": action, "memory_archive.phase3.evaluator": who,
-                                   "memory_archive.phase3.refined_query": refined is not None}) as s:  # fmt: skip
-                consolidated = yield RunPlan(consolidated_plan(request.user_id, query, embedding, kinds=kinds,
-                                                               limit=total, window=window or parse_time_window(query, request.now),
-                                                               embedding_model=request.embedding_model))  # fmt: skip
+            with span(
+                "retrieve",
+                {
+                    "memory_archive.phase": "3",
+                    "memory_archive.tiers": names,
+                    "memory_archive.phase3.action": action,
+                    "memory_archive.phase3.evaluator": who,
+                    "memory_archive.phase3.refined_query": refined is not None,
+                },
+            ) as s:
+                consolidated = yield RunPlan(
+                    consolidated_plan(
+                        request.user_id,
+                        query,
+                        embedding,
+                        kinds=kinds,
+                        limit=total,
+                        window=window or parse_time_window(query, request.now),
+                        embedding_model=request.embedding_model,
+                    )
+                )
                 s.set({"memory_archive.candidates.consolidated": len(consolidated)})
             tiers += names
     escalation = Escalation(mode, who, action, decision.reason, refined, tuple(tiers), fallback)
     return replace(result, consolidated=consolidated, escalation=escalation)
 
 
-def _merge(first: Sequence[SearchHit], second: Sequence[SearchHit], request: SearchRequest) -> list[SearchHit]:
+def _merge(
+    first: Sequence[SearchHit], second: Sequence[SearchHit], request: SearchRequest
+) -> list[SearchHit]:
     best: dict[Any, SearchHit] = {}
     for hit in (*first, *second):
         key = hit.provenance.memory_id
@@ -370,8 +426,12 @@ def _merge(first: Sequence[SearchHit], second: Sequence[SearchHit], request: Sea
     return cut(sort_hits(list(best.values())), total, hot_cap, archived_cap)
 
 
-def drive(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], Any],
-          embed: Callable[[str], Any], evaluator: Evaluator) -> SearchResult:  # fmt: skip
+def drive(
+    flow: Generator[Step, Any, SearchResult],
+    run: Callable[[Plan[Any]], Any],
+    embed: Callable[[str], Any],
+    evaluator: Evaluator,
+) -> SearchResult:
     """Run `escalated_search` synchronously. A failed step closes the flow at once, so a span it opened
     (memory_lib.observability.trace) ends before the caller's do."""
     try:
@@ -390,8 +450,12 @@ def drive(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], A
         flow.close()
 
 
-async def drive_async(flow: Generator[Step, Any, SearchResult], run: Callable[[Plan[Any]], Any],
-                      embed: Callable[[str], Any], evaluator: Evaluator) -> SearchResult:  # fmt: skip
+async def drive_async(
+    flow: Generator[Step, Any, SearchResult],
+    run: Callable[[Plan[Any]], Any],
+    embed: Callable[[str], Any],
+    evaluator: Evaluator,
+) -> SearchResult:
     """Run `escalated_search` on asyncio: `run` and `embed` are coroutines; the (blocking) evaluator runs in a thread."""
     try:
         step = next(flow)

@@ -15,9 +15,7 @@ from .sql import VectorArm
 from .types import HitScores, Provenance, SearchHit, Source
 
 if TYPE_CHECKING:
-
     pass
-
 
 
 # --------------------------------------------------------------------------- ranking (pure)
@@ -137,9 +135,7 @@ def rank_candidates(
 
 def sort_hits(hits: Sequence[SearchHit]) -> list[SearchHit]:
     """Best first; ties go to hot hits, then to the more recent, then by id (deterministic)."""
-    return sorted(
-        hits, key=lambda h: (-h.scores.final, h.source != "hot", -h.scores.recency, str(h.id))
-    )
+    return sorted(hits, key=lambda h: (-h.scores.final, h.source != "hot", -h.scores.recency, str(h.id)))
 
 
 def cut(hits: Sequence[SearchHit], total: int, hot_cap: int, archived_cap: int) -> list[SearchHit]:
@@ -160,7 +156,9 @@ def candidate_pool(limit: int, config: RetrievalConfig) -> int:
     return max(limit * config.candidates_per_hit, config.min_candidates)
 
 
-def rerank_rows(rows: Sequence[dict[str, Any]], arm: VectorArm, query: np.ndarray, pool: int) -> list[dict[str, Any]]:
+def rerank_rows(
+    rows: Sequence[dict[str, Any]], arm: VectorArm, query: np.ndarray, pool: int
+) -> list[dict[str, Any]]:
     """With arm.rerank: every row's similarity from its compact vector; the best `pool` of the vector
     candidates stay vector candidates, the others only as full-text matches (or not at all)."""
     if arm.rerank is None:

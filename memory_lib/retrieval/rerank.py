@@ -126,7 +126,9 @@ class LLMReranker:
         if provider == "anthropic":
             import anthropic
 
-            self._client: Any = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+            self._client: Any = anthropic.Anthropic(
+                api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            )
         else:
             import openai
 
@@ -153,9 +155,13 @@ class LLMReranker:
             return list(hits)
         prompt = render_rerank_prompt(query, [h.text for h in hits])
         answer = call_with_retries(
-            lambda: self._ask(prompt), what=f"{self.provider} rerank with model {self.model!r}",
-            error_type=RerankError, policy=self._policy, limiter=self._limiter, secret=self._secret,
-        )  # fmt: skip
+            lambda: self._ask(prompt),
+            what=f"{self.provider} rerank with model {self.model!r}",
+            error_type=RerankError,
+            policy=self._policy,
+            limiter=self._limiter,
+            secret=self._secret,
+        )
         return apply_order(hits, parse_order(answer, len(hits)))
 
 
@@ -168,8 +174,9 @@ class CrossEncoderReranker:
         try:
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
-            raise RerankError("the cross-encoder reranker needs sentence-transformers: pip install "
-                              "'memory-archive[local]'") from exc  # fmt: skip
+            raise RerankError(
+                "the cross-encoder reranker needs sentence-transformers: pip install 'memory-archive[local]'"
+            ) from exc
         try:
             self._encoder = CrossEncoder(model, local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - the hub libraries raise many types for "not cached"
@@ -198,9 +205,15 @@ def reranker_from_settings(settings: Settings, env: Mapping[str, str] | None = N
     key_name = "ANTHROPIC_API_KEY" if cfg.rerank == "anthropic" else "OPENAI_API_KEY"
     key = (env.get(key_name) or "").strip()
     if not key:
-        raise InvalidInputError(key_name, None, f"retrieval.rerank={cfg.rerank!r} needs this environment variable set")
+        raise InvalidInputError(
+            key_name, None, f"retrieval.rerank={cfg.rerank!r} needs this environment variable set"
+        )
     llm = settings.llm
     return LLMReranker(
-        cfg.rerank, key, model=cfg.rerank_model, base_url=llm.base_url, timeout=llm.timeout_seconds,
+        cfg.rerank,
+        key,
+        model=cfg.rerank_model,
+        base_url=llm.base_url,
+        timeout=llm.timeout_seconds,
         limiter=RateLimiter(llm.requests_per_second),
-    )  # fmt: skip
+    )

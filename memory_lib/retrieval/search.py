@@ -74,7 +74,6 @@ from .sql import (
 from .types import SearchHit, SearchRequest, SearchResult, Source, debug_record
 
 if TYPE_CHECKING:
-
     pass
 
 
@@ -155,29 +154,57 @@ def search_plan(
     if one_statement and upfront is not None and hot_cap > 0 and archived_vectors is ARCHIVED_VECTORS:
         # Phase 2 runs whatever phase 1 finds: one statement for both tiers, the same rows.
         pools = {"pool": candidate_pool(hot_cap, cfg), "archived_pool": candidate_pool(archived_cap, cfg)}
-        with span("retrieve", {"memory_archive.phase": "1+2", "memory_archive.tiers": ["hot", "archived"],
-                               "memory_archive.phase2.reason": upfront}) as s:  # fmt: skip
+        with span(
+            "retrieve",
+            {
+                "memory_archive.phase": "1+2",
+                "memory_archive.tiers": ["hot", "archived"],
+                "memory_archive.phase2.reason": upfront,
+            },
+        ) as s:
             both_sql = statement_for(BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, request)
             both = yield Sql(both_sql, params | pools)
             tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
             for row in both:
                 tiers[row.pop("tier")].append(row)
-            s.set({"memory_archive.candidates.hot": len(tiers["hot"]),
-                   "memory_archive.candidates.archived": len(tiers["archived"])})  # fmt: skip
+            s.set(
+                {
+                    "memory_archive.candidates.hot": len(tiers["hot"]),
+                    "memory_archive.candidates.archived": len(tiers["archived"]),
+                }
+            )
         return _result(tiers["hot"], tiers["archived"], request, window, upfront, scope)
     hot_rows: list[dict[str, Any]] = []
     with span("retrieve", {"memory_archive.phase": "1", "memory_archive.tiers": ["hot"]}) as s:
         if hot_cap > 0:
             hot_sql = statement_for(HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, request)
             hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
-        hot_only = rank_candidates(hot_rows, sources=["hot"] * len(hot_rows), config=cfg, tags=request.tags,
-                                   now=request.now, window=window, embedder_kind=kind)  # fmt: skip
+        hot_only = rank_candidates(
+            hot_rows,
+            sources=["hot"] * len(hot_rows),
+            config=cfg,
+            tags=request.tags,
+            now=request.now,
+            window=window,
+            embedder_kind=kind,
+        )
         reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
-        s.set({"memory_archive.candidates.hot": len(hot_rows), "memory_archive.phase2.needed": reason is not None})
+        s.set(
+            {
+                "memory_archive.candidates.hot": len(hot_rows),
+                "memory_archive.phase2.needed": reason is not None,
+            }
+        )
     archived_rows: list[dict[str, Any]] = []
     if reason is not None:
-        with span("retrieve", {"memory_archive.phase": "2", "memory_archive.tiers": ["archived"],
-                               "memory_archive.phase2.reason": reason}) as s:  # fmt: skip
+        with span(
+            "retrieve",
+            {
+                "memory_archive.phase": "2",
+                "memory_archive.tiers": ["archived"],
+                "memory_archive.phase2.reason": reason,
+            },
+        ) as s:
             pool = candidate_pool(archived_cap, cfg)
             if archived_vectors is ARCHIVED_VECTORS:
                 sql = statement_for(ARCHIVED_SEARCH_SQL if scope is None else ARCHIVED_SCOPED_SQL, request)
@@ -186,19 +213,40 @@ def search_plan(
                 sql = sql if scope is None else warm.scope_sql(sql)
             archived_rows = yield Sql(sql, params | {"pool": pool})
             archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
-            s.set({"memory_archive.candidates.archived": len(archived_rows),
-                   "memory_archive.archive_scoped": scope is not None})  # fmt: skip
+            s.set(
+                {
+                    "memory_archive.candidates.archived": len(archived_rows),
+                    "memory_archive.archive_scoped": scope is not None,
+                }
+            )
     return _result(hot_rows, archived_rows, request, window, reason, scope if reason is not None else None)
 
 
-def _result(hot_rows: list[dict[str, Any]], archived_rows: list[dict[str, Any]], request: SearchRequest,
-            window: TimeWindow | None, reason: str | None,
-            scope: tuple[datetime, datetime] | None = None) -> SearchResult:  # fmt: skip
+def _result(
+    hot_rows: list[dict[str, Any]],
+    archived_rows: list[dict[str, Any]],
+    request: SearchRequest,
+    window: TimeWindow | None,
+    reason: str | None,
+    scope: tuple[datetime, datetime] | None = None,
+) -> SearchResult:
     total, hot_cap, archived_cap = request.limits
     rows = [*hot_rows, *archived_rows]
     sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
-    ranked = rank_candidates(rows, sources=sources, config=request.config, tags=request.tags, now=request.now,
-                             window=window, embedder_kind=request.embedder_kind)  # fmt: skip
-    result = SearchResult(cut(ranked, total, hot_cap, archived_cap), reason, len(hot_rows), len(archived_rows),
-                          archive_scope=scope)  # fmt: skip
+    ranked = rank_candidates(
+        rows,
+        sources=sources,
+        config=request.config,
+        tags=request.tags,
+        now=request.now,
+        window=window,
+        embedder_kind=request.embedder_kind,
+    )
+    result = SearchResult(
+        cut(ranked, total, hot_cap, archived_cap),
+        reason,
+        len(hot_rows),
+        len(archived_rows),
+        archive_scope=scope,
+    )
     return replace(result, debug=debug_record(ranked, result)) if request.debug else result

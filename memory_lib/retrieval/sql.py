@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from .types import SearchRequest
 
 if TYPE_CHECKING:
-
     pass
 
 
@@ -31,9 +30,12 @@ _FILTERS = """
       AND (%(seen_until)s::timestamptz IS NULL OR coalesce({seen}, {created}) < %(seen_until)s::timestamptz)"""
 
 _HOT_FILTERS = _FILTERS.format(
-    category="m.category", domain="m.domain", metadata="m.metadata", created="m.created_at",
+    category="m.category",
+    domain="m.domain",
+    metadata="m.metadata",
+    created="m.created_at",
     seen="m.last_accessed_at",
-)  # fmt: skip
+)
 _ARCHIVED_FILTERS = _FILTERS.format(
     category="a.original_category",
     domain="a.original_domain",
@@ -76,8 +78,9 @@ class VectorArm:
     where: str = "true"  # rows the arm may return (stubs have no vector: memory_lib.lifecycle.stubs)
 
 
-HOT_VECTORS = VectorArm("vector", "m.embedding <=> %(embedding)s::vector",
-                        "1 - (m.embedding <=> %(embedding)s::vector)")  # fmt: skip
+HOT_VECTORS = VectorArm(
+    "vector", "m.embedding <=> %(embedding)s::vector", "1 - (m.embedding <=> %(embedding)s::vector)"
+)
 
 # 007: one bit per dimension (the sign). For sign bits of a random direction, P(bit differs) = angle/π,
 # so cos(π · hamming / dim) estimates the cosine (SimHash); HNSW orders by hamming itself.
@@ -109,8 +112,11 @@ class _Tier:
 # statement, shared by the tiers when one statement searches both. Document frequencies count live
 # memories, or every memory with include_superseded (the rows that statement can return).
 def _bm25_prelude(include_superseded: bool = False) -> str:
-    hot_live, archived_live = ("", "") if include_superseded else (
-        "AND sm.superseded_by IS NULL ", "AND sa.original_superseded_by IS NULL ")  # fmt: skip
+    hot_live, archived_live = (
+        ("", "")
+        if include_superseded
+        else ("AND sm.superseded_by IS NULL ", "AND sa.original_superseded_by IS NULL ")
+    )
     return f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
         SELECT DISTINCT quote_literal(l)::tsquery AS tq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
@@ -213,19 +219,31 @@ N_CAP = 20_000
 
 
 _HOT_TIER = _Tier(
-    table="memories", alias="m", arm=HOT_VECTORS, tsv="m.content_tsv",
-    live="m.superseded_by IS NULL", filters=_HOT_FILTERS,
+    table="memories",
+    alias="m",
+    arm=HOT_VECTORS,
+    tsv="m.content_tsv",
+    live="m.superseded_by IS NULL",
+    filters=_HOT_FILTERS,
     select="""m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
            m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
            NULL::timestamptz AS archived_at, m.metadata -> 'chunk' AS chunk, m.superseded_by""",
     pool="pool",
-)  # fmt: skip
+)
 HOT_SEARCH_SQL = _tier_sql(_HOT_TIER)
 
+
 def _archived_tier(arm: VectorArm, pool: str, include_superseded: bool = False) -> _Tier:
-    return _Tier(table="archived_memories", alias="a", arm=arm, tsv=_ARCHIVED_TSV.format(a="a"),
-                 live="true" if include_superseded else "a.original_superseded_by IS NULL",
-                 filters=_ARCHIVED_FILTERS, select=_ARCHIVED_SELECT, pool=pool)  # fmt: skip
+    return _Tier(
+        table="archived_memories",
+        alias="a",
+        arm=arm,
+        tsv=_ARCHIVED_TSV.format(a="a"),
+        live="true" if include_superseded else "a.original_superseded_by IS NULL",
+        filters=_ARCHIVED_FILTERS,
+        select=_ARCHIVED_SELECT,
+        pool=pool,
+    )
 
 
 def archived_search_sql(arm: VectorArm, *, include_superseded: bool = False) -> str:

@@ -18,7 +18,6 @@ from ..core.models import CATEGORIES
 from ..core.validation import normalize_tags, require_user_id
 
 if TYPE_CHECKING:
-
     from .consolidated import ConsolidatedHit
     from .escalation import Escalation
 
@@ -53,12 +52,15 @@ class SearchFilters:
                 self, "required_tags", normalize_tags(self.required_tags, field="filters.required_tags")
             )
         for name in ("since", "until", "seen_since", "seen_until"):  # aware, or ISO 8601 with an offset
-            object.__setattr__(self, name, validation.optional_timestamp(f"filters.{name}", getattr(self, name)))
+            object.__setattr__(
+                self, name, validation.optional_timestamp(f"filters.{name}", getattr(self, name))
+            )
         if self.since and self.until and self.since >= self.until:
             raise InvalidInputError("filters.until", self.until, f"must be after filters.since={self.since}")
         if self.seen_since and self.seen_until and self.seen_since >= self.seen_until:
-            raise InvalidInputError("filters.seen_until", self.seen_until,
-                                    f"must be after filters.seen_since={self.seen_since}")  # fmt: skip
+            raise InvalidInputError(
+                "filters.seen_until", self.seen_until, f"must be after filters.seen_since={self.seen_since}"
+            )
 
     def params(self) -> dict[str, Any]:
         return {
@@ -93,7 +95,9 @@ class SearchRequest:
     archived_limit: int | None = None  # cap on archived hits, likewise; 0 turns phase 2 off
     embedding_model: str | None = None  # checked against the store's when given
     limit: int | None = None  # hits in all (config.limit when None)
-    embedder_kind: str | None = None  # "semantic" or "lexical" (Embedder.kind): sets the default vector weight
+    embedder_kind: str | None = (
+        None  # "semantic" or "lexical" (Embedder.kind): sets the default vector weight
+    )
     debug: bool = False  # fill SearchResult.debug (SearchDebug); off: no record is built
     # Audits: superseded memories (hot superseded_by, archived original_superseded_by) are candidates too,
     # and counted in the full-text statistics. Default False: search returns live memories only.
@@ -105,7 +109,11 @@ class SearchRequest:
         total = self.config.limit if self.limit is None else self.limit
         hot = self.hot_limit if self.hot_limit is not None else self.config.hot_limit
         archived = self.archived_limit if self.archived_limit is not None else self.config.archived_limit
-        return total, min(total, total if hot is None else hot), min(total, total if archived is None else archived)
+        return (
+            total,
+            min(total, total if hot is None else hot),
+            min(total, total if archived is None else archived),
+        )
 
 
 def check_search_args(
@@ -190,7 +198,9 @@ class SearchHit:
 
     @property
     def labeled_text(self) -> str:
-        return f"{self.label} {self.text}" if self.label and not self.text.startswith(self.label) else self.text
+        return (
+            f"{self.label} {self.text}" if self.label and not self.text.startswith(self.label) else self.text
+        )
 
 
 @dataclass(frozen=True)
@@ -277,8 +287,10 @@ def merge_debug(first: SearchDebug | None, again: SearchDebug | None) -> SearchD
     for c in (*first.candidates, *again.candidates):
         if c.id not in best or c.scores.final > best[c.id].scores.final:
             best[c.id] = c
-    by_tier = {t: first.candidates_by_tier.get(t, 0) + again.candidates_by_tier.get(t, 0)
-               for t in ("hot", "archived")}  # fmt: skip
+    by_tier = {
+        t: first.candidates_by_tier.get(t, 0) + again.candidates_by_tier.get(t, 0)
+        for t in ("hot", "archived")
+    }
     ordered = sorted(best.values(), key=lambda c: (-c.scores.final, c.tier != "hot", str(c.id)))
     return replace(first, candidates_by_tier=by_tier, candidates=tuple(ordered))
 
@@ -287,8 +299,13 @@ def finish_debug(result: SearchResult, reranker: str | None = None) -> SearchRes
     """The result with its debug record (if any) naming the final hits, the escalation and the reranker."""
     if result.debug is None:
         return result
-    debug = replace(result.debug, chosen_ids=tuple(h.id for h in result.hits), escalation=result.escalation,
-                    phase2_reason=result.phase2_reason, reranker=reranker)  # fmt: skip
+    debug = replace(
+        result.debug,
+        chosen_ids=tuple(h.id for h in result.hits),
+        escalation=result.escalation,
+        phase2_reason=result.phase2_reason,
+        reranker=reranker,
+    )
     return replace(result, debug=debug)
 
 

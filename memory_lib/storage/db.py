@@ -127,7 +127,9 @@ def _run_pg_ctl(args: list[str], *, user: str | None, timeout: float) -> None:
             )
         except subprocess.TimeoutExpired:
             out.seek(0), err.seek(0)
-            raise _StartFailed(f"pg_ctl start did not return within {timeout:.0f} s", stdout=out.read(), stderr=err.read()) from None  # fmt: skip
+            raise _StartFailed(
+                f"pg_ctl start did not return within {timeout:.0f} s", stdout=out.read(), stderr=err.read()
+            ) from None
         out.seek(0), err.seek(0)
         if done.returncode != 0:
             raise _StartFailed("pg_ctl start", code=done.returncode, stdout=out.read(), stderr=err.read())
@@ -151,8 +153,21 @@ def _ensure_running(server: object, ps: ModuleType, wait: float) -> None:
         if s.system_user is not None and socket_dir != s.pgdata:
             ps.ensure_prefix_permissions(socket_dir)
             socket_dir.chmod(0o777)
-        args = [str(ps.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(s.pgdata), "-w", "-t", str(int(wait)),
-                "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(s.log), "start"]  # fmt: skip
+        args = [
+            str(ps.POSTGRES_BIN_PATH / "pg_ctl"),
+            "-D",
+            str(s.pgdata),
+            "-w",
+            "-t",
+            str(int(wait)),
+            "-o",
+            '-h ""',
+            "-o",
+            f"-k {socket_dir}",
+            "-l",
+            str(s.log),
+            "start",
+        ]
         _run_pg_ctl(args, user=s.system_user, timeout=wait + 15)
         deadline = max(deadline, time.monotonic() + 10)  # pg_ctl saw it accept connections: nearly ready
     while True:  # pg_ctl returned, or another process started the server: wait until it says ready
@@ -342,8 +357,10 @@ class EmbeddedPostgres:
                 if attempt < self.attempts:
                     log.warning(
                         "embedded Postgres in %s did not start (attempt %d: %s); trying again",
-                        pgdata, attempt, failures[-1],
-                    )  # fmt: skip
+                        pgdata,
+                        attempt,
+                        failures[-1],
+                    )
                     time.sleep(self.backoff_seconds * attempt)
             finally:
                 wheel_log.removeHandler(errors)

@@ -108,7 +108,9 @@ def read_version(store: ObjectStore, version: ObjectVersion) -> bytes:
     if isinstance(store, S3ObjectStore):
         extra = {"VersionId": version.version_id} if version.version_id else {}
         with _s3_errors("get version", store.bucket, version.key):
-            body: bytes = store.client.get_object(Bucket=store.bucket, Key=version.key, **extra)["Body"].read()
+            body: bytes = store.client.get_object(Bucket=store.bucket, Key=version.key, **extra)[
+                "Body"
+            ].read()
         return body
     if isinstance(store, LocalObjectStore):
         return (store.root / _check_key(version.key)).read_bytes()
@@ -121,11 +123,15 @@ def make_current(store: ObjectStore, key: str, version_id: str) -> bool:
     that version is gone."""
     if not isinstance(store, S3ObjectStore) or not version_id or version_id == "null":
         return False
-    if not any(v.key == key and v.version_id == version_id and not v.delete_marker for v in list_versions(store, key)):
+    if not any(
+        v.key == key and v.version_id == version_id and not v.delete_marker for v in list_versions(store, key)
+    ):
         return False
     with _s3_errors("copy version", store.bucket, key):
         store.client.copy_object(
-            Bucket=store.bucket, Key=key, CopySource={"Bucket": store.bucket, "Key": key, "VersionId": version_id}
+            Bucket=store.bucket,
+            Key=key,
+            CopySource={"Bucket": store.bucket, "Key": key, "VersionId": version_id},
         )
     return True
 

@@ -125,7 +125,9 @@ class _BaseStore:
         if "#" in rest:
             found = _MEMBER.search(rest)
             if found is None or found.start() != rest.index("#"):
-                raise InvalidInputError("storage_ref", ref, "has a fragment that is not '#bytes=<first>-<last>'")
+                raise InvalidInputError(
+                    "storage_ref", ref, "has a fragment that is not '#bytes=<first>-<last>'"
+                )
             first, last = int(found[1]), int(found[2])
             if last < first:
                 raise InvalidInputError("storage_ref", ref, "names an empty byte range")
@@ -452,7 +454,9 @@ class S3ObjectStore(_BaseStore):
         the whole object, not a range)."""
         _check_key(key)
         with _s3_errors("get", self.bucket, key):
-            response = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + size - 1}")
+            response = self.client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + size - 1}"
+            )
             return response["Body"].read()
 
     def delete(self, key: str) -> None:
@@ -560,8 +564,13 @@ def object_store_from_settings(settings: Settings) -> ObjectStore:
     if cfg.kind == "s3":
         if not cfg.bucket:  # ObjectStoreConfig already refuses this; narrows the type
             raise InvalidInputError("object_store.bucket", cfg.bucket, "required when kind='s3'")
-        client = s3_client(cfg.endpoint_url, cfg.region_name, connect_timeout=cfg.connect_timeout_seconds,
-                           read_timeout=cfg.read_timeout_seconds, max_attempts=cfg.max_attempts)  # fmt: skip
+        client = s3_client(
+            cfg.endpoint_url,
+            cfg.region_name,
+            connect_timeout=cfg.connect_timeout_seconds,
+            read_timeout=cfg.read_timeout_seconds,
+            max_attempts=cfg.max_attempts,
+        )
         return S3ObjectStore(client, cfg.bucket, cfg.prefix)
     return open_local_store(settings.local_object_root, cfg.prefix)
 
@@ -579,5 +588,6 @@ def open_local_store(root: Path, prefix: str = "memory-archive") -> LocalObjectS
         reason = f"cannot be created: {exc.strerror or exc}"
     raise ConfigError(
         f"invalid {LOCAL_ROOT_VARIABLE}={str(root)!r} ({LOCAL_ROOT_FIELD}): {reason}",
-        variable=LOCAL_ROOT_VARIABLE, value=str(root),
-    )  # fmt: skip
+        variable=LOCAL_ROOT_VARIABLE,
+        value=str(root),
+    )

@@ -66,9 +66,13 @@ class StoredMember:
 
 
 def plan_units(
-    store: ObjectStore, batch_key: str, members: Sequence[tuple[str, Member]], *, min_members: int,
+    store: ObjectStore,
+    batch_key: str,
+    members: Sequence[tuple[str, Member]],
+    *,
+    min_members: int,
     max_bytes: int = PACK_MAX_BYTES,
-) -> list[Unit]:  # fmt: skip
+) -> list[Unit]:
     """Group (user_id, member) pairs into objects: a user's members packed when they are at least
     `min_members`, split so that no pack passes `max_bytes`; the rest one object each."""
     by_user: dict[str, list[Member]] = {}
@@ -135,7 +139,9 @@ def _pack(
     return Unit(key, data, digest, tuple(members), tuple(offsets), True)
 
 
-def rewrite_without(store: ObjectStore, key: str, keep: Sequence[dict[str, Any]]) -> dict[uuid.UUID, StoredMember]:
+def rewrite_without(
+    store: ObjectStore, key: str, keep: Sequence[dict[str, Any]]
+) -> dict[uuid.UUID, StoredMember]:
     """Write a new pack beside `key` holding only the members `keep` (rows with original_id,
     storage_ref, backup_sha256 naming members of `key`), each checked against its sha256 first; returns
     each kept member's new place. The new key is its content's sha256: a re-run writes the same object.
@@ -168,9 +174,12 @@ SPAN_DENSITY = 0.25  # read_members: one GET over a pack's wanted members when t
 
 
 def read_members(
-    store: ObjectStore, wanted: Sequence[tuple[str, str]], *, workers: int = 8,
+    store: ObjectStore,
+    wanted: Sequence[tuple[str, str]],
+    *,
+    workers: int = 8,
     on_error: Callable[[BaseException], BaseException] | None = None,
-) -> list[bytes | BaseException]:  # fmt: skip
+) -> list[bytes | BaseException]:
     """The bytes of each (ref, sha256), or the exception reading or checking it raised, in order.
 
     Each pack is read once for all the members asked of it (one ranged GET from the first to the last)

@@ -8,7 +8,6 @@ from ..core.errors import EmbeddingMismatchError, embedding_mismatch_reason
 from ..core.plans import Plan, Sql
 
 if TYPE_CHECKING:
-
     pass
 
 
@@ -22,7 +21,9 @@ SHAPE_SQL = """
 # the settings makes a statement wait for a flip in progress and then see its settings and columns
 # together. LOCK takes no snapshot, so in a REPEATABLE READ plan the snapshot is taken after it.
 LOCK_VECTOR_TABLES = Sql(
-    "LOCK TABLE memories, archived_memories, memory_digests, memory_facts IN ACCESS SHARE MODE", {}, "rowcount"
+    "LOCK TABLE memories, archived_memories, memory_digests, memory_facts IN ACCESS SHARE MODE",
+    {},
+    "rowcount",
 )
 
 
@@ -36,5 +37,7 @@ def checked_shape_plan(dim: int, model: str) -> Plan[dict[str, Any]]:
         raise EmbeddingMismatchError("embedding_dim", None, "the schema is not initialized: run migrations")
     if int(row["dim"]) != dim or (row["model"] is not None and row["model"] != model):
         field, value = ("embedder.dim", dim) if int(row["dim"]) != dim else ("embedder.model", model)
-        raise EmbeddingMismatchError(field, value, embedding_mismatch_reason(row["model"], int(row["dim"]), model, dim))
+        raise EmbeddingMismatchError(
+            field, value, embedding_mismatch_reason(row["model"], int(row["dim"]), model, dim)
+        )
     return row

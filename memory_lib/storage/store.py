@@ -25,9 +25,26 @@ MEMORY_COLUMNS = (
 )
 _COPY_COLUMNS = [c.strip() for c in MEMORY_COLUMNS.split(",")]
 _COPY_TYPES = [
-    "uuid", "text", "text", "text", "vector", "text", "int4", "uuid[]", "jsonb", "text", "text",
-    "float8", "int4", "timestamptz", "timestamptz", "timestamptz", "bool", "uuid", "text",
-]  # fmt: skip
+    "uuid",
+    "text",
+    "text",
+    "text",
+    "vector",
+    "text",
+    "int4",
+    "uuid[]",
+    "jsonb",
+    "text",
+    "text",
+    "float8",
+    "int4",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "bool",
+    "uuid",
+    "text",
+]
 
 
 @dataclass(frozen=True)
@@ -52,7 +69,9 @@ def bind_embedding_model(conn: psycopg.Connection, model: str) -> StoreShape:
     shape = store_shape(conn)
     if shape.embedding_model != model:
         raise EmbeddingMismatchError(
-            "embedding_model", model, embedding_mismatch_reason(shape.embedding_model, shape.dim, model, shape.dim)
+            "embedding_model",
+            model,
+            embedding_mismatch_reason(shape.embedding_model, shape.dim, model, shape.dim),
         )
     return shape
 
@@ -79,8 +98,10 @@ def insert_memories(
         return []
     shape = store_shape(conn)
     first = items[0]
-    first_model = first.embedding_model if isinstance(first, NewMemory) else (
-        first.get("embedding_model") if isinstance(first, Mapping) else None
+    first_model = (
+        first.embedding_model
+        if isinstance(first, NewMemory)
+        else (first.get("embedding_model") if isinstance(first, Mapping) else None)
     )
     expected_model = shape.embedding_model or first_model
     valid = [_validate_at(i, m, shape, expected_model) for i, m in enumerate(items)]
@@ -91,15 +112,23 @@ def insert_memories(
         conn.execute(LOCK_VECTOR_TABLES.query)
         current = store_shape(conn)
         if current != shape and shape.embedding_model is not None:
-            raise EmbeddingMismatchError("embedding_model", valid[0].embedding_model, embedding_mismatch_reason(
-                current.embedding_model, current.dim, valid[0].embedding_model, shape.dim))
+            raise EmbeddingMismatchError(
+                "embedding_model",
+                valid[0].embedding_model,
+                embedding_mismatch_reason(
+                    current.embedding_model, current.dim, valid[0].embedding_model, shape.dim
+                ),
+            )
         ids = [m.id for m in valid]
         _refuse_taken_ids(conn, ids, positions)
         bind_embedding_model(conn, valid[0].embedding_model)
         try:
-            with conn.cursor() as cur, cur.copy(
-                f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
-            ) as copy:
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    f"COPY memories ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+                ) as copy,
+            ):
                 copy.set_types(_COPY_TYPES)
                 for m in valid:
                     copy.write_row(_copy_row(m, shape.dim, now))
@@ -129,14 +158,18 @@ def _unique_ids(valid: Sequence[NewMemory]) -> dict[uuid.UUID, int]:
     positions: dict[uuid.UUID, int] = {}
     for i, m in enumerate(valid):
         if m.id in positions:
-            error = InvalidInputError("id", m.id, f"memories[{i}] has the same id as memories[{positions[m.id]}]")
+            error = InvalidInputError(
+                "id", m.id, f"memories[{i}] has the same id as memories[{positions[m.id]}]"
+            )
             error.add_note(f"in memories[{i}]")
             raise error
         positions[m.id] = i
     return positions
 
 
-def _refuse_taken_ids(conn: psycopg.Connection, ids: list[uuid.UUID], positions: Mapping[uuid.UUID, int]) -> None:
+def _refuse_taken_ids(
+    conn: psycopg.Connection, ids: list[uuid.UUID], positions: Mapping[uuid.UUID, int]
+) -> None:
     """An id is one memory's, hot or archived (archived_memories.original_id), for good."""
     row = conn.execute(
         """SELECT id, 'a hot memory' AS tier FROM memories WHERE id = ANY(%(ids)s)
@@ -146,12 +179,16 @@ def _refuse_taken_ids(conn: psycopg.Connection, ids: list[uuid.UUID], positions:
     ).fetchone()
     if row is not None:
         i = positions[row["id"]]
-        error = InvalidInputError("id", row["id"], f"memories[{i}] has the id of {row['tier']} already stored")
+        error = InvalidInputError(
+            "id", row["id"], f"memories[{i}] has the id of {row['tier']} already stored"
+        )
         error.add_note(f"in memories[{i}]")
         raise error
 
 
-def _taken_id_error(exc: psycopg.errors.UniqueViolation, positions: Mapping[uuid.UUID, int]) -> InvalidInputError:
+def _taken_id_error(
+    exc: psycopg.errors.UniqueViolation, positions: Mapping[uuid.UUID, int]
+) -> InvalidInputError:
     found = re.search(r"\(id\)=\(([0-9a-f-]{36})\)", exc.diag.message_detail or "")
     taken = uuid.UUID(found.group(1)) if found else None
     where = f"memories[{positions[taken]}]" if taken in positions else "a memory of this call"
@@ -164,10 +201,26 @@ def _taken_id_error(exc: psycopg.errors.UniqueViolation, positions: Mapping[uuid
 def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:
     created = m.created_at or now
     return (
-        m.id, m.user_id, m.content, sha256_hex(m.content), m.embedding, m.embedding_model, dim,
-        m.entity_links, Jsonb(m.metadata), m.domain, m.category, m.importance_score, m.access_count,
-        m.last_accessed_at, created, created, m.pinned, None, None,
-    )  # fmt: skip
+        m.id,
+        m.user_id,
+        m.content,
+        sha256_hex(m.content),
+        m.embedding,
+        m.embedding_model,
+        dim,
+        m.entity_links,
+        Jsonb(m.metadata),
+        m.domain,
+        m.category,
+        m.importance_score,
+        m.access_count,
+        m.last_accessed_at,
+        created,
+        created,
+        m.pinned,
+        None,
+        None,
+    )
 
 
 def get_memory(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> dict[str, Any]:
@@ -191,7 +244,9 @@ def fetch_memories(
     """Hot rows by id, in binary (vectors as float32 bytes, not text to parse); `with_xmin` adds
     `row_xmin`, the row version."""
     cols = f"{MEMORY_COLUMNS}, {ROW_XMIN}" if with_xmin else MEMORY_COLUMNS
-    rows = conn.execute(f"SELECT {cols} FROM memories WHERE id = ANY(%s)", (list(ids),), binary=True).fetchall()
+    rows = conn.execute(
+        f"SELECT {cols} FROM memories WHERE id = ANY(%s)", (list(ids),), binary=True
+    ).fetchall()
     return {r["id"]: r for r in rows}
 
 

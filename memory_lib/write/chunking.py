@@ -63,7 +63,9 @@ def chunk_limits(max_tokens: int, overlap: int, embedder_max_tokens: int | None)
     """The chunk size for an embedder (its own limit when smaller) and the overlap (checked)."""
     size = max_tokens if embedder_max_tokens is None else min(max_tokens, embedder_max_tokens)
     if overlap < 0 or overlap + _SLACK >= size // 2:
-        raise InvalidInputError("chunking.overlap_tokens", overlap, f"must be >= 0 and well below half of {size}")
+        raise InvalidInputError(
+            "chunking.overlap_tokens", overlap, f"must be >= 0 and well below half of {size}"
+        )
     return size, overlap
 
 

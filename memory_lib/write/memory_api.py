@@ -151,14 +151,30 @@ def _record(row: dict[str, Any]) -> MemoryRecord:
     if row["tier"] == "archived":
         meta = {}  # an archive row's metadata is batch provenance, not the memory's (kept in its backup)
     return MemoryRecord(
-        id=row["id"], user_id=row["user_id"], tier=row["tier"], content=row["content"], summary=row["summary"],
-        category=row["category"], domain=row["domain"], tags=tuple(tags if isinstance(tags, list) else ()),
-        metadata=meta, importance=float(row["importance_score"]), pinned=row["pinned"],
-        access_count=row["access_count"], last_accessed_at=row["last_accessed_at"], created_at=row["created_at"],
-        updated_at=row["updated_at"], superseded_by=row["superseded_by"], archive_id=row["archive_id"],
-        archived_at=row["archived_at"], embedding_model=row["embedding_model"], ttl_days=row["ttl_days"],
-        expires_at=row["expires_at"], archive_reason=row["archive_reason"], supersedes=row.get("supersedes"),
-    )  # fmt: skip
+        id=row["id"],
+        user_id=row["user_id"],
+        tier=row["tier"],
+        content=row["content"],
+        summary=row["summary"],
+        category=row["category"],
+        domain=row["domain"],
+        tags=tuple(tags if isinstance(tags, list) else ()),
+        metadata=meta,
+        importance=float(row["importance_score"]),
+        pinned=row["pinned"],
+        access_count=row["access_count"],
+        last_accessed_at=row["last_accessed_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        superseded_by=row["superseded_by"],
+        archive_id=row["archive_id"],
+        archived_at=row["archived_at"],
+        embedding_model=row["embedding_model"],
+        ttl_days=row["ttl_days"],
+        expires_at=row["expires_at"],
+        archive_reason=row["archive_reason"],
+        supersedes=row.get("supersedes"),
+    )
 
 
 # --------------------------------------------------------------------------- get, history
@@ -175,8 +191,10 @@ def history_plan(user_id: object, memory_id: object) -> Plan[list[MemoryEvent]]:
     promoted, updated, redacted, forgotten. [] when the user has no such memory."""
     user, mid = validation.user(user_id), validation.uuid_value("memory_id", memory_id)
     rows = yield Sql(HISTORY_SQL, {"user_id": user, "id": mid}, "all")
-    return [MemoryEvent(r["id"], r["memory_id"], r["event_type"], r["actor"], r["occurred_at"], r["details"])
-            for r in rows]  # fmt: skip
+    return [
+        MemoryEvent(r["id"], r["memory_id"], r["event_type"], r["actor"], r["occurred_at"], r["details"])
+        for r in rows
+    ]
 
 
 # --------------------------------------------------------------------------- list
@@ -195,10 +213,16 @@ class ListQuery:
 
 
 def list_query(
-    user_id: object, *, tier: object = None, category: object = None, created_after: object = None,
-    created_before: object = None, include_superseded: object = False, limit: object = DEFAULT_PAGE,
+    user_id: object,
+    *,
+    tier: object = None,
+    category: object = None,
+    created_after: object = None,
+    created_before: object = None,
+    include_superseded: object = False,
+    limit: object = DEFAULT_PAGE,
     cursor: object = None,
-) -> ListQuery:  # fmt: skip
+) -> ListQuery:
     """Every argument checked (InvalidInputError names it) before anything is read."""
     user = validation.user(user_id)
     if tier is not None:
@@ -216,8 +240,16 @@ def list_query(
     n = validation.row_limit("limit", limit)
     if n is None or n < 1:
         raise InvalidInputError("limit", limit, "must be an integer in 1..1000")
-    return ListQuery(user, tier, categories, after, before, validation.boolean("include_superseded", include_superseded),  # type: ignore[arg-type]
-                     n, decode_cursor(cursor))  # fmt: skip
+    return ListQuery(
+        user,
+        tier,
+        categories,
+        after,
+        before,
+        validation.boolean("include_superseded", include_superseded),  # type: ignore[arg-type]
+        n,
+        decode_cursor(cursor),
+    )
 
 
 def encode_cursor(created_at: datetime, memory_id: uuid.UUID) -> str:
@@ -241,8 +273,9 @@ def decode_cursor(cursor: object) -> tuple[datetime, uuid.UUID] | None:
         raise bad from None
 
 
-def _branch(columns: str, table: str, alias: str, created: str, idcol: str, superseded: str, cat: str,
-            q: ListQuery) -> str:  # fmt: skip
+def _branch(
+    columns: str, table: str, alias: str, created: str, idcol: str, superseded: str, cat: str, q: ListQuery
+) -> str:
     where = [f"{alias}.user_id = %(user_id)s"]
     if not q.include_superseded:
         where.append(f"{alias}.{superseded} IS NULL")
@@ -254,21 +287,43 @@ def _branch(columns: str, table: str, alias: str, created: str, idcol: str, supe
         where.append(f"{alias}.{created} < %(created_before)s")
     if q.after is not None:
         where.append(f"({alias}.{created}, {alias}.{idcol}) < (%(c_at)s, %(c_id)s)")
-    return (f"(SELECT {columns} FROM {table} {alias} WHERE {' AND '.join(where)} "
-            f"ORDER BY {alias}.{created} DESC, {alias}.{idcol} DESC LIMIT %(n)s)")  # fmt: skip
+    return (
+        f"(SELECT {columns} FROM {table} {alias} WHERE {' AND '.join(where)} "
+        f"ORDER BY {alias}.{created} DESC, {alias}.{idcol} DESC LIMIT %(n)s)"
+    )
 
 
 def list_plan(q: ListQuery) -> Plan[MemoryPage]:
     branches = []
     if q.tier in (None, "hot"):
-        branches.append(_branch(_HOT_COLUMNS, "memories", "m", "created_at", "id", "superseded_by", "category", q))
+        branches.append(
+            _branch(_HOT_COLUMNS, "memories", "m", "created_at", "id", "superseded_by", "category", q)
+        )
     if q.tier in (None, "archived"):
-        branches.append(_branch(_ARCHIVED_COLUMNS, "archived_memories", "a", "original_created_at", "original_id",
-                                "original_superseded_by", "original_category", q))  # fmt: skip
-    sql = f"SELECT * FROM ({' UNION ALL '.join(branches)}) t ORDER BY t.created_at DESC, t.id DESC LIMIT %(n)s"
-    params = {"user_id": q.user_id, "categories": list(q.categories or ()), "created_after": q.created_after,
-              "created_before": q.created_before, "n": q.limit + 1,
-              "c_at": q.after[0] if q.after else None, "c_id": q.after[1] if q.after else None}  # fmt: skip
+        branches.append(
+            _branch(
+                _ARCHIVED_COLUMNS,
+                "archived_memories",
+                "a",
+                "original_created_at",
+                "original_id",
+                "original_superseded_by",
+                "original_category",
+                q,
+            )
+        )
+    sql = (
+        f"SELECT * FROM ({' UNION ALL '.join(branches)}) t ORDER BY t.created_at DESC, t.id DESC LIMIT %(n)s"
+    )
+    params = {
+        "user_id": q.user_id,
+        "categories": list(q.categories or ()),
+        "created_after": q.created_after,
+        "created_before": q.created_before,
+        "n": q.limit + 1,
+        "c_at": q.after[0] if q.after else None,
+        "c_id": q.after[1] if q.after else None,
+    }
     yield Snapshot()
     rows = yield Sql(sql, params, "all")
     items = [_record(r) for r in rows[: q.limit]]
@@ -281,7 +336,9 @@ def list_plan(q: ListQuery) -> Plan[MemoryPage]:
 UNSET: Any = object()  # "not given": None is a value (domain=None clears it)
 UPDATE_FIELDS = ("content", "category", "domain", "importance", "tags", "metadata", "pinned")
 _LOCKED_SQL = "SELECT * FROM memories WHERE user_id = %(user_id)s AND id = %(id)s FOR UPDATE"
-_ARCHIVED_SQL = "SELECT id FROM archived_memories WHERE user_id = %(user_id)s AND (original_id = %(id)s OR id = %(id)s)"
+_ARCHIVED_SQL = (
+    "SELECT id FROM archived_memories WHERE user_id = %(user_id)s AND (original_id = %(id)s OR id = %(id)s)"
+)
 _LIVE_DUPLICATE_SQL = """
     SELECT id FROM memories WHERE user_id = %(user_id)s AND superseded_by IS NULL AND id <> %(id)s
       AND (dedupe_key = %(key)s OR (dedupe_key IS NULL AND content_sha256 = %(sha)s)) LIMIT 1"""
@@ -298,10 +355,14 @@ def current_plan(user_id: str, memory_id: uuid.UUID) -> Plan[dict[str, Any]]:
     if row is None:
         archived = yield Sql(_ARCHIVED_SQL, {"user_id": user_id, "id": memory_id}, "one")
         if archived is not None:
-            raise InvalidInputError("memory_id", memory_id, "is archived: restore it first (client.restore), then update")
+            raise InvalidInputError(
+                "memory_id", memory_id, "is archived: restore it first (client.restore), then update"
+            )
         raise NotFoundError(f"no memory {memory_id} for user_id={user_id!r}")
     if row["superseded_by"] is not None:
-        raise InvalidInputError("memory_id", memory_id, f"is superseded by {row['superseded_by']}: update the live memory")
+        raise InvalidInputError(
+            "memory_id", memory_id, f"is superseded by {row['superseded_by']}: update the live memory"
+        )
     return row
 
 
@@ -323,50 +384,87 @@ def merged_fields(row: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any
 
 
 def update_plan(
-    memory: PreparedMemory, memory_id: uuid.UUID, seen: dict[str, Any], embedding: np.ndarray | None, *,
-    embedding_model: str, actor: str, now: datetime,
-) -> Plan[UpdateResult]:  # fmt: skip
+    memory: PreparedMemory,
+    memory_id: uuid.UUID,
+    seen: dict[str, Any],
+    embedding: np.ndarray | None,
+    *,
+    embedding_model: str,
+    actor: str,
+    now: datetime,
+) -> Plan[UpdateResult]:
     """Apply a prepared update to the row `seen` (read before embedding): it must be unchanged under the
     user's write lock, or MemoryArchiveError asks to retry (a concurrent update won)."""
     user = memory.user_id
     yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
     row = yield from current_plan(user, memory_id)
     if row["updated_at"] != seen["updated_at"] or row["content_sha256"] != seen["content_sha256"]:
-        raise MemoryArchiveError(f"memory {memory_id} changed while it was being updated: read it again and retry")
+        raise MemoryArchiveError(
+            f"memory {memory_id} changed while it was being updated: read it again and retry"
+        )
     f = memory.fields
-    changed = tuple(name for name, old, new in (
-        ("category", row["category"], f["category"]), ("domain", row["domain"], f["domain"]),
-        ("importance", row["importance_score"], f["importance_score"]), ("pinned", row["pinned"], f["pinned"]),
-        ("metadata", row["metadata"], f["metadata"])) if old != new)  # fmt: skip
+    changed = tuple(
+        name
+        for name, old, new in (
+            ("category", row["category"], f["category"]),
+            ("domain", row["domain"], f["domain"]),
+            ("importance", row["importance_score"], f["importance_score"]),
+            ("pinned", row["pinned"], f["pinned"]),
+            ("metadata", row["metadata"], f["metadata"]),
+        )
+        if old != new
+    )
     if memory.content == row["content"]:
         if not changed:
             return UpdateResult(memory_id, "unchanged")
-        yield Sql(_IN_PLACE_SQL, {**f, "metadata": Jsonb(f["metadata"]), "id": memory_id, "now": now}, "rowcount")
+        yield Sql(
+            _IN_PLACE_SQL, {**f, "metadata": Jsonb(f["metadata"]), "id": memory_id, "now": now}, "rowcount"
+        )
         yield event(memory_id, user, "updated", actor, now, {"reason": "update", "fields": list(changed)})
         return UpdateResult(memory_id, "updated", None, changed)
     if embedding is None:
         raise InvalidInputError("content", memory.content, "changed text needs its embedding")
     change = lexical_change(row["content"], memory.content)
-    duplicate = yield Sql(_LIVE_DUPLICATE_SQL, {"user_id": user, "id": memory_id, "key": memory.dedupe_key,
-                                                "sha": sha256_hex(memory.content)}, "one")  # fmt: skip
+    duplicate = yield Sql(
+        _LIVE_DUPLICATE_SQL,
+        {"user_id": user, "id": memory_id, "key": memory.dedupe_key, "sha": sha256_hex(memory.content)},
+        "one",
+    )
     if duplicate is not None:  # the new text is another live memory already: that one is the new version
         new_id = duplicate["id"]
         yield from _touch(memory, [new_id], now)
     else:
         shape = yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
-        valid = validate_memory(f | {"embedding": embedding, "embedding_model": embedding_model},
-                                dim=int(shape["dim"]), embedding_model=shape["model"] or embedding_model)  # fmt: skip
+        valid = validate_memory(
+            f | {"embedding": embedding, "embedding_model": embedding_model},
+            dim=int(shape["dim"]),
+            embedding_model=shape["model"] or embedding_model,
+        )
         yield Sql(BIND_MODEL_SQL, {"model": embedding_model}, "rowcount")
         new_id = valid.id
         # Supersede first: the new version may share the old one's dedupe key (a change of case only),
         # and only one live memory may hold a key.
-        yield Sql(SUPERSEDE_SQL, {"user_id": user, "old_id": memory_id, "new_id": new_id, "now": now}, "rowcount")
+        yield Sql(
+            SUPERSEDE_SQL, {"user_id": user, "old_id": memory_id, "new_id": new_id, "now": now}, "rowcount"
+        )
         yield from _insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=memory_id)
     if duplicate is not None:
-        yield Sql(SUPERSEDE_SQL, {"user_id": user, "old_id": memory_id, "new_id": new_id, "now": now}, "rowcount")
-    yield event(memory_id, user, "superseded", actor, now,
-                {"superseded_by": str(new_id), "reason": "update", "removed": list(change.removed),
-                 "added": list(change.added)})  # fmt: skip
+        yield Sql(
+            SUPERSEDE_SQL, {"user_id": user, "old_id": memory_id, "new_id": new_id, "now": now}, "rowcount"
+        )
+    yield event(
+        memory_id,
+        user,
+        "superseded",
+        actor,
+        now,
+        {
+            "superseded_by": str(new_id),
+            "reason": "update",
+            "removed": list(change.removed),
+            "added": list(change.added),
+        },
+    )
     return UpdateResult(new_id, "superseded", memory_id, ("content", *changed))
 
 
@@ -383,8 +481,15 @@ def prepare_update(
     merged = merged_fields(row, changes)
     new_text = changes["content"] is not UNSET
     return prepare_memory(
-        row["user_id"], merged["content"], category=merged["category"], domain=merged["domain"],
-        importance=merged["importance"], tags=merged["tags"], metadata=merged["metadata"], pinned=merged["pinned"],
-        entity_links=merged["entity_links"], allow_secrets=allow_secrets if new_text else True,
+        row["user_id"],
+        merged["content"],
+        category=merged["category"],
+        domain=merged["domain"],
+        importance=merged["importance"],
+        tags=merged["tags"],
+        metadata=merged["metadata"],
+        pinned=merged["pinned"],
+        entity_links=merged["entity_links"],
+        allow_secrets=allow_secrets if new_text else True,
         secret_policy=secret_policy,
-    )  # fmt: skip
+    )

@@ -130,10 +130,14 @@ def salient_tokens(text: str) -> frozenset[str]:
     """What a restatement must keep: numbers (any token with a digit), names (capitalized words that
     are not function words), people by relation, calendar words, negations ("not"); casefolded."""
     return frozenset(
-        word for token, word in _tokens(text)
-        if word == "not" or word in _CALENDAR or word in _RELATIONS or any(c.isdigit() for c in word)
+        word
+        for token, word in _tokens(text)
+        if word == "not"
+        or word in _CALENDAR
+        or word in _RELATIONS
+        or any(c.isdigit() for c in word)
         or (token[:1].isupper() and word not in _FUNCTION_WORDS and word not in _IGNORABLE)
-    )  # fmt: skip
+    )
 
 
 def _names_in_order(text: str) -> list[str]:
@@ -141,10 +145,15 @@ def _names_in_order(text: str) -> list[str]:
     names: list[str] = []
     for token, word in _tokens(text):
         if (
-            token[:1].isupper() and word not in names and word != "not" and word not in _CALENDAR
-            and word not in _RELATIONS and word not in _FUNCTION_WORDS and word not in _IGNORABLE
+            token[:1].isupper()
+            and word not in names
+            and word != "not"
+            and word not in _CALENDAR
+            and word not in _RELATIONS
+            and word not in _FUNCTION_WORDS
+            and word not in _IGNORABLE
             and not any(c.isdigit() for c in word)
-        ):  # fmt: skip
+        ):
             names.append(word)
     return names
 
@@ -214,8 +223,20 @@ def restatement(similarity: float, old: str, new: str, thresholds: Thresholds) -
 # Each entry: the predicate's name and the phrasings that state it (the value follows).
 _STATE_PREDICATES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("residence", ("lives in", "is living in", "moved to", "relocated to", "now lives in", "lives at")),
-    ("employer", ("works at", "works for", "is working at", "is working for", "joined", "is employed at",
-                  "is employed by", "started working at", "started a new job at")),
+    (
+        "employer",
+        (
+            "works at",
+            "works for",
+            "is working at",
+            "is working for",
+            "joined",
+            "is employed at",
+            "is employed by",
+            "started working at",
+            "started a new job at",
+        ),
+    ),
     ("job", ("works as", "is working as", "job is", "role is", "job title is")),
     ("preference", ("prefers", "now prefers", "switched to")),
     ("allergy", ("is allergic to",)),
@@ -227,7 +248,7 @@ _STATE_PREDICATES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("school", ("studies at", "is studying at", "goes to school at")),
     ("manager", ("reports to", "manager is", "boss is")),
     ("diet", ("is vegetarian", "is vegan", "is pescatarian", "eats meat", "is on a diet")),
-)  # fmt: skip
+)
 _FAVORITE = re.compile(r"^(?P<subject>.*?)\bfavou?rite (?P<what>[\w ]+?) is (?P<value>.+)$")
 _TRAILING = re.compile(r"\b(?:now|these days|nowadays|anymore|again|instead|as of (?:today|now)|lately)$")
 _SUBJECT_ALIASES = {"": "", "user": "", "the user": "", "i": "", "i'm": "", "i am": ""}

@@ -54,11 +54,13 @@ _FORMER_RULE = """
       AND e.details ->> 'superseded_by' = {col}::text"""
 _HIDDEN_HOT_SQL = """
     SELECT m.id AS memory_id, m.superseded_by, m.dedupe_key AS key, m.content_sha256 AS sha, m.created_at
-    FROM memories m""" + _FORMER_RULE.format(id="m.id", alias="m", col="m.superseded_by")  # fmt: skip
+    FROM memories m""" + _FORMER_RULE.format(id="m.id", alias="m", col="m.superseded_by")
 _HIDDEN_ARCHIVED_SQL = """
     SELECT a.original_id AS memory_id, a.original_superseded_by AS superseded_by, a.original_dedupe_key AS key,
            NULL::text AS sha, a.original_created_at AS created_at
-    FROM archived_memories a""" + _FORMER_RULE.format(id="a.original_id", alias="a", col="a.original_superseded_by")  # fmt: skip
+    FROM archived_memories a""" + _FORMER_RULE.format(
+    id="a.original_id", alias="a", col="a.original_superseded_by"
+)
 # Live memories of the user holding one of these texts (hot ones first: they win a tie).
 _LIVE_TEXTS_SQL = """
     SELECT m.id, m.dedupe_key AS key, m.content_sha256 AS sha, 0 AS tier, m.created_at FROM memories m
@@ -131,10 +133,13 @@ class UnsupersedeReport:
         `would_unsupersede` says what --apply would change."""
         users = {u.user_id: u.to_json() for u in self.users if u.live_again or u.kept}
         return {
-            "applied": self.applied, "unsuperseded": self.live_again if self.applied else 0,
-            "would_unsupersede": 0 if self.applied else self.live_again, "kept": self.kept,
-            "users": len(users), "by_user": users,
-        }  # fmt: skip
+            "applied": self.applied,
+            "unsuperseded": self.live_again if self.applied else 0,
+            "would_unsupersede": 0 if self.applied else self.live_again,
+            "kept": self.kept,
+            "users": len(users),
+            "by_user": users,
+        }
 
 
 def find_hidden(conn: psycopg.Connection, user_id: str, *, lock: bool = False) -> list[HiddenMemory]:
@@ -143,7 +148,9 @@ def find_hidden(conn: psycopg.Connection, user_id: str, *, lock: bool = False) -
     user = validation.user(user_id)
     found: list[tuple[datetime, str, HiddenMemory]] = []
     tiers: tuple[tuple[Literal["hot", "archived"], str, str], ...] = (
-        ("hot", _HIDDEN_HOT_SQL, "m"), ("archived", _HIDDEN_ARCHIVED_SQL, "a"))  # fmt: skip
+        ("hot", _HIDDEN_HOT_SQL, "m"),
+        ("archived", _HIDDEN_ARCHIVED_SQL, "a"),
+    )
     for tier, sql, alias in tiers:
         rows = conn.execute(sql + (f" FOR UPDATE OF {alias}" if lock else ""), {"user_id": user}).fetchall()
         for r in rows:
@@ -182,9 +189,14 @@ def _decide(
 
 
 def _apply(
-    conn: psycopg.Connection, user: str, live: list[HiddenMemory], kept: list[tuple[HiddenMemory, uuid.UUID]],
-    *, actor: str, now: datetime,
-) -> tuple[list[HiddenMemory], list[tuple[HiddenMemory, uuid.UUID]]]:  # fmt: skip
+    conn: psycopg.Connection,
+    user: str,
+    live: list[HiddenMemory],
+    kept: list[tuple[HiddenMemory, uuid.UUID]],
+    *,
+    actor: str,
+    now: datetime,
+) -> tuple[list[HiddenMemory], list[tuple[HiddenMemory, uuid.UUID]]]:
     done: list[HiddenMemory] = []
     for h in live:
         params = {"user_id": user, "id": h.memory_id, "was": h.superseded_by, "now": now}
@@ -193,16 +205,25 @@ def _apply(
                 sql = _CLEAR_HOT_SQL if h.tier == "hot" else _CLEAR_ARCHIVED_SQL
                 changed = conn.execute(sql, params).rowcount
         except pg_errors.UniqueViolation:
-            holder = conn.execute(_LIVE_HOT_HOLDER_SQL, {"user_id": user, "id": h.memory_id, "key": h.key,
-                                                         "sha": h.sha}).fetchone()  # fmt: skip
+            holder = conn.execute(
+                _LIVE_HOT_HOLDER_SQL, {"user_id": user, "id": h.memory_id, "key": h.key, "sha": h.sha}
+            ).fetchone()
             if holder is None:
                 raise
             kept.append((h, holder["id"]))
             continue
         if changed != 1:
             continue  # moved or changed since it was read (archived, restored, forgotten): left alone
-        conn.execute(_EVENT_SQL, {"id": h.memory_id, "user_id": user, "actor": actor, "now": now,
-                                  "details": Jsonb({"reason": REASON, "was_superseded_by": str(h.superseded_by)})})  # fmt: skip
+        conn.execute(
+            _EVENT_SQL,
+            {
+                "id": h.memory_id,
+                "user_id": user,
+                "actor": actor,
+                "now": now,
+                "details": Jsonb({"reason": REASON, "was_superseded_by": str(h.superseded_by)}),
+            },
+        )
         done.append(h)
     return done, kept
 

@@ -186,7 +186,10 @@ class PreparedMemory:
 
 
 # metadata keys the write path sets itself
-RESERVED_METADATA = {"tags": "pass tags with the tags= argument", "chunk": "is set by the write path for chunks"}
+RESERVED_METADATA = {
+    "tags": "pass tags with the tags= argument",
+    "chunk": "is set by the write path for chunks",
+}
 
 
 def prepare_memory(
@@ -215,7 +218,9 @@ def prepare_memory(
         raise InvalidInputError("content", content, "is empty after normalization")
     ttl = validation.ttl_days("ttl_days", ttl_days)
     if ttl and validation.boolean("pinned", pinned):
-        raise InvalidInputError("ttl_days", ttl_days, "a pinned memory never expires: pass ttl_days=0 or None")
+        raise InvalidInputError(
+            "ttl_days", ttl_days, "a pinned memory never expires: pass ttl_days=0 or None"
+        )
     if not validation.boolean("allow_secrets", allow_secrets):
         check_no_secret("content", text, secret_policy)
     if metadata is not None and not isinstance(metadata, Mapping):
@@ -228,10 +233,16 @@ def prepare_memory(
     if tag_list:
         meta["tags"] = list(tag_list)
     fields = {
-        "user_id": user_id, "content": text, "embedding_model": "pending",
-        "entity_links": [] if entity_links is None else entity_links, "metadata": meta, "domain": domain,
-        "category": category, "importance_score": importance, "pinned": pinned or ttl == 0,
-    }  # fmt: skip
+        "user_id": user_id,
+        "content": text,
+        "embedding_model": "pending",
+        "entity_links": [] if entity_links is None else entity_links,
+        "metadata": meta,
+        "domain": domain,
+        "category": category,
+        "importance_score": importance,
+        "pinned": pinned or ttl == 0,
+    }
     # A placeholder vector: only the embedding is checked later, against the store's shape.
     valid = validation.validated(NewMemory, fields | {"embedding": [0.0]})
     fields = valid.model_dump(include=set(fields))
@@ -314,19 +325,30 @@ def event(
 ) -> Sql:
     return Sql(
         EVENT_SQL,
-        {"memory_id": memory_id, "user_id": user_id, "event_type": event_type, "actor": actor, "now": now,
-         "details": Jsonb(details)},
+        {
+            "memory_id": memory_id,
+            "user_id": user_id,
+            "event_type": event_type,
+            "actor": actor,
+            "now": now,
+            "details": Jsonb(details),
+        },
         "rowcount",
-    )  # fmt: skip
+    )
 
 
 def _touch(memory: PreparedMemory, ids: list[uuid.UUID], now: datetime) -> Plan[datetime | None]:
     rows = yield Sql(
         TOUCH_SQL,
-        {"user_id": memory.user_id, "ids": ids, "now": now, "ttl_days": memory.ttl_days,
-         "expires_at": memory.expires_at(now, pinned=False)},
+        {
+            "user_id": memory.user_id,
+            "ids": ids,
+            "now": now,
+            "ttl_days": memory.ttl_days,
+            "expires_at": memory.expires_at(now, pinned=False),
+        },
         "all",
-    )  # fmt: skip
+    )
     return rows[0]["expires_at"] if rows else None
 
 
@@ -360,8 +382,11 @@ def judge_candidates(rows: list[dict], content: str, thresholds: Thresholds) -> 
     asking), else those at or above the embedder's candidate floor, closest first."""
     if any(restatement(float(r["similarity"]), r["content"], content, thresholds) for r in rows):
         return []
-    return [Candidate(r["id"], r["content"], float(r["similarity"])) for r in rows
-            if float(r["similarity"]) >= thresholds.floor]  # fmt: skip
+    return [
+        Candidate(r["id"], r["content"], float(r["similarity"]))
+        for r in rows
+        if float(r["similarity"]) >= thresholds.floor
+    ]
 
 
 def judge_candidates_plan(
@@ -401,8 +426,9 @@ def add_plan(
     now = validation.timestamp("now", now)
     valid = validate_memory(
         memory.fields | {"embedding": embedding, "embedding_model": embedding_model},
-        dim=int(np.asarray(embedding).size), embedding_model=embedding_model,
-    )  # fmt: skip
+        dim=int(np.asarray(embedding).size),
+        embedding_model=embedding_model,
+    )
     yield from _start(memory, int(valid.embedding.size), embedding_model, actor, now)
     judged = verdict.details() if verdict is not None else None
     yield from _bill(verdict, memory)
@@ -412,12 +438,22 @@ def add_plan(
         target = yield from _live_target(user_id, supersedes, field="supersedes")
     exact = yield from _find_exact(memory)
     if exact is not None:
-        if target is not None and exact["id"] != target["id"]:  # the new text is live already: it replaces target
-            yield Sql(SUPERSEDE_SQL, {"user_id": user_id, "old_id": target["id"], "new_id": exact["id"], "now": now},
-                      "rowcount")  # fmt: skip
+        if (
+            target is not None and exact["id"] != target["id"]
+        ):  # the new text is live already: it replaces target
+            yield Sql(
+                SUPERSEDE_SQL,
+                {"user_id": user_id, "old_id": target["id"], "new_id": exact["id"], "now": now},
+                "rowcount",
+            )
             yield _superseded_event(target, exact["id"], memory.content, "explicit", None, actor, now, judged)
-            return AddResult(exact["id"], "superseded", target["id"], reason="explicit",
-                             change=lexical_change(target["content"], memory.content))  # fmt: skip
+            return AddResult(
+                exact["id"],
+                "superseded",
+                target["id"],
+                reason="explicit",
+                change=lexical_change(target["content"], memory.content),
+            )
         expires = yield from _touch(memory, [exact["id"]], now)
         yield event(exact["id"], user_id, "updated", actor, now, {"reason": "duplicate_add"})
         return AddResult(exact["id"], "duplicate", exact["id"], 1.0, expires_at=expires, reason="duplicate")
@@ -435,7 +471,8 @@ def add_plan(
         locked = yield from _live_target(user_id, verdict.target, field=None)
         # A merge never drops a name, number, date or negation, whoever proposes it.
         if locked is not None and not (
-            verdict.decision == "duplicate" and salient_tokens(locked["content"]) != salient_tokens(memory.content)
+            verdict.decision == "duplicate"
+            and salient_tokens(locked["content"]) != salient_tokens(memory.content)
         ):
             similarity = next((float(r["similarity"]) for r in rows if r["id"] == locked["id"]), None)
             if verdict.decision == "duplicate":
@@ -447,7 +484,11 @@ def add_plan(
             if state_change(row["content"], memory.content) is not None:
                 locked = yield from _live_target(user_id, row["id"], field=None)
                 if locked is not None:
-                    return (yield from _supersede(valid, memory, locked, similarity, "state_rule", actor, now, judged))
+                    return (
+                        yield from _supersede(
+                            valid, memory, locked, similarity, "state_rule", actor, now, judged
+                        )
+                    )
 
     new_id = yield from _insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=None, judge=judged)
     return AddResult(new_id, "created", expires_at=memory.expires_at(now), judge=judged)
@@ -458,11 +499,14 @@ def _live_target(user_id: str, memory_id: uuid.UUID, *, field: str | None) -> Pl
     (a verdict's target that moved meanwhile); else InvalidInputError naming `field`."""
     row = yield Sql(TARGET_SQL, {"user_id": user_id, "id": memory_id}, "one")
     problem = (
-        "is not a hot memory of this user (archived ones: restore first)" if row is None
-        else f"was superseded already, by {row['superseded_by']}" if row["superseded_by"] is not None
-        else "is a chunk of a long text: chunks are never superseded" if row["is_chunk"]
+        "is not a hot memory of this user (archived ones: restore first)"
+        if row is None
+        else f"was superseded already, by {row['superseded_by']}"
+        if row["superseded_by"] is not None
+        else "is a chunk of a long text: chunks are never superseded"
+        if row["is_chunk"]
         else None
-    )  # fmt: skip
+    )
     if problem is None:
         return row
     if field is None:
@@ -471,9 +515,14 @@ def _live_target(user_id: str, memory_id: uuid.UUID, *, field: str | None) -> Pl
 
 
 def _merge(
-    memory: PreparedMemory, into: uuid.UUID, similarity: float | None, reason: Reason, actor: str, now: datetime,
+    memory: PreparedMemory,
+    into: uuid.UUID,
+    similarity: float | None,
+    reason: Reason,
+    actor: str,
+    now: datetime,
     judged: dict[str, Any] | None,
-) -> Plan[AddResult]:  # fmt: skip
+) -> Plan[AddResult]:
     expires = yield from _touch(memory, [into], now)
     details: dict[str, Any] = {"reason": "near_duplicate_add", "rule": reason}
     if similarity is not None:
@@ -485,28 +534,56 @@ def _merge(
 
 
 def _supersede(
-    valid: NewMemory, memory: PreparedMemory, old: dict, similarity: float | None, reason: Reason, actor: str,
-    now: datetime, judged: dict[str, Any] | None,
-) -> Plan[AddResult]:  # fmt: skip
+    valid: NewMemory,
+    memory: PreparedMemory,
+    old: dict,
+    similarity: float | None,
+    reason: Reason,
+    actor: str,
+    now: datetime,
+    judged: dict[str, Any] | None,
+) -> Plan[AddResult]:
     """Insert the new memory and supersede `old` (locked, live). The new one keeps the old one's pin (it
     was pinned for a reason) and its TTL policy unless a new one is given."""
     pinned = valid.pinned or old["pinned"]
     ttl = memory.ttl_days if memory.ttl_days is not None else old["ttl_days"]
     update = PreparedMemory(memory.fields, memory.content, memory.dedupe_key, ttl)
     new_id = yield from _insert(valid, update, actor, now, pinned=pinned, supersedes=old["id"], judge=judged)
-    yield Sql(SUPERSEDE_SQL, {"user_id": memory.user_id, "old_id": old["id"], "new_id": new_id, "now": now}, "rowcount")
+    yield Sql(
+        SUPERSEDE_SQL,
+        {"user_id": memory.user_id, "old_id": old["id"], "new_id": new_id, "now": now},
+        "rowcount",
+    )
     yield _superseded_event(old, new_id, memory.content, reason, similarity, actor, now, judged)
-    return AddResult(new_id, "superseded", old["id"], similarity, lexical_change(old["content"], memory.content),
-                     expires_at=update.expires_at(now, pinned=pinned), reason=reason, judge=judged)  # fmt: skip
+    return AddResult(
+        new_id,
+        "superseded",
+        old["id"],
+        similarity,
+        lexical_change(old["content"], memory.content),
+        expires_at=update.expires_at(now, pinned=pinned),
+        reason=reason,
+        judge=judged,
+    )
 
 
 def _superseded_event(
-    old: dict, new_id: uuid.UUID, content: str, reason: Reason, similarity: float | None, actor: str, now: datetime,
+    old: dict,
+    new_id: uuid.UUID,
+    content: str,
+    reason: Reason,
+    similarity: float | None,
+    actor: str,
+    now: datetime,
     judged: dict[str, Any] | None,
-) -> Sql:  # fmt: skip
+) -> Sql:
     change = lexical_change(old["content"], content)
-    details: dict[str, Any] = {"superseded_by": str(new_id), "reason": reason, "removed": list(change.removed),
-                               "added": list(change.added)}  # fmt: skip
+    details: dict[str, Any] = {
+        "superseded_by": str(new_id),
+        "reason": reason,
+        "removed": list(change.removed),
+        "added": list(change.added),
+    }
     if similarity is not None:
         details["similarity"] = round(similarity, 4)
     if judged is not None:
@@ -520,14 +597,17 @@ def _bill(verdict: Verdict | None, memory: PreparedMemory) -> Plan[None]:
         return
     u = verdict.usage
     spent = Summary("", u.model, verdict.provider, u.input_tokens, u.output_tokens, u.cost_usd, mode="sync")
-    entry = LedgerEntry(spent, "failed" if verdict.failed else "ok", user_id=memory.user_id, purpose="write_judge")
+    entry = LedgerEntry(
+        spent, "failed" if verdict.failed else "ok", user_id=memory.user_id, purpose="write_judge"
+    )
     yield Sql(LEDGER_SQL, entry_params(entry), "rowcount")
 
 
 def near_duplicate_thresholds(config: RetrievalConfig, embedding_model: str, kind: str | None) -> Thresholds:
     """The embedder's calibrated thresholds with RetrievalConfig's overrides."""
-    return thresholds_for(embedding_model, kind, paraphrase=config.near_duplicate_threshold,
-                          floor=config.near_duplicate_floor)  # fmt: skip
+    return thresholds_for(
+        embedding_model, kind, paraphrase=config.near_duplicate_threshold, floor=config.near_duplicate_floor
+    )
 
 
 def chunk_key(parent_key: str, index: int) -> str:
@@ -550,12 +630,17 @@ def add_chunks_plan(
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     now = validation.timestamp("now", now)
     if len(chunks) < 2 or len(embeddings) != len(chunks):
-        raise InvalidInputError("chunks", len(chunks), f"need two or more chunks, one embedding each ({len(embeddings)})")
+        raise InvalidInputError(
+            "chunks", len(chunks), f"need two or more chunks, one embedding each ({len(embeddings)})"
+        )
     valid = [
-        validate_memory(memory.fields | {"content": c.text, "embedding": e, "embedding_model": embedding_model},
-                        dim=int(np.asarray(e).size), embedding_model=embedding_model)
+        validate_memory(
+            memory.fields | {"content": c.text, "embedding": e, "embedding_model": embedding_model},
+            dim=int(np.asarray(e).size),
+            embedding_model=embedding_model,
+        )
         for c, e in zip(chunks, embeddings, strict=True)
-    ]  # fmt: skip
+    ]
     yield from _start(memory, int(valid[0].embedding.size), embedding_model, actor, now)
     keys = [chunk_key(memory.dedupe_key, c.index) for c in chunks]
     found = yield Sql(FIND_CHUNKED_SQL, {"user_id": user_id, "keys": keys}, "one")
@@ -565,16 +650,30 @@ def add_chunks_plan(
         ids = [r["id"] for r in rows]
         expires = yield from _touch(memory, ids, now)
         for mid in ids:
-            yield event(mid, user_id, "updated", actor, now, {"reason": "duplicate_add", "parent_id": str(parent)})
-        return AddResult(ids[0], "duplicate", ids[0], 1.0, parent_id=parent, chunk_ids=tuple(ids), expires_at=expires)
+            yield event(
+                mid, user_id, "updated", actor, now, {"reason": "duplicate_add", "parent_id": str(parent)}
+            )
+        return AddResult(
+            ids[0], "duplicate", ids[0], 1.0, parent_id=parent, chunk_ids=tuple(ids), expires_at=expires
+        )
     parent = uuid.uuid4()
     ids = []
     for chunk, v, key in zip(chunks, valid, keys, strict=True):
-        v.metadata = v.metadata | {"chunk": {"parent_id": str(parent), "index": chunk.index, "count": len(chunks),
-                                             "start": chunk.start, "end": chunk.end, "tokens": chunk.tokens}}  # fmt: skip
+        v.metadata = v.metadata | {
+            "chunk": {
+                "parent_id": str(parent),
+                "index": chunk.index,
+                "count": len(chunks),
+                "start": chunk.start,
+                "end": chunk.end,
+                "tokens": chunk.tokens,
+            }
+        }
         part = PreparedMemory(memory.fields, chunk.text, key, memory.ttl_days)
         ids.append((yield from _insert(v, part, actor, now, pinned=v.pinned, supersedes=None)))
-    return AddResult(ids[0], "created", parent_id=parent, chunk_ids=tuple(ids), expires_at=memory.expires_at(now))
+    return AddResult(
+        ids[0], "created", parent_id=parent, chunk_ids=tuple(ids), expires_at=memory.expires_at(now)
+    )
 
 
 def _insert(
@@ -589,15 +688,27 @@ def _insert(
 ) -> Plan[uuid.UUID]:
     yield Sql(
         INSERT_SQL,
-        {"id": valid.id, "user_id": valid.user_id, "content": valid.content,
-         "content_sha256": sha256_hex(valid.content), "embedding": valid.embedding,
-         "embedding_model": valid.embedding_model, "embedding_dim": int(valid.embedding.size),
-         "entity_links": valid.entity_links, "metadata": Jsonb(valid.metadata), "domain": valid.domain,
-         "category": valid.category, "importance_score": valid.importance_score, "now": now,
-         "pinned": pinned, "dedupe_key": memory.dedupe_key, "ttl_days": memory.ttl_days,
-         "expires_at": memory.expires_at(now, pinned=pinned)},
+        {
+            "id": valid.id,
+            "user_id": valid.user_id,
+            "content": valid.content,
+            "content_sha256": sha256_hex(valid.content),
+            "embedding": valid.embedding,
+            "embedding_model": valid.embedding_model,
+            "embedding_dim": int(valid.embedding.size),
+            "entity_links": valid.entity_links,
+            "metadata": Jsonb(valid.metadata),
+            "domain": valid.domain,
+            "category": valid.category,
+            "importance_score": valid.importance_score,
+            "now": now,
+            "pinned": pinned,
+            "dedupe_key": memory.dedupe_key,
+            "ttl_days": memory.ttl_days,
+            "expires_at": memory.expires_at(now, pinned=pinned),
+        },
         "rowcount",
-    )  # fmt: skip
+    )
     details: dict[str, Any] = {"category": valid.category}
     if supersedes is not None:
         details["supersedes"] = str(supersedes)

@@ -17,8 +17,10 @@ from memory_lib.storage.store import insert_memories
 def sqlalchemy_url(libpq_url: str) -> str:
     """A test database's libpq conninfo as the SQLAlchemy URL dagster-postgres takes (psycopg2, unix socket)."""
     info = psycopg.conninfo.conninfo_to_dict(libpq_url)
-    return (f"postgresql+psycopg2://{info['user']}@/{info['dbname']}"
-            f"?host={info['host']}&port={info.get('port', 5432)}")  # fmt: skip
+    return (
+        f"postgresql+psycopg2://{info['user']}@/{info['dbname']}"
+        f"?host={info['host']}&port={info.get('port', 5432)}"
+    )
 
 
 # History ends here; its nights before END are all past partitions whatever today's date.
@@ -27,21 +29,35 @@ HISTORY_DAYS = 120  # the first 30 days are older than min_age_days=90 on the la
 
 
 def load_history(
-    conn: psycopg.Connection, dim: int, *, days: int = HISTORY_DAYS, per_day: tuple[int, int] = (5, 9),
-    users: int = 3, end: datetime = END,
-) -> list[uuid.UUID]:  # fmt: skip
+    conn: psycopg.Connection,
+    dim: int,
+    *,
+    days: int = HISTORY_DAYS,
+    per_day: tuple[int, int] = (5, 9),
+    users: int = 3,
+    end: datetime = END,
+) -> list[uuid.UUID]:
     embedder = HashingEmbedder(dim)
     items = list(generate_history(end=end, days=days, per_day=per_day, users=users))
     vectors = embedder.embed([m.content for m in items])
     memories = [
         NewMemory(
-            id=m.id, user_id=m.user_id, content=m.content, embedding=v, embedding_model=embedder.model,
-            entity_links=m.entity_links, metadata=m.metadata, domain=m.domain, category=m.category,
-            importance_score=m.importance_score, access_count=m.access_count,
-            last_accessed_at=m.last_accessed_at, created_at=m.created_at,
+            id=m.id,
+            user_id=m.user_id,
+            content=m.content,
+            embedding=v,
+            embedding_model=embedder.model,
+            entity_links=m.entity_links,
+            metadata=m.metadata,
+            domain=m.domain,
+            category=m.category,
+            importance_score=m.importance_score,
+            access_count=m.access_count,
+            last_accessed_at=m.last_accessed_at,
+            created_at=m.created_at,
         )
         for m, v in zip(items, vectors, strict=True)
-    ]  # fmt: skip
+    ]
     return insert_memories(conn, memories, actor="test-loader")
 
 
@@ -52,8 +68,15 @@ def last_night(end: datetime = END) -> date:
 def table_fingerprint(conn: psycopg.Connection) -> dict[str, Any]:
     """Row counts and content hashes of every table the Slow Path could write."""
     out: dict[str, Any] = {}
-    for table in ("memories", "archived_memories", "memory_events", "archival_batches", "archival_attempts",
-                  "archival_pause_events", "archival_skipped_nights"):  # fmt: skip
+    for table in (
+        "memories",
+        "archived_memories",
+        "memory_events",
+        "archival_batches",
+        "archival_attempts",
+        "archival_pause_events",
+        "archival_skipped_nights",
+    ):
         row = conn.execute(
             f"SELECT count(*) AS n, md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) AS h FROM {table} t"
         ).fetchone()

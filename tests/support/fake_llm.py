@@ -79,7 +79,10 @@ def fake_rerank(prompt: str) -> str:
     question = re.search(r"<question>(.*?)</question>", prompt, re.DOTALL)
     block = re.search(r"<passages>(.*?)</passages>", prompt, re.DOTALL)
     words = set(re.findall(r"\w+", (question.group(1) if question else "").lower()))
-    passages = [(int(n), set(re.findall(r"\w+", text.lower()))) for n, text in _PASSAGE.findall(block.group(1) if block else "")]
+    passages = [
+        (int(n), set(re.findall(r"\w+", text.lower())))
+        for n, text in _PASSAGE.findall(block.group(1) if block else "")
+    ]
     ranked = sorted(passages, key=lambda p: (-len(words & p[1]), p[0]))
     return ", ".join(str(n) for n, _ in ranked)
 
@@ -105,8 +108,48 @@ MESSAGE_OVERHEAD_TOKENS = 7  # role markers and message framing, as the provider
 
 _NAME = re.compile(r"[A-Z][\w'’]*(?: (?:of |de )?[A-Z][\w'’]*)*")
 _WITH_DIGIT = re.compile(r"[$€£]?[\w-]*\d[\w,./-]*")
-_NOT_NAMES = frozenset(["I", "The", "A", "An", "She", "He", "Her", "His", "They", "Their", "We", "Our", "It", "My", "You", "Your", "This", "That", "Then", "And", "But", "So"])
-_MONTH_NAMES = frozenset(["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"])
+_NOT_NAMES = frozenset(
+    [
+        "I",
+        "The",
+        "A",
+        "An",
+        "She",
+        "He",
+        "Her",
+        "His",
+        "They",
+        "Their",
+        "We",
+        "Our",
+        "It",
+        "My",
+        "You",
+        "Your",
+        "This",
+        "That",
+        "Then",
+        "And",
+        "But",
+        "So",
+    ]
+)
+_MONTH_NAMES = frozenset(
+    [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ]
+)
 
 
 def fake_entities(content: str) -> list[list[str]]:
@@ -126,9 +169,11 @@ def fake_entities(content: str) -> list[list[str]]:
 
 def fake_domain(content: str) -> str:
     words = set(re.findall(r"[a-z]+", content.lower()))
-    for domain, cues in (("work", {"work", "project", "meeting", "team", "client", "deadline", "office"}),
-                         ("family", {"mom", "dad", "kids", "son", "daughter", "wife", "husband", "family"}),
-                         ("logistics", {"flight", "order", "delivery", "booking", "hotel", "train"})):
+    for domain, cues in (
+        ("work", {"work", "project", "meeting", "team", "client", "deadline", "office"}),
+        ("family", {"mom", "dad", "kids", "son", "daughter", "wife", "husband", "family"}),
+        ("logistics", {"flight", "order", "delivery", "booking", "hotel", "train"}),
+    ):
         if words & cues:
             return domain
     return "personal"
@@ -269,15 +314,26 @@ class FakeLLMServer:
     def is_batch_route(path: str) -> bool:
         return path.startswith(("/v1/messages/batches", "/v1/batches", "/v1/files"))
 
-    def batch_post(self, path: str, body: dict[str, Any], raw: bytes, content_type: str) -> tuple[int, bytes, str]:
+    def batch_post(
+        self, path: str, body: dict[str, Any], raw: bytes, content_type: str
+    ) -> tuple[int, bytes, str]:
         now = time.time()
         if path == "/v1/files":
             message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
             data = next(p.get_payload(decode=True) for p in message.get_payload() if p.get_filename())
             file_id = f"file-fake{next(self._ids):06d}"
             self._files[file_id] = data
-            return self._json({"id": file_id, "object": "file", "bytes": len(data), "created_at": int(now),
-                               "filename": "batch.jsonl", "purpose": "batch", "status": "processed"})  # fmt: skip
+            return self._json(
+                {
+                    "id": file_id,
+                    "object": "file",
+                    "bytes": len(data),
+                    "created_at": int(now),
+                    "filename": "batch.jsonl",
+                    "purpose": "batch",
+                    "status": "processed",
+                }
+            )
         if path == "/v1/messages/batches":
             requests = [(r["custom_id"], r["params"]) for r in body["requests"]]
             kind, batch_id = "anthropic", f"msgbatch_fake{next(self._ids):06d}"
@@ -292,10 +348,16 @@ class FakeLLMServer:
             return fault
         with self._lock:
             self._batches[batch_id] = {
-                "id": batch_id, "kind": kind, "requests": requests, "created_at": now, "polls": 0,
-                "outcome": self.batch_outcome, "results": None, "metadata": body.get("metadata") or {},
+                "id": batch_id,
+                "kind": kind,
+                "requests": requests,
+                "created_at": now,
+                "polls": 0,
+                "outcome": self.batch_outcome,
+                "results": None,
+                "metadata": body.get("metadata") or {},
                 "input_file_id": body.get("input_file_id"),
-            }  # fmt: skip
+            }
         if self.batch_create_delay_seconds > 0:
             time.sleep(self.batch_create_delay_seconds)
         return fault or self._json(self._batch_object(self._batches[batch_id], poll=False))
@@ -314,13 +376,21 @@ class FakeLLMServer:
             return len(self._batches)
 
     def batch_get(self, path: str) -> tuple[int, bytes, str]:
-        parts = path.strip("/").split("/")  # v1 messages batches ID [results] | v1 batches ID | v1 files ID content
+        parts = path.strip("/").split(
+            "/"
+        )  # v1 messages batches ID [results] | v1 batches ID | v1 files ID content
         if path in ("/v1/messages/batches", "/v1/batches"):
             kind = "anthropic" if path.startswith("/v1/messages") else "openai"
-            newest = sorted((b for b in self._batches.values() if b["kind"] == kind), key=lambda b: -b["created_at"])
+            newest = sorted(
+                (b for b in self._batches.values() if b["kind"] == kind), key=lambda b: -b["created_at"]
+            )
             data = [self._batch_object(b, poll=False) for b in newest]
-            page: dict[str, Any] = {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
-                                    "last_id": data[-1]["id"] if data else None}  # fmt: skip
+            page: dict[str, Any] = {
+                "data": data,
+                "has_more": False,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            }
             if kind == "openai":
                 page["object"] = "list"
             return self._json(page)
@@ -329,7 +399,11 @@ class FakeLLMServer:
         batch_id = parts[3] if parts[1] == "messages" else parts[2]
         batch = self._batches.get(batch_id)
         if batch is None:
-            return 404, b'{"type": "error", "error": {"type": "not_found_error", "message": "no batch"}}', "application/json"
+            return (
+                404,
+                b'{"type": "error", "error": {"type": "not_found_error", "message": "no batch"}}',
+                "application/json",
+            )
         if parts[-1] == "results":
             lines = [json.dumps(r) for r in self._results(batch)]
             return 200, ("\n".join(lines) + "\n").encode(), "application/binary"
@@ -361,32 +435,55 @@ class FakeLLMServer:
             elif (marker and marker in content) or _unit_fraction(content) < self.fail_fraction:
                 out.append(self._result_line(batch, custom_id, "errored", None))
             else:
-                answer = (self._anthropic_message(params, content) if batch["kind"] == "anthropic"
-                          else self._chat_completion(params, content))  # fmt: skip
+                answer = (
+                    self._anthropic_message(params, content)
+                    if batch["kind"] == "anthropic"
+                    else self._chat_completion(params, content)
+                )
                 self.batch_results_usage.append((batch["kind"], answer["usage"]))
                 out.append(self._result_line(batch, custom_id, "succeeded", answer))
         batch["results"] = out
         return out
 
     @staticmethod
-    def _result_line(batch: dict[str, Any], custom_id: str, kind: str, answer: dict[str, Any] | None) -> dict[str, Any]:
+    def _result_line(
+        batch: dict[str, Any], custom_id: str, kind: str, answer: dict[str, Any] | None
+    ) -> dict[str, Any]:
         if batch["kind"] == "anthropic":
             result: dict[str, Any] = {"type": kind}
             if kind == "succeeded":
                 result["message"] = answer
             elif kind == "errored":
-                result["error"] = {"type": "error", "error": {"type": "api_error", "message": "injected batch error"}}
+                result["error"] = {
+                    "type": "error",
+                    "error": {"type": "api_error", "message": "injected batch error"},
+                }
             return {"custom_id": custom_id, "result": result}
         if kind == "succeeded":
-            return {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "error": None,
-                    "response": {"status_code": 200, "request_id": custom_id, "body": answer}}  # fmt: skip
+            return {
+                "id": f"batch_req_{custom_id}",
+                "custom_id": custom_id,
+                "error": None,
+                "response": {"status_code": 200, "request_id": custom_id, "body": answer},
+            }
         if kind == "errored":
-            return {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "error": None,
-                    "response": {"status_code": 500, "request_id": custom_id,
-                                 "body": {"error": {"message": "injected batch error", "type": "server_error"}}}}  # fmt: skip
+            return {
+                "id": f"batch_req_{custom_id}",
+                "custom_id": custom_id,
+                "error": None,
+                "response": {
+                    "status_code": 500,
+                    "request_id": custom_id,
+                    "body": {"error": {"message": "injected batch error", "type": "server_error"}},
+                },
+            }
         code = "batch_expired" if kind == "expired" else "batch_cancelled"
-        return {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "response": None,
-                "error": {"code": code, "message": f"request {kind} with its batch"}}  # fmt: skip
+        return {
+            "id": f"batch_req_{custom_id}",
+            "custom_id": custom_id,
+            "response": None,
+            "error": {"code": code, "message": f"request {kind} with its batch"},
+        }
 
     def _batch_object(self, batch: dict[str, Any], *, poll: bool) -> dict[str, Any]:
         ended = self._ended(batch, poll)
@@ -396,19 +493,32 @@ class FakeLLMServer:
         if batch["kind"] == "anthropic":
             kinds = Counter(r["result"]["type"] for r in results)
             return {
-                "id": batch["id"], "type": "message_batch",
+                "id": batch["id"],
+                "type": "message_batch",
                 "processing_status": "ended" if ended else "in_progress",
-                "request_counts": {"processing": 0 if ended else n, "succeeded": kinds["succeeded"],
-                                   "errored": kinds["errored"], "canceled": kinds["canceled"],
-                                   "expired": kinds["expired"]},
-                "ended_at": datetime.now(UTC).isoformat() if ended else None, "created_at": created.isoformat(),
-                "expires_at": (created + timedelta(hours=24)).isoformat(), "cancel_initiated_at": None,
+                "request_counts": {
+                    "processing": 0 if ended else n,
+                    "succeeded": kinds["succeeded"],
+                    "errored": kinds["errored"],
+                    "canceled": kinds["canceled"],
+                    "expired": kinds["expired"],
+                },
+                "ended_at": datetime.now(UTC).isoformat() if ended else None,
+                "created_at": created.isoformat(),
+                "expires_at": (created + timedelta(hours=24)).isoformat(),
+                "cancel_initiated_at": None,
                 "archived_at": None,
-                "results_url": f"{self.base_url}/v1/messages/batches/{batch['id']}/results" if ended else None,
-            }  # fmt: skip
+                "results_url": f"{self.base_url}/v1/messages/batches/{batch['id']}/results"
+                if ended
+                else None,
+            }
         ok = [r for r in results if r.get("response") and r["response"]["status_code"] == 200]
         bad = [r for r in results if r not in ok]
-        status = {"ended": "completed", "expired": "expired", "canceled": "cancelled"}[batch["outcome"]] if ended else "in_progress"
+        status = (
+            {"ended": "completed", "expired": "expired", "canceled": "cancelled"}[batch["outcome"]]
+            if ended
+            else "in_progress"
+        )
         out_id = err_id = None
         if ended:
             out_id, err_id = f"file-out-{batch['id']}", f"file-err-{batch['id']}" if bad else None
@@ -416,12 +526,19 @@ class FakeLLMServer:
             if err_id:
                 self._files[err_id] = "".join(json.dumps(r) + "\n" for r in bad).encode()
         return {
-            "id": batch["id"], "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
-            "input_file_id": batch["input_file_id"], "completion_window": "24h", "status": status,
-            "output_file_id": out_id, "error_file_id": err_id, "created_at": int(batch["created_at"]),
+            "id": batch["id"],
+            "object": "batch",
+            "endpoint": "/v1/chat/completions",
+            "errors": None,
+            "input_file_id": batch["input_file_id"],
+            "completion_window": "24h",
+            "status": status,
+            "output_file_id": out_id,
+            "error_file_id": err_id,
+            "created_at": int(batch["created_at"]),
             "request_counts": {"total": n, "completed": len(ok), "failed": len(bad)},
             "metadata": batch["metadata"],
-        }  # fmt: skip
+        }
 
     # -- request handling --------------------------------------------------------------------------
 
@@ -450,7 +567,9 @@ class FakeLLMServer:
                 if server.is_batch_route(path):
                     with server._lock:
                         server.requests.append(RecordedRequest(path, body, 200))
-                    status, data, ctype = server.batch_post(path, body, raw, self.headers.get("content-type", ""))
+                    status, data, ctype = server.batch_post(
+                        path, body, raw, self.headers.get("content-type", "")
+                    )
                     self._send(status, data, ctype)
                     return
                 status, payload, headers = server._respond(path, body)
@@ -458,7 +577,10 @@ class FakeLLMServer:
                     if generation == server._generation:
                         server.requests.append(
                             RecordedRequest(
-                                path, body, status, {k.lower(): v for k, v in self.headers.items()},
+                                path,
+                                body,
+                                status,
+                                {k.lower(): v for k, v in self.headers.items()},
                                 payload.get("usage") if status == 200 else None,
                             )
                         )
@@ -545,8 +667,14 @@ class FakeLLMServer:
             return json.dumps(self.evaluator_decision)
         query = re.search(r'^Query: "(.*)"$', prompt, re.MULTILINE)
         who = bool(query and re.search(r"\bwho\b", query.group(1), re.IGNORECASE))
-        return json.dumps({"sufficient": not who, "reason": "fake evaluator",
-                           "action": "search_facts" if who else "return", "refinedQuery": None})
+        return json.dumps(
+            {
+                "sufficient": not who,
+                "reason": "fake evaluator",
+                "action": "search_facts" if who else "return",
+                "refinedQuery": None,
+            }
+        )
 
     def evaluation_requests(self) -> int:
         """Requests that were escalation-evaluator prompts."""
@@ -580,7 +708,9 @@ class FakeLLMServer:
     def _summary_for(self, content: str) -> str:
         if EVALUATOR_MARKER in content:
             return self._evaluation(content)
-        if "<passages>" in content and self.summary_override is None:  # a rerank request (memory_lib.retrieval.rerank)
+        if (
+            "<passages>" in content and self.summary_override is None
+        ):  # a rerank request (memory_lib.retrieval.rerank)
             return fake_rerank(content)
         if self.summary_override is not None:
             return self.summary_override
@@ -598,7 +728,9 @@ class FakeLLMServer:
         summary = self._summary_for(content)
         if not wants_json(self._prompt_of(body)):
             return summary
-        answer = json.dumps({"summary": summary, "entities": fake_entities(content), "domain": fake_domain(content)})
+        answer = json.dumps(
+            {"summary": summary, "entities": fake_entities(content), "domain": fake_domain(content)}
+        )
         marker = self.malformed_json_when_contains
         if (marker and marker in content) or _unit_fraction("json:" + content) < self.malformed_json_fraction:
             return answer[: len(answer) // 2]  # cut mid-object: not JSON

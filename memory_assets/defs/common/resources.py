@@ -34,5 +34,5 @@ def defs() -> dg.Definitions:
             "archival": ArchivalCriteriaResource(),
             # Where the sensors' alerts go; bind a subclass here to deliver them another way.
             "alerts": AlertResource(),
-        }
+        },
     )

@@ -9,8 +9,12 @@ import dagster as dg
 from .assets import key_moments, memory_facts, monthly_digests, yearly_digests
 
 consolidation_job = dg.define_asset_job(
-    "consolidation_job", selection=[monthly_digests, memory_facts, key_moments],
+    "consolidation_job",
+    selection=[monthly_digests, memory_facts, key_moments],
     description="Level-2 digests, facts and key moments of one month, for every user.",
-)  # fmt: skip
-yearly_job = dg.define_asset_job("yearly_digests_job", selection=[yearly_digests],
-                                 description="Level-3 digests of one year, from its monthly digests.")  # fmt: skip
+)
+yearly_job = dg.define_asset_job(
+    "yearly_digests_job",
+    selection=[yearly_digests],
+    description="Level-3 digests of one year, from its monthly digests.",
+)

@@ -48,9 +48,14 @@ def archival_dry_run(
     rps = llm.requests_per_second if services.summarizer.kind in ("anthropic", "openai") else None
     with database.connect() as conn:
         report = dry_run.dry_run(
-            conn, services, archival.get_criteria(), as_of=as_of, sample_size=config.sample_size,
-            workers=llm.max_concurrency, requests_per_second=rps,
-        )  # fmt: skip
+            conn,
+            services,
+            archival.get_criteria(),
+            as_of=as_of,
+            sample_size=config.sample_size,
+            workers=llm.max_concurrency,
+            requests_per_second=rps,
+        )
     p, trip = report.projection, report.round_trip
     return dg.MaterializeResult(
         metadata={
@@ -74,7 +79,7 @@ def archival_dry_run(
                     for s in report.samples
                 ],
                 width=400,
-            ),  # fmt: skip
+            ),
             "round_trip_written": trip.written,
             "round_trip_faithful": trip.faithful,
             "round_trip_deleted": trip.deleted,
@@ -87,7 +92,7 @@ def archival_dry_run(
                 }
                 if trip.failures
                 else {}
-            ),  # fmt: skip
+            ),
             "projected_nights": p.nights_needed,
             # Priced from the sample's measured tokens for the configured model: list vs batch API price.
             "projected_cost_usd": round(p.cost_usd, 4),

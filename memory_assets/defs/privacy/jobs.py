@@ -23,19 +23,24 @@ def forget_user_memories(
     leaves an unfinished request that the next run of this job resumes."""
     with database.connect() as conn:
         result = forget.forget_user(conn, object_store.get_store(), config.user_id, actor=config.operator)
-    context.add_output_metadata({
-        "request_id": str(result.request_id),
-        "memories": len(result.memory_ids),
-        "object_versions_deleted": result.object_versions_deleted,
-        "resumed": result.resumed,
-        "rows_deleted": markdown_table(["table", "rows"], sorted(result.rows_deleted.items())),
-    })  # fmt: skip
+    context.add_output_metadata(
+        {
+            "request_id": str(result.request_id),
+            "memories": len(result.memory_ids),
+            "object_versions_deleted": result.object_versions_deleted,
+            "resumed": result.resumed,
+            "rows_deleted": markdown_table(["table", "rows"], sorted(result.rows_deleted.items())),
+        }
+    )
     return config.user_id
 
 
 @dg.op
 def verify_user_forgotten(
-    context: dg.OpExecutionContext, user_id: str, database: DatabaseResource, object_store: ObjectStoreResource
+    context: dg.OpExecutionContext,
+    user_id: str,
+    database: DatabaseResource,
+    object_store: ObjectStoreResource,
 ) -> None:
     """Fails the run unless nothing of the user remains: no row in any table with a user_id (listed by
     information_schema, known to forget or not) but the redacted audit log, no audit event with content,
@@ -52,7 +57,9 @@ def verify_user_forgotten(
     if not left.clean:
         raise dg.Failure(f"user {user_id!r} is not fully forgotten: {left}", metadata=metadata)
     if left.uncovered_tables:
-        context.log.warning(f"tables with a user_id not in memory_lib.lifecycle.forget.erased_tables(): {left.uncovered_tables}")
+        context.log.warning(
+            f"tables with a user_id not in memory_lib.lifecycle.forget.erased_tables(): {left.uncovered_tables}"
+        )
 
 
 @dg.job(description="Forget one user (config user_id): every tier, table and object version; verified.")

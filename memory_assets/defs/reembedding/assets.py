@@ -32,9 +32,14 @@ class ReembeddingConfig(dg.Config):
     batch_size: int = 256  # rows embedded and written per transaction
 
 
-@dg.asset(partitions_def=partitions, group_name="reembedding",
-          backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=1))  # fmt: skip
-def reembedding(context: dg.AssetExecutionContext, config: ReembeddingConfig, database: DatabaseResource) -> dg.MaterializeResult:
+@dg.asset(
+    partitions_def=partitions,
+    group_name="reembedding",
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=1),
+)
+def reembedding(
+    context: dg.AssetExecutionContext, config: ReembeddingConfig, database: DatabaseResource
+) -> dg.MaterializeResult:
     """Embed the partition's pending rows with the secondary space's embedder, a batch per transaction,
     until none is left; metadata: rows done, remaining, rows/s. Without an open migration: nothing."""
     kind, bucket = _slice(context.partition_key)
@@ -45,21 +50,31 @@ def reembedding(context: dg.AssetExecutionContext, config: ReembeddingConfig, da
         if migration is None:
             return dg.MaterializeResult(metadata={"migration": "none open", "rows_done": 0, "remaining": 0})
         embedder = lib.embedder_for(*migration.secondary)
-        while n := lib.backfill_batch(conn, embedder, kind, config.batch_size, bucket=bucket, buckets=BUCKETS):
+        while n := lib.backfill_batch(
+            conn, embedder, kind, config.batch_size, bucket=bucket, buckets=BUCKETS
+        ):
             done += n
             context.log.debug(f"{kind} bucket {bucket}: {done} rows")
         remaining = lib.pending(conn, kind, bucket=bucket, buckets=BUCKETS)
     seconds = time.monotonic() - started
-    return dg.MaterializeResult(metadata={
-        "migration": migration.id, "state": migration.state, "columns": migration.suffix,
-        "model": f"{migration.secondary[0]} ({migration.secondary[1]}-d)",
-        "rows_done": done, "remaining": remaining, "seconds": round(seconds, 2),
-        "rows_per_s": round(done / seconds, 1) if seconds > 0 else 0.0,
-    })  # fmt: skip
+    return dg.MaterializeResult(
+        metadata={
+            "migration": migration.id,
+            "state": migration.state,
+            "columns": migration.suffix,
+            "model": f"{migration.secondary[0]} ({migration.secondary[1]}-d)",
+            "rows_done": done,
+            "remaining": remaining,
+            "seconds": round(seconds, 2),
+            "rows_per_s": round(done / seconds, 1) if seconds > 0 else 0.0,
+        }
+    )
 
 
 @dg.asset_check(asset=reembedding, blocking=True)
-def reembedding_coverage(context: dg.AssetCheckExecutionContext, database: DatabaseResource) -> dg.AssetCheckResult:
+def reembedding_coverage(
+    context: dg.AssetCheckExecutionContext, database: DatabaseResource
+) -> dg.AssetCheckResult:
     """Every row of every vector table has its second vector: the flip can run. Until then it fails with
     WARN when the run's own slice is complete (other partitions are still to run: a backfill in progress
     is not an error), with ERROR when the run's slice (or, run alone, anything) is left uncovered. The
@@ -73,9 +88,17 @@ def reembedding_coverage(context: dg.AssetCheckExecutionContext, database: Datab
     missing = sum(left.values())
     severity = dg.AssetCheckSeverity.WARN if own_left == 0 else dg.AssetCheckSeverity.ERROR
     return dg.AssetCheckResult(
-        passed=migration is not None and missing == 0, severity=severity,
-        metadata={"uncovered": missing, "by_table": markdown_table(["table", "uncovered"], sorted(left.items()))},
-        description=("no re-embedding is open" if migration is None else
-                     f"{missing} rows without a {migration.suffix} vector" if missing else
-                     f"every row has its {migration.suffix} vector ({migration.secondary[0]})"),
-    )  # fmt: skip
+        passed=migration is not None and missing == 0,
+        severity=severity,
+        metadata={
+            "uncovered": missing,
+            "by_table": markdown_table(["table", "uncovered"], sorted(left.items())),
+        },
+        description=(
+            "no re-embedding is open"
+            if migration is None
+            else f"{missing} rows without a {migration.suffix} vector"
+            if missing
+            else f"every row has its {migration.suffix} vector ({migration.secondary[0]})"
+        ),
+    )

@@ -21,8 +21,13 @@ class StepConfig(dg.Config):
 
 def _metadata(m: Migration) -> dict[str, object]:
     active, secondary = m.active, m.secondary
-    return {"migration": m.id, "state": m.state, "flips": m.flips, "active": f"{active[0]} ({active[1]}-d)",
-            "secondary": f"{secondary[0]} ({secondary[1]}-d)" if m.open else "none"}  # fmt: skip
+    return {
+        "migration": m.id,
+        "state": m.state,
+        "flips": m.flips,
+        "active": f"{active[0]} ({active[1]}-d)",
+        "secondary": f"{secondary[0]} ({secondary[1]}-d)" if m.open else "none",
+    }
 
 
 def _step(context: dg.OpExecutionContext, database: DatabaseResource, step, operator: str) -> None:
@@ -35,10 +40,16 @@ def _step(context: dg.OpExecutionContext, database: DatabaseResource, step, oper
 
 
 @dg.op
-def start_reembedding(context: dg.OpExecutionContext, config: StartConfig, database: DatabaseResource) -> None:
+def start_reembedding(
+    context: dg.OpExecutionContext, config: StartConfig, database: DatabaseResource
+) -> None:
     """Record the migration and add the second columns (catalog only); then backfill `reembedding`."""
-    _step(context, database, lambda conn, actor: reembedding.start(conn, config.target_model, config.target_dim,
-                                                                   actor=actor), config.operator)  # fmt: skip
+    _step(
+        context,
+        database,
+        lambda conn, actor: reembedding.start(conn, config.target_model, config.target_dim, actor=actor),
+        config.operator,
+    )
 
 
 @dg.op
@@ -48,13 +59,17 @@ def flip_reembedding(context: dg.OpExecutionContext, config: StepConfig, databas
 
 
 @dg.op
-def flip_back_reembedding(context: dg.OpExecutionContext, config: StepConfig, database: DatabaseResource) -> None:
+def flip_back_reembedding(
+    context: dg.OpExecutionContext, config: StepConfig, database: DatabaseResource
+) -> None:
     """Swap back to the old space (kept up to date while flipped)."""
     _step(context, database, reembedding.flip_back, config.operator)
 
 
 @dg.op
-def drop_old_reembedding(context: dg.OpExecutionContext, config: StepConfig, database: DatabaseResource) -> None:
+def drop_old_reembedding(
+    context: dg.OpExecutionContext, config: StepConfig, database: DatabaseResource
+) -> None:
     """Drop the old space's columns: the migration is finished, no flip back from here."""
     _step(context, database, reembedding.drop_old, config.operator)
 

@@ -31,8 +31,14 @@ class PromotionSweepConfig(dg.Config):
 
 
 def promotion_config(config: PromotionSweepConfig) -> PromotionConfig:
-    overrides = {k: v for k, v in (("expansions_to_promote", config.expansions_to_promote),
-                                   ("window_days", config.window_days)) if v is not None}  # fmt: skip
+    overrides = {
+        k: v
+        for k, v in (
+            ("expansions_to_promote", config.expansions_to_promote),
+            ("window_days", config.window_days),
+        )
+        if v is not None
+    }
     try:
         return PromotionConfig.model_validate(Settings.from_env().promotion.model_dump() | overrides)
     except ValidationError as exc:

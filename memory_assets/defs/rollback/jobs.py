@@ -50,10 +50,16 @@ def restore_archives(
             context.log.info(f"restored {r.restored}, already hot {r.already_hot}, failed {r.failed}")
 
         report = restore.restore_archives(
-            conn, store, actor=config.operator, all_archives=config.all, user_id=config.user_id,
-            original_ids=config.original_ids or None, progress=progress, pause_archival=config.pause_archival,
+            conn,
+            store,
+            actor=config.operator,
+            all_archives=config.all,
+            user_id=config.user_id,
+            original_ids=config.original_ids or None,
+            progress=progress,
+            pause_archival=config.pause_archival,
             embedder=_LazyEmbedder(database),
-        )  # fmt: skip
+        )
         paused = pause_status(conn)
     if paused.paused:
         context.log.warning(paused.describe())

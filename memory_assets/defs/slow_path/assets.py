@@ -51,9 +51,12 @@ OWNERS = ["team:memory-archive"]
 # Bump a code_version when the asset's own logic changes what it writes; the UI then marks the
 # nights materialized by older code as stale.
 _COMMON = dict(
-    partitions_def=night_partitions, backfill_policy=backfill_policy, group_name=GROUP, owners=OWNERS,
+    partitions_def=night_partitions,
+    backfill_policy=backfill_policy,
+    group_name=GROUP,
+    owners=OWNERS,
     tags={"domain": "archival", "tier": "slow_path"},
-)  # fmt: skip
+)
 # Kinds are static per definition: the object store's kind is read from the settings at load time.
 _STORE_KIND = store_kind()
 
@@ -89,9 +92,20 @@ def _llm_ledger_metadata(conn, batch_key: str) -> dict[str, object]:
     if rows:
         meta["llm_by_model"] = markdown_table(
             ["model", "mode", "requests", "failed", "input", "output", "cache read", "cost USD"],
-            [[r.model, r.mode, r.requests, r.failed, r.input_tokens, r.output_tokens, r.cache_read_input_tokens,
-              f"{r.cost_usd:.6f}"] for r in rows],
-        )  # fmt: skip
+            [
+                [
+                    r.model,
+                    r.mode,
+                    r.requests,
+                    r.failed,
+                    r.input_tokens,
+                    r.output_tokens,
+                    r.cache_read_input_tokens,
+                    f"{r.cost_usd:.6f}",
+                ]
+                for r in rows
+            ],
+        )
     return meta
 
 
@@ -138,7 +152,11 @@ def archival_candidates(
 
 
 @dg.asset(
-    **_COMMON, deps=[archival_candidates], pool=SLOW_PATH.llm_pool, kinds={"postgres", "llm"}, code_version="2"
+    **_COMMON,
+    deps=[archival_candidates],
+    pool=SLOW_PATH.llm_pool,
+    kinds={"postgres", "llm"},
+    code_version="2",
 )
 def memory_summaries(
     context: dg.AssetExecutionContext,
@@ -255,9 +273,12 @@ def _gate_before_commit(conn, batch_key: str, store, criteria) -> dict[str, obje
 
 
 @dg.asset(
-    **_COMMON, deps=[archive_backups], kinds={"postgres", _STORE_KIND}, code_version="2",
+    **_COMMON,
+    deps=[archive_backups],
+    kinds={"postgres", _STORE_KIND},
+    code_version="2",
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=26)),
-)  # fmt: skip
+)
 def archive_rows(
     context: dg.AssetExecutionContext,
     database: DatabaseResource,
@@ -296,7 +317,9 @@ def archive_rows(
             t = nights.totals([o])
             meta: dict[str, object] = {**_step_metadata(t), "archived": t.succeeded}
             if not o.skipped:
-                after = pipeline.gate_stage(conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True)
+                after = pipeline.gate_stage(
+                    conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True
+                )
                 stall = stalls.diagnose(conn, o.batch_key)
                 if not after.passed:
                     failing.append((night, after.describe() + (f"; {stall.why}" if stall.why else "")))
@@ -309,9 +332,13 @@ def archive_rows(
             by_night[night] = _shard_meta(conn, night, shard) | meta | _archived_by(conn, o.batch_key)
         if unfindable:  # after the run's nights: the pause blocks the nights after this run
             pause_switch.set_pause(
-                conn, reason=unfindable[0] + (f" (+{len(unfindable) - 1} more nights)" if len(unfindable) > 1 else ""),
-                actor=nights.ACTOR, batch_key=nights.batch_key_for(run[-1], shard), details={"check": "archive_retrievable"},
-            )  # fmt: skip
+                conn,
+                reason=unfindable[0]
+                + (f" (+{len(unfindable) - 1} more nights)" if len(unfindable) > 1 else ""),
+                actor=nights.ACTOR,
+                batch_key=nights.batch_key_for(run[-1], shard),
+                details={"check": "archive_retrievable"},
+            )
         stats = tier_stats(conn)
     by_night[run[-1]] |= {
         "hot_memories": stats.hot,
@@ -325,19 +352,28 @@ def archive_rows(
         bad = {n for n, _ in failing}
         for night, meta in by_night.items():
             if night not in bad:
-                yield dg.AssetMaterialization(asset_key=context.asset_key, partition=str(night), metadata=meta)
+                yield dg.AssetMaterialization(
+                    asset_key=context.asset_key, partition=str(night), metadata=meta
+                )
         text = []
         if failing:
-            text.append(f"{len(failing)} night(s) failed the gate after commit; first: {failing[0][1]}. "
-                        "Failed memories stay hot and archival is paused.")  # fmt: skip
+            text.append(
+                f"{len(failing)} night(s) failed the gate after commit; first: {failing[0][1]}. "
+                "Failed memories stay hot and archival is paused."
+            )
         if stalled:
-            text.append(f"{len(stalled)} night(s) have memories stalled in an LLM batch submission; first: "
-                        f"{stalled[0][1]}. The next run looks the submission up or releases it.")  # fmt: skip
+            text.append(
+                f"{len(stalled)} night(s) have memories stalled in an LLM batch submission; first: "
+                f"{stalled[0][1]}. The next run looks the submission up or releases it."
+            )
         raise dg.Failure(
             description=" ".join(text),
-            metadata={"nights_failing": markdown_table(["night", "why"],
-                                                       [[str(n), d] for n, d in (failing + stalled)[:30]], width=300)},
-        )  # fmt: skip
+            metadata={
+                "nights_failing": markdown_table(
+                    ["night", "why"], [[str(n), d] for n, d in (failing + stalled)[:30]], width=300
+                )
+            },
+        )
     record_nights(context, by_night)
     yield dg.MaterializeResult()
 
@@ -364,9 +400,13 @@ def _audit_tiers(conn, batch_key: str, store) -> None:
     if audit.passed:
         return
     pause_switch.set_pause(
-        conn, reason=f"{batch_key}: tier integrity failed: " + ", ".join(f"{k}={v}" for k, v in audit.problems().items()),
-        actor=nights.ACTOR, batch_key=batch_key, details={"check": "tiers_consistent"},
-    )  # fmt: skip
+        conn,
+        reason=f"{batch_key}: tier integrity failed: "
+        + ", ".join(f"{k}={v}" for k, v in audit.problems().items()),
+        actor=nights.ACTOR,
+        batch_key=batch_key,
+        details={"check": "tiers_consistent"},
+    )
 
 
 def _held_metadata(conn, batch_key: str) -> dict[str, object]:
@@ -382,7 +422,10 @@ def _shard_meta(conn, night: date, shard) -> dict[str, object]:
     (read from the database: a shard's own counts are never shown as the night's)."""
     if shard.is_all:
         return {"shard": str(shard)}
-    return {"shard": str(shard), **{f"night_all_shards_{k}": v for k, v in nights.night_totals(conn, night).items()}}
+    return {
+        "shard": str(shard),
+        **{f"night_all_shards_{k}": v for k, v in nights.night_totals(conn, night).items()},
+    }
 
 
 def _archived_by(conn, batch_key: str) -> dict[str, object]:

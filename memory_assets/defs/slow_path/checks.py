@@ -33,14 +33,21 @@ from .partitions import run_nights, run_shard
 NOTHING = "nothing to check"
 # partitions_def on an asset check is a preview in 1.13 (checked to work on 1.13.27, ranged runs too):
 # say so once, here; tests/test_dagster_truth.py catches a breaking change.
-warnings.filterwarnings("ignore", message=r"Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning)
+warnings.filterwarnings(
+    "ignore", message=r"Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
+)
 
 
 def _evaluation(
-    context: dg.AssetCheckExecutionContext, asset: dg.AssetsDefinition, night: date, *, passed: bool,
-    metadata: dict[str, object], description: str | None = None,
+    context: dg.AssetCheckExecutionContext,
+    asset: dg.AssetsDefinition,
+    night: date,
+    *,
+    passed: bool,
+    metadata: dict[str, object],
+    description: str | None = None,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
-) -> dg.AssetCheckEvaluation:  # fmt: skip
+) -> dg.AssetCheckEvaluation:
     """The check's result for one night (of the run's shard), tied to the night's materialization by
     this run, else the night's latest (concurrent shard runs each materialize the night)."""
     name = context.check_specs[0].name
@@ -50,16 +57,25 @@ def _evaluation(
     latest = [r for r in recent if r.event_log_entry.run_id == context.run.run_id] or recent[:1]
     target = (
         AssetCheckEvaluationTargetMaterializationData(
-            run_id=latest[0].event_log_entry.run_id, storage_id=latest[0].storage_id, timestamp=latest[0].timestamp
+            run_id=latest[0].event_log_entry.run_id,
+            storage_id=latest[0].storage_id,
+            timestamp=latest[0].timestamp,
         )
         if latest
         else None
     )
     metadata = {"shard": str(run_shard(context)), **metadata}
     return dg.AssetCheckEvaluation(
-        asset_key=asset.key, check_name=name, passed=passed, metadata=metadata, description=description,
-        severity=severity, blocking=True, partition=str(night), target_materialization_data=target,
-    )  # fmt: skip
+        asset_key=asset.key,
+        check_name=name,
+        passed=passed,
+        metadata=metadata,
+        description=description,
+        severity=severity,
+        blocking=True,
+        partition=str(night),
+        target_materialization_data=target,
+    )
 
 
 def _open_after_failed_round_trip(conn, batch_key: str) -> list[dict]:
@@ -86,7 +102,9 @@ def backups_round_trip(
             report = fidelity.verify_backups(conn, store, key)
             sent_back = _open_after_failed_round_trip(conn, key)
             failures = [(str(m), p) for m, p in report.failures.items()]
-            failures += [(str(r["memory_id"]), f"sent back after a failed round trip: {r['error']}") for r in sent_back]
+            failures += [
+                (str(r["memory_id"]), f"sent back after a failed round trip: {r['error']}") for r in sent_back
+            ]
             meta: dict[str, object] = {
                 "checked": report.checked,
                 "faithful": report.faithful,
@@ -103,8 +121,9 @@ def backups_round_trip(
                 description = f"{NOTHING}: {key} has no backup yet (nothing claimed, or paused)"
             else:
                 description = f"{report.checked} backups round-trip"
-            yield _evaluation(context, archive_backups, night, passed=not failures, metadata=meta,
-                              description=description)  # fmt: skip
+            yield _evaluation(
+                context, archive_backups, night, passed=not failures, metadata=meta, description=description
+            )
     yield dg.Output(None)
 
 
@@ -130,20 +149,35 @@ def error_rate_gate(
                 "nothing_to_check": s.attempted == 0,
             }
             if pause.paused:
-                meta |= {"paused_because": pause.reason or "", "paused_by": pause.actor or "",
-                         "paused_at": pause.changed_at.isoformat()}  # fmt: skip
+                meta |= {
+                    "paused_because": pause.reason or "",
+                    "paused_by": pause.actor or "",
+                    "paused_at": pause.changed_at.isoformat(),
+                }
             if not g.passed:
-                yield _evaluation(context, archive_backups, night, passed=False, metadata=meta,
-                                  description=f"{g.describe()}: originals kept")  # fmt: skip
+                yield _evaluation(
+                    context,
+                    archive_backups,
+                    night,
+                    passed=False,
+                    metadata=meta,
+                    description=f"{g.describe()}: originals kept",
+                )
             elif pause.paused:
                 yield _evaluation(
-                    context, archive_backups, night, passed=False, metadata=meta,
+                    context,
+                    archive_backups,
+                    night,
+                    passed=False,
+                    metadata=meta,
                     severity=dg.AssetCheckSeverity.WARN,
                     description=f"{pause.describe()}; clear it with the clear_archival_pause job",
-                )  # fmt: skip
+                )
             else:
                 text = f"{NOTHING}: no attempt this night" if s.attempted == 0 else g.describe()
-                yield _evaluation(context, archive_backups, night, passed=True, metadata=meta, description=text)
+                yield _evaluation(
+                    context, archive_backups, night, passed=True, metadata=meta, description=text
+                )
     yield dg.Output(None)
 
 
@@ -163,8 +197,14 @@ def tiers_consistent(
             key = nights.batch_key_for(night, run_shard(context))
             audit = integrity.recorded_audit(conn, key)
             if audit is None:
-                yield _evaluation(context, archive_rows, night, passed=True, metadata={"nothing_to_check": True},
-                                  description=f"{NOTHING}: {key} has no commit audited yet")  # fmt: skip
+                yield _evaluation(
+                    context,
+                    archive_rows,
+                    night,
+                    passed=True,
+                    metadata={"nothing_to_check": True},
+                    description=f"{NOTHING}: {key} has no commit audited yet",
+                )
                 continue
             problems = audit.problems()
             meta: dict[str, object] = {
@@ -187,8 +227,11 @@ def tiers_consistent(
             else:
                 description = f"{audit.integrity.archived} archive rows consistent"
                 if audit.committed.recovered:
-                    description += (f"; {len(audit.committed.recovered)} backups deleted or overwritten after "
-                                    "their verification were put back from their recorded versions")
-            yield _evaluation(context, archive_rows, night, passed=not problems, metadata=meta,
-                              description=description)  # fmt: skip
+                    description += (
+                        f"; {len(audit.committed.recovered)} backups deleted or overwritten after "
+                        "their verification were put back from their recorded versions"
+                    )
+            yield _evaluation(
+                context, archive_rows, night, passed=not problems, metadata=meta, description=description
+            )
     yield dg.Output(None)

@@ -48,8 +48,13 @@ def partition_start(settings: Settings) -> date:
         log.info("archival nights start at the oldest memory's night, %s", found)
         return found
     fallback = datetime.now(ZoneInfo(slow.timezone)).date() - timedelta(days=FALLBACK_DAYS)
-    log.warning("archival nights start at %s (today - %d days): %s; set MEMORY_ARCHIVE_PARTITION_START "
-                "to choose the first night", fallback, FALLBACK_DAYS, why)  # fmt: skip
+    log.warning(
+        "archival nights start at %s (today - %d days): %s; set MEMORY_ARCHIVE_PARTITION_START "
+        "to choose the first night",
+        fallback,
+        FALLBACK_DAYS,
+        why,
+    )
     return fallback
 
 

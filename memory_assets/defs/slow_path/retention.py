@@ -22,23 +22,34 @@ from .partitions import nights as night_partitions
 
 
 def _distribution_metadata(d: retention.Distribution) -> dict[str, object]:
-    meta: dict[str, object] = {"scored": d.scored, "at_floor": d.at_floor, "ready_for_retention_archival": d.ready}
+    meta: dict[str, object] = {
+        "scored": d.scored,
+        "at_floor": d.at_floor,
+        "ready_for_retention_archival": d.ready,
+    }
     if d.mean is not None:
         meta["retention_mean"] = round(d.mean, 4)
     meta |= {f"retention_p{round(q * 100):02d}": round(v, 4) for q, v in d.quantiles.items()}
     meta |= {f"retention_{i * 10:02d}_{(i + 1) * 10:02d}": n for i, n in enumerate(d.buckets)}
     meta["by_category"] = markdown_table(
         ["category", "memories", "at floor", "min", "median"],
-        [[c, v["n"], v["at_floor"], round(v["min"], 3), round(v["median"], 3)] for c, v in d.by_category.items()],
+        [
+            [c, v["n"], v["at_floor"], round(v["min"], 3), round(v["median"], 3)]
+            for c, v in d.by_category.items()
+        ],
     )
     return meta
 
 
 @dg.asset(
-    partitions_def=night_partitions, backfill_policy=backfill_policy, group_name="slow_path",
-    owners=["team:memory-archive"], tags={"domain": "archival", "tier": "slow_path"}, kinds={"postgres"},
+    partitions_def=night_partitions,
+    backfill_policy=backfill_policy,
+    group_name="slow_path",
+    owners=["team:memory-archive"],
+    tags={"domain": "archival", "tier": "slow_path"},
+    kinds={"postgres"},
     code_version="1",
-)  # fmt: skip
+)
 def retention_scores(
     context: dg.AssetExecutionContext, database: DatabaseResource, archival: ArchivalCriteriaResource
 ) -> dg.MaterializeResult:
@@ -57,10 +68,14 @@ def retention_scores(
             run = retention.score(conn, as_of, config, shard=shard)
             dist = retention.distribution(conn, as_of, cold_migration_days=criteria.cold_migration_days)
             by_night[night] = {
-                "policy": criteria.policy, "shard": str(shard), "users_scored": run.users, "statements": run.statements,
+                "policy": criteria.policy,
+                "shard": str(shard),
+                "users_scored": run.users,
+                "statements": run.statements,
                 "duration_s": round(run.seconds, 2),
-                **_distribution_metadata(dist), **tier_metadata(retention.tier_counts(conn, as_of)),
-            }  # fmt: skip
+                **_distribution_metadata(dist),
+                **tier_metadata(retention.tier_counts(conn, as_of)),
+            }
     record_nights(context, by_night)
     ns = sorted(by_night)
     context.log.info(f"scored: {len(ns)} night(s) {ns[0]}..{ns[-1]} in {time.monotonic() - started:.2f}s")

@@ -32,16 +32,31 @@ def archive_retrievable(
             key = nights.batch_key_for(night, run_shard(context))
             result = retrievability.recorded(conn, key)
             if result is None or result.share_found is None:
-                yield _evaluation(context, archive_rows, night, passed=True, metadata={"nothing_to_check": True},
-                                  description=f"{NOTHING}: {key} has no archived memories probed")  # fmt: skip
+                yield _evaluation(
+                    context,
+                    archive_rows,
+                    night,
+                    passed=True,
+                    metadata={"nothing_to_check": True},
+                    description=f"{NOTHING}: {key} has no archived memories probed",
+                )
                 continue
             meta: dict[str, object] = {
-                "floor": result.floor, "archived": result.archived, "sampled": result.sampled,
-                "found": result.found, "share_found": round(result.share_found, 4), "k": result.k,
-                "probe_seconds": round(result.seconds, 2), "nothing_to_check": False,
-            }  # fmt: skip
+                "floor": result.floor,
+                "archived": result.archived,
+                "sampled": result.sampled,
+                "found": result.found,
+                "share_found": round(result.share_found, 4),
+                "k": result.k,
+                "probe_seconds": round(result.seconds, 2),
+                "nothing_to_check": False,
+            }
             if result.missed:
                 meta["missed_examples"] = ", ".join(str(m) for m in result.missed[:5])
-            description = result.describe() + ("" if result.passed else ": archived memories are not findable, archival paused")
-            yield _evaluation(context, archive_rows, night, passed=result.passed, metadata=meta, description=description)
+            description = result.describe() + (
+                "" if result.passed else ": archived memories are not findable, archival paused"
+            )
+            yield _evaluation(
+                context, archive_rows, night, passed=result.passed, metadata=meta, description=description
+            )
     yield dg.Output(None)

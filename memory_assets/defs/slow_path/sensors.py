@@ -35,7 +35,11 @@ ARCHIVAL_PAUSE = dg.AssetSpec(
     "change: paused, who, why, when. Clear it with the clear_archival_pause job.",
 )
 # Partition/range tags Dagster sets on a run: name the nights of a failed run in its alert.
-_NIGHT_TAGS = ("dagster/partition", "dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
+_NIGHT_TAGS = (
+    "dagster/partition",
+    "dagster/asset_partition_range_start",
+    "dagster/asset_partition_range_end",
+)
 
 
 def pause_metadata(state: pause_switch.PauseState) -> dict[str, object]:
@@ -68,13 +72,18 @@ def archival_pause_sensor(
     if seen != before:
         events.append(dg.AssetObservation(asset_key=ARCHIVAL_PAUSE.key, metadata=pause_metadata(state)))
         if state.paused:  # a new pause (or one found when the sensor first runs)
-            sent = alerts.notify({
-                "event": "archival_paused",
-                "text": f"memory-archive: {status}. Clear it with the clear_archival_pause job "
-                        "or `memory-archive pause clear`.",
-                "paused": True, "actor": state.actor, "reason": state.reason, "batch_key": state.batch_key,
-                "changed_at": state.changed_at.isoformat(),
-            })  # fmt: skip
+            sent = alerts.notify(
+                {
+                    "event": "archival_paused",
+                    "text": f"memory-archive: {status}. Clear it with the clear_archival_pause job "
+                    "or `memory-archive pause clear`.",
+                    "paused": True,
+                    "actor": state.actor,
+                    "reason": state.reason,
+                    "batch_key": state.batch_key,
+                    "changed_at": state.changed_at.isoformat(),
+                }
+            )
             status += f"; alert {sent}"
             context.log.warning(status)
     return dg.SensorResult(skip_reason=status, asset_events=events, cursor=json.dumps(seen))
@@ -90,16 +99,31 @@ def archival_failure_alert(context: dg.RunFailureSensorContext, alerts: AlertRes
     run = context.dagster_run
     nights = {k.removeprefix("dagster/"): run.tags[k] for k in _NIGHT_TAGS if k in run.tags}
     steps = [
-        {"step": e.step_key, "error": (e.event_specific_data.error.message.strip() if e.event_specific_data
-                                      and e.event_specific_data.error else e.message or "")[:500]}
+        {
+            "step": e.step_key,
+            "error": (
+                e.event_specific_data.error.message.strip()
+                if e.event_specific_data and e.event_specific_data.error
+                else e.message or ""
+            )[:500],
+        }
         for e in context.get_step_failure_events()
-    ]  # fmt: skip
+    ]
     where = ", ".join(f"{k}={v}" for k, v in nights.items())
     text = f"memory-archive: run {run.run_id[:8]} of {run.job_name} failed" + (f" ({where})" if where else "")
     if steps:
-        text += ": " + "; ".join(f"{s['step']}: {s['error'].splitlines()[0] if s['error'] else '?'}" for s in steps[:3])
-    sent = alerts.notify({
-        "event": "run_failure", "text": text, "run_id": run.run_id, "job": run.job_name, **nights,
-        "failure": context.failure_event.message, "failed_steps": steps,
-    })  # fmt: skip
+        text += ": " + "; ".join(
+            f"{s['step']}: {s['error'].splitlines()[0] if s['error'] else '?'}" for s in steps[:3]
+        )
+    sent = alerts.notify(
+        {
+            "event": "run_failure",
+            "text": text,
+            "run_id": run.run_id,
+            "job": run.job_name,
+            **nights,
+            "failure": context.failure_event.message,
+            "failed_steps": steps,
+        }
+    )
     return dg.SkipReason(f"{text}; alert {sent}")

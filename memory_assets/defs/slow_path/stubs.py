@@ -29,10 +29,14 @@ from .partitions import nights as night_partitions
 
 
 @dg.asset(
-    partitions_def=night_partitions, backfill_policy=backfill_policy, group_name="slow_path",
-    owners=["team:memory-archive"], tags={"domain": "archival", "tier": "slow_path"},
-    kinds={"postgres", _STORE_KIND}, code_version="1",
-)  # fmt: skip
+    partitions_def=night_partitions,
+    backfill_policy=backfill_policy,
+    group_name="slow_path",
+    owners=["team:memory-archive"],
+    tags={"domain": "archival", "tier": "slow_path"},
+    kinds={"postgres", _STORE_KIND},
+    code_version="1",
+)
 def stub_conversions(
     context: dg.AssetExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
 ) -> dg.MaterializeResult:
@@ -50,10 +54,14 @@ def stub_conversions(
             as_of = nights.night_as_of(night, SLOW_PATH.timezone)
             run = stubs.convert(conn, store, as_of, stub_after_days=days, shard=shard, actor=nights.ACTOR)
             meta: dict[str, object] = {
-                "shard": str(shard), "stub_after_days": days, "due": run.due, "stubbed": run.stubbed,
-                "kept_unverified": len(run.unverified), "duration_s": round(run.seconds, 2),
+                "shard": str(shard),
+                "stub_after_days": days,
+                "due": run.due,
+                "stubbed": run.stubbed,
+                "kept_unverified": len(run.unverified),
+                "duration_s": round(run.seconds, 2),
                 **tier_metadata(retention.tier_counts(conn, as_of)),
-            }  # fmt: skip
+            }
             if run.unverified:
                 meta["unverified_backups"] = markdown_table(
                     ["storage ref", "problem"], list(run.unverified.items())[:20], width=240
@@ -73,16 +81,22 @@ def stubs_backed_up(
     version id. Read-only; the result is the state now, reported on each night of the run."""
     with database.connect() as conn:
         report = stubs.verify_stub_backups(conn, object_store.get_store(), shard=run_shard(context))
-    meta: dict[str, object] = {"stubs": report.stubs, "backups_missing": len(report.missing),
-                               "backups_mismatched": len(report.mismatched),
-                               "nothing_to_check": report.stubs == 0}  # fmt: skip
+    meta: dict[str, object] = {
+        "stubs": report.stubs,
+        "backups_missing": len(report.missing),
+        "backups_mismatched": len(report.mismatched),
+        "nothing_to_check": report.stubs == 0,
+    }
     bad = [[r, "missing"] for r in report.missing] + [[r, p] for r, p in report.mismatched.items()]
     if bad:
         meta["bad_backups"] = markdown_table(["storage ref", "problem"], bad[:20], width=240)
         description = f"{len(bad)} of {report.stubs} stubs without their verified backup"
     else:
-        description = f"{report.stubs} stubs, each with its backup" if report.stubs else "nothing to check: no stub"
+        description = (
+            f"{report.stubs} stubs, each with its backup" if report.stubs else "nothing to check: no stub"
+        )
     for night in run_nights(context):
-        yield _evaluation(context, stub_conversions, night, passed=report.passed, metadata=meta,
-                          description=description)  # fmt: skip
+        yield _evaluation(
+            context, stub_conversions, night, passed=report.passed, metadata=meta, description=description
+        )
     yield dg.Output(None)
