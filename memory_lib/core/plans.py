@@ -1,4 +1,11 @@
-"""TODO docstring."""
+"""The plan runtime: work on Postgres written once, run by a sync or an async driver.
+
+A *plan* is a generator that yields operations (`Snapshot`, `Sql`, `GetVerified`, `EmbedText`) and
+receives their results. `run_plan` executes one on a psycopg Connection, `run_plan_async` on an
+AsyncConnection, each inside one transaction (a savepoint inside a caller's transaction). The SQL text,
+the control flow and the checks live once, in the plan, so the sync and async clients return the same
+results by construction (psycopg 3 drives its own protocol the same way).
+"""
 
 from __future__ import annotations
 

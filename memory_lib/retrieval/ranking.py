@@ -1,11 +1,15 @@
-"""TODO docstring."""
+"""Ranking, pure: fusion of the vector and full-text candidate lists of both tiers, and the final score.
+
+The formula is in memory_lib/retrieval/search.py's docstring; `rank_candidates` applies it, `cut` takes
+the best hits within the per-tier caps. No I/O: the plan hands the rows in.
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -13,10 +17,6 @@ from ..core.config import RetrievalConfig
 from ..core.timescope import TimeWindow
 from .sql import VectorArm
 from .types import HitScores, Provenance, SearchHit, Source
-
-if TYPE_CHECKING:
-    pass
-
 
 # --------------------------------------------------------------------------- ranking (pure)
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.plans import Plan, Snapshot, Sql
 from ..core.timescope import TimeWindow, parse_time_window
@@ -72,9 +72,6 @@ from .sql import (
     statement_for,
 )
 from .types import SearchHit, SearchRequest, SearchResult, Source, debug_record
-
-if TYPE_CHECKING:
-    pass
 
 
 def phase2_reason_upfront(request: SearchRequest, window: TimeWindow | None = None) -> str | None:

@@ -1,4 +1,9 @@
-"""TODO docstring."""
+"""The search statements: the vector arms (hot HNSW cosine, archived binary-quantized Hamming) and the
+lexical arm (an OR of the query's English lexemes, ranked BM25-like over all the user's memories).
+
+One statement shape per case (hot, archived, both tiers, month-scoped, with superseded memories for
+audits), with NULL-able filter parameters, so the plans never build SQL per query.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,6 @@ from . import warm
 
 if TYPE_CHECKING:
     from .types import SearchRequest
-
-if TYPE_CHECKING:
-    pass
 
 
 # --------------------------------------------------------------------------- SQL

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""The value types of search: filters, the validated request, hits with their scores and provenance,
+results and the debug record. Plain dataclasses; they import only from memory_lib.core."""
 
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
-"""TODO docstring."""
+"""The active embedding space: the dimension and model the database holds vectors of.
+
+Every plan that reads or writes vectors checks the embedder against it (`checked_shape_plan`) after
+locking the vector tables, so a re-embedding flip in progress is waited for, never half seen.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.errors import EmbeddingMismatchError, embedding_mismatch_reason
 from ..core.plans import Plan, Sql
-
-if TYPE_CHECKING:
-    pass
-
 
 SHAPE_SQL = """
     SELECT (SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim') AS dim,
