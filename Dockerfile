@@ -23,7 +23,7 @@ COPY memory_assets memory_assets
 COPY sql sql
 COPY deploy/constraints.txt deploy/constraints.txt
 # Not editable: the code location runs from site-packages, exactly what was built; /src is removed.
-RUN pip install --constraint deploy/constraints.txt . \
+RUN pip install --constraint deploy/constraints.txt ".[all]" \
     && cd / && rm -rf /src \
     && useradd --create-home --uid 10001 memory \
     && mkdir -p /var/lib/memory-archive \

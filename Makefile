@@ -43,8 +43,12 @@ screenshots: $(STAMP)
 test: $(LOCAL_STAMP)
 	$(PY) -m pytest
 
+# Style, format, types and the layer contracts (memory_lib/README.md): all must be clean.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_lib memory_assets tests bench scripts
+	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench scripts
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: $(LOCAL_STAMP)
 	$(PY) -m bench all

@@ -25,8 +25,12 @@ import warnings
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
+
+if TYPE_CHECKING:  # imported lazily at run time (main imports memory_lib once settings are set)
+    from memory_lib.core.rows import Conn
+    from memory_lib.llm.embedding import Embedder
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DB = "memory_demo"
@@ -88,13 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     # ("... pull request #6851 ..."): probed by its first sentence, a memory often loses its top-10 place
     # to a near-twin with another number. The demo says so and probes 10 a night against a 0.5 floor
     # (defaults 50 and 0.9); retrieval on real conversations is measured by `python -m bench locomo`.
-    probe = {
+    probe_env = {
         "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_SAMPLE_SIZE": "10",
         "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_FLOOR": "0.5",
     }
-    os.environ.update(probe)
+    os.environ.update(probe_env)
     demo_settings = {
-        **probe,
+        **probe_env,
         "MEMORY_ARCHIVE_PARTITION_START": first_night.isoformat(),
         "MEMORY_ARCHIVE_EMBEDDED_DB": DEMO_DB,
         "MEMORY_ARCHIVE_EMBEDDING_DIM": str(args.dim),
@@ -170,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         vectors = embedder.embed([m.content for m in items])
         # Bulk load: building the HNSW index once after the COPY is several times faster than
         # inserting into it row by row; it is rebuilt from its own definition, so it is the migration's.
-        hnsw = conn.execute("SELECT pg_get_indexdef('memories_embedding_hnsw'::regclass) AS d").fetchone()[
-            "d"
-        ]
+        indexdef = conn.execute("SELECT pg_get_indexdef('memories_embedding_hnsw'::regclass) AS d").fetchone()
+        assert indexdef is not None  # one row: the index exists (the migration created it)
+        hnsw = indexdef["d"]
         conn.execute("DROP INDEX memories_embedding_hnsw")
         batch: list[NewMemory] = []
         for m, v in zip(items, vectors, strict=True):
@@ -269,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             done.append(run)
             night_totals: Counter[str] = Counter()
             for m in run.materializations:
-                values = {k: v.value for k, v in m.metadata.items()}
+                values: dict[str, Any] = {k: v.value for k, v in m.metadata.items()}
                 for field in {
                     "archival_candidates": ("claimed",),
                     "archive_rows": ("archived",),
@@ -353,12 +357,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{len(runs) - len(probed)} nights with nothing archived to probe"
                 )
             elif name == "tiers_consistent":
-                problems = Counter()
-                for _, _, m in runs:
+                problems: Counter[str] = Counter()
+                for _, _, meta in runs:
                     problems.update(
                         {
                             k: v
-                            for k, v in m.items()
+                            for k, v in meta.items()
                             if isinstance(v, int)
                             and not isinstance(v, bool)
                             and k not in ("archived_by_this_night", "backups_checked")
@@ -403,9 +407,11 @@ def main(argv: list[str] | None = None) -> int:
         assert isinstance(store, LocalObjectStore)
         keys = integrity.backup_keys(store)
         object_bytes = sum((store.root / k).stat().st_size for k in keys)
-        db_bytes = conn.execute(
+        db_row = conn.execute(
             "SELECT coalesce(sum(backup_size_bytes), 0) AS b FROM archived_memories"
-        ).fetchone()["b"]
+        ).fetchone()
+        assert db_row is not None  # an aggregate returns one row
+        db_bytes = db_row["b"]
         n_packs = sum(map(packs.is_pack_key, keys))
         print(
             f"objects written: {len(keys)} ({n_packs} of them packs of one user's memories),"
@@ -497,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
 
 
-def _consolidation(conn, embedder, timezone: str) -> bool:
+def _consolidation(conn: Conn, embedder: Embedder, timezone: str) -> bool:
     """Level-2 and level-3 digests, facts and key moments of the whole history (offline builders, through
     memory_lib, one call per month and year), the checks, and one "who is X?" answered from facts."""
     from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_period
@@ -547,7 +553,7 @@ def _consolidation(conn, embedder, timezone: str) -> bool:
     return not problems and not missing
 
 
-def _fact_line(conn, user_id: str, fact: dict[str, Any], shown: int = 3) -> str:
+def _fact_line(conn: Conn, user_id: str, fact: dict[str, Any], shown: int = 3) -> str:
     """One merged fact of `who_is` with its provenance: validity, and each source memory's id and tier
     (memory_lib.retrieval.consolidated.source_memories_plan, as a phase-3 expansion reads them)."""
     from memory_lib.core.plans import run_plan

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
@@ -291,7 +291,7 @@ def _memory(
     end: datetime,
     *,
     access: tuple[int, int] | None = None,
-    links: list[uuid.UUID] = (),
+    links: Sequence[uuid.UUID] = (),
 ) -> DemoMemory:
     age_days = (end - created).total_seconds() / 86_400
     # Access: important and recent memories get used; cold ones were touched once or twice, long ago.

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import psycopg
 from dagster_aws.s3 import S3Resource
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from memory_lib.core.config import ArchivalCriteria, EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
 from memory_lib.core.errors import InvalidInputError, SchemaError
+from memory_lib.core.rows import Conn
 from memory_lib.llm.embedding import Embedder, embedder_from_settings
 from memory_lib.llm.summarize import Summarizer, summarizer_from_settings
 from memory_lib.preflight import check_embedding_key, check_llm_key, check_object_store
@@ -99,7 +99,7 @@ class DatabaseResource(dg.ConfigurableResource):
         return self._url
 
     @contextmanager
-    def connect(self) -> Iterator[psycopg.Connection]:
+    def connect(self) -> Iterator[Conn]:
         conn = connect(self.url)
         try:
             yield conn

@@ -49,6 +49,7 @@ from .core.errors import (
     SchemaError,
     SummarizationError,
 )
+from .core.rows import Conn
 from .core.shards import Shard
 from .lifecycle.eligibility import eligible_counts
 from .lifecycle.pause import clear_pause, pause_history, pause_status, set_pause
@@ -81,7 +82,7 @@ def _fail(message: str, code: int = EXIT_INPUT) -> None:
 
 
 @contextmanager
-def _connection(ctx: click.Context) -> Iterator[tuple[Settings, psycopg.Connection]]:
+def _connection(ctx: click.Context) -> Iterator[tuple[Settings, Conn]]:
     """A connection to the configured database; only `migrate` changes the schema, the other commands
     refuse a missing or outdated one (SchemaError: run `memory-archive migrate`)."""
     settings: Settings = ctx.obj

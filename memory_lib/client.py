@@ -1,7 +1,8 @@
 """The library API agents use: `MemoryClient` (sync) and `AsyncMemoryClient` (asyncio).
 
-Both take a connection or a pool, an Embedder and an ObjectStore, and run the same plans
-(memory_lib.retrieval.search, write_path, promotion), so they return the same results. Every method takes the
+Both take a connection or a pool, an Embedder and an ObjectStore. Every method's body is written once, as
+a flow (memory_lib.core.plans) of the same plans (memory_lib.retrieval.search, write_path, promotion):
+MemoryClient drives it with `drive`, AsyncMemoryClient with `drive_async`, so they return the same results. Every method takes the
 user_id first and never reads or writes another user's rows.
 
     with MemoryClient.from_settings() as memory:
@@ -21,10 +22,10 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
-import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -32,16 +33,23 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from .core import validation
 from .core.config import ContextBudget, Settings
 from .core.errors import InvalidInputError
-from .core.plans import Plan, query_vector, run_plan, run_plan_async
+from .core.plans import Call, Flow, Plan, RunPlan, drive, drive_async, query_vector
+from .core.rows import AsyncConn, Conn
 from .core.validation import SearchParams, normalize_tags, utc_now
 from .lifecycle import stubs
-from .lifecycle.forget import ForgetResult, forget_steps, run_forget, run_forget_async
+from .lifecycle.forget import ForgetResult, Steps, forget_steps, run_forget, run_forget_async
 from .lifecycle.promotion import Expansion, RestoreOutcome, expand_plan, record_access_plan, restore_plan
 from .lifecycle.reembedding import DualWriter
 from .llm.embedding import Embedder, embedder_from_settings
 from .observability import telemetry
 from .observability.trace import SpanHandle, span
-from .retrieval.consolidated import ConsolidatedHit, SourceExpansion, active_digests_plan, expand_sources_plan
+from .retrieval.consolidated import (
+    ConsolidatedHit,
+    Kind,
+    SourceExpansion,
+    active_digests_plan,
+    expand_sources_plan,
+)
 from .retrieval.context import (
     AssembledContext,
     ContextItem,
@@ -55,14 +63,7 @@ from .retrieval.context import (
     prepare_items,
     prepare_turns,
 )
-from .retrieval.escalation import (
-    Evaluator,
-    Phase3Mode,
-    drive,
-    drive_async,
-    escalated_search,
-    evaluator_from_settings,
-)
+from .retrieval.escalation import Evaluator, Phase3Mode, escalated_search, evaluator_from_settings
 from .retrieval.rerank import Reranker
 from .retrieval.types import Phase2Mode, SearchFilters, SearchHit, SearchRequest, SearchResult, finish_debug
 from .storage.db import check_schema
@@ -100,6 +101,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 DEFAULT_ACTOR = "memory_lib.client"
 
 
@@ -195,7 +197,6 @@ class _Parts:
     def write_plan(self, w: _Write, now: datetime, verdict: Verdict | None = None) -> Plan[AddResult]:
         """The plan that stores a prepared write (memory_lib.write.write_path)."""
         e = self.embedder
-        common = {"embedding_model": e.model, "actor": self.actor, "now": now}
         if len(w.chunks) == 1:
             return add_plan(
                 w.memory,
@@ -205,9 +206,14 @@ class _Parts:
                 embedder_kind=getattr(e, "kind", None),
                 supersedes=w.supersedes,
                 verdict=verdict,
-                **common,
+                embedding_model=e.model,
+                actor=self.actor,
+                now=now,
             )
-        return add_chunks_plan(w.memory, w.chunks, w.vectors, **common)
+        vectors: Any = w.vectors  # one vector per chunk (add_chunks_plan zips them with the chunks)
+        return add_chunks_plan(
+            w.memory, w.chunks, vectors, embedding_model=e.model, actor=self.actor, now=now
+        )
 
     def search_params(self, filters: SearchFilters | None, **kwargs: Any) -> SearchParams:
         """Every search argument validated before the query is embedded (memory_lib.core.validation)."""
@@ -279,7 +285,7 @@ class _Parts:
                 {
                     "memory_archive.hits": len(result.hits),
                     "memory_archive.hit_ids": [str(h.id) for h in result.hits],
-                    "memory_archive.hit_tiers": [h.source for h in result.hits],
+                    "memory_archive.hit_tiers": [str(h.source) for h in result.hits],
                     "memory_archive.hit_scores": [h.scores.final for h in result.hits],
                     "memory_archive.candidates.hot": result.hot_candidates,
                     "memory_archive.candidates.archived": result.archived_candidates,
@@ -305,7 +311,7 @@ class _Parts:
         )
         return memory, memory.content != row["content"]
 
-    def forget(self, user_id: object, memory_id: object, now: datetime | None, *, one: bool) -> Any:
+    def forget(self, user_id: object, memory_id: object, now: datetime | None, *, one: bool) -> Steps:
         if one and memory_id is None:
             raise InvalidInputError(
                 "memory_id", None, "is required: the memory to forget (forget_user forgets all)"
@@ -411,12 +417,251 @@ class _Write:
     supersedes: uuid.UUID | None
 
 
-class MemoryClient:
+class _Flows:
+    """Every client method's body, written once as a flow (memory_lib.core.plans): MemoryClient drives
+    them with `drive`, AsyncMemoryClient with `drive_async` (blocking calls in threads). A writing flow
+    returns (result, the memory ids to dual-write), the dual write coming after its transaction."""
+
+    _parts: _Parts
+
+    def _add(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        category: str,
+        domain: str | None,
+        importance: float,
+        tags: Sequence[str] | None,
+        metadata: dict[str, Any] | None,
+        pinned: bool,
+        entity_links: list[uuid.UUID] | None,
+        allow_secrets: bool,
+        ttl_days: int | None,
+        supersedes: uuid.UUID | None,
+        now: datetime | None,
+    ) -> Flow[tuple[AddResult, list[uuid.UUID]]]:
+        p = self._parts
+        target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
+        memory = prepare_memory(
+            user_id,
+            content,
+            category=category,
+            domain=domain,
+            importance=importance,
+            tags=tags,  # type: ignore[arg-type]  # prepare_memory checks what it is given
+            metadata=metadata,
+            pinned=pinned,
+            entity_links=entity_links,
+            allow_secrets=allow_secrets,
+            ttl_days=ttl_days,
+            secret_policy=p.settings.secrets,
+        )
+        w: _Write = yield Call(partial(p.prepare_write, memory, target))
+        find = p.judge_plan(w)
+        verdict = None
+        if find is not None:
+            candidates = yield RunPlan(find)
+            verdict = yield Call(partial(p.verdict, w, candidates))
+        result: AddResult = yield RunPlan(p.write_plan(w, _now(now), verdict))
+        return result, list(result.chunk_ids) or [result.memory_id]
+
+    def _search(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        limit: int | None = None,
+        archived_limit: int | None = None,
+        filters: SearchFilters | None = None,
+        tags: Sequence[str] | None = None,
+        include_past: bool = False,
+        phase2: Phase2Mode = "auto",
+        phase3: Phase3Mode = "auto",
+        text_query: str | None = None,
+        record_access: bool = False,
+        follow_links: bool = False,
+        include_superseded: bool = False,
+        debug: bool | None = None,
+        now: datetime | None = None,
+    ) -> Flow[SearchResult]:
+        p = self._parts
+        params = p.search_params(
+            filters,
+            user_id=user_id,
+            query=query,
+            limit=limit,
+            archived_limit=archived_limit,
+            tags=tags,
+            include_past=include_past,
+            phase2=phase2,
+            phase3=phase3,
+            text_query=text_query,
+            record_access=record_access,
+            now=now,
+            follow_links=follow_links,
+            debug=debug,
+            include_superseded=include_superseded,
+        )
+        with span("memory_archive.search", p.search_attrs(params)) as s:
+            request = p.search_request(params, filters, (yield Call(partial(p.embed_one, params.query))))
+            result = yield from escalated_search(
+                request,
+                params.phase3,  # type: ignore[arg-type]
+                evaluator=p.evaluator,
+                embed=p.embed_one,
+                follow_links=params.follow_links,
+            )
+            if p.reranker is not None:  # a blocking SDK or model: a call (the span context goes along)
+                result = yield Call(partial(p.rerank, params.query, result))
+            result = p.finish_search(result, s)
+            if params.record_access and result.hits:
+                yield from self._record_access(user_id, [h.id for h in result.hits], now=request.now)
+        return result
+
+    def _expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None) -> Flow[Expansion]:
+        p = self._parts
+        when = _now(now)
+        exp: Expansion = yield RunPlan(
+            expand_plan(
+                *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
+            )
+        )
+        if exp.promoted:
+            return exp
+        summary = yield RunPlan(stubs.stub_summary_plan(exp.user_id, exp.archive_id))
+        if summary is None:
+            return exp
+        vector = yield Call(partial(p.embed_one, summary))
+        plan = stubs.restore_vector_plan(
+            exp.user_id, exp.archive_id, vector, model=p.embedder.model, actor=p.actor, now=when
+        )
+        return replace(exp, vector_restored=(yield RunPlan(plan)))
+
+    def _expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> Flow[SourceExpansion]:
+        expansion: SourceExpansion = yield RunPlan(expand_sources_plan(*_consolidated_ref(user_id, digest)))
+        return expansion
+
+    def _record_access(
+        self, user_id: str, ids: Sequence[uuid.UUID | SearchHit], *, now: datetime | None
+    ) -> Flow[int]:
+        n: int = yield RunPlan(record_access_plan(validation.user(user_id), _ids(ids), now=_now(now)))
+        return n
+
+    def _build_context(
+        self,
+        user_id: str,
+        query: str,
+        recent_turns: Sequence[Turn],
+        budget: ContextBudget | None,
+        *,
+        summaries: Sequence[str | ContextItem],
+        counter: TokenCounter | None,
+        max_tokens: int | None,
+        **search_kwargs: Any,
+    ) -> Flow[AssembledContext]:
+        p = self._parts
+        turns, items = p.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
+        with span("memory_archive.build_context"):
+            result = yield from self._search(user_id, query, **search_kwargs)
+            active = yield RunPlan(active_digests_plan(result_user(user_id)))
+            return p.context(result, turns, items, budget, counter, max_tokens, active)
+
+    def _restore(
+        self,
+        user_id: str,
+        *,
+        archive_id: uuid.UUID | None,
+        original_id: uuid.UUID | None,
+        now: datetime | None,
+    ) -> Flow[tuple[RestoreOutcome, list[uuid.UUID]]]:
+        plan = restore_plan(
+            validation.user(user_id),
+            archive_id=archive_id,
+            original_id=original_id,
+            actor=self._parts.actor,
+            now=_now(now),
+        )
+        outcome: RestoreOutcome = yield RunPlan(plan)
+        return outcome, [outcome.memory_id] if outcome.restored else []
+
+    def _get(self, user_id: str, memory_id: uuid.UUID) -> Flow[MemoryRecord | None]:
+        record: MemoryRecord | None = yield RunPlan(api.get_plan(user_id, memory_id))
+        return record
+
+    def _history(self, user_id: str, memory_id: uuid.UUID) -> Flow[list[MemoryEvent]]:
+        events: list[MemoryEvent] = yield RunPlan(api.history_plan(user_id, memory_id))
+        return events
+
+    def _update(
+        self,
+        user_id: str,
+        memory_id: uuid.UUID,
+        content: str,
+        *,
+        category: str,
+        domain: str | None,
+        importance: float,
+        tags: Sequence[str] | None,
+        metadata: dict[str, Any],
+        pinned: bool,
+        allow_secrets: bool,
+        now: datetime | None,
+    ) -> Flow[tuple[UpdateResult, list[uuid.UUID]]]:
+        p = self._parts
+        changes = {
+            "content": content,
+            "category": category,
+            "domain": domain,
+            "importance": importance,
+            "tags": tags,
+            "metadata": metadata,
+            "pinned": pinned,
+        }
+        user, mid = p.update_inputs(user_id, memory_id, changes)
+        when = _now(now)
+        row = yield RunPlan(api.current_plan(user, mid))
+        memory, new_text = p.prepare_update(row, changes, allow_secrets)
+        embedding = (yield Call(partial(p.embed_one, memory.content))) if new_text else None
+        result: UpdateResult = yield RunPlan(
+            api.update_plan(
+                memory, mid, row, embedding, embedding_model=p.embedder.model, actor=p.actor, now=when
+            )
+        )
+        return result, [result.memory_id] if result.outcome == "superseded" else []
+
+    def _list(
+        self,
+        user_id: str,
+        *,
+        tier: str | None,
+        category: str | Sequence[str] | None,
+        created_after: datetime | None,
+        created_before: datetime | None,
+        include_superseded: bool,
+        limit: int,
+        cursor: str | None,
+    ) -> Flow[MemoryPage]:
+        query = api.list_query(
+            user_id,
+            tier=tier,
+            category=category,
+            created_after=created_after,
+            created_before=created_before,
+            include_superseded=include_superseded,
+            limit=limit,
+            cursor=cursor,
+        )
+        page: MemoryPage = yield RunPlan(api.list_plan(query))
+        return page
+
+
+class MemoryClient(_Flows):
     """Synchronous memory API over a psycopg Connection or ConnectionPool."""
 
     def __init__(
         self,
-        conn: psycopg.Connection | ConnectionPool,
+        conn: Conn | ConnectionPool[Any],
         *,
         embedder: Embedder,
         object_store: ObjectStore | None = None,
@@ -479,16 +724,28 @@ class MemoryClient:
         self.close()
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection]:
+    def _connection(self) -> Iterator[Conn]:
         if isinstance(self._conn, ConnectionPool):
             with self._conn.connection() as conn:
                 yield conn
         else:
             yield self._conn
 
-    def _run(self, plan: Plan[Any]) -> Any:
+    def _drive(self, flow: Flow[T]) -> T:
+        """Each plan on a connection of its own from the pool (or the one connection), calls in this thread."""
+        p = self._parts
+        return drive(self._connection, flow, object_store=p.object_store, embedder=p.embedder)
+
+    def _write(self, flow: Flow[tuple[T, list[uuid.UUID]]]) -> T:
+        result, ids = self._drive(flow)
+        if ids:
+            self._dual_write(ids)
+        return result
+
+    def _drive_forget(self, flow: Flow[ForgetResult]) -> ForgetResult:
+        """Forget runs on one connection from start to end (memory_lib.lifecycle.forget)."""
         with self._connection() as conn:
-            return run_plan(conn, plan, object_store=self._parts.object_store, embedder=self._parts.embedder)
+            return run_forget(conn, flow)
 
     # -- write
 
@@ -514,27 +771,23 @@ class MemoryClient:
         `supersedes=<id>`, the LLM judge when one is configured, or the opt-in state rule. A long text
         is stored as chunks sharing a parent id. ttl_days: None (no TTL), 0 (pinned canonical fact) or
         N days, after which the nightly run archives it (reason ttl_expired). See memory_lib.write.write_path."""
-        target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
-        memory = prepare_memory(
-            user_id,
-            content,
-            category=category,
-            domain=domain,
-            importance=importance,
-            tags=tags,
-            metadata=metadata,
-            pinned=pinned,
-            entity_links=entity_links,
-            allow_secrets=allow_secrets,
-            ttl_days=ttl_days,
-            secret_policy=self._parts.settings.secrets,
+        return self._write(
+            self._add(
+                user_id,
+                content,
+                category=category,
+                domain=domain,
+                importance=importance,
+                tags=tags,
+                metadata=metadata,
+                pinned=pinned,
+                entity_links=entity_links,
+                allow_secrets=allow_secrets,
+                ttl_days=ttl_days,
+                supersedes=supersedes,
+                now=now,
+            )
         )
-        w = self._parts.prepare_write(memory, target)
-        find = self._parts.judge_plan(w)
-        verdict = self._parts.verdict(w, self._run(find)) if find is not None else None
-        result = self._run(self._parts.write_plan(w, _now(now), verdict))
-        self._dual_write(list(result.chunk_ids) or [result.memory_id])
-        return result
 
     # -- read
 
@@ -570,67 +823,42 @@ class MemoryClient:
         MAX_QUERY_CHARS (4,000) characters; `now` is an aware datetime or an ISO 8601 string with an
         offset; limits are integers in 0..1000; flags are real booleans; `filters` is a SearchFilters
         whose values are re-checked (domains and tags must be storable text)."""
-        params = self._parts.search_params(
-            filters,
-            user_id=user_id,
-            query=query,
-            limit=limit,
-            archived_limit=archived_limit,
-            tags=tags,
-            include_past=include_past,
-            phase2=phase2,
-            phase3=phase3,
-            text_query=text_query,
-            record_access=record_access,
-            now=now,
-            follow_links=follow_links,
-            debug=debug,
-            include_superseded=include_superseded,
-        )
-        with span("memory_archive.search", self._parts.search_attrs(params)) as s:
-            request = self._parts.search_request(params, filters, self._parts.embed_one(params.query))
-            result = drive(
-                escalated_search(request, params.phase3, follow_links=params.follow_links),
-                self._run,
-                self._parts.embed_one,  # type: ignore[arg-type]
-                self._parts.evaluator,
+        return self._drive(
+            self._search(
+                user_id,
+                query,
+                limit=limit,
+                archived_limit=archived_limit,
+                filters=filters,
+                tags=tags,
+                include_past=include_past,
+                phase2=phase2,
+                phase3=phase3,
+                text_query=text_query,
+                record_access=record_access,
+                follow_links=follow_links,
+                include_superseded=include_superseded,
+                debug=debug,
+                now=now,
             )
-            result = self._parts.finish_search(self._parts.rerank(params.query, result), s)
-            if params.record_access and result.hits:
-                self.record_access(user_id, [h.id for h in result.hits], now=request.now)
-        return result
+        )
 
     def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
         """The verified original of an archived memory; re-promotes it on the Nth expansion in the window.
         A stub that stays archived gets its summary vector back (its summary re-embedded, memory_lib.lifecycle.stubs):
         after the expansion's commit, so a crash in between leaves a stub the next expansion restores."""
-        p = self._parts
-        when = _now(now)
-        exp = self._run(
-            expand_plan(
-                *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
-            )
-        )
-        if exp.promoted:
-            return exp
-        summary = self._run(stubs.stub_summary_plan(exp.user_id, exp.archive_id))
-        if summary is None:
-            return exp
-        plan = stubs.restore_vector_plan(
-            exp.user_id, exp.archive_id, p.embed_one(summary), model=p.embedder.model, actor=p.actor, now=when
-        )
-        return replace(exp, vector_restored=self._run(plan))
+        return self._drive(self._expand(user_id, archive_id, now=now))
 
     def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
         """The memories (hot, or archived: summary + archive id for expand) a digest or fact hit of
         `user_id` was built from; NotFoundError when it is not this user's."""
-        return self._run(expand_sources_plan(*_consolidated_ref(user_id, digest)))
+        return self._drive(self._expand_digest(user_id, digest))
 
     def record_access(
         self, user_id: str, ids: Sequence[uuid.UUID | SearchHit], *, now: datetime | None = None
     ) -> int:
         """Count a use of these memories (hot ids, archive ids or hits); returns the rows updated."""
-        return self._run(record_access_plan(validation.user(user_id), _ids(ids), now=_now(now)))
+        return self._drive(self._record_access(user_id, ids, now=now))
 
     def build_context(
         self,
@@ -645,11 +873,18 @@ class MemoryClient:
         **search_kwargs: Any,
     ) -> AssembledContext:
         """Search, then pack summaries, recent turns and snippets within the token budget."""
-        turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
-        with span("memory_archive.build_context"):
-            result = self.search(user_id, query, **search_kwargs)
-            active = self._run(active_digests_plan(result_user(user_id)))
-            return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
+        return self._drive(
+            self._build_context(
+                user_id,
+                query,
+                recent_turns,
+                budget,
+                summaries=summaries,
+                counter=counter,
+                max_tokens=max_tokens,
+                **search_kwargs,
+            )
+        )
 
     def restore(
         self,
@@ -660,27 +895,17 @@ class MemoryClient:
         now: datetime | None = None,
     ) -> RestoreOutcome:
         """Bring an archived memory back to the hot tier now (idempotent)."""
-        plan = restore_plan(
-            validation.user(user_id),
-            archive_id=archive_id,
-            original_id=original_id,
-            actor=self._parts.actor,
-            now=_now(now),
-        )
-        outcome = self._run(plan)
-        if outcome.restored:
-            self._dual_write([outcome.memory_id])
-        return outcome
+        return self._write(self._restore(user_id, archive_id=archive_id, original_id=original_id, now=now))
 
     # -- the memory API (memory_lib.write.memory_api) and erasure (memory_lib.lifecycle.forget)
 
     def get(self, user_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
         """The memory (hot, or archived: by its id or archive id) of this user, or None."""
-        return self._run(api.get_plan(user_id, memory_id))
+        return self._drive(self._get(user_id, memory_id))
 
     def history(self, user_id: str, memory_id: uuid.UUID) -> list[MemoryEvent]:
         """The memory's audit events, oldest first, across hot, archived and restored states."""
-        return self._run(api.history_plan(user_id, memory_id))
+        return self._drive(self._history(user_id, memory_id))
 
     def update(
         self,
@@ -699,34 +924,21 @@ class MemoryClient:
     ) -> UpdateResult:
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
         fields change in place. Audited either way (see memory_lib.write.memory_api)."""
-        changes = {
-            "content": content,
-            "category": category,
-            "domain": domain,
-            "importance": importance,
-            "tags": tags,
-            "metadata": metadata,
-            "pinned": pinned,
-        }
-        user, mid = self._parts.update_inputs(user_id, memory_id, changes)
-        now = _now(now)
-        row = self._run(api.current_plan(user, mid))
-        memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
-        embedding = self._parts.embed_one(memory.content) if new_text else None
-        result = self._run(
-            api.update_plan(
-                memory,
-                mid,
-                row,
-                embedding,
-                embedding_model=self._parts.embedder.model,
-                actor=self._parts.actor,
+        return self._write(
+            self._update(
+                user_id,
+                memory_id,
+                content,
+                category=category,
+                domain=domain,
+                importance=importance,
+                tags=tags,
+                metadata=metadata,
+                pinned=pinned,
+                allow_secrets=allow_secrets,
                 now=now,
             )
         )
-        if result.outcome == "superseded":
-            self._dual_write([result.memory_id])
-        return result
 
     def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
         """Delete = forget one memory: erased from every tier, table and backup version (memory_lib.lifecycle.forget)."""
@@ -734,13 +946,11 @@ class MemoryClient:
 
     def forget(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:
         """Erase one memory and the versions it superseded; the audit log keeps a tombstone. Idempotent."""
-        with self._connection() as conn:
-            return run_forget(conn, self._parts.forget(user_id, memory_id, now, one=True))
+        return self._drive_forget(self._parts.forget(user_id, memory_id, now, one=True))
 
     def forget_user(self, user_id: str, *, now: datetime | None = None) -> ForgetResult:
         """Erase every memory of the user (right to erasure). Idempotent; a re-run completes a killed one."""
-        with self._connection() as conn:
-            return run_forget(conn, self._parts.forget(user_id, None, now, one=False))
+        return self._drive_forget(self._parts.forget(user_id, None, now, one=False))
 
     def list(
         self,
@@ -755,28 +965,30 @@ class MemoryClient:
         cursor: str | None = None,
     ) -> MemoryPage:
         """The user's memories, newest first, one page (keyset `cursor` from the previous page)."""
-        query = api.list_query(
-            user_id,
-            tier=tier,
-            category=category,
-            created_after=created_after,
-            created_before=created_before,
-            include_superseded=include_superseded,
-            limit=limit,
-            cursor=cursor,
+        return self._drive(
+            self._list(
+                user_id,
+                tier=tier,
+                category=category,
+                created_after=created_after,
+                created_before=created_before,
+                include_superseded=include_superseded,
+                limit=limit,
+                cursor=cursor,
+            )
         )
-        return self._run(api.list_plan(query))
 
 
-class AsyncMemoryClient:
-    """The asyncio twin of MemoryClient over a psycopg AsyncConnection or AsyncConnectionPool.
+class AsyncMemoryClient(_Flows):
+    """MemoryClient's methods (the same flows) driven on asyncio, over a psycopg AsyncConnection or
+    AsyncConnectionPool.
 
-    Embedding and object storage calls (blocking SDKs) run in worker threads.
+    Embedding, LLM and object storage calls (blocking SDKs) run in worker threads.
     """
 
     def __init__(
         self,
-        conn: psycopg.AsyncConnection | AsyncConnectionPool,
+        conn: AsyncConn | AsyncConnectionPool[Any],
         *,
         embedder: Embedder,
         object_store: ObjectStore | None = None,
@@ -850,21 +1062,26 @@ class AsyncMemoryClient:
         await self.close()
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+    async def _connection(self) -> AsyncIterator[AsyncConn]:
         if isinstance(self._conn, AsyncConnectionPool):
             async with self._conn.connection() as conn:
                 yield conn
         else:
             yield self._conn
 
-    async def _run(self, plan: Plan[Any]) -> Any:
-        async with self._connection() as conn:
-            return await run_plan_async(
-                conn, plan, object_store=self._parts.object_store, embedder=self._parts.embedder
-            )
+    async def _drive(self, flow: Flow[T]) -> T:
+        p = self._parts
+        return await drive_async(self._connection, flow, object_store=p.object_store, embedder=p.embedder)
 
-    async def _embed_one(self, text: str) -> np.ndarray:
-        return await asyncio.to_thread(self._parts.embed_one, text)
+    async def _write(self, flow: Flow[tuple[T, list[uuid.UUID]]]) -> T:
+        result, ids = await self._drive(flow)
+        if ids:
+            await self._dual_write(ids)
+        return result
+
+    async def _drive_forget(self, flow: Flow[ForgetResult]) -> ForgetResult:
+        async with self._connection() as conn:
+            return await run_forget_async(conn, flow)
 
     async def add(
         self,
@@ -883,29 +1100,24 @@ class AsyncMemoryClient:
         supersedes: uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> AddResult:
-        target = None if supersedes is None else validation.uuid_value("supersedes", supersedes)
-        memory = prepare_memory(
-            user_id,
-            content,
-            category=category,
-            domain=domain,
-            importance=importance,
-            tags=tags,
-            metadata=metadata,
-            pinned=pinned,
-            entity_links=entity_links,
-            allow_secrets=allow_secrets,
-            ttl_days=ttl_days,
-            secret_policy=self._parts.settings.secrets,
+        """As MemoryClient.add."""
+        return await self._write(
+            self._add(
+                user_id,
+                content,
+                category=category,
+                domain=domain,
+                importance=importance,
+                tags=tags,
+                metadata=metadata,
+                pinned=pinned,
+                entity_links=entity_links,
+                allow_secrets=allow_secrets,
+                ttl_days=ttl_days,
+                supersedes=supersedes,
+                now=now,
+            )
         )
-        w = await asyncio.to_thread(self._parts.prepare_write, memory, target)
-        find = self._parts.judge_plan(w)
-        verdict = None
-        if find is not None:
-            verdict = await asyncio.to_thread(self._parts.verdict, w, await self._run(find))
-        result = await self._run(self._parts.write_plan(w, _now(now), verdict))
-        await self._dual_write(list(result.chunk_ids) or [result.memory_id])
-        return result
 
     async def search(
         self,
@@ -926,70 +1138,40 @@ class AsyncMemoryClient:
         debug: bool | None = None,
         now: datetime | None = None,
     ) -> SearchResult:
-        params = self._parts.search_params(
-            filters,
-            user_id=user_id,
-            query=query,
-            limit=limit,
-            archived_limit=archived_limit,
-            tags=tags,
-            include_past=include_past,
-            phase2=phase2,
-            phase3=phase3,
-            text_query=text_query,
-            record_access=record_access,
-            now=now,
-            follow_links=follow_links,
-            debug=debug,
-            include_superseded=include_superseded,
-        )
-        with span("memory_archive.search", self._parts.search_attrs(params)) as s:
-            request = self._parts.search_request(params, filters, await self._embed_one(params.query))
-            result = await drive_async(
-                escalated_search(request, params.phase3, follow_links=params.follow_links),
-                self._run,
-                self._embed_one,  # type: ignore[arg-type]
-                self._parts.evaluator,
+        """As MemoryClient.search."""
+        return await self._drive(
+            self._search(
+                user_id,
+                query,
+                limit=limit,
+                archived_limit=archived_limit,
+                filters=filters,
+                tags=tags,
+                include_past=include_past,
+                phase2=phase2,
+                phase3=phase3,
+                text_query=text_query,
+                record_access=record_access,
+                follow_links=follow_links,
+                include_superseded=include_superseded,
+                debug=debug,
+                now=now,
             )
-            if (
-                self._parts.reranker is not None
-            ):  # a blocking SDK or model: in a thread (the span context goes along)
-                result = await asyncio.to_thread(self._parts.rerank, params.query, result)
-            result = self._parts.finish_search(result, s)
-            if params.record_access and result.hits:
-                await self.record_access(user_id, [h.id for h in result.hits], now=request.now)
-        return result
+        )
 
     async def expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None = None) -> Expansion:
-        p = self._parts
-        when = _now(now)
-        exp = await self._run(
-            expand_plan(
-                *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
-            )
-        )
-        if exp.promoted:
-            return exp
-        summary = await self._run(stubs.stub_summary_plan(exp.user_id, exp.archive_id))
-        if summary is None:
-            return exp
-        plan = stubs.restore_vector_plan(
-            exp.user_id,
-            exp.archive_id,
-            await self._embed_one(summary),
-            model=p.embedder.model,
-            actor=p.actor,
-            now=when,
-        )
-        return replace(exp, vector_restored=await self._run(plan))
+        """As MemoryClient.expand."""
+        return await self._drive(self._expand(user_id, archive_id, now=now))
 
     async def expand_digest(self, user_id: str, digest: uuid.UUID | ConsolidatedHit) -> SourceExpansion:
-        return await self._run(expand_sources_plan(*_consolidated_ref(user_id, digest)))
+        """As MemoryClient.expand_digest."""
+        return await self._drive(self._expand_digest(user_id, digest))
 
     async def record_access(
         self, user_id: str, ids: Sequence[uuid.UUID | SearchHit], *, now: datetime | None = None
     ) -> int:
-        return await self._run(record_access_plan(validation.user(user_id), _ids(ids), now=_now(now)))
+        """As MemoryClient.record_access."""
+        return await self._drive(self._record_access(user_id, ids, now=now))
 
     async def build_context(
         self,
@@ -1003,11 +1185,19 @@ class AsyncMemoryClient:
         max_tokens: int | None = None,
         **search_kwargs: Any,
     ) -> AssembledContext:
-        turns, items = self._parts.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
-        with span("memory_archive.build_context"):
-            result = await self.search(user_id, query, **search_kwargs)
-            active = await self._run(active_digests_plan(result_user(user_id)))
-            return self._parts.context(result, turns, items, budget, counter, max_tokens, active)
+        """As MemoryClient.build_context."""
+        return await self._drive(
+            self._build_context(
+                user_id,
+                query,
+                recent_turns,
+                budget,
+                summaries=summaries,
+                counter=counter,
+                max_tokens=max_tokens,
+                **search_kwargs,
+            )
+        )
 
     async def restore(
         self,
@@ -1017,27 +1207,20 @@ class AsyncMemoryClient:
         original_id: uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> RestoreOutcome:
-        plan = restore_plan(
-            validation.user(user_id),
-            archive_id=archive_id,
-            original_id=original_id,
-            actor=self._parts.actor,
-            now=_now(now),
+        """As MemoryClient.restore."""
+        return await self._write(
+            self._restore(user_id, archive_id=archive_id, original_id=original_id, now=now)
         )
-        outcome = await self._run(plan)
-        if outcome.restored:
-            await self._dual_write([outcome.memory_id])
-        return outcome
 
     # -- the memory API (memory_lib.write.memory_api) and erasure (memory_lib.lifecycle.forget)
 
     async def get(self, user_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
         """The memory (hot, or archived: by its id or archive id) of this user, or None."""
-        return await self._run(api.get_plan(user_id, memory_id))
+        return await self._drive(self._get(user_id, memory_id))
 
     async def history(self, user_id: str, memory_id: uuid.UUID) -> list[MemoryEvent]:
         """The memory's audit events, oldest first, across hot, archived and restored states."""
-        return await self._run(api.history_plan(user_id, memory_id))
+        return await self._drive(self._history(user_id, memory_id))
 
     async def update(
         self,
@@ -1056,34 +1239,21 @@ class AsyncMemoryClient:
     ) -> UpdateResult:
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
         fields change in place. Audited either way (see memory_lib.write.memory_api)."""
-        changes = {
-            "content": content,
-            "category": category,
-            "domain": domain,
-            "importance": importance,
-            "tags": tags,
-            "metadata": metadata,
-            "pinned": pinned,
-        }
-        user, mid = self._parts.update_inputs(user_id, memory_id, changes)
-        now = _now(now)
-        row = await self._run(api.current_plan(user, mid))
-        memory, new_text = self._parts.prepare_update(row, changes, allow_secrets)
-        embedding = await self._embed_one(memory.content) if new_text else None
-        result = await self._run(
-            api.update_plan(
-                memory,
-                mid,
-                row,
-                embedding,
-                embedding_model=self._parts.embedder.model,
-                actor=self._parts.actor,
+        return await self._write(
+            self._update(
+                user_id,
+                memory_id,
+                content,
+                category=category,
+                domain=domain,
+                importance=importance,
+                tags=tags,
+                metadata=metadata,
+                pinned=pinned,
+                allow_secrets=allow_secrets,
                 now=now,
             )
         )
-        if result.outcome == "superseded":
-            await self._dual_write([result.memory_id])
-        return result
 
     async def delete(
         self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None
@@ -1095,13 +1265,11 @@ class AsyncMemoryClient:
         self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None
     ) -> ForgetResult:
         """Erase one memory and the versions it superseded; the audit log keeps a tombstone. Idempotent."""
-        async with self._connection() as conn:
-            return await run_forget_async(conn, self._parts.forget(user_id, memory_id, now, one=True))
+        return await self._drive_forget(self._parts.forget(user_id, memory_id, now, one=True))
 
     async def forget_user(self, user_id: str, *, now: datetime | None = None) -> ForgetResult:
         """Erase every memory of the user (right to erasure). Idempotent; a re-run completes a killed one."""
-        async with self._connection() as conn:
-            return await run_forget_async(conn, self._parts.forget(user_id, None, now, one=False))
+        return await self._drive_forget(self._parts.forget(user_id, None, now, one=False))
 
     async def list(
         self,
@@ -1116,22 +1284,23 @@ class AsyncMemoryClient:
         cursor: str | None = None,
     ) -> MemoryPage:
         """The user's memories, newest first, one page (keyset `cursor` from the previous page)."""
-        query = api.list_query(
-            user_id,
-            tier=tier,
-            category=category,
-            created_after=created_after,
-            created_before=created_before,
-            include_superseded=include_superseded,
-            limit=limit,
-            cursor=cursor,
+        return await self._drive(
+            self._list(
+                user_id,
+                tier=tier,
+                category=category,
+                created_after=created_after,
+                created_before=created_before,
+                include_superseded=include_superseded,
+                limit=limit,
+                cursor=cursor,
+            )
         )
-        return await self._run(api.list_plan(query))
 
 
 def _ids(ids: Sequence[uuid.UUID | SearchHit]) -> list[uuid.UUID]:
     if isinstance(ids, (str, uuid.UUID, SearchHit)):
-        ids = [ids]  # type: ignore[list-item]
+        ids = [ids]
     if isinstance(ids, (bytes, Mapping)) or not isinstance(ids, Iterable):
         raise InvalidInputError("ids", ids, "must be a sequence of memory ids, archive ids or hits")
     return [i.id if isinstance(i, SearchHit) else validation.uuid_value("ids", i) for i in ids]
@@ -1146,7 +1315,7 @@ def result_user(user_id: object) -> str:
     return validation.user(user_id)
 
 
-def _consolidated_ref(user_id: object, digest: object) -> tuple[str, str, uuid.UUID]:
+def _consolidated_ref(user_id: object, digest: object) -> tuple[str, Kind, uuid.UUID]:
     """(user, kind, id): a ConsolidatedHit says its kind; a bare id is a digest's."""
     if isinstance(digest, ConsolidatedHit):
         return validation.user(user_id), digest.kind, digest.id

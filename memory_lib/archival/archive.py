@@ -43,6 +43,7 @@ from ..core.errors import (
 )
 from ..core.locks import lock_users
 from ..core.models import BackupObject, sha256_hex
+from ..core.rows import Conn, Row
 from ..core.statuses import AttemptStatus, Step
 from ..llm import batches
 from ..llm.embedding import Embedder, embedder_from_settings
@@ -119,9 +120,7 @@ class BatchStatus:
 # --------------------------------------------------------------------------- step plumbing
 
 
-def _pending(
-    conn: psycopg.Connection, batch_key: str, status: str, extra_cols: str = ""
-) -> list[dict[str, Any]]:
+def _pending(conn: Conn, batch_key: str, status: str, extra_cols: str = "") -> list[Row]:
     return conn.execute(
         f"""SELECT a.memory_id, a.user_id, a.archive_reason, a.attempts, a.llm_submission {extra_cols}
             FROM archival_attempts a WHERE a.batch_key = %s AND a.status = %s ORDER BY a.memory_id""",
@@ -130,7 +129,7 @@ def _pending(
 
 
 def record_failure(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     memory_id: uuid.UUID,
     step: str,
@@ -170,7 +169,7 @@ class _Checkpoints:
 
     def __init__(
         self,
-        conn: psycopg.Connection,
+        conn: Conn,
         batch_key: str,
         step: str,
         sql: str,
@@ -279,7 +278,7 @@ def step_deadline(criteria: ArchivalCriteria) -> float:
     return time.monotonic() + criteria.step_deadline_seconds
 
 
-def _start_step(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria) -> float:
+def _start_step(conn: Conn, batch_key: str, criteria: ArchivalCriteria) -> float:
     renew_lease(conn, batch_key, criteria)
     return step_deadline(criteria)
 
@@ -288,7 +287,7 @@ def _start_step(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCrit
 
 
 def summarize_batch(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     summarizer: Summarizer,
     criteria: ArchivalCriteria,
@@ -330,7 +329,7 @@ def summarize_batch(
             deadline,
         )
 
-    def run(attempt: dict[str, Any]):
+    def run(attempt: Row):
         row = originals.get(attempt["memory_id"])
         if row is None:
             raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
@@ -350,30 +349,30 @@ def summarize_batch(
 
 
 def _summarize_via_batches(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     summarizer: Any,
     criteria: ArchivalCriteria,
-    submit: list[dict[str, Any]],
-    waiting: list[dict[str, Any]],
-    originals: dict[uuid.UUID, dict[str, Any]],
+    submit: list[Row],
+    waiting: list[Row],
+    originals: dict[uuid.UUID, Row],
     ledger: _LedgerBuffer,
     checkpoints: _Checkpoints,
     result: StepResult,
     step_deadline_at: float,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Submit `submit` as one provider batch, poll it and the submissions `waiting` memories are in,
     apply what ended (memory_lib.llm.batches). Returns the attempts to summarize synchronously instead
     (their batch expired or was canceled, the provider refused it, or showed none for it past
     batches.LOOKUP_WINDOW: memory_lib.llm.batches says which failures are which); memories of a batch
     still running when the wait ends stay claimed with their submission, counted in result.waiting."""
     api = batches.BatchClient(summarizer)
-    by_key: dict[str, dict[uuid.UUID, dict[str, Any]]] = {}
+    by_key: dict[str, dict[uuid.UUID, Row]] = {}
     for a in waiting:
         by_key.setdefault(a["llm_submission"], {})[a["memory_id"]] = a
-    fallback: list[dict[str, Any]] = []
+    fallback: list[Row] = []
 
-    def requests_for(attempts: list[dict[str, Any]]) -> list[tuple[uuid.UUID, dict[str, Any]]]:
+    def requests_for(attempts: list[Row]) -> list[tuple[uuid.UUID, Row]]:
         out = []
         for a in attempts:
             row = originals.get(a["memory_id"])
@@ -396,7 +395,7 @@ def _summarize_via_batches(
         batches.release_memories(conn, key, list(by_key[key]))
         fallback.extend(by_key.pop(key).values())
 
-    def send(key: str, attempts: list[dict[str, Any]]) -> None:
+    def send(key: str, attempts: list[Row]) -> None:
         sent_now.add(key)
         try:
             batches.record_submitted(conn, key, api.create(key, requests_for(attempts)))
@@ -477,22 +476,22 @@ def _summarize_via_batches(
 
 
 def _collect(
-    conn: psycopg.Connection,
+    conn: Conn,
     api: batches.BatchClient,
     summarizer: Any,
-    sub: dict[str, Any],
+    sub: Row,
     status: str,
-    attempts: dict[uuid.UUID, dict[str, Any]],
-    originals: dict[uuid.UUID, dict[str, Any]],
+    attempts: dict[uuid.UUID, Row],
+    originals: dict[uuid.UUID, Row],
     ledger: _LedgerBuffer,
     checkpoints: _Checkpoints,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Apply an ended provider batch's results to the memories still waiting in it; return those to
     summarize synchronously (canceled or expired, or missing from the results)."""
     key, provider_id = sub["submission_key"], sub["provider_batch_id"]
     batches.mark(conn, key, "ended")
     results = [] if status == "failed" else list(api.results(provider_id))
-    fallback: list[dict[str, Any]] = []
+    fallback: list[Row] = []
     seen: set[uuid.UUID] = set()
     for r in results:
         attempt = attempts.get(r.memory_id)
@@ -542,12 +541,12 @@ def _collect(
 class _LedgerBuffer:
     """Ledger rows of one step, collected from worker threads and written before each checkpoint flush."""
 
-    def __init__(self, conn: psycopg.Connection, batch_key: str):
+    def __init__(self, conn: Conn, batch_key: str):
         self.conn, self.batch_key = conn, batch_key
         self._entries: list[LedgerEntry] = []
         self._lock = threading.Lock()
 
-    def add(self, attempt: dict[str, Any], spent: Summary, outcome: str) -> None:
+    def add(self, attempt: Row, spent: Summary, outcome: str) -> None:
         if spent.kind == "extractive-offline":
             return  # no provider, no bill
         entry = LedgerEntry(spent, outcome, self.batch_key, attempt["memory_id"], attempt["user_id"])
@@ -561,7 +560,7 @@ class _LedgerBuffer:
 
 
 def accept_summary(
-    summary: Summary, row: dict[str, Any], attempt: dict[str, Any], ledger: _LedgerBuffer
+    summary: Summary, row: Row, attempt: Row, ledger: _LedgerBuffer
 ) -> tuple[Summary, list[str]]:
     """Check a summary against its memory and ledger it: the checkpoint's outcome, or raise for this memory."""
     try:
@@ -576,7 +575,7 @@ def accept_summary(
 
 
 def summary_checkpoints(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     criteria: ArchivalCriteria,
     result: StepResult,
@@ -625,7 +624,7 @@ def summary_checkpoints(
     )
 
 
-def check_embedder(conn: psycopg.Connection, embedder: Embedder) -> None:
+def check_embedder(conn: Conn, embedder: Embedder) -> None:
     """Summary embeddings are searched with the same query vector as hot memories: same model and dim."""
     shape = store_shape(conn)
     reason = embedding_mismatch_reason(shape.embedding_model, shape.dim, embedder.model, embedder.dim)
@@ -636,7 +635,7 @@ def check_embedder(conn: psycopg.Connection, embedder: Embedder) -> None:
 
 
 def embed_batch(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     embedder: Embedder,
     criteria: ArchivalCriteria,
@@ -650,7 +649,7 @@ def embed_batch(
     check_embedder(conn, embedder)
     todo = _pending(conn, batch_key, AttemptStatus.SUMMARIZED, ", a.summary")
 
-    def embed_chunk(chunk: list[dict[str, Any]]) -> list[Any]:
+    def embed_chunk(chunk: list[Row]) -> list[Any]:
         try:
             return list(embedder.embed([r["summary"] for r in chunk]))
         except Exception:
@@ -691,7 +690,7 @@ def embed_batch(
 
 
 def backup_batch(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     object_store: ObjectStore,
     criteria: ArchivalCriteria,
@@ -724,7 +723,7 @@ def backup_batch(
             exc,
         )
 
-    def archived_at(attempt: dict[str, Any]) -> datetime:
+    def archived_at(attempt: Row) -> datetime:
         # The claim's time, not the clock's: a re-run after a crash writes the same bytes, so the same
         # pack key, and a dead run's pack is overwritten rather than left beside the new one.
         return (now or attempt["claimed_at"]).astimezone(UTC)
@@ -823,7 +822,7 @@ _COMMIT_INSERT = """
 
 
 def commit_batch(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     object_store: ObjectStore,
     criteria: ArchivalCriteria,
@@ -846,7 +845,7 @@ def commit_batch(
         AttemptStatus.BACKED_UP,
         ", a.backup_key, a.backup_ref, a.backup_sha256, a.backup_size_bytes",
     )
-    by_key: dict[str, list[dict[str, Any]]] = {}
+    by_key: dict[str, list[Row]] = {}
     for a in todo:
         by_key.setdefault(a["backup_key"], []).append(a)
 
@@ -868,7 +867,7 @@ def commit_batch(
         )
         return [r if isinstance(r, BaseException) else None for r in read]
 
-    verified: list[dict[str, Any]] = []
+    verified: list[Row] = []
     for key, outcome in run_parallel(verify, list(by_key), workers, deadline=deadline):
         outcomes = [outcome] * len(by_key[key]) if isinstance(outcome, BaseException) else outcome
         for attempt, problem in zip(by_key[key], outcomes, strict=True):
@@ -895,7 +894,7 @@ def commit_batch(
     return result
 
 
-def backup_still_matches(row: dict[str, Any], attempt: dict[str, Any]) -> bool:
+def backup_still_matches(row: Row, attempt: Row) -> bool:
     """Whether the live row still serializes to the attempt's backup (its recorded sha256).
 
     The row version it was serialized from unchanged: yes, without serializing again (the common
@@ -910,16 +909,14 @@ def backup_still_matches(row: dict[str, Any], attempt: dict[str, Any]) -> bool:
     return sha256_hex(doc.to_json_bytes()) == attempt["backup_sha256"]
 
 
-def return_to_status(conn: psycopg.Connection, batch_key: str, memory_id: uuid.UUID, status: str) -> None:
+def return_to_status(conn: Conn, batch_key: str, memory_id: uuid.UUID, status: str) -> None:
     conn.execute(
         "UPDATE archival_attempts SET status = %s WHERE batch_key = %s AND memory_id = %s AND status <> 'released'",
         (status, batch_key, memory_id),
     )
 
 
-def _commit_chunk(
-    conn: psycopg.Connection, batch_key: str, chunk: list[dict[str, Any]], actor: str, result: StepResult
-) -> None:
+def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, result: StepResult) -> None:
     ids = [a["memory_id"] for a in chunk]
     with conn.transaction():
         # The users' write locks before any row lock (memory_lib.core.locks): a forget of the same user
@@ -997,7 +994,7 @@ def _commit_chunk(
 # --------------------------------------------------------------------------- batch views
 
 
-def batch_status(conn: psycopg.Connection, batch_key: str) -> BatchStatus:
+def batch_status(conn: Conn, batch_key: str) -> BatchStatus:
     rows = conn.execute(
         """SELECT status, failed_step, (error IS NOT NULL) AS has_error, count(*) AS n
            FROM archival_attempts WHERE batch_key = %s GROUP BY 1, 2, 3""",

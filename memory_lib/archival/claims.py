@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -30,6 +29,7 @@ from psycopg.types.json import Jsonb
 from ..core import validation
 from ..core.config import ArchivalCriteria
 from ..core.errors import InvalidInputError
+from ..core.rows import Conn, Row
 from ..core.shards import ALL, Shard, shard_filter
 from ..core.statuses import OPEN_STATUSES, AttemptStatus
 from ..lifecycle.eligibility import ELIGIBLE_SQL, ORDER_SQL, REASON_SQL, criteria_params
@@ -60,7 +60,7 @@ class Holder:
         return cls(owner, socket.gethostname(), os.getpid() if track_pid else None)
 
 
-def _dead_holders(conn: psycopg.Connection) -> list[str]:
+def _dead_holders(conn: Conn) -> list[str]:
     """Unfinished batches whose holder process on this host no longer exists."""
     rows = conn.execute(
         """SELECT batch_key, lease_pid FROM archival_batches
@@ -71,7 +71,7 @@ def _dead_holders(conn: psycopg.Connection) -> list[str]:
 
 
 def claim_batch(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     criteria: ArchivalCriteria,
     as_of: datetime,
@@ -115,6 +115,8 @@ def claim_batch(
             existing = conn.execute(
                 "SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)
             ).fetchone()
+            # The insert conflicted on this batch_key, and batches are never deleted.
+            assert existing is not None
             _renew(conn, batch_key, criteria, holder)
             by_reason = _reason_counts(conn, batch_key)
             return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
@@ -152,9 +154,7 @@ def claim_batch(
     return ClaimResult(batch_key, as_of, sum(by_reason.values()), by_reason, True, taken)
 
 
-def _renew(
-    conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, holder: Holder | None
-) -> None:
+def _renew(conn: Conn, batch_key: str, criteria: ArchivalCriteria, holder: Holder | None) -> None:
     conn.execute(
         """UPDATE archival_batches
            SET lease_expires_at = now() + make_interval(secs => %s),
@@ -173,7 +173,7 @@ def _renew(
 
 
 @contextmanager
-def working_on(conn: psycopg.Connection, batch_key: str) -> Iterator[None]:
+def working_on(conn: Conn, batch_key: str) -> Iterator[None]:
     """Hold the batch's work lock (a session advisory lock) while a stage works on it: two runs of the
     same batch (the same night and shard launched twice) take turns, so no memory is summarized,
     written or committed twice. The lock dies with the connection, so a killed run holds nothing."""
@@ -185,12 +185,12 @@ def working_on(conn: psycopg.Connection, batch_key: str) -> Iterator[None]:
             conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ("batch:" + batch_key,))
 
 
-def renew_lease(conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria) -> None:
+def renew_lease(conn: Conn, batch_key: str, criteria: ArchivalCriteria) -> None:
     """Each step calls this when it starts: the batch is alive for another `lease_seconds`."""
     _renew(conn, batch_key, criteria, None)
 
 
-def finish_batch(conn: psycopg.Connection, batch_key: str) -> None:
+def finish_batch(conn: Conn, batch_key: str) -> None:
     """The batch's commit step ran: what it still holds are failures, for the next batch to retry."""
     conn.execute(
         "UPDATE archival_batches SET finished_at = coalesce(finished_at, now()) WHERE batch_key = %s",
@@ -198,7 +198,7 @@ def finish_batch(conn: psycopg.Connection, batch_key: str) -> None:
     )
 
 
-def _reason_counts(conn: psycopg.Connection, batch_key: str) -> dict[str, int]:
+def _reason_counts(conn: Conn, batch_key: str) -> dict[str, int]:
     rows = conn.execute(
         "SELECT archive_reason, count(*) AS n FROM archival_attempts WHERE batch_key = %s GROUP BY 1",
         (batch_key,),
@@ -206,7 +206,7 @@ def _reason_counts(conn: psycopg.Connection, batch_key: str) -> dict[str, int]:
     return {r["archive_reason"]: r["n"] for r in rows}
 
 
-def attempt_counts(conn: psycopg.Connection) -> dict[str, Any]:
+def attempt_counts(conn: Conn) -> Row:
     """Liveness at a glance: memories held by open attempts, those of them carrying an error (to be
     retried by the next batch), those waiting for a takeover (finished or expired batch), and those
     released after max_attempts that are still hot (with their last error)."""
@@ -226,10 +226,11 @@ def attempt_counts(conn: psycopg.Connection) -> dict[str, Any]:
             "archived": AttemptStatus.ARCHIVED.value,
         },
     ).fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns exactly one row
     return dict(row)
 
 
-def released_memories(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, Any]]:
+def released_memories(conn: Conn, limit: int = 20) -> list[Row]:
     """Memories given up after max_attempts and still hot, newest first, with their last error."""
     return conn.execute(
         """SELECT a.memory_id, a.user_id, a.batch_key, a.failed_step, a.error, a.attempts, a.released_at

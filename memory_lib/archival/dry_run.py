@@ -10,19 +10,17 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-import psycopg
 
 from ..core.config import ArchivalCriteria
 from ..core.errors import IntegrityError, InvalidInputError, MemoryArchiveError
 from ..core.models import BackupObject, sha256_hex, to_float32
 from ..core.pricing import DEFAULT_PRICES, Usage, cost_usd
+from ..core.rows import Conn, Row
 from ..lifecycle.eligibility import eligible_counts, sample_eligible
 from ..llm.summarize import Summary, SummaryInput
 from ..storage.objectstore import ObjectStore
 from .archive import ArchivalServices, run_parallel
-from .fidelity import _differences
+from .fidelity import differences
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ class DryRunReport:
 
 
 def dry_run(
-    conn: psycopg.Connection,
+    conn: Conn,
     services: ArchivalServices,
     criteria: ArchivalCriteria,
     *,
@@ -105,7 +103,7 @@ def dry_run(
 
     t0 = time.monotonic()
 
-    def summarize(row: dict[str, Any]):
+    def summarize(row: Row) -> Summary:
         return services.summarizer.summarize(
             SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
         )
@@ -119,7 +117,14 @@ def dry_run(
         if spent is not None:
             measured = measured + spent.usage
     for row, out in outcomes:
-        ok = not isinstance(out, BaseException)
+        summary: str | None
+        error: str | None
+        if isinstance(out, BaseException):
+            summary, error = None, f"{type(out).__name__}: {out}"[:300]
+            input_tokens, output_tokens, cost = 0, 0, 0.0
+        else:
+            summary, error = out.text, None
+            input_tokens, output_tokens, cost = out.input_tokens, out.output_tokens, out.cost_usd
         samples.append(
             SampleReview(
                 row["id"],
@@ -128,11 +133,11 @@ def dry_run(
                 row["created_at"],
                 float(row["importance_score"]),
                 row["content"],
-                out.text if ok else None,
-                None if ok else f"{type(out).__name__}: {out}"[:300],
-                out.input_tokens if ok else 0,
-                out.output_tokens if ok else 0,
-                out.cost_usd if ok else 0.0,
+                summary,
+                error,
+                input_tokens,
+                output_tokens,
+                cost,
             )
         )
     t1 = time.monotonic()
@@ -195,11 +200,11 @@ def _scratch_key(store: ObjectStore, token: str, memory_id: uuid.UUID) -> str:
 
 
 def _scratch_round_trip(
-    store: ObjectStore, rows: list[dict[str, Any]], as_of: datetime, token: str, workers: int
+    store: ObjectStore, rows: list[Row], as_of: datetime, token: str, workers: int
 ) -> RoundTrip:
     started = time.monotonic()
 
-    def trip(row: dict[str, Any]) -> int:
+    def trip(row: Row) -> int:
         doc = BackupObject.from_row(row, archived_at=as_of, archive_reason=row["reason"])
         data = doc.to_json_bytes()
         key = _scratch_key(store, token, row["id"])
@@ -207,7 +212,7 @@ def _scratch_round_trip(
             store.put(key, data, sha256_hex(data))
             back = BackupObject.from_json_bytes(store.get_verified(key, sha256_hex(data)))
             expected = doc.model_dump() | {"embedding": to_float32(row["embedding"])}
-            bad = _differences(back, expected)
+            bad = differences(back, expected)
             if bad:
                 raise IntegrityError(key, "every field equal to the source", f"differs in {', '.join(bad)}")
         finally:

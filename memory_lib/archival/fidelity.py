@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psycopg
 
 from ..core.config import ArchivalCriteria
 from ..core.errors import IntegrityError
 from ..core.models import BackupObject, sha256_hex, to_float32
+from ..core.rows import Conn, Row
 from ..core.statuses import AttemptStatus, Step
 from ..storage.objectstore import ObjectStore
 from ..storage.store import fetch_memories
@@ -54,7 +54,7 @@ _BACKUP_FIELDS = (
 )
 
 
-def _differences(doc: BackupObject, expected: dict[str, Any]) -> list[str]:
+def differences(doc: BackupObject, expected: dict[str, Any]) -> list[str]:
     """Names of the fields of `doc` that differ from `expected` (embedding compared bit for bit)."""
     bad = []
     for name in _BACKUP_FIELDS:
@@ -73,7 +73,7 @@ def _differences(doc: BackupObject, expected: dict[str, Any]) -> list[str]:
 
 
 def verify_backups(
-    conn: psycopg.Connection,
+    conn: Conn,
     store: ObjectStore,
     batch_key: str,
     *,
@@ -110,17 +110,17 @@ def verify_backups(
     }
 
     # One read per object: a pack's members are cut from one GET (memory_lib.storage.packs).
-    by_key: dict[str, list[dict[str, Any]]] = {}
+    by_key: dict[str, list[Row]] = {}
     for a in attempts:
         by_key.setdefault(a["backup_key"], []).append(a)
 
-    def read_and_check(key: str) -> list[tuple[dict[str, Any], int, tuple[str, str | None]]]:
+    def read_and_check(key: str) -> list[tuple[Row, int, tuple[str, str | None]]]:
         group = by_key[key]
         try:
             data = store.get(key)
         except Exception as exc:
             return [(a, 0, ("failed", f"read failed: {type(exc).__name__}: {exc}"[:300])) for a in group]
-        out = []
+        out: list[tuple[Row, int, tuple[str, str | None]]] = []
         for a in group:
             try:
                 member = store.locate(a["backup_ref"])[1]
@@ -153,10 +153,10 @@ def verify_backups(
 
 
 def _check_one(
-    att: dict[str, Any],
+    att: Row,
     data: bytes,
-    row: dict[str, Any] | None,
-    arch: dict[str, Any] | None,
+    row: Row | None,
+    arch: Row | None,
     store: ObjectStore,
 ) -> tuple[str, str | None]:
     """("faithful", None), ("stale", None) when the live row changed after its backup (commit backs it
@@ -177,7 +177,7 @@ def _check_one(
             row, archived_at=att["backup_archived_at"], archive_reason=att["archive_reason"]
         )
         expected = source.model_dump() | {"embedding": to_float32(row["embedding"])}
-        bad = _differences(doc, expected)
+        bad = differences(doc, expected)
         if sha256_hex(doc.content) != row["content_sha256"]:
             bad.append("content_sha256")
         return ("failed", f"fields differ from the live row: {', '.join(bad)}") if bad else ("faithful", None)
@@ -191,7 +191,7 @@ def _check_one(
             "archived_at": arch["archived_at"],
             "archive_reason": arch["archive_reason"],
         }
-        bad = _differences(doc, expected)
+        bad = differences(doc, expected)
         if (
             arch["backup_sha256"] != att["backup_sha256"]
             or arch["backup_size_bytes"] != att["backup_size_bytes"]
@@ -205,9 +205,7 @@ def _check_one(
     return "failed", "memory is neither hot nor archived"
 
 
-def reset_unfaithful_backups(
-    conn: psycopg.Connection, report: FidelityReport, criteria: ArchivalCriteria
-) -> int:
+def reset_unfaithful_backups(conn: Conn, report: FidelityReport, criteria: ArchivalCriteria) -> int:
     """Record each failed round trip on its attempt and send still-hot memories back to be backed up again."""
     sent_back = 0
     sink = StepResult(Step.FIDELITY)

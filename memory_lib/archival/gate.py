@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psycopg
-
 from ..core.config import ArchivalCriteria
+from ..core.rows import Conn
 from .archive import BatchStatus, batch_status
 
 
@@ -52,12 +51,14 @@ class GateResult:
 
 
 def error_gate(
-    conn: psycopg.Connection, batch_key: str, criteria: ArchivalCriteria, *, after_commit: bool = False
+    conn: Conn, batch_key: str, criteria: ArchivalCriteria, *, after_commit: bool = False
 ) -> GateResult:
     """The gate for `batch_key` now (no attempts: passes). `after_commit` adds "archived something"."""
-    waiting = conn.execute(
+    row = conn.execute(
         """SELECT count(*) AS n FROM archival_attempts
            WHERE batch_key = %s AND status = 'claimed' AND llm_submission IS NOT NULL AND error IS NULL""",
         (batch_key,),
-    ).fetchone()["n"]
+    ).fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns exactly one row
+    waiting = row["n"]
     return GateResult(batch_status(conn, batch_key), criteria.max_error_rate, after_commit, waiting)

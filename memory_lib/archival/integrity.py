@@ -10,13 +10,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from ..core.errors import IntegrityError, ObjectNotFoundError
 from ..core.models import to_float32
+from ..core.rows import Conn, Row
 from ..core.statuses import OPEN_STATUSES
 from ..storage import packs
 from ..storage.object_versions import list_versions, make_current, purge
@@ -50,7 +49,7 @@ class IntegrityReport:
         return {n: getattr(self, n) for n in names}
 
 
-def integrity_report(conn: psycopg.Connection, batch_keys: Sequence[str]) -> IntegrityReport:
+def integrity_report(conn: Conn, batch_keys: Sequence[str]) -> IntegrityReport:
     """Every memory exactly once in hot or archive (whole database), and these batches' records agree."""
     row = conn.execute(
         """SELECT
@@ -74,6 +73,7 @@ def integrity_report(conn: psycopg.Connection, batch_keys: Sequence[str]) -> Int
         """,
         {"keys": list(batch_keys), "open": list(OPEN_STATUSES)},
     ).fetchone()
+    assert row is not None  # a SELECT without FROM returns exactly one row
     return IntegrityReport(**row)
 
 
@@ -86,7 +86,7 @@ def backup_keys(store: ObjectStore) -> list[str]:
 
 
 def orphaned_backups(
-    conn: psycopg.Connection, store: ObjectStore, prefix: str | None = None, *, keys: list[str] | None = None
+    conn: Conn, store: ObjectStore, prefix: str | None = None, *, keys: list[str] | None = None
 ) -> list[str]:
     """Backup objects no archival attempt records (a crash between put and checkpoint, repaired by a re-run)."""
     if keys is None:
@@ -125,7 +125,7 @@ def orphaned_backups(
 
 
 def purge_unrecorded_packs(
-    conn: psycopg.Connection, batch_key: str, store: ObjectStore, user_ids: Sequence[str]
+    conn: Conn, batch_key: str, store: ObjectStore, user_ids: Sequence[str]
 ) -> list[str]:
     """Delete, every version, the packs of `batch_key` in the folders of `user_ids` (and of the layout
     before owner tags) that no attempt and no archive row records: a dead run's puts whose checkpoints
@@ -156,7 +156,7 @@ def _memory_id_of(key: str) -> uuid.UUID | None:
         return None
 
 
-def exact_rows(conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+def exact_rows(conn: Conn, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Row]:
     """Hot rows with every column, the embedding as raw float32 bytes: equal means byte-exact."""
     rows = conn.execute(
         f"SELECT {MEMORY_COLUMNS}, content_tsv::text AS content_tsv FROM memories WHERE id = ANY(%s)",
@@ -217,7 +217,7 @@ AUDIT_SAMPLE = 1000
 
 
 def audit_batch(
-    conn: psycopg.Connection, store: ObjectStore, batch_key: str, *, sample_max: int | None = None
+    conn: Conn, store: ObjectStore, batch_key: str, *, sample_max: int | None = None
 ) -> TierAudit:
     """integrity_report and verify_committed (a sample of `sample_max`, default AUDIT_SAMPLE) of one
     committed batch, kept on the batch (record_audit). A passed audit then prunes the batch's
@@ -248,7 +248,7 @@ def audit_batch(
     return audit
 
 
-def prune_archived_attempts(conn: psycopg.Connection, batch_key: str) -> int:
+def prune_archived_attempts(conn: Conn, batch_key: str) -> int:
     """Delete the batch's checkpoint rows of memories it archived; returns how many.
 
     Only rows whose archive row exists and records the same backup (ref and sha256): what the row
@@ -272,7 +272,7 @@ def prune_archived_attempts(conn: psycopg.Connection, batch_key: str) -> int:
     return pruned
 
 
-def recorded_audit(conn: psycopg.Connection, batch_key: str) -> TierAudit | None:
+def recorded_audit(conn: Conn, batch_key: str) -> TierAudit | None:
     """The last audit `audit_batch` kept for the batch, or None when it was never audited (not committed)."""
     row = conn.execute(
         "SELECT tier_audit AS a FROM archival_batches WHERE batch_key = %s", (batch_key,)
@@ -289,7 +289,7 @@ def recorded_audit(conn: psycopg.Connection, batch_key: str) -> TierAudit | None
 
 
 def verify_committed(
-    conn: psycopg.Connection,
+    conn: Conn,
     store: ObjectStore,
     batch_keys: Sequence[str],
     *,
@@ -311,7 +311,7 @@ def verify_committed(
     whole = [r for r in sample if store.locate(r["storage_ref"])[1] is None]
     members = [r for r in sample if store.locate(r["storage_ref"])[1] is not None]
 
-    def head(r: dict[str, Any]) -> StoredObject | None:
+    def head(r: Row) -> StoredObject | None:
         try:
             return store.head(store.key_from_ref(r["storage_ref"]))
         except ObjectNotFoundError:
@@ -339,7 +339,7 @@ def verify_committed(
     return CommittedBackups(len(rows), len(sample), missing, mismatched)
 
 
-def recover_from_versions(conn: psycopg.Connection, store: ObjectStore, refs: Sequence[str]) -> set[str]:
+def recover_from_versions(conn: Conn, store: ObjectStore, refs: Sequence[str]) -> set[str]:
     """Put back the backups of archive rows whose object was deleted or overwritten after commit's
     verification (the verify -> commit race: the original is gone, so the backup is the only copy).
     On a versioned bucket the verified bytes are still the version the row recorded
@@ -401,7 +401,7 @@ def _full_key(store: ObjectStore, name: str) -> str:
     return f"{store.prefix}/{name}" if store.prefix else name
 
 
-def sweep_orphans(conn: psycopg.Connection, store: ObjectStore, *, remove: bool = False) -> SweepReport:
+def sweep_orphans(conn: Conn, store: ObjectStore, *, remove: bool = False) -> SweepReport:
     """Find (and with `remove`, delete every version of) backup objects without a record.
 
     An orphan comes from a run killed between an object's put and its checkpoint. It is removed only

@@ -18,6 +18,7 @@ import psycopg
 
 from ..core.config import ArchivalCriteria, RetentionConfig
 from ..core.errors import InvalidInputError
+from ..core.rows import Conn
 from ..core.shards import ALL, Shard
 from ..core.statuses import OPEN_STATUSES
 from ..lifecycle import retention
@@ -35,7 +36,7 @@ def batch_key_for(night: date, shard: Shard = ALL) -> str:
     return f"night-{night.isoformat()}{shard.batch_suffix()}"
 
 
-def night_totals(conn: psycopg.Connection, night: date) -> dict[str, int]:
+def night_totals(conn: Conn, night: date) -> dict[str, int]:
     """The night's attempts by status over all its batches (every shard), read from the database: the
     night's own totals, whichever shard run asks. Keys: batches, claimed, archived, open, released."""
     key = batch_key_for(night)
@@ -50,6 +51,7 @@ def night_totals(conn: psycopg.Connection, night: date) -> dict[str, int]:
            FROM archival_attempts a WHERE a.batch_key IN (SELECT batch_key FROM b)""",
         {"k": key, "like": key + "-shard-%", "open": list(OPEN_STATUSES)},
     ).fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns exactly one row
     return {k: int(v) for k, v in row.items()}
 
 
@@ -82,6 +84,7 @@ def oldest_night(url: str, timezone: str, *, connect_timeout: int = 3) -> date |
             """SELECT least((SELECT min(created_at) FROM memories),
                             (SELECT min(original_created_at) FROM archived_memories))"""
         ).fetchone()
+    assert row is not None  # a SELECT without FROM returns exactly one row
     return None if row[0] is None else row[0].astimezone(zone).date()
 
 
@@ -91,7 +94,7 @@ def _on(night: date, outcome: StageOutcome) -> StageOutcome:
 
 
 def claim_night(
-    conn: psycopg.Connection,
+    conn: Conn,
     night: date,
     criteria: ArchivalCriteria,
     timezone: str,
@@ -114,7 +117,7 @@ def claim_night(
 
 
 def summarize_night(
-    conn: psycopg.Connection,
+    conn: Conn,
     night: date,
     summarizer: Summarizer,
     embedder: Embedder,
@@ -132,7 +135,7 @@ def summarize_night(
 
 
 def backup_night(
-    conn: psycopg.Connection,
+    conn: Conn,
     night: date,
     store: ObjectStore,
     criteria: ArchivalCriteria,
@@ -146,7 +149,7 @@ def backup_night(
 
 
 def commit_night(
-    conn: psycopg.Connection,
+    conn: Conn,
     night: date,
     store: ObjectStore,
     criteria: ArchivalCriteria,
@@ -164,7 +167,7 @@ def commit_night(
 
 
 def run_night(
-    conn: psycopg.Connection,
+    conn: Conn,
     services: ArchivalServices,
     criteria: ArchivalCriteria,
     night: date,

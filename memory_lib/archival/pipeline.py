@@ -22,9 +22,8 @@ import logging
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-import psycopg
-
 from ..core.config import ArchivalCriteria
+from ..core.rows import Conn
 from ..core.shards import ALL, Shard
 from ..core.statuses import AttemptStatus, Step
 from ..lifecycle.pause import PauseState, pause_status, paused_skip, set_pause
@@ -53,13 +52,13 @@ class StageOutcome:
     night: date | None = None  # set when the batch is a Slow Path night
 
 
-def _skip(conn: psycopg.Connection, batch_key: str, step: str) -> StageOutcome | None:
+def _skip(conn: Conn, batch_key: str, step: str) -> StageOutcome | None:
     pause = paused_skip(conn, batch_key, step)
     return None if pause is None else StageOutcome(batch_key, step, skipped=pause.describe())
 
 
 def claim_stage(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     criteria: ArchivalCriteria,
     as_of: datetime,
@@ -75,7 +74,7 @@ def claim_stage(
 
 
 def summarize_stage(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     summarizer: Summarizer,
     embedder: Embedder,
@@ -96,7 +95,7 @@ def summarize_stage(
 
 
 def backup_stage(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     store: ObjectStore,
     criteria: ArchivalCriteria,
@@ -111,7 +110,7 @@ def backup_stage(
 
 
 def fidelity_stage(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     store: ObjectStore,
     criteria: ArchivalCriteria,
@@ -138,7 +137,7 @@ def fidelity_stage(
 
 
 def gate_stage(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     criteria: ArchivalCriteria,
     *,
@@ -160,7 +159,7 @@ def gate_stage(
 
 
 def commit_stage(
-    conn: psycopg.Connection,
+    conn: Conn,
     batch_key: str,
     store: ObjectStore,
     criteria: ArchivalCriteria,
@@ -185,11 +184,12 @@ def commit_stage(
     return StageOutcome(batch_key, "commit", results=[result])
 
 
-def _has_status(conn: psycopg.Connection, batch_key: str, status: str) -> bool:
+def _has_status(conn: Conn, batch_key: str, status: str) -> bool:
     row = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM archival_attempts WHERE batch_key = %s AND status = %s) AS e",
         (batch_key, status),
     ).fetchone()
+    assert row is not None  # a SELECT without FROM returns exactly one row
     return bool(row["e"])
 
 
@@ -262,7 +262,7 @@ class BatchReport:
 
 
 def run_batch(
-    conn: psycopg.Connection,
+    conn: Conn,
     services: ArchivalServices,
     criteria: ArchivalCriteria,
     *,

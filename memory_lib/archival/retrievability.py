@@ -39,8 +39,9 @@ from ..retrieval.search import search_plan
 from ..retrieval.types import SearchRequest
 
 if TYPE_CHECKING:
-    import psycopg
+    import numpy as np
 
+    from ..core.rows import Conn
     from ..llm.embedding import Embedder
     from ..storage.objectstore import ObjectStore
 
@@ -117,7 +118,7 @@ def _same_fact(summary: str, question: str, min_overlap: float = 0.9) -> bool:
 
 
 def probe_night(
-    conn: psycopg.Connection,
+    conn: Conn,
     embedder: Embedder,
     store: ObjectStore,
     batch_key: str,
@@ -139,7 +140,9 @@ def probe_night(
         raise InvalidInputError("sample_size", n, "must be a positive integer")
     started = time.monotonic()
     when = utc_now(now)
-    archived = conn.execute(_COUNT_SQL, {"batch_key": batch_key}).fetchone()["n"]
+    count = conn.execute(_COUNT_SQL, {"batch_key": batch_key}).fetchone()
+    assert count is not None  # an aggregate without GROUP BY returns exactly one row
+    archived = count["n"]
     rows = conn.execute(_SAMPLE_SQL, {"batch_key": batch_key, "n": n}).fetchall()
     if not rows:
         return NightRetrievability(batch_key, archived, 0, 0, config.retrievability_floor, k)
@@ -156,7 +159,7 @@ def probe_night(
             continue
         readable.append(row)
         questions.append(first_sentence(BackupObject.from_json_bytes(raw).content))
-    vectors = embedder.embed(questions) if questions else []
+    vectors: np.ndarray | list[np.ndarray] = embedder.embed(questions) if questions else []
     search_config = config.model_copy(update={"limit": k})
     for row, question, vector in zip(readable, questions, vectors, strict=True):
         request = SearchRequest(
@@ -187,7 +190,7 @@ def probe_night(
 
 
 def probe_nights(
-    conn: psycopg.Connection,
+    conn: Conn,
     embedder: Embedder,
     store: ObjectStore,
     batch_keys: Sequence[str],
@@ -197,7 +200,7 @@ def probe_nights(
     return [probe_night(conn, embedder, store, key, **kwargs) for key in batch_keys]  # type: ignore[arg-type]
 
 
-def record(conn: psycopg.Connection, result: NightRetrievability) -> None:
+def record(conn: Conn, result: NightRetrievability) -> None:
     """Keep a night's result on its batch (archival_batches.retrievability), for the read-only check."""
     conn.execute(
         "UPDATE archival_batches SET retrievability = %s WHERE batch_key = %s",
@@ -218,7 +221,7 @@ def record(conn: psycopg.Connection, result: NightRetrievability) -> None:
     )
 
 
-def recorded(conn: psycopg.Connection, batch_key: str) -> NightRetrievability | None:
+def recorded(conn: Conn, batch_key: str) -> NightRetrievability | None:
     """The last result `record` kept for the night, or None when the night was never probed."""
     row = conn.execute(
         "SELECT retrievability AS r FROM archival_batches WHERE batch_key = %s", (batch_key,)

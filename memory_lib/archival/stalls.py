@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import psycopg
-
+from ..core.rows import Conn, Row
 from ..llm import batches
 from .archive import BatchStatus, batch_status
 
@@ -35,7 +34,7 @@ class Stall:
         return any(h.stalled for h in self.held)
 
 
-def _top_error(conn: psycopg.Connection, batch_key: str) -> dict | None:
+def _top_error(conn: Conn, batch_key: str) -> Row | None:
     return conn.execute(
         """SELECT failed_step, error, count(*) AS n FROM archival_attempts
            WHERE batch_key = %s AND error IS NOT NULL AND status <> 'archived'
@@ -44,7 +43,7 @@ def _top_error(conn: psycopg.Connection, batch_key: str) -> dict | None:
     ).fetchone()
 
 
-def diagnose(conn: psycopg.Connection, batch_key: str, status: BatchStatus | None = None) -> Stall:
+def diagnose(conn: Conn, batch_key: str, status: BatchStatus | None = None) -> Stall:
     """The batch's stall, from the database (every run of the batch so far); `status`: the batch's
     archive.batch_status when the caller has just read it."""
     status = status if status is not None else batch_status(conn, batch_key)

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal, Protocol
 
-import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import InvalidInputError, SummarizationError
+from ..core.rows import Conn, Row
 from ..llm.embedding import Embedder
 from ..llm.json_answers import JsonLLM
 from .sources import (
@@ -68,7 +68,7 @@ class DigestInput:
     period_start: date
     period_end: date
     memories: list[SourceMemory] = field(default_factory=list)
-    children: list[dict[str, Any]] = field(default_factory=list)  # memory_digests rows of level - 1
+    children: list[Row] = field(default_factory=list)  # memory_digests rows of level - 1
 
     @property
     def memory_ids(self) -> list[uuid.UUID]:
@@ -314,9 +314,7 @@ class DigestOutcome:
     sources: int
 
 
-def _children(
-    conn: psycopg.Connection, user_id: str, level: int, start: date, end: date
-) -> list[dict[str, Any]]:
+def _children(conn: Conn, user_id: str, level: int, start: date, end: date) -> list[Row]:
     return conn.execute(
         """SELECT id, period_start, summary, body, source_memory_ids, source_fingerprint FROM memory_digests
            WHERE user_id = %s AND level = %s AND period_start >= %s AND period_end <= %s ORDER BY period_start""",
@@ -324,9 +322,7 @@ def _children(
     ).fetchall()
 
 
-def load_input(
-    conn: psycopg.Connection, level: int, user_id: str, day: date, *, tz: str = "UTC"
-) -> DigestInput:
+def load_input(conn: Conn, level: int, user_id: str, day: date, *, tz: str = "UTC") -> DigestInput:
     start, end = period_bounds(level, day)
     if level == 2:
         return DigestInput(
@@ -336,7 +332,7 @@ def load_input(
 
 
 def build_level(
-    conn: psycopg.Connection,
+    conn: Conn,
     level: int,
     user_id: str,
     day: date,
@@ -393,10 +389,11 @@ def build_level(
             "model": draft.model,
         },
     ).fetchone()
+    assert row is not None  # INSERT … ON CONFLICT DO UPDATE … RETURNING always returns its row
     return DigestOutcome(user_id, level, inp.period_start, "built", row["id"], n)
 
 
-def period_users(conn: psycopg.Connection, level: int, day: date, *, tz: str = "UTC") -> list[str]:
+def period_users(conn: Conn, level: int, day: date, *, tz: str = "UTC") -> list[str]:
     """Users with something to build (or a digest to drop) at this level and period."""
     start, end = period_bounds(level, day)
     if level == 2:
@@ -413,7 +410,7 @@ def period_users(conn: psycopg.Connection, level: int, day: date, *, tz: str = "
 
 
 def build_period(
-    conn: psycopg.Connection,
+    conn: Conn,
     level: int,
     day: date,
     *,

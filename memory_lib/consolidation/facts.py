@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Literal, Protocol
 
-import psycopg
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import InvalidInputError, SummarizationError
+from ..core.rows import Conn, Row
 from ..llm.embedding import Embedder
 from ..llm.json_answers import JsonLLM
 from .sources import (
@@ -214,8 +215,8 @@ class RuleFactExtractor:
                     raw.append(("place", match.group(1), "travelled to", match.group(2), False, m, None))
             people = [e for e, k in kinds.items() if k == "person"]
             for person in people:
-                for entity, kind in kinds.items():
-                    if kind == "project":
+                for entity, entity_kind in kinds.items():
+                    if entity_kind == "project":
                         raw.append(("project", person, "works with", entity, False, m, None))
         return _merge(raw)
 
@@ -304,7 +305,7 @@ class BuildOutcome:
     kept: int = 0
 
 
-def _unchanged(conn: psycopg.Connection, user_id: str, family: str, month: date, fp: str) -> bool:
+def _unchanged(conn: Conn, user_id: str, family: str, month: date, fp: str) -> bool:
     row = conn.execute(
         "SELECT source_fingerprint FROM consolidation_builds WHERE user_id = %s AND family = %s AND period_start = %s",
         (user_id, family, month),
@@ -312,14 +313,12 @@ def _unchanged(conn: psycopg.Connection, user_id: str, family: str, month: date,
     return row is not None and row["source_fingerprint"] == fp
 
 
-def lock_user(conn: psycopg.Connection, family: str, user_id: str) -> None:
+def lock_user(conn: Conn, family: str, user_id: str) -> None:
     """Transaction-scoped lock of one user's `family` (memory_facts, key_moments): one writer at a time."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{family}:{user_id}",))
 
 
-def _record_build(
-    conn: psycopg.Connection, user_id: str, family: str, month: date, fp: str, builder: str
-) -> None:
+def _record_build(conn: Conn, user_id: str, family: str, month: date, fp: str, builder: str) -> None:
     conn.execute(
         """INSERT INTO consolidation_builds (user_id, family, period_start, source_fingerprint, builder)
            VALUES (%s, %s, %s, %s, %s) ON CONFLICT (user_id, family, period_start) DO UPDATE SET
@@ -341,7 +340,7 @@ def _fact_key(
     return (kind, subject, predicate, obj, valid_from, tuple(sorted(ids)), single, extractor)
 
 
-def close_superseded(conn: psycopg.Connection, user_id: str) -> int:
+def close_superseded(conn: Conn, user_id: str) -> int:
     """Recompute valid_to along every single-valued (subject, predicate) chain of the user: the first
     later valid_from with another object, else NULL. Returns the rows whose valid_to changed."""
     return conn.execute(CLOSE_SUPERSEDED_SQL, {"u": user_id}).rowcount
@@ -358,7 +357,7 @@ CLOSE_SUPERSEDED_SQL = """UPDATE memory_facts f SET valid_to = c.next_from FROM 
 
 
 def build_facts(
-    conn: psycopg.Connection,
+    conn: Conn,
     user_id: str,
     month: date,
     *,
@@ -412,7 +411,9 @@ def build_facts(
         }
         stale = [fid for key, fid in have.items() if key not in wanted]
         new = [f for key, f in wanted.items() if key not in have]
-        vectors = embedder.embed([f"{f.subject} {f.predicate} {f.object}" for f in new]) if new else []
+        vectors: np.ndarray | list[np.ndarray] = (
+            embedder.embed([f"{f.subject} {f.predicate} {f.object}" for f in new]) if new else []
+        )
         if stale:
             conn.execute("DELETE FROM memory_facts WHERE user_id = %s AND id = ANY(%s)", (user_id, stale))
         if new:
@@ -447,7 +448,7 @@ def build_facts(
 
 
 def build_key_moments(
-    conn: psycopg.Connection,
+    conn: Conn,
     user_id: str,
     month: date,
     *,
@@ -494,9 +495,7 @@ def build_key_moments(
     return BuildOutcome(user_id, "key_moments", start, "built", len(new), len(stale), len(have) - len(stale))
 
 
-def facts_about(
-    conn: psycopg.Connection, user_id: str, name: str, *, current_only: bool = False
-) -> list[dict[str, Any]]:
+def facts_about(conn: Conn, user_id: str, name: str, *, current_only: bool = False) -> list[Row]:
     """The user's facts whose subject or object names `name` (case-insensitive), newest first, with
     their sources and validity: the "who is X?" answer."""
     if not isinstance(name, str) or not name.strip():
@@ -515,7 +514,7 @@ def facts_about(
 _WEAK_PREDICATES = ("works with", "travelled to")
 
 
-def who_is(conn: psycopg.Connection, user_id: str, name: str, *, limit: int = 8) -> list[dict[str, Any]]:
+def who_is(conn: Conn, user_id: str, name: str, *, limit: int = 8) -> list[dict[str, Any]]:
     """ "Who is `name`?" from the user's facts: one line per (subject, predicate, object), months merged,
     with every source memory, the first valid_from and the last valid_to (None while one is still valid).
     Stated relations ("has manager", "is doctor of") come first, then co-mentions; more sources first."""

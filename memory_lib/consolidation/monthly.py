@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-import psycopg
-
 from ..core.errors import InvalidInputError
 from ..core.plans import Plan, Sql, run_plan
+from ..core.rows import Conn
 from ..llm.embedding import Embedder
 from .digests import DigestBuilder, DigestOutcome, build_level, build_period, period_users
 from .facts import CLOSE_SUPERSEDED_SQL, BuildOutcome, FactExtractor, build_facts, build_key_moments
@@ -50,7 +49,7 @@ class MonthReport:
 
 
 def consolidate_month(
-    conn: psycopg.Connection,
+    conn: Conn,
     month: date,
     *,
     builder: DigestBuilder,
@@ -114,7 +113,7 @@ LIMIT %(limit)s
 
 
 def check_provenance(
-    conn: psycopg.Connection,
+    conn: Conn,
     *,
     user_id: str | None = None,
     start: date | None = None,
@@ -131,7 +130,7 @@ def check_provenance(
 
 
 def missing_digests(
-    conn: psycopg.Connection,
+    conn: Conn,
     *,
     builder: DigestBuilder | None = None,
     months: list[date] | None = None,
@@ -181,9 +180,7 @@ def missing_digests(
 # ------------------------------------------------------------------------------------------ forget hooks
 
 
-def drop_memory_from_consolidation(
-    conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID
-) -> dict[str, int]:
+def drop_memory_from_consolidation(conn: Conn, user_id: str, memory_id: uuid.UUID) -> dict[str, int]:
     """Remove one memory of `user_id` from everything consolidation derived from it, in the caller's
     transaction (see `drop_from_consolidation_plan`). Returns counts per table."""
     if not isinstance(user_id, str) or not user_id.strip():
@@ -253,7 +250,7 @@ def drop_from_consolidation_plan(
 
 
 def rebuild_for_user(
-    conn: psycopg.Connection,
+    conn: Conn,
     user_id: str,
     *,
     builder: DigestBuilder,

@@ -13,14 +13,15 @@ import hashlib
 import re
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Literal
 
-import psycopg
-
 from ..core.errors import InvalidInputError
-from ..llm.summarize import _DATE, extract_key_entities, split_sentences  # the archive's own rules
+from ..core.rows import Conn
+from ..llm.summarize import DATE_PATTERN as _DATE  # the archive's own rules
+from ..llm.summarize import extract_key_entities, split_sentences
 
 __all__ = [
     "EntityKind",
@@ -100,7 +101,7 @@ ORDER BY created_at, id
 
 
 def load_period_memories(
-    conn: psycopg.Connection, user_id: str, start: date, end: date, *, tz: str = "UTC"
+    conn: Conn, user_id: str, start: date, end: date, *, tz: str = "UTC"
 ) -> list[SourceMemory]:
     """The user's current (not superseded) memories created in [start, end), oldest first, either tier."""
     if not isinstance(user_id, str) or not user_id.strip():
@@ -125,9 +126,7 @@ def load_period_memories(
     return out
 
 
-def user_months(
-    conn: psycopg.Connection, *, tz: str = "UTC", user_id: str | None = None
-) -> list[tuple[str, date]]:
+def user_months(conn: Conn, *, tz: str = "UTC", user_id: str | None = None) -> list[tuple[str, date]]:
     """(user, month) pairs that have at least one current memory (hot or archived), in order."""
     rows = conn.execute(
         """SELECT DISTINCT user_id, date_trunc('month', created_at AT TIME ZONE %(tz)s)::date AS month FROM (
@@ -141,7 +140,7 @@ def user_months(
 
 
 def fingerprint(
-    builder: str, memories: list[SourceMemory] = (), digests: list[tuple[uuid.UUID, str]] = ()
+    builder: str, memories: Sequence[SourceMemory] = (), digests: Sequence[tuple[uuid.UUID, str]] = ()
 ) -> str:
     """sha256 over the builder and what a build covers: each memory's (tier, id, updated_at), each lower
     digest's (id, fingerprint). Archive, restore, an edit, a supersede or a forget changes it."""

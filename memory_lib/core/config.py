@@ -6,7 +6,7 @@ MEMORY_ARCHIVE_<SECTION>__<FIELD> (MEMORY_ARCHIVE_<FIELD> at the top level, e.g.
 MEMORY_ARCHIVE_ARCHIVAL__MIN_AGE_DAYS), and some also a short name documented since the first
 release (ENV_ALIASES, e.g. MEMORY_ARCHIVE_EMBEDDING_DIM). An unknown MEMORY_ARCHIVE_* variable or a
 bad value raises ConfigError naming the variable and the value. README.md lists every variable in
-its configuration table; tests/test_config.py checks the table against this module both ways.
+its configuration table; tests/core/test_config.py checks the table against this module both ways.
 Every model forbids unknown keys, so a typo in code or Dagster config is an error too.
 """
 

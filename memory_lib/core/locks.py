@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import psycopg
+from .rows import Conn
 
 # The key keeps its historical name so that processes of an older version still serialize with this one.
 USER_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || %(user_id)s, 0))"
 
 
-def lock_users(conn: psycopg.Connection, user_ids: Iterable[str]) -> None:
+def lock_users(conn: Conn, user_ids: Iterable[str]) -> None:
     """Take the write lock of each user, in ascending order (inside the caller's transaction)."""
     for user in sorted(set(user_ids)):
         conn.execute(USER_LOCK_SQL, {"user_id": user})

@@ -22,7 +22,7 @@ from .errors import EmbeddingMismatchError, IntegrityError, InvalidInputError
 
 Category = Literal["core", "episodic", "semantic", "procedural"]
 CATEGORIES: tuple[str, ...] = ("core", "episodic", "semantic", "procedural")
-BACKUP_SCHEMA_VERSION = 1
+BACKUP_SCHEMA_VERSION: Literal[1] = 1
 
 
 def sha256_hex(data: bytes | str) -> str:

@@ -1,17 +1,30 @@
 """The plan runtime: work on Postgres written once, run by a sync or an async driver.
 
-A *plan* is a generator that yields operations (`Snapshot`, `Sql`, `GetVerified`, `EmbedText`) and
-receives their results. `run_plan` executes one on a psycopg Connection, `run_plan_async` on an
-AsyncConnection, each inside one transaction (a savepoint inside a caller's transaction). The SQL text,
-the control flow and the checks live once, in the plan, so the sync and async clients return the same
-results by construction (psycopg 3 drives its own protocol the same way).
+Two levels, each a generator that yields requests and receives their results:
+
+* A *plan* yields operations (`Snapshot`, `Sql`, `GetVerified`, `EmbedText`). `run_plan` executes one on
+  a psycopg Connection, `run_plan_async` on an AsyncConnection, each inside one transaction (a savepoint
+  inside a caller's transaction).
+* A *flow* yields steps: `RunPlan(plan)` (that plan run in its own transaction on the driver's
+  connection, or on one taken from the driver's connection source for that plan alone, so a pool's
+  connection is not held across blocking calls; its result sent back) and `Call(fn)` (a blocking call, no database: an embedder, an LLM,
+  the object store; `fn()`'s result sent back), and returns a value. `drive` runs one synchronously,
+  `drive_async` on asyncio, where each `Call` runs in a thread (asyncio.to_thread, which carries the
+  current span along). Search with its escalation, forget and every client method are flows.
+
+The invariant: the SQL text, the control flow and the checks live once, in the plans and flows; a driver
+only executes what is yielded and never decides anything, so the sync and async clients return the same
+results by construction (psycopg 3 drives its own protocol the same way). A step that fails is raised in
+its flow where it yielded and the flow is closed at once, so a span the flow opened
+(memory_lib.observability.trace) records the error and ends before the caller's do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -21,10 +34,9 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from .errors import EmbeddingMismatchError, InvalidInputError, embedding_mismatch_reason
+from .rows import AsyncConn, Conn
 
 if TYPE_CHECKING:
-    import psycopg
-
     from ..llm.embedding import Embedder
     from ..storage.objectstore import ObjectStore
 
@@ -111,7 +123,7 @@ _DEALLOCATE = "DEALLOCATE ALL"  # psycopg forgets its prepared statements too wh
 
 
 def run_plan(
-    conn: psycopg.Connection,
+    conn: Conn,
     plan: Plan[T],
     *,
     object_store: ObjectStore | None = None,
@@ -127,9 +139,7 @@ def run_plan(
         raise
 
 
-def _run_plan(
-    conn: psycopg.Connection, plan: Plan[T], *, object_store: ObjectStore | None, embedder: Embedder | None
-) -> T:
+def _run_plan(conn: Conn, plan: Plan[T], *, object_store: ObjectStore | None, embedder: Embedder | None) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -162,7 +172,7 @@ def _run_plan(
 
 
 async def run_plan_async(
-    conn: psycopg.AsyncConnection,
+    conn: AsyncConn,
     plan: Plan[T],
     *,
     object_store: ObjectStore | None = None,
@@ -179,7 +189,7 @@ async def run_plan_async(
 
 
 async def _run_plan_async(
-    conn: psycopg.AsyncConnection,
+    conn: AsyncConn,
     plan: Plan[T],
     *,
     object_store: ObjectStore | None,
@@ -216,6 +226,99 @@ async def _run_plan_async(
     finally:
         plan.close()
     return value
+
+
+# --------------------------------------------------------------------------- flows
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """Run `plan` in its own transaction on the driver's connection; its return value is sent back."""
+
+    plan: Plan[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A blocking call outside the database (an embedder, an LLM, the object store); `fn()` is sent back.
+    The async driver runs it in a thread."""
+
+    fn: Callable[[], Any]
+
+
+Step = RunPlan | Call
+Flow = Generator[Step, Any, T]
+# A connection, or what lends one per plan (a client's pool: its `connection` context manager).
+ConnSource = Conn | Callable[[], AbstractContextManager[Conn]]
+AsyncConnSource = AsyncConn | Callable[[], AbstractAsyncContextManager[AsyncConn]]
+
+
+def drive(
+    conn: ConnSource,
+    flow: Flow[T],
+    *,
+    object_store: ObjectStore | None = None,
+    embedder: Embedder | None = None,
+) -> T:
+    """Run `flow` synchronously: each plan by run_plan on `conn` (or on a connection `conn()` lends for
+    that plan), with this object store and embedder; each call in this thread. A failed step is raised
+    in the flow, which is then closed (module docstring)."""
+    try:
+        step = next(flow)
+        while True:
+            try:
+                if isinstance(step, RunPlan):
+                    if callable(conn):
+                        with conn() as lent:
+                            value = run_plan(lent, step.plan, object_store=object_store, embedder=embedder)
+                    else:
+                        value = run_plan(conn, step.plan, object_store=object_store, embedder=embedder)
+                else:
+                    value = step.fn()
+            except BaseException as exc:  # raised where the flow yielded: its spans record it
+                step = flow.throw(exc)
+            else:
+                step = flow.send(value)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        flow.close()
+
+
+async def drive_async(
+    conn: AsyncConnSource,
+    flow: Flow[T],
+    *,
+    object_store: ObjectStore | None = None,
+    embedder: Embedder | None = None,
+) -> T:
+    """`drive` on asyncio: each plan by run_plan_async, each (blocking) call in a thread."""
+    try:
+        step = next(flow)
+        while True:
+            try:
+                if isinstance(step, RunPlan):
+                    if callable(conn):
+                        async with conn() as lent:
+                            value = await run_plan_async(
+                                lent, step.plan, object_store=object_store, embedder=embedder
+                            )
+                    else:
+                        value = await run_plan_async(
+                            conn, step.plan, object_store=object_store, embedder=embedder
+                        )
+                else:
+                    value = await asyncio.to_thread(step.fn)
+            except BaseException as exc:  # raised where the flow yielded: its spans record it
+                step = flow.throw(exc)
+            else:
+                step = flow.send(value)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        flow.close()
 
 
 def query_vector(embedding: Any, dim: int) -> np.ndarray:

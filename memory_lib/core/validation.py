@@ -31,7 +31,7 @@ import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
@@ -50,6 +50,7 @@ MAX_TTL_DAYS = 36_500  # a century: beyond it a TTL means "never" (use None)
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 
 T = TypeVar("T")
+S = TypeVar("S", bound=str)  # choice: one of the given strings, typed as they are (e.g. a Literal)
 
 
 # --------------------------------------------------------------------------- text
@@ -224,12 +225,12 @@ def number(field: str, value: object, *, low: float, high: float) -> float:
     return out
 
 
-def choice(field: str, value: object, options: Sequence[str]) -> str:
+def choice(field: str, value: object, options: Sequence[S]) -> S:
     if not isinstance(value, str) or value not in options:
         quoted = [repr(o) for o in options]
         shown = ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
         raise InvalidInputError(field, value, f"must be {shown}")
-    return value
+    return cast(S, value)  # equal to one of `options`, checked above
 
 
 def uuid_value(field: str, value: object) -> uuid.UUID:
@@ -346,4 +347,4 @@ def normalize_tags(tags: Sequence[str] | None, *, field: str = "tags") -> tuple[
 def utc_now(now: datetime | None) -> datetime:
     if now is None:
         return datetime.now(UTC)
-    return optional_timestamp("now", now).astimezone(UTC)
+    return timestamp("now", now).astimezone(UTC)

@@ -22,9 +22,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-
 from ..core.config import ArchivalCriteria
+from ..core.rows import Conn, Row
 from ..core.shards import ALL, Shard, shard_filter
 from ..core.statuses import OPEN_STATUSES, ArchiveReason, AttemptStatus
 from ..storage.store import MEMORY_COLUMNS
@@ -105,7 +104,7 @@ ORDER_SQL = (
 
 
 def eligible_counts(
-    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, shard: Shard = ALL
+    conn: Conn, criteria: ArchivalCriteria, as_of: datetime, shard: Shard = ALL
 ) -> dict[str, int]:
     """How many hot memories (of the shard's users) are eligible now, by archive reason (read-only)."""
     rows = conn.execute(
@@ -116,8 +115,8 @@ def eligible_counts(
 
 
 def select_eligible(
-    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, limit: int, shard: Shard = ALL
-) -> list[dict[str, Any]]:
+    conn: Conn, criteria: ArchivalCriteria, as_of: datetime, limit: int, shard: Shard = ALL
+) -> list[Row]:
     """Eligible memories (of the shard's users), lowest importance then oldest first (read-only, no locks)."""
     return conn.execute(
         f"SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL} {ORDER_SQL} LIMIT %(limit)s",
@@ -126,8 +125,8 @@ def select_eligible(
 
 
 def sample_eligible(
-    conn: psycopg.Connection, criteria: ArchivalCriteria, as_of: datetime, n: int, *, seed: str = "dry-run"
-) -> list[dict[str, Any]]:
+    conn: Conn, criteria: ArchivalCriteria, as_of: datetime, n: int, *, seed: str = "dry-run"
+) -> list[Row]:
     """A deterministic pseudo-random sample of eligible memories with every column (read-only)."""
     columns = ", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))
     return conn.execute(

@@ -29,23 +29,21 @@ the user's rows in every such table not retained, whether listed or not.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
 
 import orjson
-import psycopg
 from psycopg.types.json import Jsonb
 
 from ..consolidation.monthly import drop_from_consolidation_plan
 from ..core import validation
 from ..core.errors import InvalidInputError, NotFoundError
 from ..core.locks import USER_LOCK_SQL
-from ..core.plans import Plan, Sql, run_plan, run_plan_async
+from ..core.plans import Call, Flow, Plan, RunPlan, Sql, drive, drive_async, run_plan
+from ..core.rows import AsyncConn, Conn, Row
 from ..storage import packs
 from ..storage.object_versions import ObjectVersion, list_folders, list_versions, purge, read_version
 from ..storage.objectstore import ObjectStore
@@ -177,10 +175,10 @@ _EVENT_SQL = """
 
 # --------------------------------------------------------------------------- steps
 
-# A forget is a sequence of steps: ("plan", a database Plan run in one transaction) or ("call", a
-# blocking object-store function). run_forget / run_forget_async execute them; tests may drive them.
-Step = tuple[Literal["plan"], Plan[Any]] | tuple[Literal["call"], Callable[[], Any]]
-Steps = Generator[Step, Any, ForgetResult]
+# A forget is a flow (memory_lib.core.plans): RunPlan steps (a database Plan run in one transaction) and
+# Call steps (a blocking object-store function). run_forget / run_forget_async execute them; tests may
+# drive them.
+Steps = Flow[ForgetResult]
 
 
 def forget_steps(
@@ -209,12 +207,12 @@ def forget_steps(
 
     # Packs no row may record (a run killed between put and checkpoint): listed, and read when the
     # listing cannot tell whose they are or which memories they hold.
-    mine, untagged = yield ("call", lambda: _listed_packs(store, user, untagged=target is None))
-    unrecorded = yield ("plan", _unrecorded_plan(store, user, mine, untagged))
+    mine, untagged = yield Call(lambda: _listed_packs(store, user, untagged=target is None))
+    unrecorded = yield RunPlan(_unrecorded_plan(store, user, mine, untagged))
     to_read = (
         unrecorded if target is not None else [k for k in unrecorded if packs.owner_of(store, k) is None]
     )
-    members = yield ("call", lambda: _pack_members(store, to_read))
+    members = yield Call(lambda: _pack_members(store, to_read))
     found = (set(mine) if target is None else set()) | {
         k for k, held in members.items() if any(u == user for u, _ in held)
     }
@@ -228,35 +226,24 @@ def forget_steps(
         )
         return sorted(set(keys_for(wanted, refs)) | extra)
 
-    opened = yield ("plan", _open_plan(user, target, who, when, with_found))
+    opened = yield RunPlan(_open_plan(user, target, who, when, with_found))
     if isinstance(opened, ForgetResult):
         return opened
     request, resumed = opened
     versions = 0
     if request["status"] == "pending":
         # A pack also holding memories not forgotten is rewritten without these first (memory_lib.storage.packs).
-        keep = yield ("plan", _pack_neighbours_plan(store, request))
+        keep = yield RunPlan(_pack_neighbours_plan(store, request))
         if keep:
-            moved = yield (
-                "call",
-                lambda: {k: packs.rewrite_without(store, k, rows) for k, rows in keep.items()},
-            )
-            yield ("plan", _moved_plan(request["user_id"], keep, moved))
-        versions += yield (
-            "call",
-            lambda: purge_objects(store, request["object_keys"], request["memory_ids"]),
-        )
-        request = yield ("plan", _status_plan(request["id"], "objects_deleted", versions))
+            moved = yield Call(lambda: {k: packs.rewrite_without(store, k, rows) for k, rows in keep.items()})
+            yield RunPlan(_moved_plan(request["user_id"], keep, moved))
+        versions += yield Call(lambda: purge_objects(store, request["object_keys"], request["memory_ids"]))
+        request = yield RunPlan(_status_plan(request["id"], "objects_deleted", versions))
     if request["status"] == "objects_deleted":
-        request = yield ("plan", _rows_plan(request, who, when, with_found))
-    again = (
-        [] if target is not None else (yield ("call", lambda: _listed_packs(store, user, untagged=False)))[0]
-    )
-    swept = yield (
-        "call",
-        lambda: purge_objects(store, [*request["object_keys"], *again], request["memory_ids"]),
-    )
-    done = yield ("plan", _done_plan(request["id"], swept))
+        request = yield RunPlan(_rows_plan(request, who, when, with_found))
+    again = [] if target is not None else (yield Call(lambda: _listed_packs(store, user, untagged=False)))[0]
+    swept = yield Call(lambda: purge_objects(store, [*request["object_keys"], *again], request["memory_ids"]))
+    done = yield RunPlan(_done_plan(request["id"], swept))
     return ForgetResult(
         done["id"],
         user,
@@ -268,30 +255,16 @@ def forget_steps(
     )
 
 
-def run_forget(conn: psycopg.Connection, steps: Steps) -> ForgetResult:
-    step = next(steps)
-    try:
-        while True:
-            kind, work = step
-            result = run_plan(conn, work) if kind == "plan" else work()
-            step = steps.send(result)
-    except StopIteration as stop:
-        return stop.value
+def run_forget(conn: Conn, steps: Steps) -> ForgetResult:
+    return drive(conn, steps)
 
 
-async def run_forget_async(conn: psycopg.AsyncConnection, steps: Steps) -> ForgetResult:
-    step = next(steps)
-    try:
-        while True:
-            kind, work = step
-            result = await run_plan_async(conn, work) if kind == "plan" else await asyncio.to_thread(work)
-            step = steps.send(result)
-    except StopIteration as stop:
-        return stop.value
+async def run_forget_async(conn: AsyncConn, steps: Steps) -> ForgetResult:
+    return await drive_async(conn, steps)
 
 
 def forget_memory(
-    conn: psycopg.Connection,
+    conn: Conn,
     store: ObjectStore | None,
     user_id: str,
     memory_id: uuid.UUID,
@@ -306,7 +279,7 @@ def forget_memory(
 
 
 def forget_user(
-    conn: psycopg.Connection,
+    conn: Conn,
     store: ObjectStore | None,
     user_id: str,
     *,
@@ -326,7 +299,7 @@ def _open_plan(
     actor: str,
     now: datetime,
     keys_for: Callable[[Iterable[uuid.UUID], Iterable[str]], list[str]],
-) -> Plan[tuple[dict[str, Any], bool] | ForgetResult]:
+) -> Plan[tuple[Row, bool] | ForgetResult]:
     yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
     if target is not None:
         # An unfinished request covering it first: its rows may already be gone.
@@ -371,9 +344,7 @@ def _scope_ids(user: str, target: uuid.UUID | None) -> Plan[list[uuid.UUID]]:
     return sorted(r["id"] for r in rows)
 
 
-def _pack_neighbours_plan(
-    store: ObjectStore, request: dict[str, Any]
-) -> Plan[dict[str, list[dict[str, Any]]]]:
+def _pack_neighbours_plan(store: ObjectStore, request: Row) -> Plan[dict[str, list[Row]]]:
     """pack key -> the archive rows of memories NOT forgotten whose backup is a member of that pack.
     In-flight archival attempts backed up into such a pack go back to be backed up again."""
     keys = {k for k in request["object_keys"] if packs.is_pack_key(k)}
@@ -393,7 +364,7 @@ def _pack_neighbours_plan(
         {"user_id": user, "ids": ids, "like": [_like_prefix(store.ref_for(k)) + "#%" for k in sorted(keys)]},
         "all",
     )
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Row]] = {}
     for r in rows:
         key = store.key_from_ref(r["storage_ref"])
         if key in keys:
@@ -406,7 +377,7 @@ def _like_prefix(text: str) -> str:
 
 
 def _moved_plan(
-    user: str, keep: dict[str, list[dict[str, Any]]], moved: dict[str, dict[uuid.UUID, packs.StoredMember]]
+    user: str, keep: dict[str, list[Row]], moved: dict[str, dict[uuid.UUID, packs.StoredMember]]
 ) -> Plan[int]:
     """Point each kept member's archive row at its place in the rewritten pack (only rows still
     pointing at the old one: a re-run changes nothing twice)."""
@@ -429,17 +400,17 @@ def _moved_plan(
     return n
 
 
-def _status_plan(request_id: uuid.UUID, status: str, versions: int) -> Plan[dict[str, Any]]:
+def _status_plan(request_id: uuid.UUID, status: str, versions: int) -> Plan[Row]:
     row = yield Sql(_STATUS_SQL, {"id": request_id, "status": status, "versions": versions}, "one")
     return row
 
 
 def _rows_plan(
-    request: dict[str, Any],
+    request: Row,
     actor: str,
     now: datetime,
     keys_for: Callable[[Iterable[uuid.UUID], Iterable[str]], list[str]],
-) -> Plan[dict[str, Any]]:
+) -> Plan[Row]:
     user, target = request["user_id"], request["memory_id"]
     yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
     current = yield Sql(
@@ -495,7 +466,7 @@ def _rows_plan(
     return row
 
 
-def _done_plan(request_id: uuid.UUID, versions: int) -> Plan[dict[str, Any]]:
+def _done_plan(request_id: uuid.UUID, versions: int) -> Plan[Row]:
     row = yield Sql(_DONE_SQL, {"id": request_id, "versions": versions}, "one")
     if row is None:  # finished by a concurrent run
         row = yield Sql("SELECT * FROM forget_requests WHERE id = %(id)s", {"id": request_id}, "one")
@@ -599,7 +570,7 @@ class Leftovers:
         return not (any(self.rows.values()) or self.unredacted_events or self.objects)
 
 
-def user_id_tables(conn: psycopg.Connection) -> list[str]:
+def user_id_tables(conn: Conn) -> list[str]:
     """Every base table of the current schema with a user_id column (information_schema)."""
     rows = conn.execute(
         """SELECT c.table_name FROM information_schema.columns c
@@ -610,7 +581,7 @@ def user_id_tables(conn: psycopg.Connection) -> list[str]:
     return [r["table_name"] for r in rows]
 
 
-def remaining(conn: psycopg.Connection, store: ObjectStore, user_id: str) -> Leftovers:
+def remaining(conn: Conn, store: ObjectStore, user_id: str) -> Leftovers:
     """Everything of `user_id` still stored after forget_user: the user's rows in every table with a
     user_id (listed in erased_tables() or not) except the retained audit tables; audit events still
     carrying content; every version of every backup key the user's forget requests covered, and of the
@@ -622,19 +593,20 @@ def remaining(conn: psycopg.Connection, store: ObjectStore, user_id: str) -> Lef
     for table in tables:
         if table in _RETAINED:
             continue
-        found = conn.execute(f"SELECT count(*) AS n FROM {table} WHERE user_id = %s", (user,)).fetchone()
-        rows[table] = found["n"]
-    unredacted = conn.execute(
+        rows[table] = _one(conn, f"SELECT count(*) AS n FROM {table} WHERE user_id = %s", user)["n"]
+    unredacted = _one(
+        conn,
         """SELECT count(*) AS n FROM memory_events WHERE user_id = %s
            AND event_type NOT IN ('forgotten', 'redacted') AND NOT details ? 'redacted'""",
-        (user,),
-    ).fetchone()["n"]
-    manifest = conn.execute(
+        user,
+    )["n"]
+    manifest = _one(
+        conn,
         """SELECT coalesce(array_agg(DISTINCT k), '{}') AS keys, coalesce(array_agg(DISTINCT i), '{}') AS ids
            FROM forget_requests r LEFT JOIN LATERAL unnest(r.object_keys) k ON true
            LEFT JOIN LATERAL unnest(r.memory_ids) i ON true WHERE r.user_id = %s""",
-        (user,),
-    ).fetchone()
+        user,
+    )
     ids = [i for i in manifest["ids"] if i is not None]
     keys = {k for k in manifest["keys"] if k is not None} | {store.key_for(i) for i in ids}
     mine, untagged = _listed_packs(store, user)
@@ -648,3 +620,10 @@ def remaining(conn: psycopg.Connection, store: ObjectStore, user_id: str) -> Lef
     objects += [f"{k}@*" for k in _scratch_keys(store, ids)]
     uncovered = tuple(t for t in tables if t not in erased_tables() and t not in _RETAINED)
     return Leftovers(user, rows, unredacted, tuple(objects), uncovered)
+
+
+def _one(conn: Conn, query: str, user: str) -> Row:
+    """The one row of an aggregate query over `user`'s rows (without GROUP BY it always has one)."""
+    row = conn.execute(query, (user,)).fetchone()
+    assert row is not None
+    return row

@@ -16,6 +16,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..core.errors import InvalidInputError, SchemaError
+from ..core.rows import Conn, Row
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class PauseState:
         return f"archival paused{where} by {self.actor} at {self.changed_at:%Y-%m-%d %H:%M %Z}: {self.reason}"
 
 
-def _pause_row(conn: psycopg.Connection, *, lock: bool = False) -> PauseState:
+def _pause_row(conn: Conn, *, lock: bool = False) -> PauseState:
     try:
         row = conn.execute(
             "SELECT paused, reason, actor, batch_key, changed_at, details FROM archival_pause"
@@ -49,7 +50,7 @@ def _pause_row(conn: psycopg.Connection, *, lock: bool = False) -> PauseState:
     return PauseState(**row)
 
 
-def pause_status(conn: psycopg.Connection) -> PauseState:
+def pause_status(conn: Conn) -> PauseState:
     return _pause_row(conn)
 
 
@@ -60,7 +61,7 @@ def _check_note(name: str, value: str | None) -> str:
 
 
 def set_pause(
-    conn: psycopg.Connection,
+    conn: Conn,
     *,
     reason: str,
     actor: str,
@@ -87,7 +88,7 @@ def set_pause(
     return _pause_row(conn)
 
 
-def clear_pause(conn: psycopg.Connection, *, reason: str, actor: str) -> PauseState:
+def clear_pause(conn: Conn, *, reason: str, actor: str) -> PauseState:
     """Resume archival. Not paused: nothing changes."""
     reason, actor = _check_note("reason", reason), _check_note("actor", actor)
     with conn.transaction():
@@ -119,7 +120,7 @@ def clear_pause(conn: psycopg.Connection, *, reason: str, actor: str) -> PauseSt
     return _pause_row(conn)
 
 
-def pause_history(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, Any]]:
+def pause_history(conn: Conn, limit: int = 20) -> list[Row]:
     return conn.execute(
         """SELECT id, action, reason, actor, batch_key, occurred_at FROM archival_pause_events
            ORDER BY id DESC LIMIT %s""",
@@ -127,7 +128,7 @@ def pause_history(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, A
     ).fetchall()
 
 
-def skipped_nights(conn: psycopg.Connection, batch_key: str | None = None) -> list[dict[str, Any]]:
+def skipped_nights(conn: Conn, batch_key: str | None = None) -> list[Row]:
     return conn.execute(
         """SELECT batch_key, step, reason, pause_event_id, recorded_at FROM archival_skipped_nights
            WHERE %(b)s::text IS NULL OR batch_key = %(b)s ORDER BY id""",
@@ -135,7 +136,7 @@ def skipped_nights(conn: psycopg.Connection, batch_key: str | None = None) -> li
     ).fetchall()
 
 
-def _record_skip(conn: psycopg.Connection, batch_key: str, step: str, pause: PauseState) -> None:
+def _record_skip(conn: Conn, batch_key: str, step: str, pause: PauseState) -> None:
     conn.execute(
         """INSERT INTO archival_skipped_nights (batch_key, step, reason, pause_event_id)
            SELECT %s, %s, %s, (SELECT max(id) FROM archival_pause_events WHERE action = 'paused')""",
@@ -143,7 +144,7 @@ def _record_skip(conn: psycopg.Connection, batch_key: str, step: str, pause: Pau
     )
 
 
-def paused_skip(conn: psycopg.Connection, batch_key: str, step: str) -> PauseState | None:
+def paused_skip(conn: Conn, batch_key: str, step: str) -> PauseState | None:
     """The pause state if archival is paused (and the skip recorded for `batch_key`), else None."""
     pause = pause_status(conn)
     if not pause.paused:

@@ -41,8 +41,7 @@ from ..storage.store import MEMORY_COLUMNS
 from ..write.write_path import event
 
 if TYPE_CHECKING:
-    import psycopg
-
+    from ..core.rows import Conn, Row
     from ..llm.embedding import Embedder
     from ..storage.objectstore import ObjectStore
 
@@ -132,7 +131,7 @@ ACCESS_ARCHIVED_SQL = """
 # --------------------------------------------------------------------------- plans
 
 
-def _verified_original(arch: dict[str, Any]) -> Plan[BackupObject]:
+def _verified_original(arch: Row) -> Plan[BackupObject]:
     """The backup of an archive row: its sha256 checked, its identity matching the row, and every
     field restorable (models.BackupObject; the embedding of the store's dimension). A document that
     fails raises MalformedBackupError on expand as on restore, before anything is written."""
@@ -153,7 +152,7 @@ def _verified_original(arch: dict[str, Any]) -> Plan[BackupObject]:
 
 
 def restore_rows_plan(
-    arch: dict[str, Any],
+    arch: Row,
     doc: BackupObject,
     *,
     event_type: Literal["restored", "promoted"],
@@ -203,7 +202,7 @@ def restore_rows_plan(
     yield event(doc.original_id, doc.user_id, event_type, actor, now, info | (details or {}))
 
 
-def _expansions_in_window(arch: dict[str, Any], config: PromotionConfig, now: datetime) -> Sql:
+def _expansions_in_window(arch: Row, config: PromotionConfig, now: datetime) -> Sql:
     return Sql(
         EXPANSIONS_IN_WINDOW_SQL,
         {
@@ -337,7 +336,7 @@ def record_access_plan(user_id: str, ids: Sequence[uuid.UUID], *, now: datetime)
     return int(hot) + int(archived)
 
 
-def _read(query: str, params: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
+def _read(query: str, params: dict[str, Any]) -> Plan[list[Row]]:
     return (yield Sql(query, params))
 
 
@@ -354,7 +353,7 @@ class SweepReport:
 
 
 def sweep_promotions(
-    conn: psycopg.Connection,
+    conn: Conn,
     object_store: ObjectStore,
     config: PromotionConfig,
     *,
@@ -369,13 +368,13 @@ def sweep_promotions(
     fails, reported, and is retried by the next sweep."""
     as_of = validation.timestamp("as_of", as_of)
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
-    limit = validation.row_limit("limit", limit, maximum=1_000_000)
+    max_rows = validation.row_limit("limit", limit, maximum=1_000_000)  # None: no limit (LIMIT NULL)
     report = SweepReport(as_of)
     params = {
         "since": as_of - timedelta(days=config.window_days),
         "now": as_of,
         "needed": config.expansions_to_promote,
-        "limit": limit,
+        "limit": max_rows,
     }
     due = run_plan(conn, _read(DUE_FOR_PROMOTION_SQL, params))
     report.due = len(due)

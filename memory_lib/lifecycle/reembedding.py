@@ -57,6 +57,7 @@ from ..core import validation
 from ..core.config import Settings
 from ..core.errors import EmbeddingMismatchError, InvalidInputError, MemoryArchiveError
 from ..core.plans import EmbedText, Plan, Sql, run_plan, run_plan_async
+from ..core.rows import AsyncConn, Conn, Row
 from ..llm.embedding import (
     LOCAL_MODEL_DIM,
     LOCAL_MODEL_NAME,
@@ -170,7 +171,7 @@ _BY_KIND = {g.kind: g for g in VECTOR_GROUPS if g.kind is not None}
 _LOCK_ALL = "LOCK TABLE " + ", ".join(g.table for g in VECTOR_GROUPS) + " IN ACCESS EXCLUSIVE MODE"
 
 
-def _lock_all(conn: psycopg.Connection, timeout: str = "30s") -> None:
+def _lock_all(conn: Conn, timeout: str = "30s") -> None:
     """ACCESS EXCLUSIVE on every vector table, for this transaction. Waiting behind a long transaction
     would queue every search behind this lock: give up after `timeout` instead (retry later)."""
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
@@ -219,7 +220,7 @@ _MIGRATION_SQL = """SELECT id, source_model, source_dim, target_model, target_di
                            flips FROM embedding_migrations"""
 
 
-def active_migration(conn: psycopg.Connection, *, for_update: bool = False) -> Migration | None:
+def active_migration(conn: Conn, *, for_update: bool = False) -> Migration | None:
     """The open (running or flipped) migration, or None."""
     row = conn.execute(
         f"{_MIGRATION_SQL} WHERE state IN ('running', 'flipped'){' FOR UPDATE' if for_update else ''}"
@@ -227,7 +228,7 @@ def active_migration(conn: psycopg.Connection, *, for_update: bool = False) -> M
     return None if row is None else Migration(**row)
 
 
-def _latest(conn: psycopg.Connection) -> Migration | None:
+def _latest(conn: Conn) -> Migration | None:
     row = conn.execute(f"{_MIGRATION_SQL} ORDER BY id DESC LIMIT 1").fetchone()
     return None if row is None else Migration(**row)
 
@@ -291,7 +292,7 @@ def _drop_guards_sql() -> str:
     )
 
 
-def start(conn: psycopg.Connection, target_model: str, target_dim: int, *, actor: str) -> Migration:
+def start(conn: Conn, target_model: str, target_dim: int, *, actor: str) -> Migration:
     """Start re-embedding into (target_model, target_dim): record it and add the `_next` columns.
 
     Refused when a migration is open, when the target is the active space, or when no embedding model
@@ -344,6 +345,7 @@ def start(conn: psycopg.Connection, target_model: str, target_dim: int, *, actor
                VALUES (%s, %s, %s, %s, %s) RETURNING id""",
             (source_model, source_dim, target_model, target_dim, actor),
         ).fetchone()
+        assert row is not None  # INSERT ... RETURNING returns the inserted row
         mid = row["id"]
         for g in VECTOR_GROUPS:
             adds = ", ".join(f"ADD COLUMN {c.name}_next {c.type.format(dim=target_dim)}" for c in g.cols)
@@ -365,14 +367,12 @@ def start(conn: psycopg.Connection, target_model: str, target_dim: int, *, actor
     return migration
 
 
-def abort(conn: psycopg.Connection, *, actor: str) -> Migration:
+def abort(conn: Conn, *, actor: str) -> Migration:
     """Give up a running (not flipped) migration: drop the `_next` columns; the active space is untouched."""
     return _close(conn, actor, state="running", what="abort", suffix="_next", final="aborted")
 
 
-def _close(
-    conn: psycopg.Connection, actor: str, *, state: str, what: str, suffix: str, final: str
-) -> Migration:
+def _close(conn: Conn, actor: str, *, state: str, what: str, suffix: str, final: str) -> Migration:
     """End the open migration (abort, drop_old): drop the `suffix` columns, record `final`, one transaction."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     with conn.transaction():
@@ -395,7 +395,7 @@ def _in_state(m: Migration | None, state: str, what: str, *, missing: str) -> Mi
     return m
 
 
-def _require(conn: psycopg.Connection, state: str, what: str) -> Migration:
+def _require(conn: Conn, state: str, what: str) -> Migration:
     return _in_state(
         active_migration(conn, for_update=True),
         state,
@@ -404,11 +404,13 @@ def _require(conn: psycopg.Connection, state: str, what: str) -> Migration:
     )
 
 
-def _by_id(conn: psycopg.Connection, mid: int) -> Migration:
-    return Migration(**conn.execute(f"{_MIGRATION_SQL} WHERE id = %s", (mid,)).fetchone())
+def _by_id(conn: Conn, mid: int) -> Migration:
+    row = conn.execute(f"{_MIGRATION_SQL} WHERE id = %s", (mid,)).fetchone()
+    assert row is not None  # `mid` was just read; migrations are never deleted
+    return Migration(**row)
 
 
-def _drop_secondary(conn: psycopg.Connection, suffix: str) -> None:
+def _drop_secondary(conn: Conn, suffix: str) -> None:
     conn.execute(_drop_guards_sql())
     for g in VECTOR_GROUPS:
         drops = ", ".join(f"DROP COLUMN {c.name}{suffix}" for c in g.cols)
@@ -453,7 +455,7 @@ def _write_sql(g: _Group, suffix: str, dim: int) -> str:
 _STATE_SQL = "SELECT state FROM embedding_migrations WHERE id = %(id)s FOR SHARE"
 
 
-def _check_state(m: Migration, row: dict[str, Any] | None) -> None:
+def _check_state(m: Migration, row: Row | None) -> None:
     if row is None or row["state"] != m.state:
         raise ReembeddingError(
             f"re-embedding {m.id} changed state ({m.state} -> {row and row['state']}): retry"
@@ -490,7 +492,7 @@ def fill_plan(migration: Migration, kind: Kind, ids: Sequence[uuid.UUID]) -> Pla
 
 
 def _fill(
-    conn: psycopg.Connection,
+    conn: Conn,
     g: _Group,
     m: Migration,
     embedder: Embedder,
@@ -520,7 +522,7 @@ def _fill(
 
 
 def backfill_batch(
-    conn: psycopg.Connection,
+    conn: Conn,
     embedder: Embedder,
     kind: Kind,
     limit: int = 256,
@@ -548,24 +550,24 @@ def backfill_batch(
 def _group(kind: object) -> _Group:
     if kind not in _BY_KIND:
         raise InvalidInputError("kind", kind, f"must be one of {list(KINDS)}")
-    return _BY_KIND[kind]  # type: ignore[index]
+    return _BY_KIND[kind]
 
 
-def pending(
-    conn: psycopg.Connection, kind: Kind, *, bucket: int | None = None, buckets: int | None = None
-) -> int:
+def pending(conn: Conn, kind: Kind, *, bucket: int | None = None, buckets: int | None = None) -> int:
     """Rows of `kind` (in `bucket`) whose secondary columns are not filled yet; 0 without a migration."""
     g = _group(kind)
     m = active_migration(conn)
     if m is None:
         return 0
-    return conn.execute(
+    row = conn.execute(
         f"SELECT count(*) AS n FROM {g.table} WHERE {g.model}{m.suffix} IS NULL {_bucket_filter(bucket, buckets)}",
         {"bucket": bucket, "buckets": buckets},
-    ).fetchone()["n"]
+    ).fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns one row
+    return row["n"]
 
 
-def coverage(conn: psycopg.Connection) -> dict[str, int]:
+def coverage(conn: Conn) -> dict[str, int]:
     """Pending (uncovered) rows per table of the open migration's secondary columns; {} without one."""
     m = active_migration(conn)
     if m is None:
@@ -580,7 +582,7 @@ def _index_name(g: _Group, m: Migration) -> str:
     return f"{g.table}_{g.vector}_m{m.id}_hnsw"
 
 
-def ensure_indexes(conn: psycopg.Connection) -> list[str]:
+def ensure_indexes(conn: Conn) -> list[str]:
     """Build the HNSW index of each secondary vector column that lacks one, CONCURRENTLY (reads and writes
     go on). Idempotent; an invalid index left by an interrupted build is dropped and rebuilt. Needs an
     autocommit connection. Returns the indexes built."""
@@ -631,9 +633,7 @@ def _quantize_sql(dim: int) -> str:
             ADD CONSTRAINT archived_stub_without_vector CHECK ((stubbed_at IS NULL) = (summary_bits IS NOT NULL));"""
 
 
-def _swap(
-    conn: psycopg.Connection, m: Migration, *, to_state: str, actor: str, lock_timeout: str
-) -> Migration:
+def _swap(conn: Conn, m: Migration, *, to_state: str, actor: str, lock_timeout: str) -> Migration:
     """Make the secondary space active, in one transaction; the active space becomes the secondary."""
     incoming, outgoing = m.suffix, ("_prev" if m.state == "running" else "_next")
     new_model, new_dim = m.secondary
@@ -649,6 +649,7 @@ def _swap(
         """SELECT count(*) AS n, array_agg(DISTINCT batch_key) AS batches FROM archival_attempts
            WHERE summary_embedding IS NOT NULL AND status NOT IN ('archived', 'released')"""
     ).fetchone()
+    assert held is not None  # an aggregate without GROUP BY returns one row
     if held["n"]:
         raise ReembeddingError(
             f"cannot flip: {held['n']} open archival checkpoints hold summary embeddings of the active space "
@@ -685,20 +686,20 @@ def _swap(
     return _by_id(conn, m.id)
 
 
-def flip(conn: psycopg.Connection, *, actor: str, lock_timeout: str = "30s") -> Migration:
+def flip(conn: Conn, *, actor: str, lock_timeout: str = "30s") -> Migration:
     """Make the target space active: searches and writes use the new vectors from the commit on. Refused
     unless every row has its `_next` vector. Builds the missing indexes first (CONCURRENTLY)."""
     return _flip(conn, "running", "flipped", "flip", actor=actor, lock_timeout=lock_timeout)
 
 
-def flip_back(conn: psycopg.Connection, *, actor: str, lock_timeout: str = "30s") -> Migration:
+def flip_back(conn: Conn, *, actor: str, lock_timeout: str = "30s") -> Migration:
     """Make the source space active again (the migration is `running` again). Refused unless every row
     has its `_prev` vector (writes made while flipped are dual-written or backfilled into it)."""
     return _flip(conn, "flipped", "running", "flip back", actor=actor, lock_timeout=lock_timeout)
 
 
 def _flip(
-    conn: psycopg.Connection, from_state: str, to_state: str, what: str, *, actor: str, lock_timeout: str
+    conn: Conn, from_state: str, to_state: str, what: str, *, actor: str, lock_timeout: str
 ) -> Migration:
     """flip and flip_back: the indexes built (CONCURRENTLY, outside a transaction), then the swap."""
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
@@ -710,13 +711,13 @@ def _flip(
         )
 
 
-def _require_outside(conn: psycopg.Connection, state: str, what: str) -> None:
+def _require_outside(conn: Conn, state: str, what: str) -> None:
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise ReembeddingError(f"{what} builds indexes CONCURRENTLY: call it outside a transaction")
     _in_state(active_migration(conn), state, what, missing=f"no {state} re-embedding: nothing to {what}")
 
 
-def drop_old(conn: psycopg.Connection, *, actor: str) -> Migration:
+def drop_old(conn: Conn, *, actor: str) -> Migration:
     """After a flip, on request: drop the `_prev` columns (and their indexes, triggers); `finished`.
     From here a flip back is impossible."""
     return _close(conn, actor, state="flipped", what="drop the old vectors", suffix="_prev", final="finished")
@@ -736,7 +737,7 @@ class DualWriter:
         self._at = -float("inf")
         self._migration: Migration | None = None
 
-    def migration(self, conn: psycopg.Connection) -> Migration | None:
+    def migration(self, conn: Conn) -> Migration | None:
         if time.monotonic() - self._at > self.ttl:
             try:
                 self._migration = active_migration(conn)
@@ -745,7 +746,7 @@ class DualWriter:
             self._at = time.monotonic()
         return self._migration
 
-    def fill(self, conn: psycopg.Connection, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
+    def fill(self, conn: Conn, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
         m = self.migration(conn)
         if m is None or not ids:
             return 0
@@ -755,7 +756,7 @@ class DualWriter:
             self._at = -float("inf")  # the migration moved on (flipped, finished): ask again next time
             return 0
 
-    async def fill_async(self, conn: psycopg.AsyncConnection, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
+    async def fill_async(self, conn: AsyncConn, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
         """`fill` for the async client (embedding and the embedder's first load run in a thread)."""
         if time.monotonic() - self._at > self.ttl:
             try:

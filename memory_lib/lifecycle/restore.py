@@ -19,6 +19,7 @@ import psycopg
 from ..core import validation
 from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
 from ..core.plans import run_plan
+from ..core.rows import Conn, Row
 from ..llm.embedding import Embedder
 from ..storage import packs
 from ..storage.objectstore import ObjectStore
@@ -34,7 +35,7 @@ class RestoreResult:
 
 
 def restore_archive(
-    conn: psycopg.Connection,
+    conn: Conn,
     object_store: ObjectStore,
     *,
     user_id: str,
@@ -61,7 +62,7 @@ def restore_archive(
 
 
 def archived_ids(
-    conn: psycopg.Connection, *, user_id: str | None = None, limit: int | None = None
+    conn: Conn, *, user_id: str | None = None, limit: int | None = None
 ) -> list[tuple[str, uuid.UUID]]:
     """(user_id, original_id) of archived memories, oldest archive first. `limit`: an integer >= 0 (None: all)."""
     user_id = None if user_id is None else validation.user(user_id)
@@ -101,7 +102,7 @@ class _Prefetch:
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="restore-read")
         self._reads: dict[tuple[str, str], tuple[Future[list[bytes | BaseException]], int]] = {}
 
-    def load(self, rows: Iterable[dict[str, Any]]) -> None:
+    def load(self, rows: Iterable[Row]) -> None:
         by_key: dict[str, list[tuple[str, str]]] = {}
         for r in rows:
             wanted = (r["storage_ref"], r["backup_sha256"])
@@ -131,7 +132,7 @@ class _Prefetch:
 
 
 def restore_archives(
-    conn: psycopg.Connection,
+    conn: Conn,
     store: ObjectStore,
     *,
     actor: str,
@@ -188,7 +189,7 @@ class _Group:
     after its `size`-th (or at the end). Each restore inside is a savepoint (run_plan). An exception
     that escapes (not a memory's own failure) rolls the open group back: those memories stay archived."""
 
-    def __init__(self, conn: psycopg.Connection, size: int):
+    def __init__(self, conn: Conn, size: int):
         self.conn, self.size, self.n = conn, size, 0
         self._tx: Any = None
 
@@ -217,7 +218,7 @@ class _Group:
 
 
 def _restore_archives(
-    conn: psycopg.Connection,
+    conn: Conn,
     store: _Prefetch,
     *,
     actor: str,

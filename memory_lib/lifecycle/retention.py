@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-import psycopg
-
 from ..core.config import RetentionConfig
+from ..core.rows import Conn
 from ..core.shards import ALL, Shard, shard_filter
 from .eligibility import RETENTION_EXEMPT
 
@@ -84,9 +83,7 @@ class ScoreRun:
     seconds: float = 0.0
 
 
-def score(
-    conn: psycopg.Connection, as_of: datetime, config: RetentionConfig, *, shard: Shard = ALL
-) -> ScoreRun:
+def score(conn: Conn, as_of: datetime, config: RetentionConfig, *, shard: Shard = ALL) -> ScoreRun:
     """Score every hot memory of `shard`'s users created by `as_of` (the end of a night), one statement
     per user batch. Concurrent shard runs score disjoint users, so they never upsert the same rows."""
     as_of = as_of.astimezone(UTC)
@@ -131,7 +128,7 @@ class Distribution:
     by_category: dict[str, dict[str, float | int]] = field(default_factory=dict)
 
 
-def distribution(conn: psycopg.Connection, as_of: datetime, *, cold_migration_days: int) -> Distribution:
+def distribution(conn: Conn, as_of: datetime, *, cold_migration_days: int) -> Distribution:
     as_of = as_of.astimezone(UTC)
     p = {
         "as_of": as_of,
@@ -149,6 +146,7 @@ def distribution(conn: psycopg.Connection, as_of: datetime, *, cold_migration_da
            WHERE r.scored_as_of = %(as_of)s""",
         p,
     ).fetchone()
+    assert row is not None  # aggregates without GROUP BY return one row
     buckets = [0] * BUCKETS
     for b in conn.execute(
         """SELECT least(width_bucket(score, 0, 1, %(n)s), %(n)s) AS b, count(*) AS k
@@ -205,7 +203,7 @@ class TierCounts:
         return sum(t.stub for t in self.by_user.values())
 
 
-def tier_counts(conn: psycopg.Connection, as_of: datetime) -> TierCounts:
+def tier_counts(conn: Conn, as_of: datetime) -> TierCounts:
     as_of = as_of.astimezone(UTC)
     rows = conn.execute(
         """WITH h AS (SELECT user_id, count(*) AS n FROM memories WHERE created_at <= %(t)s GROUP BY 1),

@@ -27,14 +27,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import numpy as np
-import psycopg
 
 from ..core import validation
 from ..core.errors import IntegrityError, ObjectNotFoundError
 from ..core.plans import Plan, Sql
+from ..core.rows import Conn, Row
 from ..core.shards import ALL, Shard, shard_filter
 from ..storage import packs
 from ..storage.objectstore import ObjectStore, StoredObject
@@ -86,7 +85,7 @@ class StubRun:
     seconds: float = 0.0
 
 
-def backup_problem(store: ObjectStore, row: dict[str, Any]) -> str | None:
+def backup_problem(store: ObjectStore, row: Row) -> str | None:
     """None when the row's backup is there as recorded (HEAD: sha256, size, version id), else why not."""
     try:
         obj: StoredObject | None = store.head(store.key_from_ref(row["storage_ref"]))
@@ -101,7 +100,7 @@ def backup_problem(store: ObjectStore, row: dict[str, Any]) -> str | None:
     return None
 
 
-def _problems(store: ObjectStore, rows: list[dict[str, Any]], workers: int) -> list[str | None]:
+def _problems(store: ObjectStore, rows: list[Row], workers: int) -> list[str | None]:
     """backup_problem of each row; a pack's members are read with one GET of the pack and each
     checked against its own sha256 (memory_lib.storage.packs), instead of a HEAD each."""
     if not rows:
@@ -130,7 +129,7 @@ def _problems(store: ObjectStore, rows: list[dict[str, Any]], workers: int) -> l
 
 
 def convert(
-    conn: psycopg.Connection,
+    conn: Conn,
     store: ObjectStore,
     as_of: datetime,
     *,
@@ -190,7 +189,7 @@ class StubBackups:
 
 
 def verify_stub_backups(
-    conn: psycopg.Connection, store: ObjectStore, *, shard: Shard = ALL, workers: int = 8
+    conn: Conn, store: ObjectStore, *, shard: Shard = ALL, workers: int = 8
 ) -> StubBackups:
     """Read-only: HEAD the backup of every stub of `shard`'s users (a stub's only full copy)."""
     rows = conn.execute(

@@ -39,6 +39,7 @@ collecting the same results twice after a crash records them once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -51,10 +52,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-
 from ..core.errors import SummarizationError
+from ..core.rows import Conn
 from ..core.statuses import OPEN_STATUSES
+from .transport import ProviderClient
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,8 @@ class BatchClient:
     """One provider's batch endpoints, through its SDK and the summarizer's retries."""
 
     def __init__(self, summarizer: Any):
-        self.summarizer = summarizer
+        # An Anthropic or OpenAI summarizer (supports_batches): its client, rate limit and retries.
+        self.summarizer: ProviderClient = summarizer
         self.kind = summarizer.kind
         self.client = summarizer.client
 
@@ -147,6 +149,9 @@ class BatchClient:
 
     # -- poll ------------------------------------------------------------------------------------
 
+    def _file_text(self, file_id: str) -> str:
+        return self.client.files.content(file_id).text
+
     def _normalize(self, b: Any) -> ProviderBatch:
         if self.kind == "anthropic":
             counts = b.request_counts
@@ -198,7 +203,7 @@ class BatchClient:
         for file_id in (batch.output_file_id, batch.error_file_id):
             if not file_id:
                 continue
-            text = self._call("batch results", lambda f=file_id: self.client.files.content(f).text)
+            text = self._call("batch results", functools.partial(self._file_text, file_id))
             for line in text.splitlines():
                 if not line.strip():
                     continue
@@ -299,7 +304,7 @@ def submission_key(batch_key: str, memory_ids: list[uuid.UUID]) -> str:
 
 
 def record_intent(
-    conn: psycopg.Connection, batch_key: str, key: str, provider: str, model: str, memory_ids: list[uuid.UUID]
+    conn: Conn, batch_key: str, key: str, provider: str, model: str, memory_ids: list[uuid.UUID]
 ) -> None:
     """Step 1: the submission row and each memory's pointer to it, in one transaction. The same
     memories submitted again after a create the provider refused ('failed', no provider batch) are a
@@ -320,7 +325,7 @@ def record_intent(
         )
 
 
-def record_submitted(conn: psycopg.Connection, key: str, provider_batch_id: str) -> None:
+def record_submitted(conn: Conn, key: str, provider_batch_id: str) -> None:
     """Step 2's end: the provider's id on the submission."""
     conn.execute(
         """UPDATE llm_batches SET provider_batch_id = %s, status = 'submitted', submitted_at = now(), error = NULL
@@ -329,7 +334,7 @@ def record_submitted(conn: psycopg.Connection, key: str, provider_batch_id: str)
     )
 
 
-def adopt_or_forget(conn: psycopg.Connection, api: BatchClient, sub: dict[str, Any]) -> str | None:
+def adopt_or_forget(conn: Conn, api: BatchClient, sub: dict[str, Any]) -> str | None:
     """A 'submitting' row (crash during submit): the provider's batch made for it, if one exists."""
     known = {
         r["provider_batch_id"]
@@ -357,13 +362,13 @@ def past_lookup_window(sub: dict[str, Any], now: datetime | None = None) -> bool
     return (now or datetime.now(UTC)) - sub["created_at"] > LOOKUP_WINDOW
 
 
-def open_submissions(conn: psycopg.Connection, keys: set[str]) -> list[dict[str, Any]]:
+def open_submissions(conn: Conn, keys: set[str]) -> list[dict[str, Any]]:
     return conn.execute(
         "SELECT * FROM llm_batches WHERE submission_key = ANY(%s) ORDER BY created_at", (list(keys),)
     ).fetchall()
 
 
-def mark(conn: psycopg.Connection, key: str, status: str, error: str | None = None) -> None:
+def mark(conn: Conn, key: str, status: str, error: str | None = None) -> None:
     stamp = {
         "ended": "ended_at",
         "collected": "collected_at",
@@ -379,7 +384,7 @@ def mark(conn: psycopg.Connection, key: str, status: str, error: str | None = No
     )
 
 
-def release_memories(conn: psycopg.Connection, key: str, memory_ids: list[uuid.UUID]) -> None:
+def release_memories(conn: Conn, key: str, memory_ids: list[uuid.UUID]) -> None:
     """These memories no longer wait in submission `key`."""
     conn.execute(
         "UPDATE archival_attempts SET llm_submission = NULL WHERE llm_submission = %s AND memory_id = ANY(%s)",
@@ -443,7 +448,7 @@ class Held:
         }
 
 
-def held_submissions(conn: psycopg.Connection, batch_key: str | None = None, limit: int = 20) -> list[Held]:
+def held_submissions(conn: Conn, batch_key: str | None = None, limit: int = 20) -> list[Held]:
     """Submissions that open attempts (of `batch_key`, or of any batch) still wait in, oldest first."""
     rows = conn.execute(
         """SELECT b.submission_key, b.status, b.created_at, b.provider_batch_id, b.error,
@@ -468,7 +473,7 @@ def held_submissions(conn: psycopg.Connection, batch_key: str | None = None, lim
 
 
 def refused_submissions(
-    conn: psycopg.Connection, memory_ids: list[uuid.UUID], since: datetime, limit: int = 3
+    conn: Conn, memory_ids: list[uuid.UUID], since: datetime, limit: int = 3
 ) -> list[dict[str, Any]]:
     """Submissions of these memories that failed since `since` (the provider refused them, or had no
     batch for them), newest first, with why."""
@@ -480,7 +485,7 @@ def refused_submissions(
     ).fetchall()
 
 
-def submission_stats(conn: psycopg.Connection) -> dict[str, Any]:
+def submission_stats(conn: Conn) -> dict[str, Any]:
     """LLM batch submissions by status (how many, the oldest's time and age in seconds, the memories
     open attempts still wait in them for), and the submissions holding memories, oldest first."""
     rows = conn.execute(

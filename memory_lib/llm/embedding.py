@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from ..core.errors import EmbeddingError, InvalidInputError
-from .summarize import RateLimiter, RetryPolicy, call_with_retries
+from .transport import RateLimiter, RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
     from ..core.config import EmbeddingConfig
@@ -136,7 +136,7 @@ class HashingEmbedder:
         if norm == 0:  # signed collisions cancelled everything (tiny dims): fall back to the text itself
             h = _feature_hash("t:" + text)
             vector[h % self.dim] = 1.0
-            norm = 1.0
+            norm = np.float64(1.0)
         return vector / norm
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -258,7 +258,10 @@ class LocalEmbedder:
         get_dim = getattr(self._model, "get_embedding_dimension", None) or (
             self._model.get_sentence_embedding_dimension
         )
-        dim = int(get_dim())
+        reported = get_dim()
+        if reported is None:
+            raise EmbeddingError(f"model {model_name!r} at {model_dir} reports no embedding dimension")
+        dim = int(reported)
         if dim != LOCAL_MODEL_DIM:
             raise EmbeddingError(
                 f"model {model_name!r} at {model_dir} has dim={dim}, expected {LOCAL_MODEL_DIM}"
@@ -267,7 +270,8 @@ class LocalEmbedder:
         self.dim = dim
         self.batch_size = batch_size
         # sentence-transformers truncates past max_seq_length (256 for this model), [CLS] and [SEP] included.
-        self.max_tokens: int | None = int(self._model.max_seq_length) - 2
+        max_seq_length = self._model.max_seq_length
+        self.max_tokens: int | None = None if max_seq_length is None else int(max_seq_length) - 2
 
     def __repr__(self) -> str:
         return f"LocalEmbedder(model={self.model!r})"

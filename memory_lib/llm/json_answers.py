@@ -1,16 +1,16 @@
 """JSON answers from the configured LLM provider, validated by a pydantic schema (digests, facts).
 
 Reuses memory_lib.llm.summarize's provider classes as they are: their SDK client, our retry and rate-limit
-policy (`_call`), the key kept out of errors and reprs. Only the prompt and the parsing differ: the
-answer must be one JSON object that the given pydantic model accepts, else SummarizationError naming
-the model and what was wrong (nothing is written from an answer that does not validate).
+policy (memory_lib.llm.transport's `call_api`), the key kept out of errors and reprs. Only the prompt and
+the parsing differ: the answer must be one JSON object that the given pydantic model accepts, else
+SummarizationError naming the model and what was wrong (nothing is written from an answer that does not
+validate).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..core.errors import SummarizationError
 from .summarize import AnthropicSummarizer, OpenAISummarizer, estimate_cost_usd, summarizer_from_settings
+from .transport import parse_json_answer
 
 if TYPE_CHECKING:
     from ..core.config import LLMConfig
@@ -28,7 +29,6 @@ __all__ = ["JsonLLM", "JsonUsage", "json_llm_from_settings", "parse_json_object"
 M = TypeVar("M", bound=BaseModel)
 # A digest or a list of facts is longer than a 2-3 sentence summary.
 DEFAULT_MAX_OUTPUT_TOKENS = 1500
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,10 @@ def parse_json_object(text: str | None, schema: type[M], *, model: str) -> M:
     """`text` as one JSON object valid under `schema` (a ```json fence around it is tolerated)."""
     if not text or not text.strip():
         raise SummarizationError(f"model {model!r} returned no JSON")
-    fenced = _FENCE.match(text)
-    raw = fenced.group(1) if fenced else text.strip()
     try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise SummarizationError(f"model {model!r} returned text that is not JSON: {raw[:80]!r}") from exc
+        data = parse_json_answer(text)
+    except json.JSONDecodeError as exc:  # its `doc` is the text without the fence
+        raise SummarizationError(f"model {model!r} returned text that is not JSON: {exc.doc[:80]!r}") from exc
     if not isinstance(data, dict):
         raise SummarizationError(f"model {model!r} returned JSON {type(data).__name__}, not an object")
     try:
@@ -83,14 +81,16 @@ class JsonLLM:
 
     def complete_text(self, prompt: str) -> tuple[str | None, JsonUsage]:
         """The answer's text and what it cost, unparsed (a caller that must bill a malformed answer)."""
-        p: Any = self._provider
+        p = self._provider
+        # "summary": the request's name in error messages, as it has always been for JSON answers too.
         if isinstance(p, AnthropicSummarizer):
-            response: Any = p._call(
-                lambda: p._client.messages.with_raw_response.create(
+            response: Any = p.call_api(
+                lambda: p.client.messages.with_raw_response.create(
                     model=self.model,
                     max_tokens=self.max_output_tokens,
                     messages=[{"role": "user", "content": prompt}],
-                )
+                ),
+                "summary",
             )
             if response.stop_reason == "max_tokens":
                 raise SummarizationError(
@@ -99,12 +99,13 @@ class JsonLLM:
             text = "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
             tokens_in, tokens_out = response.usage.input_tokens, response.usage.output_tokens
         else:
-            response = p._call(
-                lambda: p._client.chat.completions.with_raw_response.create(
+            response = p.call_api(
+                lambda: p.client.chat.completions.with_raw_response.create(
                     model=self.model,
                     max_completion_tokens=self.max_output_tokens,
                     messages=[{"role": "user", "content": prompt}],
-                )
+                ),
+                "summary",
             )
             if not response.choices:
                 raise SummarizationError(f"model {self.model!r} returned no choices")

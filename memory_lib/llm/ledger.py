@@ -15,8 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import psycopg
-
+from ..core.rows import Conn
 from .summarize import Summary
 
 __all__ = [
@@ -71,7 +70,7 @@ def entry_params(e: LedgerEntry) -> dict[str, object]:
     }
 
 
-def record_usage(conn: psycopg.Connection, entries: Sequence[LedgerEntry]) -> None:
+def record_usage(conn: Conn, entries: Sequence[LedgerEntry]) -> None:
     """Append `entries` to the ledger in one transaction."""
     if not entries:
         return
@@ -96,7 +95,7 @@ class ModelUsage:
     unpriced: int
 
 
-def _totals(conn: psycopg.Connection, where: str, params: dict[str, object]) -> list[ModelUsage]:
+def _totals(conn: Conn, where: str, params: dict[str, object]) -> list[ModelUsage]:
     rows = conn.execute(
         f"""SELECT model, mode, count(*) AS requests, count(*) FILTER (WHERE outcome = 'failed') AS failed,
                    count(DISTINCT memory_id) AS memories,
@@ -107,15 +106,15 @@ def _totals(conn: psycopg.Connection, where: str, params: dict[str, object]) -> 
             FROM llm_usage WHERE {where} GROUP BY model, mode ORDER BY model, mode""",
         params,
     ).fetchall()
-    return [ModelUsage(**{k: (float(v) if k == "cost_usd" else v) for k, v in r.items()}) for r in rows]
+    return [ModelUsage(**{**r, "cost_usd": float(r["cost_usd"])}) for r in rows]
 
 
-def usage_of_batches(conn: psycopg.Connection, batch_keys: Iterable[str]) -> list[ModelUsage]:
+def usage_of_batches(conn: Conn, batch_keys: Iterable[str]) -> list[ModelUsage]:
     """Totals per model and mode of the answers recorded for these archival batches."""
     return _totals(conn, "batch_key = ANY(%(keys)s)", {"keys": list(batch_keys)})
 
 
-def usage_by_model(conn: psycopg.Connection, night_batch_key: str) -> list[ModelUsage]:
+def usage_by_model(conn: Conn, night_batch_key: str) -> list[ModelUsage]:
     """Totals per model and mode of one night: its batch and its shards' batches (`<key>-shard-*`)."""
     return _totals(
         conn,

@@ -1,44 +1,37 @@
 """Summaries of cold memories: LLM clients (Anthropic, OpenAI) and an offline extractive fallback.
 
-The LLM SDKs are imported lazily so that the offline paths (and anything that merely imports this
-module) do not pay their import time. Retries are ours, not the SDKs' (`max_retries=0`), so that the
-policy is the same for every provider and for the embedder, which shares `call_with_retries`.
+The provider summarizers talk to their provider through memory_lib.llm.transport (the SDK client, our
+rate limit and retries, the key kept out of errors); the offline paths never import an LLM SDK.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import sys
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from ..core.errors import InvalidInputError, SummarizationError
 from ..core.pricing import DEFAULT_PRICES, ModelPrice, Usage, cost_usd, usage_from_response
+from .transport import ProviderClient, RateLimiter, parse_json_answer
 
 if TYPE_CHECKING:
     from ..core.config import LLMConfig
 
 __all__ = [
+    "DATE_PATTERN",
     "SUMMARY_PROMPT",
     "AnthropicSummarizer",
     "ExtractiveSummarizer",
     "OpenAISummarizer",
-    "RateLimiter",
-    "RetryPolicy",
     "Summarizer",
     "Summary",
     "SummaryInput",
-    "call_with_retries",
     "check_summary_text",
     "Entity",
     "PaidSummarizationError",
@@ -46,13 +39,10 @@ __all__ = [
     "estimate_cost_usd",
     "parse_summary_output",
     "extract_key_entities",
-    "is_retryable",
     "render_summary_prompt",
     "split_sentences",
     "summarizer_from_settings",
 ]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -183,20 +173,13 @@ class SummaryOutput(BaseModel):
         return v if v in DOMAINS else "other"
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-
-
 def parse_summary_output(raw: str, *, source: str) -> SummaryOutput:
     """The provider's answer as SummaryOutput; a ```json fence around it is tolerated."""
-    text = raw.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1)
     try:
         # The stdlib parser, not pydantic's: it keeps a lone surrogate ("\ud800") for check_summary_text
         # to refuse by name, instead of calling the whole answer malformed.
-        data = json.loads(text)
-    except ValueError as exc:
+        data = parse_json_answer(raw)
+    except json.JSONDecodeError as exc:
         raise SummarizationError(
             f"{source} returned malformed summary JSON ({exc.msg} at {exc.pos}): {' '.join(raw.split())[:80]!r}"
         ) from None
@@ -227,163 +210,6 @@ class PaidSummarizationError(SummarizationError):
     def __init__(self, message: str, spent: Summary):
         super().__init__(message)
         self.spent = spent
-
-
-# --------------------------------------------------------------------------------------------------
-# Client-side rate limit and retries (shared with memory_lib.llm.embedding)
-
-
-class RateLimiter:
-    """Spaces calls at least 1/requests_per_second apart, across threads; no bursts."""
-
-    def __init__(
-        self,
-        requests_per_second: float,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        if not (math.isfinite(requests_per_second) and requests_per_second > 0):
-            raise InvalidInputError("requests_per_second", requests_per_second, "must be a positive number")
-        self.requests_per_second = requests_per_second
-        self._interval = 1.0 / requests_per_second
-        self._clock = clock
-        self._sleep = sleep
-        self._lock = threading.Lock()
-        self._next_slot = -math.inf
-
-    def acquire(self) -> float:
-        """Block until this caller's slot; return the seconds waited."""
-        with self._lock:
-            now = self._clock()
-            slot = max(now, self._next_slot)
-            self._next_slot = slot + self._interval
-        wait = slot - now
-        if wait > 0:
-            self._sleep(wait)  # outside the lock: later callers queue for later slots meanwhile
-        return wait
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with full jitter: wait ~ U(0, min(wait_max, wait_base * 2**n))."""
-
-    max_retries: int = 5
-    wait_base: float = 0.5
-    wait_max: float = 20.0
-    retry_after_max: float = 60.0  # a server's retry-after is honoured up to this
-
-
-# 408/429 and every 5xx (Anthropic's 529 "overloaded" included) are worth another try; other 4xx are not.
-_RETRYABLE_STATUS = frozenset({408, 429})
-
-
-def _status_of(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    # The SDKs' timeouts subclass their APIConnectionError. Only SDKs already imported can have raised.
-    types: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    for name in ("anthropic", "openai"):
-        module = sys.modules.get(name)
-        if module is not None:
-            types.append(module.APIConnectionError)
-    return isinstance(exc, tuple(types))
-
-
-class MalformedResponseError(SummarizationError):
-    """A provider answered, but not with its API's JSON (say, a proxy's HTML error page with 200).
-    Transient as far as we can tell: retried like a 5xx."""
-
-    def __init__(self, provider: str, status: int, content_type: str, body: str):
-        self.status_code = status
-        shown = " ".join(body.split())[:80]
-        super().__init__(
-            f"{provider} answered HTTP {status} with {content_type or 'no content type'}, not JSON: {shown!r}"
-        )
-
-
-def is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, MalformedResponseError):
-        return True
-    status = _status_of(exc)
-    if status is not None:
-        return status in _RETRYABLE_STATUS or status >= 500
-    return _is_connection_error(exc)
-
-
-def _retry_after_seconds(exc: BaseException | None) -> float:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return 0.0
-    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / divisor
-        except ValueError:
-            continue  # an HTTP date: rare, and the backoff covers it
-        if math.isfinite(seconds) and seconds > 0:
-            return seconds
-    return 0.0
-
-
-class _BackoffHonouringRetryAfter:
-    def __init__(self, policy: RetryPolicy):
-        self._jitter = wait_random_exponential(multiplier=policy.wait_base, max=policy.wait_max)
-        self._retry_after_max = policy.retry_after_max
-
-    def __call__(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        return max(self._jitter(state), min(_retry_after_seconds(exc), self._retry_after_max))
-
-
-def _describe(exc: BaseException, secret: str | None) -> str:
-    status = _status_of(exc)
-    detail = " ".join(str(exc).split())[:200]
-    if secret:
-        detail = detail.replace(secret, "***")
-    head = f"HTTP {status} {type(exc).__name__}" if status is not None else type(exc).__name__
-    return f"{head}: {detail}" if detail else head
-
-
-def call_with_retries(
-    request: Callable[[], T],
-    *,
-    what: str,
-    error_type: type[Exception],
-    policy: RetryPolicy,
-    limiter: RateLimiter | None = None,
-    secret: str | None = None,
-) -> T:
-    """Run `request` under the rate limit, retrying transient failures per `policy`.
-
-    Any failure left over is raised as `error_type` naming `what` (say, the model) and the HTTP status;
-    `secret` (the API key) is blanked out should the server echo it back.
-    """
-
-    def attempt() -> T:
-        if limiter is not None:
-            limiter.acquire()
-        return request()
-
-    retrying = Retrying(
-        stop=stop_after_attempt(policy.max_retries + 1),
-        wait=_BackoffHonouringRetryAfter(policy),
-        retry=retry_if_exception(is_retryable),
-        reraise=True,
-    )
-    try:
-        return retrying(attempt)
-    except (TypeError, AttributeError, NameError):
-        raise  # our bug, not the provider's failure: do not file it under one memory
-    except Exception as exc:
-        attempts = retrying.statistics.get("attempt_number", 1)
-        raise error_type(f"{what} failed after {attempts} attempt(s): {_describe(exc, secret)}") from exc
 
 
 # --------------------------------------------------------------------------------------------------
@@ -444,8 +270,9 @@ def _validated_text(text: str | None, *, model: str, max_chars: int) -> str:
     return text
 
 
-class _ProviderSummarizer:
-    """What the provider summarizers share: settings, the provider's own retries off, ours on.
+class _ProviderSummarizer(ProviderClient):
+    """What the provider summarizers share: settings, and the provider reached through ProviderClient
+    (its SDK client with the provider's own retries off, ours on).
 
     One request per memory returns the summary, its key entities with types and a domain guess as
     JSON (SummaryOutput). Every answer that arrived is paid for: when it is unusable (malformed JSON,
@@ -453,9 +280,6 @@ class _ProviderSummarizer:
     so the ledger records it too. `request_params` and `parse_response` are shared with the batch
     path (memory_lib.llm.batches), which sends the same request and reads the same answer.
     """
-
-    kind: str
-    default_model: str
 
     def __init__(
         self,
@@ -475,7 +299,16 @@ class _ProviderSummarizer:
         batch_poll_seconds: float = 30.0,
         batch_wait_seconds: float = 3600.0,
     ):
-        self.model = model or self.default_model
+        super().__init__(
+            api_key,
+            model,
+            base_url,
+            limiter,
+            max_retries,
+            timeout,
+            retry_wait_base=retry_wait_base,
+            retry_wait_max=retry_wait_max,
+        )
         self.max_output_tokens = max_output_tokens
         self.max_summary_chars = max_summary_chars
         self.prices = dict(DEFAULT_PRICES if prices is None else prices)
@@ -483,53 +316,6 @@ class _ProviderSummarizer:
         self.batch_threshold = batch_threshold
         self.batch_poll_seconds = batch_poll_seconds
         self.batch_wait_seconds = batch_wait_seconds
-        self._limiter = limiter
-        self._policy = RetryPolicy(max_retries, retry_wait_base, retry_wait_max)
-        self._secret = api_key
-        self._client = self._make_client(api_key, base_url, timeout)
-
-    @property
-    def client(self) -> Any:
-        """The SDK client (the batch path uses its batch endpoints)."""
-        return self._client
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return self._policy
-
-    def _make_client(self, api_key: str, base_url: str | None, timeout: float) -> Any:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:  # never show the key
-        return f"{type(self).__name__}(model={self.model!r})"
-
-    def call(self, request: Callable[[], T], what: str) -> T:
-        """`request` under this summarizer's rate limit and retries (batch endpoints use it too)."""
-        return call_with_retries(
-            request,
-            what=f"{self.kind} {what} with model {self.model!r}",
-            error_type=SummarizationError,
-            policy=self._policy,
-            limiter=self._limiter,
-            secret=self._secret,
-        )
-
-    def _call(self, request: Callable[[], Any]) -> Any:
-        """`request` returns the SDK's raw response; it is parsed only when the body is JSON."""
-
-        def parsed() -> Any:
-            raw = request()
-            content_type = raw.headers.get("content-type", "")
-            if "json" not in content_type.lower():
-                raise MalformedResponseError(self.kind, raw.status_code, content_type, raw.http_response.text)
-            try:
-                return raw.parse()
-            except ValueError as exc:  # JSON that does not parse
-                raise MalformedResponseError(
-                    self.kind, raw.status_code, content_type, raw.http_response.text
-                ) from exc
-
-        return self.call(parsed, "summary")
 
     def request_params(self, item: SummaryInput) -> dict[str, Any]:
         raise NotImplementedError
@@ -540,7 +326,7 @@ class _ProviderSummarizer:
     def summarize(self, item: SummaryInput) -> Summary:
         _check_content(item)
         params = self.request_params(item)
-        return self.parse_response(self._call(lambda: self._create(params)))
+        return self.parse_response(self.call_api(lambda: self._create(params), "summary"))
 
     def _create(self, params: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -592,11 +378,6 @@ class AnthropicSummarizer(_ProviderSummarizer):
     kind = "anthropic"
     default_model = "claude-haiku-4-5"
 
-    def _make_client(self, api_key: str, base_url: str | None, timeout: float) -> Any:
-        import anthropic
-
-        return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
-
     def request_params(self, item: SummaryInput) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -605,7 +386,7 @@ class AnthropicSummarizer(_ProviderSummarizer):
         }
 
     def _create(self, params: dict[str, Any]) -> Any:
-        return self._client.messages.with_raw_response.create(**params)
+        return self.client.messages.with_raw_response.create(**params)
 
     def parse_response(self, response: Any, *, mode: str = "sync") -> Summary:
         """A Messages API `Message` (from a sync call or a batch result) as a Summary."""
@@ -624,11 +405,6 @@ class OpenAISummarizer(_ProviderSummarizer):
     kind = "openai"
     default_model = "gpt-4o-mini"
 
-    def _make_client(self, api_key: str, base_url: str | None, timeout: float) -> Any:
-        import openai
-
-        return openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
-
     def request_params(self, item: SummaryInput) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -639,7 +415,7 @@ class OpenAISummarizer(_ProviderSummarizer):
         }
 
     def _create(self, params: dict[str, Any]) -> Any:
-        return self._client.chat.completions.with_raw_response.create(**params)
+        return self.client.chat.completions.with_raw_response.create(**params)
 
     def parse_response(self, response: Any, *, mode: str = "sync") -> Summary:
         """A `ChatCompletion` (from a sync call or a batch result's body) as a Summary."""
@@ -677,7 +453,7 @@ _MONTHS = (
     "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec"
 )
 _WEEKDAYS = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
-_DATE = re.compile(
+DATE_PATTERN = re.compile(
     rf"\b\d{{4}}-\d{{2}}-\d{{2}}(?:[T ]\d{{2}}:\d{{2}}(?::\d{{2}})?)?\b"
     rf"|\b\d{{1,2}}[/.]\d{{1,2}}[/.]\d{{2,4}}\b"
     rf"|\b(?:{_MONTHS})\.? \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b"
@@ -739,7 +515,7 @@ def _words_after_first(sentence: str) -> list[str]:
 def _information_score(sentence: str) -> float:
     named = sum(1 for w in _words_after_first(sentence) if w[:1].isupper() and w != "I")
     numbers = sum(1 for t in _TOKEN_WITH_DIGIT.findall(sentence) if any(c.isdigit() for c in t))
-    return named + numbers + len(_DATE.findall(sentence)) + len(_MONEY.findall(sentence))
+    return named + numbers + len(DATE_PATTERN.findall(sentence)) + len(_MONEY.findall(sentence))
 
 
 def _truncate_at_word(text: str, max_chars: int) -> str:
@@ -904,7 +680,7 @@ def _strip_also(text: str) -> str:
 def extract_key_entities(text: str, limit: int = 10) -> list[str]:
     """Names, places, projects, dates and identifiers ("ORD-4417") of `text`, first-seen order, no repeats."""
     candidates: list[tuple[int, int, str]] = []
-    for match in _DATE.finditer(text):
+    for match in DATE_PATTERN.finditer(text):
         if not re.fullmatch(_WEEKDAYS, match.group()):
             candidates.append((match.start(), match.end(), match.group()))
     for match in _TOKEN_WITH_DIGIT.finditer(text):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 try:  # optional: the `otel` extra
     from opentelemetry import metrics as _otel_metrics
-except ImportError:  # pragma: no cover - exercised by tests/test_observability.py in a subprocess
+except ImportError:  # pragma: no cover - exercised by tests/retrieval/test_observability.py in a subprocess
     _otel_metrics = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from typing import Any
 
 try:  # optional: the `otel` extra (the API alone also comes with the anthropic SDK)
     from opentelemetry import trace as _otel_trace
-except ImportError:  # pragma: no cover - exercised by tests/test_observability.py in a subprocess
+except ImportError:  # pragma: no cover - exercised by tests/retrieval/test_observability.py in a subprocess
     _otel_trace = None  # type: ignore[assignment]
 
 TRACER_NAME = "memory_archive"

@@ -32,19 +32,19 @@ from typing import Any
 from ..core.plans import Plan, Sql
 from .ranking import recency_decay, tag_match
 from .search import search_plan
-from .sql import _ARCHIVED_FILTERS, _ARCHIVED_SELECT, ARCHIVED_VECTORS
+from .sql import ARCHIVED_FILTERS, ARCHIVED_SELECT, ARCHIVED_VECTORS
 from .types import HitScores, Provenance, SearchHit, SearchRequest, SearchResult
 
 __all__ = ["LINK_USES_SQL", "linked_archives_plan", "search_with_links_plan"]
 
 LINKED_ARCHIVES_SQL = f"""
     SELECT DISTINCT ON (a.id) m.id AS linked_from, array_position(%(hot_ids)s::uuid[], m.id) AS hot_rank,
-           {_ARCHIVED_SELECT},
+           {ARCHIVED_SELECT},
            coalesce({ARCHIVED_VECTORS.similarity}, 0) AS similarity
     FROM memories m
     JOIN archived_memories a ON a.user_id = m.user_id AND a.original_id = ANY(m.entity_links)
     WHERE m.user_id = %(user_id)s AND a.user_id = %(user_id)s AND m.id = ANY(%(hot_ids)s::uuid[])
-      AND a.original_superseded_by IS NULL {_ARCHIVED_FILTERS}
+      AND a.original_superseded_by IS NULL {ARCHIVED_FILTERS}
     ORDER BY a.id, hot_rank"""
 
 # One row per archived memory used (by archive id or original id) that a live hot memory of the same

@@ -312,8 +312,9 @@ def assemble_context(
     counter = check_counter(counter)  # every count it returns is checked
     budget = budget or ContextBudget()
     available = budget.total - budget.reserve
-    if check_max_tokens(max_tokens) is not None:
-        available = min(available, max_tokens)  # type: ignore[type-var]
+    limit = check_max_tokens(max_tokens)
+    if limit is not None:
+        available = min(available, limit)
     turns = prepare_turns(recent_turns)
     snips = prepare_items(snippets, "snippets")
     sums = prepare_items(summaries, "summaries")

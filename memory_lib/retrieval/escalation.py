@@ -23,28 +23,30 @@ Every search result carries an `Escalation`: the evaluator, the action, why, the
 the tiers actually searched. Phase 1 strong enough to skip phase 2 is also strong enough to return
 without asking an evaluator (seed 003's "quick check").
 
-`escalated_search` is the one control flow for both clients: a generator yielding `RunPlan`, `Embed`
-and `Evaluate` steps, run by `drive` (sync) or `drive_async`.
+`escalated_search` is the one control flow for both clients: a flow (memory_lib.core.plans) yielding
+`RunPlan` steps and `Call` steps (embedding a refined query, asking the evaluator), run by
+`core.plans.drive` (sync) or `drive_async`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import InvalidInputError, MemoryArchiveError
-from ..core.plans import Plan
+from ..core.plans import Call, Flow, RunPlan
 from ..core.timescope import TimeWindow, parse_time_window
 from ..core.validation import MAX_QUERY_CHARS
-from ..llm.summarize import AnthropicSummarizer, OpenAISummarizer, RateLimiter
+from ..llm.summarize import AnthropicSummarizer, OpenAISummarizer
+from ..llm.transport import RateLimiter, strip_json_fence
 from ..observability.trace import span
 from .associations import search_with_links_plan
 from .consolidated import ConsolidatedHit, consolidated_plan
@@ -63,8 +65,6 @@ __all__ = [
     "HeuristicEvaluator",
     "LLMEvaluator",
     "Phase3Mode",
-    "drive",
-    "drive_async",
     "escalated_search",
     "evaluator_from_settings",
 ]
@@ -197,12 +197,9 @@ def render_evaluation_prompt(item: EvaluationInput, max_results: int = 5) -> str
     )
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
-
-
 def parse_decision(text: str) -> EscalationDecision:
     """The JSON object in `text` (code fences tolerated), validated; ValueError when there is none."""
-    body = _FENCE.sub("", text.strip())
+    body = strip_json_fence(text)
     start, end = body.find("{"), body.rfind("}")
     if start < 0 or end <= start:
         raise ValueError(f"no JSON object in the evaluator's answer: {text[:80]!r}")
@@ -250,16 +247,18 @@ class LLMEvaluator:
         p: Any = self._provider
         messages = [{"role": "user", "content": prompt}]
         if self.kind == "anthropic":
-            response = p._call(
-                lambda: p._client.messages.with_raw_response.create(
+            response = p.call_api(
+                lambda: p.client.messages.with_raw_response.create(
                     model=p.model, max_tokens=p.max_output_tokens, messages=messages
-                )
+                ),
+                "summary",
             )
             return "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
-        response = p._call(
-            lambda: p._client.chat.completions.with_raw_response.create(
+        response = p.call_api(
+            lambda: p.client.chat.completions.with_raw_response.create(
                 model=p.model, max_completion_tokens=p.max_output_tokens, messages=messages
-            )
+            ),
+            "summary",
         )
         return (response.choices[0].message.content or "") if response.choices else ""
 
@@ -322,33 +321,21 @@ def evaluator_from_settings(kind: str, llm: LLMConfig, env: Mapping[str, str] | 
 # --------------------------------------------------------------------------- the flow
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    plan: Plan[Any]
-
-
-@dataclass(frozen=True)
-class Embed:
-    text: str
-
-
-@dataclass(frozen=True)
-class Evaluate:
-    item: EvaluationInput
-
-
-Step = RunPlan | Embed | Evaluate
-
-
 def _tiers(result: SearchResult) -> list[str]:
     return ["hot", *(["archived"] if result.phase2_reason is not None else [])]
 
 
 def escalated_search(
-    request: SearchRequest, mode: Phase3Mode, *, follow_links: bool = False
-) -> Generator[Step, Any, SearchResult]:
+    request: SearchRequest,
+    mode: Phase3Mode,
+    *,
+    evaluator: Evaluator,
+    embed: Callable[[str], Any],
+    follow_links: bool = False,
+) -> Flow[SearchResult]:
     """Phases 1-2 (and the archived memories their hot hits link to, follow_links), the decision, then
-    at most one escalation. Returns the result with `escalation` set."""
+    at most one escalation. Returns the result with `escalation` set. `embed` (a refined query) and the
+    evaluator are blocking calls (`Call` steps)."""
     if mode not in ("auto", "always", "never"):
         raise InvalidInputError("phase3", mode, "must be 'auto', 'always' or 'never'")
     result: SearchResult = yield RunPlan(search_with_links_plan(request, follow_links=follow_links))
@@ -367,12 +354,13 @@ def escalated_search(
         )
         who = "quick-check"
     else:
-        decision, who, fallback = yield Evaluate(EvaluationInput(request.query, result.hits, window, request))
+        item = EvaluationInput(request.query, result.hits, window, request)
+        decision, who, fallback = yield Call(partial(decide, evaluator, item))
     action, refined = decision.effective_action, decision.refined_query
     query = refined or request.query
     consolidated: list[ConsolidatedHit] = []
     if action != "return":
-        embedding = request.embedding if query == request.query else (yield Embed(query))
+        embedding = request.embedding if query == request.query else (yield Call(partial(embed, query)))
         total = request.limits[0]
         if action == "search_warm":
             again: SearchResult = yield RunPlan(
@@ -385,7 +373,9 @@ def escalated_search(
             )
             tiers = sorted({*tiers, "hot", "archived"}, key=["hot", "archived"].index)
         else:
-            kinds = ("fact",) if action == "search_facts" else ("digest", "fact")
+            kinds: tuple[Literal["digest", "fact"], ...] = (
+                ("fact",) if action == "search_facts" else ("digest", "fact")
+            )
             names = ["digests", "facts"] if len(kinds) == 2 else ["facts"]
             with span(
                 "retrieve",
@@ -424,50 +414,3 @@ def _merge(
             best[key] = hit
     total, hot_cap, archived_cap = request.limits
     return cut(sort_hits(list(best.values())), total, hot_cap, archived_cap)
-
-
-def drive(
-    flow: Generator[Step, Any, SearchResult],
-    run: Callable[[Plan[Any]], Any],
-    embed: Callable[[str], Any],
-    evaluator: Evaluator,
-) -> SearchResult:
-    """Run `escalated_search` synchronously. A failed step closes the flow at once, so a span it opened
-    (memory_lib.observability.trace) ends before the caller's do."""
-    try:
-        step = next(flow)
-        while True:
-            if isinstance(step, RunPlan):
-                value = run(step.plan)
-            elif isinstance(step, Embed):
-                value = embed(step.text)
-            else:
-                value = decide(evaluator, step.item)
-            step = flow.send(value)
-    except StopIteration as stop:
-        return stop.value
-    finally:
-        flow.close()
-
-
-async def drive_async(
-    flow: Generator[Step, Any, SearchResult],
-    run: Callable[[Plan[Any]], Any],
-    embed: Callable[[str], Any],
-    evaluator: Evaluator,
-) -> SearchResult:
-    """Run `escalated_search` on asyncio: `run` and `embed` are coroutines; the (blocking) evaluator runs in a thread."""
-    try:
-        step = next(flow)
-        while True:
-            if isinstance(step, RunPlan):
-                value = await run(step.plan)
-            elif isinstance(step, Embed):
-                value = await embed(step.text)
-            else:
-                value = await asyncio.to_thread(decide, evaluator, step.item)
-            step = flow.send(value)
-    except StopIteration as stop:
-        return stop.value
-    finally:
-        flow.close()

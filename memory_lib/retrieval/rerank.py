@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.errors import InvalidInputError, MemoryArchiveError
-from ..llm.summarize import RateLimiter, RetryPolicy, call_with_retries
+from ..llm.transport import RateLimiter, RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
     from ..core.config import Settings

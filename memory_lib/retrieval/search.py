@@ -229,7 +229,8 @@ def _result(
 ) -> SearchResult:
     total, hot_cap, archived_cap = request.limits
     rows = [*hot_rows, *archived_rows]
-    sources: list[Source] = ["hot"] * len(hot_rows) + ["archived"] * len(archived_rows)
+    sources: list[Source] = ["hot"] * len(hot_rows)
+    sources += ["archived"] * len(archived_rows)
     ranked = rank_candidates(
         rows,
         sources=sources,

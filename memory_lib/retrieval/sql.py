@@ -38,7 +38,7 @@ _HOT_FILTERS = _FILTERS.format(
     created="m.created_at",
     seen="m.last_accessed_at",
 )
-_ARCHIVED_FILTERS = _FILTERS.format(
+ARCHIVED_FILTERS = _FILTERS.format(
     category="a.original_category",
     domain="a.original_domain",
     metadata="a.metadata",
@@ -242,8 +242,8 @@ def _archived_tier(arm: VectorArm, pool: str, include_superseded: bool = False) 
         arm=arm,
         tsv=_ARCHIVED_TSV.format(a="a"),
         live="true" if include_superseded else "a.original_superseded_by IS NULL",
-        filters=_ARCHIVED_FILTERS,
-        select=_ARCHIVED_SELECT,
+        filters=ARCHIVED_FILTERS,
+        select=ARCHIVED_SELECT,
         pool=pool,
     )
 
@@ -255,7 +255,7 @@ def archived_search_sql(arm: VectorArm, *, include_superseded: bool = False) -> 
 
 
 # A stub shows its stub text (memory_lib.lifecycle.stubs.stub_text); its full-text entry is the whole summary's.
-_ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id,
+ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id,
            CASE WHEN a.stubbed_at IS NULL THEN a.summary ELSE '[archived] ' || left(a.summary, 200) END AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,

@@ -15,7 +15,7 @@ UNIQUE constraint and the primary key to include the partition key (the archive,
 stub code all look rows up by id or original_id alone), one HNSW index per partition, the triggers of
 002/007 re-created per partition, and moving rows across partitions when original_created_at is
 corrected. The range scan prunes just as provably (EXPLAIN shows one Index Scan on
-archived_user_created_id bounded by the months; tests/test_warm.py reads the plan) with no schema
+archived_user_created_id bounded by the months; tests/retrieval/test_warm.py reads the plan) with no schema
 change. Its cost grows with the rows in the months asked for (the GIN and HNSW indexes are not
 used inside the scope), which is the seed's trade: a month is small, a year is twelve of them.
 

@@ -39,6 +39,7 @@ from psycopg.rows import dict_row
 
 from ..core.config import Settings
 from ..core.errors import EmbeddedServerError, MissingExtensionError, SchemaError
+from ..core.rows import Conn, Row
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +183,10 @@ def _ensure_running(server: object, ps: ModuleType, wait: float) -> None:
         time.sleep(0.2)
 
 
-_SERVER_CLASSES: dict[str, type] = {}
+_SERVER_CLASSES: dict[str, type[Any]] = {}
 
 
-def _server_class(module: ModuleType) -> tuple[ModuleType, type]:
+def _server_class(module: ModuleType) -> tuple[ModuleType, type[Any]]:
     """The wheel's PostgresServer with our ensure_postgres_running; the wheel's own class where the wheel
     lacks the pieces we use (another version) or on Windows (TCP ports, not sockets)."""
     ps = importlib.import_module(f"{module.__name__}.postgres_server")
@@ -391,7 +392,7 @@ class Database:
     url: str
     embedded: EmbeddedPostgres | None = None
 
-    def connect(self, *, autocommit: bool = True, register: bool = True) -> psycopg.Connection:
+    def connect(self, *, autocommit: bool = True, register: bool = True) -> Conn:
         return connect(self.url, autocommit=autocommit, register=register)
 
     def close(self) -> None:
@@ -472,7 +473,7 @@ def ensure_database(server_url: str, name: str, *, create: bool = True) -> str:
     return make_conninfo(server_url, dbname=name)
 
 
-def connect(url: str, *, autocommit: bool = True, register: bool = True) -> psycopg.Connection:
+def connect(url: str, *, autocommit: bool = True, register: bool = True) -> Conn:
     """A psycopg 3 connection returning dict rows, with pgvector types registered.
 
     Autocommit by default: memory_lib opens every transaction explicitly with `conn.transaction()`,
@@ -537,7 +538,7 @@ def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | Non
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_ID,))
             present = _prepare_extensions(conn, migrations)  # before anything is written
             # Only when missing: even CREATE TABLE IF NOT EXISTS needs CREATE on the schema.
-            if not conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS ok").fetchone()["ok"]:
+            if not _table_exists(conn, "schema_migrations"):
                 try:
                     conn.execute(
                         """CREATE TABLE schema_migrations (
@@ -574,7 +575,19 @@ def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | Non
     return applied_now
 
 
-def _privilege_error(conn: psycopg.Connection, step: str, exc: psycopg.Error) -> SchemaError:
+def _one(cur: psycopg.Cursor[Row]) -> Row:
+    """The row of a query that always returns exactly one (a SELECT without FROM)."""
+    row = cur.fetchone()
+    assert row is not None  # a SELECT without FROM or WHERE always returns one row
+    return row
+
+
+def _table_exists(conn: Conn, table: str) -> bool:
+    """Whether `table` exists (to_regclass: no error, and no privilege on the table needed)."""
+    return bool(_one(conn.execute("SELECT to_regclass(%s) IS NOT NULL AS ok", (table,)))["ok"])
+
+
+def _privilege_error(conn: Conn, step: str, exc: psycopg.Error) -> SchemaError:
     # conn.info, not a query: the failed transaction answers none
     reason = exc.diag.message_primary or " ".join(str(exc).split())
     return SchemaError(
@@ -590,7 +603,7 @@ _CREATE_EXTENSION = re.compile(
 )
 
 
-def _prepare_extensions(conn: psycopg.Connection, migrations: list[Migration]) -> set[str]:
+def _prepare_extensions(conn: Conn, migrations: list[Migration]) -> set[str]:
     """Make sure every extension the pending migrations create exists, before anything is written; returns
     the extensions installed in the database.
 
@@ -598,7 +611,7 @@ def _prepare_extensions(conn: psycopg.Connection, migrations: list[Migration]) -
     where the DBA created them). A missing one is created here, in the caller's transaction; when the server
     does not offer it or the role may not create it, MissingExtensionError says what to ask the DBA for."""
     applied: set[int] = set()
-    if conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS ok").fetchone()["ok"]:
+    if _table_exists(conn, "schema_migrations"):
         applied = {r["version"] for r in conn.execute("SELECT version FROM schema_migrations")}
     needed: list[str] = []
     for mig in migrations:
@@ -608,7 +621,7 @@ def _prepare_extensions(conn: psycopg.Connection, migrations: list[Migration]) -
     missing = [e for e in needed if e not in present]
     if not missing:
         return present
-    who = conn.execute("SELECT current_user AS role, current_database() AS db").fetchone()
+    who = _one(conn.execute("SELECT current_user AS role, current_database() AS db"))
     available = {
         r["name"]
         for r in conn.execute("SELECT name FROM pg_available_extensions WHERE name = ANY(%s)", (missing,))
@@ -635,7 +648,7 @@ def _without_present_extensions(sql: str, present: set[str]) -> str:
     return _CREATE_EXTENSION.sub(skip, sql)
 
 
-def _raise_changed(conn: psycopg.Connection, mig: Migration, embedding_dim: int) -> None:
+def _raise_changed(conn: Conn, mig: Migration, embedding_dim: int) -> None:
     stored = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()
     if stored is not None and int(stored["value"]) != embedding_dim:
         raise SchemaError(
@@ -645,7 +658,7 @@ def _raise_changed(conn: psycopg.Connection, mig: Migration, embedding_dim: int)
     raise SchemaError(f"migration {mig.name} changed after it was applied (checksum differs)")
 
 
-def stored_embedding_dim(conn: psycopg.Connection) -> int:
+def stored_embedding_dim(conn: Conn) -> int:
     row = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()
     if row is None:
         raise SchemaError("memory_archive_settings has no embedding_dim: run `memory-archive migrate`")
@@ -704,10 +717,7 @@ def check_schema(url: str, *, embedding_dim: int | None = None) -> int:
     expected = {m.version: m.name for m in load_migrations(embedding_dim=embedding_dim or 1)}
     with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
         where = f"database {conninfo_to_dict(url).get('dbname') or '(default)'!r}"
-        if (
-            conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS ok").fetchone()["ok"]
-            is False
-        ):
+        if not _table_exists(conn, "schema_migrations"):
             raise SchemaError(f"{where} has no memory-archive schema: run `memory-archive migrate`")
         applied = {
             r["version"]: r["name"] for r in conn.execute("SELECT version, name FROM schema_migrations")
@@ -723,7 +733,7 @@ def check_schema(url: str, *, embedding_dim: int | None = None) -> int:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
             raise SchemaError(f"{where} lacks the pgvector extension: run `memory-archive migrate`")
         for table in _CORE_TABLES:
-            if conn.execute("SELECT to_regclass(%s) IS NOT NULL AS ok", (table,)).fetchone()["ok"] is False:
+            if not _table_exists(conn, table):
                 raise SchemaError(
                     f"{where} lacks table {table}: the schema is damaged; run `memory-archive migrate`"
                 )
@@ -736,7 +746,7 @@ def check_schema(url: str, *, embedding_dim: int | None = None) -> int:
     return stored
 
 
-def rerender_migration_checksums(conn: psycopg.Connection, embedding_dim: int) -> int:
+def rerender_migration_checksums(conn: Conn, embedding_dim: int) -> int:
     """Record the applied migrations' checksums as rendered for `embedding_dim`: after a re-embedding
     flip to another dimension (memory_lib.lifecycle.reembedding) the schema is the one `embedding_dim` would have
     created, and `migrate` must see it so. Only migrations whose recorded checksum matches their

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .objectstore import _TMP_SUFFIX, LocalObjectStore, ObjectStore, S3ObjectStore, _check_key, _s3_errors
+from .objectstore import TMP_SUFFIX, LocalObjectStore, ObjectStore, S3ObjectStore, check_key, s3_errors
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,11 @@ def list_versions(store: ObjectStore, prefix: str) -> list[ObjectVersion]:
 def purge(store: ObjectStore, key: str) -> int:
     """Delete every version of `key` (and its delete markers); returns how many were deleted.
     Idempotent: a key with nothing stored deletes nothing."""
-    _check_key(key)
+    check_key(key)
     found = [v for v in list_versions(store, key) if v.key == key or _is_local_tmp_of(v.key, key)]
     if isinstance(store, S3ObjectStore):
         for v in found:
-            with _s3_errors("delete version", store.bucket, key):
+            with s3_errors("delete version", store.bucket, key):
                 if v.version_id is None:
                     store.client.delete_object(Bucket=store.bucket, Key=v.key)
                 else:
@@ -54,7 +54,7 @@ def _s3_versions(store: S3ObjectStore, prefix: str) -> list[ObjectVersion]:
     out: list[ObjectVersion] = []
     kwargs: dict[str, Any] = {"Bucket": store.bucket, "Prefix": prefix}
     while True:
-        with _s3_errors("list versions", store.bucket, prefix):
+        with s3_errors("list versions", store.bucket, prefix):
             page = store.client.list_object_versions(**kwargs)
         for v in page.get("Versions", ()):
             out.append(ObjectVersion(v["Key"], _version(v.get("VersionId"))))
@@ -90,9 +90,9 @@ def _local_versions(store: LocalObjectStore, prefix: str) -> list[ObjectVersion]
 def _real_key_of_tmp(key: str) -> str | None:
     """`dir/.name.<hex>.tmp` (LocalObjectStore.put's temp file) -> `dir/name`."""
     head, _, name = key.rpartition("/")
-    if not (name.startswith(".") and name.endswith(_TMP_SUFFIX)):
+    if not (name.startswith(".") and name.endswith(TMP_SUFFIX)):
         return None
-    real = name[1:].removesuffix(_TMP_SUFFIX).rsplit(".", 1)[0]
+    real = name[1:].removesuffix(TMP_SUFFIX).rsplit(".", 1)[0]
     return f"{head}/{real}" if head else real
 
 
@@ -107,13 +107,13 @@ def read_version(store: ObjectStore, version: ObjectVersion) -> bytes:
         raise ValueError(f"{version.key}@{version.version_id} is a delete marker: it holds no bytes")
     if isinstance(store, S3ObjectStore):
         extra = {"VersionId": version.version_id} if version.version_id else {}
-        with _s3_errors("get version", store.bucket, version.key):
+        with s3_errors("get version", store.bucket, version.key):
             body: bytes = store.client.get_object(Bucket=store.bucket, Key=version.key, **extra)[
                 "Body"
             ].read()
         return body
     if isinstance(store, LocalObjectStore):
-        return (store.root / _check_key(version.key)).read_bytes()
+        return (store.root / check_key(version.key)).read_bytes()
     raise TypeError(f"{type(store).__name__} cannot read object versions: erasure needs a local or S3 store")
 
 
@@ -127,7 +127,7 @@ def make_current(store: ObjectStore, key: str, version_id: str) -> bool:
         v.key == key and v.version_id == version_id and not v.delete_marker for v in list_versions(store, key)
     ):
         return False
-    with _s3_errors("copy version", store.bucket, key):
+    with s3_errors("copy version", store.bucket, key):
         store.client.copy_object(
             Bucket=store.bucket,
             Key=key,
@@ -142,7 +142,7 @@ def list_folders(store: ObjectStore, prefix: str) -> list[str]:
         out: set[str] = set()
         kwargs: dict[str, Any] = {"Bucket": store.bucket, "Prefix": prefix, "Delimiter": "/"}
         while True:
-            with _s3_errors("list folders", store.bucket, prefix):
+            with s3_errors("list folders", store.bucket, prefix):
                 page = store.client.list_object_versions(**kwargs)
             out |= {p["Prefix"] for p in page.get("CommonPrefixes", ())}
             if not page.get("IsTruncated"):

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_TMP_SUFFIX = ".tmp"
+TMP_SUFFIX = ".tmp"
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class ObjectStore(Protocol):
 _MEMBER = re.compile(r"#bytes=(\d{1,15})-(\d{1,15})\Z")
 
 
-def _check_key(key: str) -> str:
+def check_key(key: str) -> str:
     """Reject keys that are not plain relative paths: they could escape a local root, and a key
     accepted by one store must mean the same object in the other."""
     if not isinstance(key, str) or not key:
@@ -104,7 +104,7 @@ class _BaseStore:
         raise NotImplementedError
 
     def ref_for(self, key: str) -> str:
-        return f"{self._ref_start()}{_check_key(key)}"
+        return f"{self._ref_start()}{check_key(key)}"
 
     def key_from_ref(self, ref: str) -> str:
         """The object a ref names (for a pack member: the pack)."""
@@ -133,7 +133,7 @@ class _BaseStore:
                 raise InvalidInputError("storage_ref", ref, "names an empty byte range")
             rest, member = rest[: found.start()], (first, last - first + 1)
         try:
-            return _check_key(rest), member
+            return check_key(rest), member
         except InvalidInputError as e:
             raise InvalidInputError("storage_ref", ref, e.reason) from None
 
@@ -179,7 +179,7 @@ class _BaseStore:
         return data
 
     def _check_put(self, key: str, data: bytes, sha256: str) -> None:
-        _check_key(key)
+        check_key(key)
         actual = sha256_hex(data)
         if actual != sha256:  # the caller's record would not describe what we store
             raise IntegrityError(f"{key} (sha256 of data to put)", sha256, actual)
@@ -226,7 +226,7 @@ class LocalObjectStore(_BaseStore):
             raise InvalidInputError(LOCAL_ROOT_FIELD, str(root), problem)
 
     def _path(self, key: str) -> Path:
-        path = self.root / _check_key(key)
+        path = self.root / check_key(key)
         # A symlink inside the root could still point outside it.
         if not path.resolve().is_relative_to(self.root):
             raise InvalidInputError("key", key, f"resolves outside the store root {self.root}")
@@ -241,7 +241,7 @@ class LocalObjectStore(_BaseStore):
         path = self._path(key)
         try:
             _makedirs(path.parent)
-            tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{TMP_SUFFIX}")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -312,7 +312,7 @@ class LocalObjectStore(_BaseStore):
         for dirpath, _dirs, files in os.walk(base):
             rel = Path(dirpath).relative_to(self.root).as_posix()
             for name in files:
-                if name.startswith(".") and name.endswith(_TMP_SUFFIX):
+                if name.startswith(".") and name.endswith(TMP_SUFFIX):
                     continue
                 key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(full):
@@ -372,7 +372,7 @@ class S3ObjectStore(_BaseStore):
         self._check_put(key, data, sha256)
         digest = bytes.fromhex(sha256)
         checksum = base64.b64encode(digest).decode()
-        with _s3_errors("put", self.bucket, key):
+        with s3_errors("put", self.bucket, key):
             response = self.client.put_object(
                 Bucket=self.bucket,
                 Key=key,
@@ -400,9 +400,9 @@ class S3ObjectStore(_BaseStore):
 
     def _head(self, key: str) -> tuple[StoredObject, str | None] | None:
         """(object, hex sha256 from the object's metadata if any) or None if there is no such key."""
-        _check_key(key)
+        check_key(key)
         try:
-            with _s3_errors("head", self.bucket, key):
+            with s3_errors("head", self.bucket, key):
                 response = self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
         except ObjectNotFoundError:
             return None
@@ -440,11 +440,11 @@ class S3ObjectStore(_BaseStore):
         return obj
 
     def get(self, key: str) -> bytes:
-        _check_key(key)
+        check_key(key)
         return self._get(key)[0]
 
     def _get(self, key: str) -> tuple[bytes, str | None]:
-        with _s3_errors("get", self.bucket, key):
+        with s3_errors("get", self.bucket, key):
             # ChecksumMode makes botocore check the body against the server's stored checksum.
             response = self.client.get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
             return response["Body"].read(), response.get("VersionId")
@@ -452,8 +452,8 @@ class S3ObjectStore(_BaseStore):
     def get_range(self, key: str, start: int, size: int) -> bytes:
         """One ranged GET; the caller checks the member's own sha256 (the server's checksum covers
         the whole object, not a range)."""
-        _check_key(key)
-        with _s3_errors("get", self.bucket, key):
+        check_key(key)
+        with s3_errors("get", self.bucket, key):
             response = self.client.get_object(
                 Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + size - 1}"
             )
@@ -461,15 +461,15 @@ class S3ObjectStore(_BaseStore):
 
     def delete(self, key: str) -> None:
         """S3 DELETE of a missing key succeeds, so this is idempotent."""
-        _check_key(key)
-        with _s3_errors("delete", self.bucket, key):
+        check_key(key)
+        with s3_errors("delete", self.bucket, key):
             self.client.delete_object(Bucket=self.bucket, Key=key)
 
     def list(self, prefix: str = "") -> Iterator[str]:
         full = self._list_prefix(prefix)
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": self.list_page_size}
         while True:
-            with _s3_errors("list", self.bucket, full):
+            with s3_errors("list", self.bucket, full):
                 page = self.client.list_objects_v2(**kwargs)
             for item in page.get("Contents", ()):
                 yield item["Key"]
@@ -496,7 +496,7 @@ def _full_object_sha256(response: dict[str, Any]) -> str | None:
 
 
 @contextmanager
-def _s3_errors(op: str, bucket: str, key: str) -> Iterator[None]:
+def s3_errors(op: str, bucket: str, key: str) -> Iterator[None]:
     """Translate botocore errors: 404/NoSuchKey → ObjectNotFoundError, the rest → ObjectStoreError.
 
     Messages carry the operation, object and S3 error code, never request headers or credentials.

@@ -196,7 +196,7 @@ def read_members(
     def read(key: str) -> list[tuple[int, bytes | BaseException]]:
         idx = by_key[key]
         whole = [i for i in idx if located[i][1] is None]
-        parts = [i for i in idx if located[i][1] is not None]
+        parts = {i: span for i in idx if (span := located[i][1]) is not None}  # index -> (offset, size)
         done: list[tuple[int, bytes | BaseException]] = []
         for i in whole:
             try:
@@ -204,13 +204,13 @@ def read_members(
             except Exception as exc:
                 done.append((i, exc))
         if parts:
-            spans = [located[i][1] for i in parts]
-            lo = min(s[0] for s in spans)  # type: ignore[index]
-            hi = max(s[0] + s[1] for s in spans)  # type: ignore[index]
+            spans = list(parts.values())
+            lo = min(s[0] for s in spans)
+            hi = max(s[0] + s[1] for s in spans)
             # One ranged GET over the members when they fill enough of it (a night's commit or a
             # user's restore asks for most of a pack); a few scattered members are read one range each,
             # not the whole pack for them (a restore of ids picked across many packs).
-            dense = len(parts) > 1 and sum(s[1] for s in spans) >= SPAN_DENSITY * (hi - lo)  # type: ignore[index]
+            dense = len(parts) > 1 and sum(s[1] for s in spans) >= SPAN_DENSITY * (hi - lo)
             try:
                 data = store.get_range(key, lo, hi - lo) if dense else None
             except Exception as exc:
@@ -221,7 +221,7 @@ def read_members(
                     if data is None:
                         done.append((i, store.read_ref(ref, sha)))
                     else:
-                        start, size = located[i][1]  # type: ignore[misc]
+                        start, size = parts[i]
                         done.append((i, member_bytes(data, ref, (start - lo, size), sha)))
                 except Exception as exc:
                     done.append((i, exc))

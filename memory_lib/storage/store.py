@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from ..core import validation
 from ..core.errors import EmbeddingMismatchError, InvalidInputError, NotFoundError, embedding_mismatch_reason
 from ..core.models import NewMemory, sha256_hex, validate_memory
+from ..core.rows import Conn, Row
 from .db import stored_embedding_dim
 from .space import LOCK_VECTOR_TABLES
 
@@ -55,12 +56,12 @@ class StoreShape:
     embedding_model: str | None
 
 
-def store_shape(conn: psycopg.Connection) -> StoreShape:
+def store_shape(conn: Conn) -> StoreShape:
     row = conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_model'").fetchone()
     return StoreShape(stored_embedding_dim(conn), row["value"] if row else None)
 
 
-def bind_embedding_model(conn: psycopg.Connection, model: str) -> StoreShape:
+def bind_embedding_model(conn: Conn, model: str) -> StoreShape:
     """Record the embedding model on first use; afterwards a different model is refused."""
     conn.execute(
         "INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_model', %s) ON CONFLICT DO NOTHING",
@@ -77,7 +78,7 @@ def bind_embedding_model(conn: psycopg.Connection, model: str) -> StoreShape:
 
 
 def insert_memories(
-    conn: psycopg.Connection,
+    conn: Conn,
     memories: Iterable[NewMemory | dict[str, Any]],
     *,
     actor: str,
@@ -167,9 +168,7 @@ def _unique_ids(valid: Sequence[NewMemory]) -> dict[uuid.UUID, int]:
     return positions
 
 
-def _refuse_taken_ids(
-    conn: psycopg.Connection, ids: list[uuid.UUID], positions: Mapping[uuid.UUID, int]
-) -> None:
+def _refuse_taken_ids(conn: Conn, ids: list[uuid.UUID], positions: Mapping[uuid.UUID, int]) -> None:
     """An id is one memory's, hot or archived (archived_memories.original_id), for good."""
     row = conn.execute(
         """SELECT id, 'a hot memory' AS tier FROM memories WHERE id = ANY(%(ids)s)
@@ -191,10 +190,11 @@ def _taken_id_error(
 ) -> InvalidInputError:
     found = re.search(r"\(id\)=\(([0-9a-f-]{36})\)", exc.diag.message_detail or "")
     taken = uuid.UUID(found.group(1)) if found else None
-    where = f"memories[{positions[taken]}]" if taken in positions else "a memory of this call"
+    at = positions.get(taken) if taken is not None else None
+    where = f"memories[{at}]" if at is not None else "a memory of this call"
     error = InvalidInputError("id", taken, f"{where} has the id of a hot memory stored meanwhile")
-    if taken in positions:
-        error.add_note(f"in memories[{positions[taken]}]")
+    if at is not None:
+        error.add_note(f"in memories[{at}]")
     return error
 
 
@@ -223,7 +223,7 @@ def _copy_row(m: NewMemory, dim: int, now: datetime) -> tuple[Any, ...]:
     )
 
 
-def get_memory(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> dict[str, Any]:
+def get_memory(conn: Conn, user_id: str, memory_id: uuid.UUID) -> Row:
     user_id = validation.user(user_id)
     memory_id = validation.uuid_value("memory_id", memory_id)
     row = conn.execute(
@@ -238,9 +238,7 @@ def get_memory(conn: psycopg.Connection, user_id: str, memory_id: uuid.UUID) -> 
 ROW_XMIN = "xmin::text::bigint AS row_xmin"
 
 
-def fetch_memories(
-    conn: psycopg.Connection, ids: Sequence[uuid.UUID], *, with_xmin: bool = False
-) -> dict[uuid.UUID, dict[str, Any]]:
+def fetch_memories(conn: Conn, ids: Sequence[uuid.UUID], *, with_xmin: bool = False) -> dict[uuid.UUID, Row]:
     """Hot rows by id, in binary (vectors as float32 bytes, not text to parse); `with_xmin` adds
     `row_xmin`, the row version."""
     cols = f"{MEMORY_COLUMNS}, {ROW_XMIN}" if with_xmin else MEMORY_COLUMNS
@@ -262,7 +260,7 @@ class TierStats:
         return self.hot + self.archived
 
 
-def tier_stats(conn: psycopg.Connection, user_id: str | None = None) -> TierStats:
+def tier_stats(conn: Conn, user_id: str | None = None) -> TierStats:
     """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes)."""
     if user_id is not None:
         user_id = validation.user(user_id)
@@ -274,4 +272,5 @@ def tier_stats(conn: psycopg.Connection, user_id: str | None = None) -> TierStat
                    pg_total_relation_size('archived_memories') AS archived_bytes""",
         {"u": user_id},
     ).fetchone()
+    assert row is not None  # a SELECT without FROM returns exactly one row
     return TierStats(**row)

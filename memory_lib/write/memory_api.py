@@ -32,14 +32,15 @@ from .write_path import (
     BIND_MODEL_SQL,
     SUPERSEDE_SQL,
     PreparedMemory,
-    _insert,
-    _touch,
     event,
+    insert,
     lexical_change,
     prepare_memory,
+    touch,
 )
 
 Tier = Literal["hot", "archived"]
+TIERS: tuple[Tier, ...] = ("hot", "archived")
 CATEGORIES = ("core", "episodic", "semantic", "procedural")
 DEFAULT_PAGE = 50
 
@@ -225,8 +226,7 @@ def list_query(
 ) -> ListQuery:
     """Every argument checked (InvalidInputError names it) before anything is read."""
     user = validation.user(user_id)
-    if tier is not None:
-        tier = validation.choice("tier", tier, ("hot", "archived"))
+    chosen_tier = None if tier is None else validation.choice("tier", tier, TIERS)
     categories = None
     if category is not None:
         values = [category] if isinstance(category, str) else category
@@ -242,11 +242,11 @@ def list_query(
         raise InvalidInputError("limit", limit, "must be an integer in 1..1000")
     return ListQuery(
         user,
-        tier,
+        chosen_tier,
         categories,
         after,
         before,
-        validation.boolean("include_superseded", include_superseded),  # type: ignore[arg-type]
+        validation.boolean("include_superseded", include_superseded),
         n,
         decode_cursor(cursor),
     )
@@ -432,7 +432,7 @@ def update_plan(
     )
     if duplicate is not None:  # the new text is another live memory already: that one is the new version
         new_id = duplicate["id"]
-        yield from _touch(memory, [new_id], now)
+        yield from touch(memory, [new_id], now)
     else:
         shape = yield from checked_shape_plan(int(np.asarray(embedding).size), embedding_model)
         valid = validate_memory(
@@ -447,7 +447,7 @@ def update_plan(
         yield Sql(
             SUPERSEDE_SQL, {"user_id": user, "old_id": memory_id, "new_id": new_id, "now": now}, "rowcount"
         )
-        yield from _insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=memory_id)
+        yield from insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=memory_id)
     if duplicate is not None:
         yield Sql(
             SUPERSEDE_SQL, {"user_id": user, "old_id": memory_id, "new_id": new_id, "now": now}, "rowcount"

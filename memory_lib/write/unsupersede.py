@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import psycopg
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
 from ..core import validation
 from ..core.locks import USER_LOCK_SQL
+from ..core.rows import Conn
 
 __all__ = ["HiddenMemory", "UnsupersedeReport", "UserUnsupersede", "find_hidden", "unsupersede"]
 
@@ -142,7 +142,7 @@ class UnsupersedeReport:
         }
 
 
-def find_hidden(conn: psycopg.Connection, user_id: str, *, lock: bool = False) -> list[HiddenMemory]:
+def find_hidden(conn: Conn, user_id: str, *, lock: bool = False) -> list[HiddenMemory]:
     """The user's memories superseded by add's former rule, hot and archived, oldest first (read-only;
     lock=True locks the rows, inside the caller's transaction)."""
     user = validation.user(user_id)
@@ -160,7 +160,7 @@ def find_hidden(conn: psycopg.Connection, user_id: str, *, lock: bool = False) -
 
 
 def _decide(
-    conn: psycopg.Connection, user: str, hidden: list[HiddenMemory]
+    conn: Conn, user: str, hidden: list[HiddenMemory]
 ) -> tuple[list[HiddenMemory], list[tuple[HiddenMemory, uuid.UUID]]]:
     """Which hidden memories can be live again: oldest first, each unless a live memory (or one made
     live before it in this run) holds its text."""
@@ -189,7 +189,7 @@ def _decide(
 
 
 def _apply(
-    conn: psycopg.Connection,
+    conn: Conn,
     user: str,
     live: list[HiddenMemory],
     kept: list[tuple[HiddenMemory, uuid.UUID]],
@@ -229,7 +229,7 @@ def _apply(
 
 
 def unsupersede(
-    conn: psycopg.Connection,
+    conn: Conn,
     *,
     user_id: str | None = None,
     apply: bool = False,

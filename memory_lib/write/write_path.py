@@ -203,7 +203,7 @@ def prepare_memory(
     metadata: dict[str, Any] | None = None,
     pinned: bool = False,
     entity_links: list[uuid.UUID] | None = None,
-    allow_secrets: bool = False,
+    allow_secrets: object = False,  # checked here: validation.boolean
     ttl_days: int | None = None,
     secret_policy: SecretDetectionConfig = _DEFAULT_SECRETS,
 ) -> PreparedMemory:
@@ -337,7 +337,8 @@ def event(
     )
 
 
-def _touch(memory: PreparedMemory, ids: list[uuid.UUID], now: datetime) -> Plan[datetime | None]:
+def touch(memory: PreparedMemory, ids: list[uuid.UUID], now: datetime) -> Plan[datetime | None]:
+    """Count an access to the user's memories `ids` and apply `memory`'s ttl_days; the new expires_at."""
     rows = yield Sql(
         TOUCH_SQL,
         {
@@ -454,7 +455,7 @@ def add_plan(
                 reason="explicit",
                 change=lexical_change(target["content"], memory.content),
             )
-        expires = yield from _touch(memory, [exact["id"]], now)
+        expires = yield from touch(memory, [exact["id"]], now)
         yield event(exact["id"], user_id, "updated", actor, now, {"reason": "duplicate_add"})
         return AddResult(exact["id"], "duplicate", exact["id"], 1.0, expires_at=expires, reason="duplicate")
     if target is not None:
@@ -474,10 +475,10 @@ def add_plan(
             verdict.decision == "duplicate"
             and salient_tokens(locked["content"]) != salient_tokens(memory.content)
         ):
-            similarity = next((float(r["similarity"]) for r in rows if r["id"] == locked["id"]), None)
+            found = next((float(r["similarity"]) for r in rows if r["id"] == locked["id"]), None)
             if verdict.decision == "duplicate":
-                return (yield from _merge(memory, locked["id"], similarity, "llm", actor, now, judged))
-            return (yield from _supersede(valid, memory, locked, similarity, "llm", actor, now, judged))
+                return (yield from _merge(memory, locked["id"], found, "llm", actor, now, judged))
+            return (yield from _supersede(valid, memory, locked, found, "llm", actor, now, judged))
     if write.state_rule:
         for row in rows:
             similarity = float(row["similarity"])
@@ -490,7 +491,7 @@ def add_plan(
                         )
                     )
 
-    new_id = yield from _insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=None, judge=judged)
+    new_id = yield from insert(valid, memory, actor, now, pinned=valid.pinned, supersedes=None, judge=judged)
     return AddResult(new_id, "created", expires_at=memory.expires_at(now), judge=judged)
 
 
@@ -523,7 +524,7 @@ def _merge(
     now: datetime,
     judged: dict[str, Any] | None,
 ) -> Plan[AddResult]:
-    expires = yield from _touch(memory, [into], now)
+    expires = yield from touch(memory, [into], now)
     details: dict[str, Any] = {"reason": "near_duplicate_add", "rule": reason}
     if similarity is not None:
         details["similarity"] = round(similarity, 4)
@@ -548,7 +549,7 @@ def _supersede(
     pinned = valid.pinned or old["pinned"]
     ttl = memory.ttl_days if memory.ttl_days is not None else old["ttl_days"]
     update = PreparedMemory(memory.fields, memory.content, memory.dedupe_key, ttl)
-    new_id = yield from _insert(valid, update, actor, now, pinned=pinned, supersedes=old["id"], judge=judged)
+    new_id = yield from insert(valid, update, actor, now, pinned=pinned, supersedes=old["id"], judge=judged)
     yield Sql(
         SUPERSEDE_SQL,
         {"user_id": memory.user_id, "old_id": old["id"], "new_id": new_id, "now": now},
@@ -648,7 +649,7 @@ def add_chunks_plan(
         parent = uuid.UUID(found["parent_id"])
         rows = yield Sql(PARENT_CHUNKS_SQL, {"user_id": user_id, "parent_id": str(parent)})
         ids = [r["id"] for r in rows]
-        expires = yield from _touch(memory, ids, now)
+        expires = yield from touch(memory, ids, now)
         for mid in ids:
             yield event(
                 mid, user_id, "updated", actor, now, {"reason": "duplicate_add", "parent_id": str(parent)}
@@ -670,13 +671,13 @@ def add_chunks_plan(
             }
         }
         part = PreparedMemory(memory.fields, chunk.text, key, memory.ttl_days)
-        ids.append((yield from _insert(v, part, actor, now, pinned=v.pinned, supersedes=None)))
+        ids.append((yield from insert(v, part, actor, now, pinned=v.pinned, supersedes=None)))
     return AddResult(
         ids[0], "created", parent_id=parent, chunk_ids=tuple(ids), expires_at=memory.expires_at(now)
     )
 
 
-def _insert(
+def insert(
     valid: NewMemory,
     memory: PreparedMemory,
     actor: str,
@@ -686,6 +687,7 @@ def _insert(
     supersedes: uuid.UUID | None,
     judge: dict[str, Any] | None = None,
 ) -> Plan[uuid.UUID]:
+    """Insert `valid` as a new hot memory with its 'created' event; its id."""
     yield Sql(
         INSERT_SQL,
         {

@@ -187,7 +187,9 @@ def key_moments(context: dg.AssetExecutionContext, database: DatabaseResource) -
         outcomes = [
             build_key_moments(conn, u, day, tz=TIMEZONE) for u in period_users(conn, 2, day, tz=TIMEZONE)
         ]
-        total = conn.execute("SELECT count(*) AS n FROM key_moments WHERE month = %s", (day,)).fetchone()["n"]
+        row = conn.execute("SELECT count(*) AS n FROM key_moments WHERE month = %s", (day,)).fetchone()
+        assert row is not None  # an aggregate returns one row
+        total = row["n"]
     return dg.MaterializeResult(
         metadata={"users": len(outcomes), **_statuses(outcomes), "key_moments": total}
     )

@@ -11,6 +11,7 @@ key_moments in the same run, so a year is never built over a month that cites a 
 
 import warnings
 from datetime import date
+from typing import Any
 
 import dagster as dg
 
@@ -34,7 +35,7 @@ def _provenance(
     start, end = period_bounds(level, partition_day(context))
     with database.connect() as conn:
         problems = check_provenance(conn, start=start, end=end)
-    meta: dict[str, object] = {"period": f"{start}..{end}", "problems": len(problems)}
+    meta: dict[str, Any] = {"period": f"{start}..{end}", "problems": len(problems)}
     if problems:
         rows = [[p.table, p.row_id[:8], p.user_id, p.memory_id, p.problem] for p in problems[:20]]
         meta["examples"] = markdown_table(["table", "row", "user", "memory", "problem"], rows, width=200)
@@ -68,7 +69,7 @@ def monthly_digests_fresh(
     builder, _ = builders(summarizer)
     with database.connect() as conn:
         missing = missing_digests(conn, builder=builder, months=[month], tz=TIMEZONE)
-    meta: dict[str, object] = {"month": str(month), "missing_or_stale": len(missing)}
+    meta: dict[str, Any] = {"month": str(month), "missing_or_stale": len(missing)}
     if missing:
         meta["users"] = markdown_table(
             ["user", "archived", "problem"],

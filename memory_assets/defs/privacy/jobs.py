@@ -1,5 +1,7 @@
 """`forget_user`: erase every memory of one user (right to erasure), then prove nothing of it remains."""
 
+from typing import Any
+
 import dagster as dg
 
 from memory_assets.metadata import markdown_table
@@ -47,7 +49,7 @@ def verify_user_forgotten(
     and no version or delete marker of any of the user's backup keys."""
     with database.connect() as conn:
         left = forget.remaining(conn, object_store.get_store(), user_id)
-    metadata = {
+    metadata: dict[str, Any] = {
         "rows_left": markdown_table(["table", "rows"], sorted(left.rows.items())),
         "unredacted_events": left.unredacted_events,
         "object_versions_left": len(left.objects),

@@ -1,5 +1,7 @@
 """`rollback`: bring archived memories back to the hot tier from their verified backups."""
 
+from typing import Any
+
 import dagster as dg
 
 from memory_assets.metadata import markdown_table
@@ -28,7 +30,7 @@ class _LazyEmbedder:
         self._database = database
         self._embedder: Embedder | None = None
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:  # an Embedder's attribute
         if self._embedder is None:
             self._embedder = embedder_from_settings(self._database.settings().embedding)
         return getattr(self._embedder, name)
@@ -63,7 +65,7 @@ def restore_archives(
         paused = pause_status(conn)
     if paused.paused:
         context.log.warning(paused.describe())
-    metadata = {
+    metadata: dict[str, Any] = {
         "requested": report.requested,
         "restored": report.restored,
         "already_hot": report.already_hot,

@@ -21,7 +21,9 @@ failure. The asset checks in checks.py only read: a check re-run from the UI cha
 """
 
 import time
+from collections.abc import Sequence
 from datetime import date, timedelta
+from typing import Any, TypedDict
 
 import dagster as dg
 
@@ -36,10 +38,13 @@ from memory_assets.resources import (
 )
 from memory_lib.archival import integrity, nights, pipeline, retrievability, stalls
 from memory_lib.archival.claims import attempt_counts
-from memory_lib.core.config import Settings
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.rows import Conn
+from memory_lib.core.shards import Shard
 from memory_lib.lifecycle import eligibility
 from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.llm import batches, ledger
+from memory_lib.storage.objectstore import ObjectStore
 from memory_lib.storage.store import tier_stats
 
 from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
@@ -48,9 +53,21 @@ from .retention import retention_scores
 
 GROUP = "slow_path"
 OWNERS = ["team:memory-archive"]
+
+
+class _CommonAssetArgs(TypedDict):
+    """The dg.asset arguments every Slow Path asset shares (typed, so `**_COMMON` type-checks)."""
+
+    partitions_def: dg.PartitionsDefinition[str]
+    backfill_policy: dg.BackfillPolicy
+    group_name: str
+    owners: Sequence[str]
+    tags: dict[str, str]
+
+
 # Bump a code_version when the asset's own logic changes what it writes; the UI then marks the
 # nights materialized by older code as stale.
-_COMMON = dict(
+_COMMON = _CommonAssetArgs(
     partitions_def=night_partitions,
     backfill_policy=backfill_policy,
     group_name=GROUP,
@@ -58,7 +75,7 @@ _COMMON = dict(
     tags={"domain": "archival", "tier": "slow_path"},
 )
 # Kinds are static per definition: the object store's kind is read from the settings at load time.
-_STORE_KIND = store_kind()
+STORE_KIND = store_kind()
 
 
 def _step_metadata(t: nights.StepTotals) -> dict[str, object]:
@@ -76,7 +93,7 @@ def _step_metadata(t: nights.StepTotals) -> dict[str, object]:
     return meta
 
 
-def _llm_ledger_metadata(conn, batch_key: str) -> dict[str, object]:
+def _llm_ledger_metadata(conn: Conn, batch_key: str) -> dict[str, object]:
     """The night's LLM spend from the ledger (every paid answer for this night's batch, over all runs
     of the night): totals, and one row per model and mode (sync/batch)."""
     rows = ledger.usage_of_batches(conn, [batch_key])
@@ -211,7 +228,7 @@ def memory_summaries(
     return dg.MaterializeResult()
 
 
-@dg.asset(**_COMMON, deps=[memory_summaries], kinds={"postgres", _STORE_KIND}, code_version="2")
+@dg.asset(**_COMMON, deps=[memory_summaries], kinds={"postgres", STORE_KIND}, code_version="2")
 def archive_backups(
     context: dg.AssetExecutionContext,
     database: DatabaseResource,
@@ -249,7 +266,9 @@ def archive_backups(
     return dg.MaterializeResult()
 
 
-def _gate_before_commit(conn, batch_key: str, store, criteria) -> dict[str, object]:
+def _gate_before_commit(
+    conn: Conn, batch_key: str, store: ObjectStore, criteria: ArchivalCriteria
+) -> dict[str, object]:
     """The night's fidelity round trip and error gate, with their writes on failure (as run_batch)."""
     fid = pipeline.fidelity_stage(conn, batch_key, store, criteria, actor=nights.ACTOR)
     meta: dict[str, object] = {
@@ -275,7 +294,7 @@ def _gate_before_commit(conn, batch_key: str, store, criteria) -> dict[str, obje
 @dg.asset(
     **_COMMON,
     deps=[archive_backups],
-    kinds={"postgres", _STORE_KIND},
+    kinds={"postgres", STORE_KIND},
     code_version="2",
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=26)),
 )
@@ -307,7 +326,7 @@ def archive_rows(
     retrieval = Settings.from_env().retrieval
     run = run_nights(context)
     shard = run_shard(context)
-    by_night: dict[date, dict[str, object]] = {}
+    by_night: dict[date, dict[str, Any]] = {}  # Dagster metadata values
     failing: list[tuple[date, str]] = []
     stalled: list[tuple[date, str]] = []  # gate passed, yet memories wait in a stalled LLM batch submission
     unfindable: list[str] = []
@@ -315,7 +334,7 @@ def archive_rows(
         for night in run:
             o = nights.commit_night(conn, night, store, criteria, shard=shard)
             t = nights.totals([o])
-            meta: dict[str, object] = {**_step_metadata(t), "archived": t.succeeded}
+            meta: dict[str, Any] = {**_step_metadata(t), "archived": t.succeeded}
             if not o.skipped:
                 after = pipeline.gate_stage(
                     conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True
@@ -379,7 +398,12 @@ def archive_rows(
 
 
 def _probe_retrievability(
-    conn, batch_key: str, store, embedder: EmbedderResource, config, unfindable: list[str]
+    conn: Conn,
+    batch_key: str,
+    store: ObjectStore,
+    embedder: EmbedderResource,
+    config: RetrievalConfig,
+    unfindable: list[str],
 ) -> dict[str, object]:
     """The night's retrievability, recorded for the check; a night below the floor is added to
     `unfindable` (archive_rows pauses archival once the run's nights are done)."""
@@ -393,7 +417,7 @@ def _probe_retrievability(
     return meta
 
 
-def _audit_tiers(conn, batch_key: str, store) -> None:
+def _audit_tiers(conn: Conn, batch_key: str, store: ObjectStore) -> None:
     """Tier integrity of a committed night, kept on the batch for the tiers_consistent check (which
     reports it, read-only); a failure pauses archival (as run_batch does)."""
     audit = integrity.audit_batch(conn, store, batch_key)
@@ -409,7 +433,7 @@ def _audit_tiers(conn, batch_key: str, store) -> None:
     )
 
 
-def _held_metadata(conn, batch_key: str) -> dict[str, object]:
+def _held_metadata(conn: Conn, batch_key: str) -> dict[str, object]:
     """The night's memories still waiting in LLM batch submissions; `why` names the stalled ones."""
     held = batches.held_submissions(conn, batch_key)
     stuck = [h.describe() for h in held if h.stalled]
@@ -417,7 +441,7 @@ def _held_metadata(conn, batch_key: str) -> dict[str, object]:
     return meta | ({"why": "; ".join(stuck)} if stuck else {})
 
 
-def _shard_meta(conn, night: date, shard) -> dict[str, object]:
+def _shard_meta(conn: Conn, night: date, shard: Shard) -> dict[str, object]:
     """Which shard these numbers are of and, for a shard run, the night's totals over every shard
     (read from the database: a shard's own counts are never shown as the night's)."""
     if shard.is_all:
@@ -428,7 +452,7 @@ def _shard_meta(conn, night: date, shard) -> dict[str, object]:
     }
 
 
-def _archived_by(conn, batch_key: str) -> dict[str, object]:
+def _archived_by(conn: Conn, batch_key: str) -> dict[str, object]:
     reasons = conn.execute(
         """SELECT archive_reason, count(*) AS n, sum(backup_size_bytes) AS bytes FROM archived_memories
            WHERE metadata->>'batch_key' = %s GROUP BY 1""",

@@ -13,8 +13,9 @@ night's partition key, also when a run covers a range of nights (dg.AssetCheckEv
 """
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import date
+from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
@@ -24,6 +25,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
 from memory_lib.archival import fidelity, gate, integrity, nights
+from memory_lib.core.rows import Conn, Row
 from memory_lib.lifecycle import pause as pause_switch
 
 from .assets import archive_backups, archive_rows
@@ -32,19 +34,19 @@ from .partitions import run_nights, run_shard
 
 NOTHING = "nothing to check"
 # partitions_def on an asset check is a preview in 1.13 (checked to work on 1.13.27, ranged runs too):
-# say so once, here; tests/test_dagster_truth.py catches a breaking change.
+# say so once, here; tests/dagster/test_dagster_truth.py catches a breaking change.
 warnings.filterwarnings(
     "ignore", message=r"Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
 )
 
 
-def _evaluation(
+def evaluation(
     context: dg.AssetCheckExecutionContext,
     asset: dg.AssetsDefinition,
     night: date,
     *,
     passed: bool,
-    metadata: dict[str, object],
+    metadata: Mapping[str, Any],  # Dagster metadata values
     description: str | None = None,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
 ) -> dg.AssetCheckEvaluation:
@@ -78,7 +80,7 @@ def _evaluation(
     )
 
 
-def _open_after_failed_round_trip(conn, batch_key: str) -> list[dict]:
+def _open_after_failed_round_trip(conn: Conn, batch_key: str) -> list[Row]:
     """Memories of the night sent back to be backed up again after a failed round trip, not yet re-done."""
     return conn.execute(
         """SELECT memory_id, error FROM archival_attempts
@@ -88,7 +90,8 @@ def _open_after_failed_round_trip(conn, batch_key: str) -> list[dict]:
     ).fetchall()
 
 
-@dg.asset_check(asset=archive_backups, blocking=True, partitions_def=night_partitions)
+# asset_check's type wants one AssetCheckResult; Dagster also runs generator checks (one result a night).
+@dg.asset_check(asset=archive_backups, blocking=True, partitions_def=night_partitions)  # type: ignore[arg-type]
 def backups_round_trip(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
@@ -121,13 +124,14 @@ def backups_round_trip(
                 description = f"{NOTHING}: {key} has no backup yet (nothing claimed, or paused)"
             else:
                 description = f"{report.checked} backups round-trip"
-            yield _evaluation(
+            yield evaluation(
                 context, archive_backups, night, passed=not failures, metadata=meta, description=description
             )
     yield dg.Output(None)
 
 
-@dg.asset_check(asset=archive_backups, blocking=True, partitions_def=night_partitions)
+# asset_check's type wants one AssetCheckResult; Dagster also runs generator checks (one result a night).
+@dg.asset_check(asset=archive_backups, blocking=True, partitions_def=night_partitions)  # type: ignore[arg-type]
 def error_rate_gate(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource, archival: ArchivalCriteriaResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
@@ -155,7 +159,7 @@ def error_rate_gate(
                     "paused_at": pause.changed_at.isoformat(),
                 }
             if not g.passed:
-                yield _evaluation(
+                yield evaluation(
                     context,
                     archive_backups,
                     night,
@@ -164,7 +168,7 @@ def error_rate_gate(
                     description=f"{g.describe()}: originals kept",
                 )
             elif pause.paused:
-                yield _evaluation(
+                yield evaluation(
                     context,
                     archive_backups,
                     night,
@@ -175,13 +179,14 @@ def error_rate_gate(
                 )
             else:
                 text = f"{NOTHING}: no attempt this night" if s.attempted == 0 else g.describe()
-                yield _evaluation(
+                yield evaluation(
                     context, archive_backups, night, passed=True, metadata=meta, description=text
                 )
     yield dg.Output(None)
 
 
-@dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)
+# asset_check's type wants one AssetCheckResult; Dagster also runs generator checks (one result a night).
+@dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)  # type: ignore[arg-type]
 def tiers_consistent(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
@@ -197,7 +202,7 @@ def tiers_consistent(
             key = nights.batch_key_for(night, run_shard(context))
             audit = integrity.recorded_audit(conn, key)
             if audit is None:
-                yield _evaluation(
+                yield evaluation(
                     context,
                     archive_rows,
                     night,
@@ -231,7 +236,7 @@ def tiers_consistent(
                         f"; {len(audit.committed.recovered)} backups deleted or overwritten after "
                         "their verification were put back from their recorded versions"
                     )
-            yield _evaluation(
+            yield evaluation(
                 context, archive_rows, night, passed=not problems, metadata=meta, description=description
             )
     yield dg.Output(None)

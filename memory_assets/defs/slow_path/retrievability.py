@@ -16,12 +16,13 @@ from memory_assets.resources import DatabaseResource
 from memory_lib.archival import nights, retrievability
 
 from .assets import archive_rows
-from .checks import NOTHING, _evaluation
+from .checks import NOTHING, evaluation
 from .partitions import nights as night_partitions
 from .partitions import run_nights, run_shard
 
 
-@dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)
+# asset_check's type wants one AssetCheckResult; Dagster also runs generator checks (one result a night).
+@dg.asset_check(asset=archive_rows, blocking=True, partitions_def=night_partitions)  # type: ignore[arg-type]
 def archive_retrievable(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
@@ -32,7 +33,7 @@ def archive_retrievable(
             key = nights.batch_key_for(night, run_shard(context))
             result = retrievability.recorded(conn, key)
             if result is None or result.share_found is None:
-                yield _evaluation(
+                yield evaluation(
                     context,
                     archive_rows,
                     night,
@@ -56,7 +57,7 @@ def archive_retrievable(
             description = result.describe() + (
                 "" if result.passed else ": archived memories are not findable, archival paused"
             )
-            yield _evaluation(
+            yield evaluation(
                 context, archive_rows, night, passed=result.passed, metadata=meta, description=description
             )
     yield dg.Output(None)

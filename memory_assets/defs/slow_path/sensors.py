@@ -16,6 +16,7 @@ take the alert fails the tick, and the sensor tries again on its next tick.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import dagster as dg
 
@@ -42,7 +43,7 @@ _NIGHT_TAGS = (
 )
 
 
-def pause_metadata(state: pause_switch.PauseState) -> dict[str, object]:
+def pause_metadata(state: pause_switch.PauseState) -> dict[str, Any]:
     return {
         "paused": state.paused,
         "actor": state.actor or "",
@@ -98,12 +99,13 @@ def archival_pause_sensor(
 def archival_failure_alert(context: dg.RunFailureSensorContext, alerts: AlertResource) -> dg.SkipReason:
     run = context.dagster_run
     nights = {k.removeprefix("dagster/"): run.tags[k] for k in _NIGHT_TAGS if k in run.tags}
+    # STEP_FAILURE events only: step_failure_data is their event_specific_data (None when absent).
     steps = [
         {
             "step": e.step_key,
             "error": (
-                e.event_specific_data.error.message.strip()
-                if e.event_specific_data and e.event_specific_data.error
+                e.step_failure_data.error.message.strip()
+                if e.step_failure_data and e.step_failure_data.error
                 else e.message or ""
             )[:500],
         }

@@ -22,8 +22,8 @@ from memory_lib.archival import nights
 from memory_lib.core.config import Settings
 from memory_lib.lifecycle import retention, stubs
 
-from .assets import _STORE_KIND
-from .checks import _evaluation
+from .assets import STORE_KIND
+from .checks import evaluation
 from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
 from .partitions import nights as night_partitions
 
@@ -34,7 +34,7 @@ from .partitions import nights as night_partitions
     group_name="slow_path",
     owners=["team:memory-archive"],
     tags={"domain": "archival", "tier": "slow_path"},
-    kinds={"postgres", _STORE_KIND},
+    kinds={"postgres", STORE_KIND},
     code_version="1",
 )
 def stub_conversions(
@@ -73,7 +73,8 @@ def stub_conversions(
     return dg.MaterializeResult()
 
 
-@dg.asset_check(asset=stub_conversions, blocking=True, partitions_def=night_partitions)
+# asset_check's type wants one AssetCheckResult; Dagster also runs generator checks (one result a night).
+@dg.asset_check(asset=stub_conversions, blocking=True, partitions_def=night_partitions)  # type: ignore[arg-type]
 def stubs_backed_up(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
@@ -96,7 +97,7 @@ def stubs_backed_up(
             f"{report.stubs} stubs, each with its backup" if report.stubs else "nothing to check: no stub"
         )
     for night in run_nights(context):
-        yield _evaluation(
+        yield evaluation(
             context, stub_conversions, night, passed=report.passed, metadata=meta, description=description
         )
     yield dg.Output(None)

@@ -1,0 +1,298 @@
+"""What the Dagster UI shows is true: per-night materializations and check results in a ranged run,
+checks that only read, memory_lib's logs in the run's event log, and a cheap resource setup.
+Real runs against the embedded Postgres, a local object store and the fake LLM server."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+import psycopg
+import pytest
+import yaml
+
+from memory_assets.defs.slow_path import assets, checks
+from memory_assets.resources import DatabaseResource, ObjectStoreResource, SummarizerResource
+from memory_lib.archival import nights
+from memory_lib.lifecycle import pause as pause_switch
+from memory_lib.storage.db import check_schema
+from tests.conftest import TEST_DIM
+from tests.support.backups import edit_content
+from tests.support.dagster_helpers import last_night, table_fingerprint
+from tests.support.slow_path import SLOW_PATH_DEFS, resources
+
+ROOT = Path(__file__).resolve().parents[2]
+NIGHT = last_night()
+GATE_CHECKS = [checks.backups_round_trip, checks.error_rate_gate]
+
+
+@pytest.fixture
+def store(tmp_path):
+    return ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
+
+
+def shipped_python_logs() -> dict:
+    return yaml.safe_load((ROOT / "dagster.yaml").read_text())["python_logs"]
+
+
+@pytest.fixture
+def instance(tmp_path):
+    """A persistent test instance with the python_logs section of the shipped dagster.yaml."""
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(
+        temp_dir=str(tmp_path / "dagster"), overrides={"python_logs": shipped_python_logs()}
+    ) as inst:
+        yield inst
+
+
+def db_state(conn) -> dict:
+    """Every table a check could write, and the pause switch itself."""
+    state = table_fingerprint(conn)
+    state["archival_pause"] = conn.execute("SELECT * FROM archival_pause").fetchall()
+    return state
+
+
+def per_partition(instance, asset_key: dg.AssetKey, night: str) -> list[dict]:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[night]), limit=10
+    ).records
+    return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
+
+
+# --------------------------------------------------------------------------- per-night truth
+
+
+def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, store, instance):
+    run = [NIGHT - timedelta(days=2 - i) for i in range(3)]
+    result = dg.materialize(
+        SLOW_PATH_DEFS,
+        resources=resources(db_url, store, batch_size=40),
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": run[0].isoformat(),
+            "dagster/asset_partition_range_end": run[-1].isoformat(),
+        },
+    )
+    assert result.success
+    archived_in_run = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+    seen = {"claimed": [], "archived": []}
+    for night in run:
+        key = nights.batch_key_for(night)
+        # What the night claimed: its remaining checkpoint rows plus those pruned after its audit (010).
+        claimed = conn.execute(
+            """SELECT (SELECT count(*) FROM archival_attempts WHERE batch_key = %(k)s)
+                      + (SELECT archived_pruned FROM archival_batches WHERE batch_key = %(k)s) AS n""",
+            {"k": key},
+        ).fetchone()["n"]
+        archived = conn.execute(
+            "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s", (key,)
+        ).fetchone()["n"]
+        [candidates] = per_partition(instance, dg.AssetKey("archival_candidates"), night.isoformat())
+        [rows] = per_partition(instance, dg.AssetKey("archive_rows"), night.isoformat())
+        [backups] = per_partition(instance, dg.AssetKey("archive_backups"), night.isoformat())
+        assert candidates["claimed"] == claimed > 0
+        assert rows["archived"] == rows["archived_total"] == archived
+        assert backups["round_trip_checked"] == backups["attempted"] == claimed and backups["gate_passed"]
+        seen["claimed"].append(claimed)
+        seen["archived"].append(archived)
+    # Each night its own figures: they add up to the run, none carries the run's total.
+    assert sum(seen["archived"]) == archived_in_run and archived_in_run not in seen["archived"]
+    assert len(set(seen["claimed"])) > 1
+    # State after the run only on the run's last night.
+    assert "hot_memories" in per_partition(instance, dg.AssetKey("archive_rows"), run[-1].isoformat())[0]
+    assert "hot_memories" not in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())[0]
+
+    # One check result per night, each with its partition, in the instance's check history too.
+    evaluations = result.get_asset_check_evaluations()
+    for name in ("backups_round_trip", "error_rate_gate", "tiers_consistent"):
+        mine = [e for e in evaluations if e.check_name == name]
+        assert sorted(e.partition for e in mine) == [n.isoformat() for n in run] and all(
+            e.passed for e in mine
+        )
+    history_rows = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey("archive_rows"), "tiers_consistent"), limit=10
+    )
+    assert sorted(r.partition for r in history_rows) == [n.isoformat() for n in run]
+    tiers = {e.partition: e for e in evaluations if e.check_name == "tiers_consistent"}
+    for night, archived in zip(run, seen["archived"], strict=True):
+        assert tiers[night.isoformat()].metadata["archived_by_this_night"].value == archived
+
+
+def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_stay_recorded(
+    conn, db_url, history, store, instance
+):
+    run = [NIGHT - timedelta(days=1), NIGHT]
+    res = resources(db_url, store, batch_size=30)
+    tags = {
+        "dagster/asset_partition_range_start": run[0].isoformat(),
+        "dagster/asset_partition_range_end": run[-1].isoformat(),
+    }
+    upto_gate = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, *GATE_CHECKS]
+    assert dg.materialize(upto_gate, resources=res, instance=instance, tags=tags).success
+    # The second night's backups vanish between its gate and its commit.
+    for r in conn.execute(
+        "SELECT DISTINCT backup_key FROM archival_attempts WHERE batch_key = %s",
+        (nights.batch_key_for(run[1]),),
+    ).fetchall():
+        (Path(store.local_root) / r["backup_key"]).unlink()  # lone backups and packs
+
+    result = dg.materialize(
+        [assets.archive_rows], resources=res, instance=instance, tags=tags, raise_on_error=False
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert nights.batch_key_for(run[1]) in failure.step_failure_data.error.message
+    first = conn.execute(
+        "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s",
+        (nights.batch_key_for(run[0]),),
+    ).fetchone()["n"]
+    assert first == 30
+    assert [
+        m["archived"] for m in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())
+    ] == [30]
+    assert per_partition(instance, dg.AssetKey("archive_rows"), run[1].isoformat()) == []
+    pause = pause_switch.pause_status(conn)
+    assert pause.paused and pause.batch_key == nights.batch_key_for(run[1])
+
+
+def test_a_night_with_nothing_to_check_says_so(conn, db_url, store):
+    # No memories at all: nothing is claimed, backed up or archived.
+    result = dg.materialize(
+        SLOW_PATH_DEFS,
+        partition_key=NIGHT.isoformat(),
+        resources=resources(db_url, store),
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert result.success
+    for e in result.get_asset_check_evaluations():
+        assert e.partition == NIGHT.isoformat()
+        assert e.metadata["nothing_to_check"].value is True
+        assert e.description.startswith(checks.NOTHING), (e.check_name, e.description)
+
+
+# --------------------------------------------------------------------------- checks only read
+
+
+def run_checks_only(res):
+    """The gate checks alone, as `Execute` on a check in the UI: archive_backups does not run."""
+    job = dg.define_asset_job("gate_checks", selection=dg.AssetSelection.checks(*GATE_CHECKS))
+    defs = dg.Definitions(
+        assets=[assets.archive_backups], asset_checks=GATE_CHECKS, jobs=[job], resources=res
+    )
+    return defs.resolve_job_def("gate_checks").execute_in_process(
+        # The partition as a tag (what the UI launches): a job of checks alone has no partitions of its
+        # own for execute_in_process(partition_key=...) to validate against.
+        tags={"dagster/partition": NIGHT.isoformat()},
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
+
+
+def test_a_failed_gate_is_written_by_the_asset_and_its_checks_only_read(
+    conn, db_url, history, store, fake_llm, llm_keys
+):
+    fake_llm.fail_fraction, fake_llm.fail_status = 0.1, 400
+    llm = SummarizerResource(
+        provider="anthropic", base_url=fake_llm.base_url, requests_per_second=1000.0, max_retries=0
+    )
+    res = resources(db_url, store, summarizer=llm)
+    result = dg.materialize(
+        SLOW_PATH_DEFS,
+        partition_key=NIGHT.isoformat(),
+        resources=res,
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
+    assert not result.success
+    key = nights.batch_key_for(NIGHT)
+    pause = pause_switch.pause_status(conn)
+    # The pause says who, why and when; archive_backups set it, deciding the gate before the checks.
+    assert pause.paused and pause.batch_key == key and pause.actor == nights.ACTOR
+    assert key in pause.reason and "above max_error_rate" in pause.reason and pause.changed_at is not None
+    [materialized] = [
+        e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "archive_backups"
+    ]
+    assert materialized.materialization.metadata["gate_passed"].value is False
+
+    before = db_state(conn)
+    for _ in range(2):  # as if re-run twice from the UI
+        again = run_checks_only(res)
+        assert not again.success
+        assert not again.get_asset_materialization_events()  # the asset did not run
+        gate = next(e for e in again.get_asset_check_evaluations() if e.check_name == "error_rate_gate")
+        assert (gate.passed, gate.severity, gate.partition) == (
+            False,
+            dg.AssetCheckSeverity.ERROR,
+            NIGHT.isoformat(),
+        )
+        assert gate.metadata["paused_by"].value == nights.ACTOR
+        assert db_state(conn) == before
+
+
+def test_a_check_re_run_on_a_tampered_night_changes_nothing(conn, db_url, history, store):
+    res = resources(db_url, store)
+    upto_backups = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups]
+    assert dg.materialize(upto_backups, partition_key=NIGHT.isoformat(), resources=res).success
+    victim = conn.execute(
+        "SELECT memory_id, backup_ref FROM archival_attempts WHERE status = 'backed_up' ORDER BY memory_id LIMIT 1"
+    ).fetchone()
+    edit_content(store.get_store(), victim["backup_ref"])  # one member of its pack, the others intact
+
+    # The checks alone see the tampered object and fail, writing nothing: no reset, no pause.
+    before = db_state(conn)
+    first = run_checks_only(res)
+    trip = next(e for e in first.get_asset_check_evaluations() if e.check_name == "backups_round_trip")
+    assert not trip.passed and trip.metadata["failed"].value == 1
+    assert db_state(conn) == before and not pause_switch.pause_status(conn).paused
+
+    # The asset decides the gate: it sends the memory back and pauses; the checks report it, twice alike.
+    assert not dg.materialize(
+        SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=res, raise_on_error=False
+    ).success
+    row = conn.execute(
+        "SELECT status, failed_step FROM archival_attempts WHERE memory_id = %s", (victim["memory_id"],)
+    ).fetchone()
+    assert (row["status"], row["failed_step"]) == ("embedded", "fidelity")
+    assert pause_switch.pause_status(conn).paused
+    assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 0
+    before = db_state(conn)
+    for _ in range(2):
+        again = run_checks_only(res)
+        trip = next(e for e in again.get_asset_check_evaluations() if e.check_name == "backups_round_trip")
+        assert not trip.passed and "sent back after a failed round trip" in trip.metadata["failures"].value
+        assert db_state(conn) == before
+
+
+# --------------------------------------------------------------------------- logs and setup
+
+
+def test_memory_lib_warnings_reach_the_runs_event_log(conn, db_url, history, store, instance):
+    pause_switch.set_pause(conn, reason="bucket audit", actor="ops@example")
+    result = dg.materialize(
+        SLOW_PATH_DEFS, partition_key=NIGHT.isoformat(), resources=resources(db_url, store), instance=instance
+    )
+    assert result.success
+    records = [e for e in instance.all_logs(result.run_id) if e.dagster_event is None]
+    skipped = [e for e in records if f"{nights.batch_key_for(NIGHT)} claim skipped" in e.user_message]
+    assert skipped and skipped[0].level == logging.WARNING
+    assert "bucket audit" in skipped[0].user_message
+
+
+def test_database_setup_migrates_only_a_database_that_needs_it(databases):
+    url = databases.new_empty("t_setup")
+    try:
+        with dg.build_resources(
+            {"database": DatabaseResource(database_url=url, embedding_dim=TEST_DIM)}
+        ) as r:
+            assert check_schema(r.database.url) == TEST_DIM  # an empty database was migrated
+        with psycopg.connect(url) as c:
+            applied = c.execute("SELECT max(applied_at) FROM schema_migrations").fetchone()[0]
+        with (
+            dg.build_resources({"database": DatabaseResource(database_url=url)}) as r,
+            r.database.connect() as c,
+        ):
+            assert c.execute("SELECT max(applied_at) AS t FROM schema_migrations").fetchone()["t"] == applied
+    finally:
+        databases.drop(url)

@@ -1,0 +1,392 @@
+"""Forget (right to erasure) against real Postgres and SeaweedFS with versioning on: nothing of the user
+remains in any table or object version, tombstones remain, other users are untouched, and a forget
+killed mid-run is completed by running it again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.archival.pipeline import run_batch
+from memory_lib.client import MemoryClient
+from memory_lib.consolidation.digests import ExtractiveDigestBuilder
+from memory_lib.consolidation.facts import RuleFactExtractor
+from memory_lib.consolidation.monthly import consolidate_month
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.lifecycle.forget import erased_tables, remaining, retained_tables, user_id_tables
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage.db import connect
+from memory_lib.storage.object_versions import list_versions
+from memory_lib.storage.objectstore import S3ObjectStore
+from tests.conftest import TEST_DIM
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+OLD = NOW - timedelta(days=200)
+RETRIEVAL = RetrievalConfig(near_duplicate_threshold=1.0)
+
+
+def _client(conn, store) -> MemoryClient:
+    return MemoryClient(
+        conn,
+        embedder=HashingEmbedder(TEST_DIM),
+        object_store=store,
+        settings=Settings(retrieval=RETRIEVAL),
+        actor="test",
+    )
+
+
+def _archive(conn, store, as_of=NOW) -> None:
+    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    report = run_batch(
+        conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=as_of, actor="test"
+    )
+    assert report.gate_passed and report.status.failed == 0
+
+
+def _all_versions(store: S3ObjectStore) -> set[tuple[str, str | None]]:
+    return {(v.key, v.version_id) for v in list_versions(store, "")}
+
+
+def _user_state(conn, user: str) -> dict:
+    """Every row of the user in every table with a user_id, as text: equal before and after = untouched."""
+    out = {}
+    for table in user_id_tables(conn):
+        rows = conn.execute(
+            f"SELECT t::text AS r FROM {table} t WHERE user_id = %s ORDER BY 1", (user,)
+        ).fetchall()
+        out[table] = [r["r"] for r in rows]
+    return out
+
+
+def _consolidate(conn, *months: datetime) -> None:
+    for month in months:
+        consolidate_month(
+            conn,
+            month.date().replace(day=1),
+            builder=ExtractiveDigestBuilder(),
+            extractor=RuleFactExtractor(),
+            embedder=HashingEmbedder(TEST_DIM),
+        )
+
+
+def _derived(conn, user: str, memory_id: uuid.UUID) -> dict[str, int]:
+    """Rows of consolidation that cite the memory."""
+    q = {
+        "memory_digests": "%s = ANY(source_memory_ids)",
+        "memory_facts": "%s = ANY(source_memory_ids)",
+        "key_moments": "memory_id = %s",
+    }
+    return {
+        t: conn.execute(
+            f"SELECT count(*) AS n FROM {t} WHERE user_id = %s AND {w}", (user, memory_id)
+        ).fetchone()["n"]
+        for t, w in q.items()
+    }
+
+
+def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
+    """u1: hot, archived, restored (archived twice: two versions of its backup), superseded, digested;
+    u2: alike."""
+    client = _client(conn, store)
+    ids: dict[str, list[uuid.UUID]] = {}
+    for user in ("u1", "u2"):
+        old = [
+            client.add(
+                user, f"{user} old note {i}: locker code is in drawer {i}", importance=0.1, now=OLD
+            ).memory_id
+            for i in range(4)
+        ]
+        hot = client.add(user, f"{user} prefers a cortado in the morning", importance=0.9, now=NOW).memory_id
+        newer = client.update(user, hot, f"{user} prefers a flat white in the morning", now=NOW)
+        assert newer.outcome == "superseded" and newer.previous_id == hot
+        ids[user] = [*old, hot, newer.memory_id]
+    _archive(conn, store)  # the old notes and the superseded cortado go to the archive
+    for user in ("u1", "u2"):
+        assert client.get(user, ids[user][0]).tier == "archived"
+        assert client.restore(user, original_id=ids[user][0]).restored
+    _archive(conn, store, as_of=NOW + timedelta(days=1))  # the restored note again: a second backup version
+    _consolidate(conn, OLD, NOW)  # monthly digests (and facts) of both users' months
+    for user in ("u1", "u2"):
+        assert _derived(conn, user, ids[user][0])["memory_digests"] == 1
+    return ids
+
+
+def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned_store):
+    store = versioned_store
+    ids = _seed(conn, store)
+    client = _client(conn, store)
+    u1_keys = {store.key_for(i) for i in ids["u1"]}
+    before_versions = _all_versions(store)
+    assert len([v for v in before_versions if v[0] == store.key_for(ids["u1"][0])]) == 2  # archived twice
+    assert {k for k, _ in before_versions} & u1_keys
+    u2_before = _user_state(conn, "u2")
+    u2_versions = {v for v in before_versions if v[0] not in u1_keys}
+    assert (
+        conn.execute(
+            "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND details ? 'added'"
+        ).fetchone()["n"]
+        > 0
+    )  # the supersede event carries words of the text
+
+    result = client.forget_user("u1", now=NOW)
+
+    assert set(result.memory_ids) == set(ids["u1"])
+    assert result.object_versions_deleted >= len([v for v in before_versions if v[0] in u1_keys])
+    left = remaining(conn, store, "u1")
+    assert left.clean, left
+    assert left.uncovered_tables == ()
+    after_versions = _all_versions(store)
+    assert not {k for k, _ in after_versions} & u1_keys  # no version, no delete marker
+    assert after_versions == u2_versions  # u2's backups, every version, untouched
+    assert _user_state(conn, "u2") == u2_before
+    for table in erased_tables():
+        assert conn.execute(f"SELECT count(*) AS n FROM {table} WHERE user_id = 'u1'").fetchone()["n"] == 0
+    tombstones = conn.execute(
+        "SELECT memory_id, actor, details FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
+    ).fetchall()
+    assert {t["memory_id"] for t in tombstones} == set(ids["u1"])
+    hot_tomb = next(t for t in tombstones if t["memory_id"] == ids["u1"][-1])["details"]
+    expected_sha = hashlib.sha256(b"u1 prefers a flat white in the morning").hexdigest()
+    assert hot_tomb["content_sha256"] == expected_sha and hot_tomb["tiers"] == ["hot"]
+    assert all(t["actor"] == "test" for t in tombstones)
+    text = json.dumps(
+        [dict(r) for r in conn.execute("SELECT details FROM memory_events WHERE user_id = 'u1'").fetchall()]
+    )
+    for word in ("cortado", "flat", "white", "locker", "drawer"):
+        assert word not in text
+    redactions = conn.execute(
+        "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'redacted'"
+    )
+    assert redactions.fetchone()["n"] == len(ids["u1"])
+    # history still answers, with content-free events ending in the tombstone
+    events = client.history("u1", ids["u1"][0])
+    assert [e.event_type for e in events][-2:] == ["redacted", "forgotten"]
+    assert client.get("u1", ids["u1"][-1]) is None and client.list("u1").items == []
+    assert client.list("u2").items  # u2 still has memories
+    request = conn.execute("SELECT * FROM forget_requests WHERE id = %s", (result.request_id,)).fetchone()
+    assert request["status"] == "done" and request["completed_at"] is not None
+
+    again = client.forget_user("u1", now=NOW)  # idempotent: nothing more to delete, no new tombstone
+    assert again.rows_deleted.get("memories") == 0 and again.object_versions_deleted == 0
+    assert conn.execute(
+        "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
+    ).fetchone()["n"] == len(ids["u1"])
+
+
+def test_the_audit_log_stays_append_only_outside_the_redaction_path(conn, local_store):
+    client = _client(conn, local_store)
+    mid = client.add("u1", "likes green tea", now=NOW).memory_id
+    for sql in (
+        "UPDATE memory_events SET details = '{}'",
+        "DELETE FROM memory_events",
+        "TRUNCATE memory_events",
+    ):
+        with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+            conn.execute(sql)
+    # The session setting alone allows nothing but the exact redaction
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"), conn.transaction():
+        conn.execute("SELECT set_config('memory_archive.redacting', %s, true)", (str(uuid.uuid4()),))
+        conn.execute("UPDATE memory_events SET details = '{\"x\": 1}' WHERE memory_id = %s", (mid,))
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"), conn.transaction():
+        conn.execute("SELECT set_config('memory_archive.redacting', %s, true)", (str(uuid.uuid4()),))
+        conn.execute("UPDATE memory_events SET actor = 'someone' WHERE memory_id = %s", (mid,))
+    assert client.history("u1", mid)[0].details == {"category": "episodic"}
+
+
+def test_every_table_with_a_user_id_is_covered_by_forget(conn):
+    """The hook for new tables (digests, facts, ...): one with a user_id that forget does not know fails here."""
+    tables = set(user_id_tables(conn))
+    assert {"memories", "archived_memories", "memory_events", "archival_attempts"} <= tables
+    covered = set(erased_tables()) | set(retained_tables())
+    assert tables - covered == set(), (
+        "add the table to memory_lib.lifecycle.forget's erased or retained tables"
+    )
+    assert covered - tables == set()
+
+
+def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, object_store):
+    client = _client(conn, object_store)
+    first = client.add("u1", "drives a red bicycle", now=OLD).memory_id
+    second = client.update("u1", first, "drives a blue bicycle", now=OLD).memory_id
+    third = client.update("u1", second, "drives a green bicycle", now=NOW).memory_id
+    keep = client.add("u1", "works as a nurse", importance=0.1, now=OLD).memory_id
+    other = client.add("u2", "drives a red bicycle", now=OLD).memory_id
+    _archive(conn, object_store)  # the superseded versions and `keep` are archived
+    assert client.get("u1", first).tier == "archived" and client.get("u1", keep).tier == "archived"
+    _consolidate(conn, OLD, NOW)
+    # superseded versions are left out of digests; the live one and the archived note are in
+    assert (
+        _derived(conn, "u1", third)["memory_digests"] == 1
+        and _derived(conn, "u1", keep)["memory_digests"] == 1
+    )
+    u2_digests = conn.execute("SELECT d::text FROM memory_digests d WHERE user_id = 'u2'").fetchall()
+    with pytest.raises(Exception, match="no memory"):
+        client.delete("u2", third)  # another user's id is not found, and nothing is deleted
+    assert client.get("u1", third) is not None
+
+    result = client.delete("u1", third)
+
+    assert set(result.memory_ids) == {first, second, third}
+    for mid in (first, second, third):
+        assert client.get("u1", mid) is None
+        assert not [k for k in object_store.list() if str(mid) in k]
+    assert client.get("u1", keep).tier == "archived" and client.get("u2", other) is not None
+    for mid in (first, second, third):  # no digest, fact or key moment cites it any more
+        assert _derived(conn, "u1", mid) == {"memory_digests": 0, "memory_facts": 0, "key_moments": 0}
+    assert conn.execute("SELECT d::text FROM memory_digests d WHERE user_id = 'u2'").fetchall() == u2_digests
+    assert object_store.list() and any(str(keep) in k for k in object_store.list())
+    assert client.delete("u1", third).already_forgotten
+    assert client.forget("u1", first).already_forgotten
+
+
+_KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from memory_lib.storage.db import connect
+    from memory_lib.lifecycle.forget import forget_steps
+    from memory_lib.storage.objectstore import S3ObjectStore
+    from memory_lib.core.plans import RunPlan, run_plan
+    from tests.support.seaweedfs import S3Endpoint
+
+    url, endpoint, key, secret, bucket, kill_after = sys.argv[1:7]
+    store = S3ObjectStore(S3Endpoint(endpoint, key, secret).client(), bucket, prefix="test")
+    conn = connect(url)
+    steps = forget_steps(store, "u1", None, actor="killed-run")
+    step, n = next(steps), 0
+    while True:
+        result = run_plan(conn, step.plan) if isinstance(step, RunPlan) else step.fn()
+        n += 1
+        if n == int(kill_after):
+            os.kill(os.getpid(), signal.SIGKILL)
+        step = steps.send(result)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after,status", [(6, "pending"), (8, "rows_deleted")])
+def test_a_killed_forget_user_is_completed_by_running_it_again(
+    db_url, seaweed, versioned_store, kill_after, status
+):
+    """Killed after its objects are deleted but before its rows (step 6: the purge, after the bucket's
+    listing, the unrecorded packs' plan and read, the open and the pack plan), or after its rows but
+    before the final sweep (step 8): the next forget_user resumes the same request and completes it."""
+    store = versioned_store
+    with connect(db_url) as conn:
+        ids = _seed(conn, store)
+        u2_before = _user_state(conn, "u2")
+    env = os.environ | {"PYTHONPATH": os.getcwd()}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _KILLER,
+            db_url,
+            seaweed.endpoint_url,
+            seaweed.access_key,
+            seaweed.secret_key,
+            store.bucket,
+            str(kill_after),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    with connect(db_url) as conn:
+        request = conn.execute("SELECT * FROM forget_requests WHERE user_id = 'u1'").fetchone()
+        assert request["status"] == status
+        hot_rows = conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1'").fetchone()["n"]
+        assert (hot_rows > 0) == (status == "pending")  # killed before or after the rows
+        assert not {k for k, _ in _all_versions(store)} & {store.key_for(i) for i in ids["u1"]}
+        assert not remaining(conn, store, "u1").clean or status == "rows_deleted"
+
+        result = _client(conn, store).forget_user("u1")
+
+        assert result.resumed and result.request_id == request["id"]
+        assert remaining(conn, store, "u1").clean
+        assert (
+            conn.execute("SELECT count(*) AS n FROM forget_requests WHERE user_id = 'u1'").fetchone()["n"]
+            == 1
+        )
+        tombstones = conn.execute(
+            "SELECT memory_id FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
+        ).fetchall()
+        assert sorted(t["memory_id"] for t in tombstones) == sorted(ids["u1"])  # once each
+        assert _user_state(conn, "u2") == u2_before
+
+
+# --------------------------------------------------------------------------- the Dagster job
+
+
+def _job_resources(db_url, seaweed, bucket):
+    from dagster_aws.s3 import S3Resource
+
+    from memory_assets.resources import DatabaseResource, ObjectStoreResource
+
+    s3 = S3Resource(
+        endpoint_url=seaweed.endpoint_url,
+        region_name=seaweed.region,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+    )
+    return {
+        "database": DatabaseResource(database_url=db_url),
+        "object_store": ObjectStoreResource(kind="s3", bucket=bucket, prefix="test", s3=s3),
+    }
+
+
+def _verify_metadata(run) -> dict:
+    import dagster as dg
+
+    for event in run.all_events:
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE and event.step_key == "verify_user_forgotten":
+            return {k: v.value for k, v in event.event_specific_data.user_failure_data.metadata.items()}
+        if event.event_type == dg.DagsterEventType.STEP_OUTPUT and event.step_key == "verify_user_forgotten":
+            return {k: v.value for k, v in event.event_specific_data.metadata.items()}
+    raise AssertionError("verify_user_forgotten did not run")
+
+
+def test_forget_user_job_erases_and_verifies(db_url, seaweed, versioned_store):
+    from memory_assets.defs.privacy.jobs import forget_user
+
+    store = versioned_store
+    with connect(db_url) as conn:
+        ids = _seed(conn, store)
+    config = {"ops": {"forget_user_memories": {"config": {"user_id": "u1", "operator": "dpo"}}}}
+    run = forget_user.execute_in_process(
+        run_config=config, resources=_job_resources(db_url, seaweed, store.bucket)
+    )
+    assert run.success
+    assert _verify_metadata(run)["object_versions_left"] == 0
+    with connect(db_url) as conn:
+        assert remaining(conn, store, "u1").clean
+        actors = conn.execute(
+            "SELECT DISTINCT actor FROM memory_events WHERE event_type = 'forgotten'"
+        ).fetchall()
+        assert [a["actor"] for a in actors] == ["dpo"]
+        assert not {k for k, _ in _all_versions(store)} & {store.key_for(i) for i in ids["u1"]}
+
+    # A table with a user_id that forget does not know (a future digests table): the check fails the run.
+    with connect(db_url) as conn:
+        conn.execute("CREATE TABLE user_digests (user_id text NOT NULL, digest text NOT NULL)")
+        conn.execute("INSERT INTO user_digests VALUES ('u2', 'a digest of u2''s week')")
+    config["ops"]["forget_user_memories"]["config"]["user_id"] = "u2"
+    failed = forget_user.execute_in_process(
+        run_config=config, resources=_job_resources(db_url, seaweed, store.bucket), raise_on_error=False
+    )
+    assert not failed.success
+    meta = _verify_metadata(failed)
+    assert "user_digests" in meta["tables_unknown_to_forget"] and "user_digests | 1" in meta["rows_left"]

@@ -1,0 +1,330 @@
+"""Migrations: applied once, re-runs are no-ops, a failing one leaves nothing behind."""
+
+from __future__ import annotations
+
+import shutil
+
+import psycopg
+import pytest
+
+from memory_lib.core.errors import SchemaError
+from memory_lib.storage.db import MIGRATIONS_DIR, migrate
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(url) as c:
+        return {r[0] for r in c.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+
+
+def test_rerun_is_a_noop(empty_database):
+    applied = migrate(empty_database, embedding_dim=32)
+    assert applied[0] == "001_memory_tiers"
+    assert {
+        "memories",
+        "archived_memories",
+        "memory_events",
+        "archival_attempts",
+        "schema_migrations",
+    } <= _tables(empty_database)
+    assert migrate(empty_database, embedding_dim=32) == []
+
+
+def test_failing_migration_rolls_back_whole(empty_database, tmp_path):
+    migrations = tmp_path / "sql"
+    shutil.copytree(MIGRATIONS_DIR, migrations)
+    (migrations / "900_broken.sql").write_text(
+        "CREATE TABLE half_done (id int);\nALTER TABLE memories ADD COLUMN oops int;\nSELECT 1/0;\n"
+    )
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        migrate(empty_database, embedding_dim=32, directory=migrations)
+    assert "half_done" not in _tables(empty_database)
+    with psycopg.connect(empty_database) as c:
+        cols = {
+            r[0]
+            for r in c.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name='memories'"
+            )
+        }
+        versions = [r[0] for r in c.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+    assert "oops" not in cols
+    assert 900 not in versions and 1 in versions  # earlier migrations stay applied
+
+
+def test_other_dimension_is_refused(empty_database):
+    migrate(empty_database, embedding_dim=32)
+    with pytest.raises(SchemaError, match="embedding_dim=1536 does not match.*embedding_dim=32"):
+        migrate(empty_database, embedding_dim=1536)
+
+
+def test_edited_migration_is_detected(empty_database, tmp_path):
+    migrations = tmp_path / "sql"
+    shutil.copytree(MIGRATIONS_DIR, migrations)
+    migrate(empty_database, embedding_dim=32, directory=migrations)
+    first = sorted(migrations.glob("*.sql"))[-1]
+    first.write_text(first.read_text() + "\n-- edited\n")
+    with pytest.raises(SchemaError, match="changed after it was applied"):
+        migrate(empty_database, embedding_dim=32, directory=migrations)
+
+
+def test_bad_migration_file_name(empty_database, tmp_path):
+    (tmp_path / "1_x.sql").write_text("SELECT 1")
+    with pytest.raises(SchemaError, match="1_x.sql"):
+        migrate(empty_database, embedding_dim=32, directory=tmp_path)
+
+
+def test_audit_log_is_append_only(conn):
+    conn.execute(
+        "INSERT INTO memory_events (memory_id, user_id, event_type, actor) VALUES (gen_random_uuid(), 'u', 'created', 't')"
+    )
+    for sql in (
+        "UPDATE memory_events SET actor = 'x'",
+        "DELETE FROM memory_events",
+        "TRUNCATE memory_events",
+    ):
+        with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+            conn.execute(sql)
+
+
+# --------------------------------------------------------------------------- shipped, checked, never run by clients
+
+
+def test_shipped_migrations_are_the_sql_folder():
+    """The package's migrations (importlib.resources) are the top-level sql/ files, byte for byte."""
+    from pathlib import Path
+
+    from memory_lib.storage.db import load_migrations, shipped_migrations
+
+    top = Path(__file__).resolve().parents[2] / "sql"
+    shipped = {p.name: p.read_bytes() for p in shipped_migrations().iterdir() if p.name.endswith(".sql")}
+    assert shipped == {p.name: p.read_bytes() for p in top.glob("*.sql")} and len(shipped) >= 3
+    assert [m.version for m in load_migrations(embedding_dim=8)] == sorted(int(n[:3]) for n in shipped)
+
+
+def test_a_missing_migrations_folder_is_an_error(tmp_path, empty_database):
+    with pytest.raises(SchemaError, match="missing"):
+        migrate(empty_database, embedding_dim=32, directory=tmp_path / "nowhere")
+    with pytest.raises(SchemaError, match="no migrations"):
+        migrate(empty_database, embedding_dim=32, directory=tmp_path)
+    assert _tables(empty_database) == set()
+
+
+def _settings(url: str, tmp_path, dim: int = 32):
+    from memory_lib.core.config import EmbeddingConfig, Settings
+
+    return Settings(
+        database_url=url, state_dir=tmp_path, embedding=EmbeddingConfig(provider="hashing", dim=dim)
+    )
+
+
+def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_database, tmp_path):
+    import asyncio
+    import time
+
+    from memory_lib.client import AsyncMemoryClient, MemoryClient, connection_pool
+    from memory_lib.llm.embedding import HashingEmbedder
+
+    started = time.monotonic()
+    with pytest.raises(SchemaError, match=r"has no memory-archive schema: run `memory-archive migrate`"):
+        MemoryClient.from_settings(_settings(empty_database, tmp_path))
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        asyncio.run(AsyncMemoryClient.from_settings(_settings(empty_database, tmp_path)))
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        connection_pool(empty_database)
+    with pytest.raises(SchemaError, match="run `memory-archive migrate`"):
+        asyncio.run(AsyncMemoryClient.connect(empty_database, embedder=HashingEmbedder(32)))
+    assert time.monotonic() - started < 10  # not a pool timeout
+    assert _tables(empty_database) == set()  # the client created nothing
+    with psycopg.connect(empty_database) as c:
+        assert c.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == 0
+
+
+def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path):
+    from memory_lib.client import MemoryClient
+    from memory_lib.storage.db import check_schema
+
+    only_first = tmp_path / "sql"
+    only_first.mkdir()
+    first, *rest = sorted(
+        (p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
+    )
+    (only_first / first.name).write_text(first.read_text())
+    migrate(empty_database, embedding_dim=32, directory=only_first)
+    lacking = ", ".join(p.name.removesuffix(".sql") for p in rest)
+    assert lacking.startswith(
+        "002_retrieval, 003_slow_path, 004_claim_leases, 005_retrievability, 006_backup_row_version, "
+        "007_binary_summary_vectors, 008_retention, 009_tier_audit, 010_prune_checkpoints"
+    )
+    assert {"013_write_path", "014_forget", "016_consolidation", "015_llm_usage"} <= set(lacking.split(", "))
+    assert "012_associations_warm" in lacking
+    assert "011_stubs" in lacking.split(", ")
+    with pytest.raises(SchemaError, match=rf"lacks migrations {lacking}: run `memory-archive migrate`"):
+        MemoryClient.from_settings(_settings(empty_database, tmp_path))
+    migrate(empty_database, embedding_dim=32)
+    assert check_schema(empty_database, embedding_dim=32) == 32
+    with pytest.raises(SchemaError, match=r"created with embedding_dim=32, settings have embedding.dim=64"):
+        MemoryClient.from_settings(_settings(empty_database, tmp_path, dim=64))
+    with psycopg.connect(empty_database, autocommit=True) as c:
+        c.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (999, '999_future', 'x')")
+    with pytest.raises(SchemaError, match="does not know .*999_future.*upgrade memory-archive"):
+        check_schema(empty_database, embedding_dim=32)
+
+
+def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, tmp_path):
+    """An application role with DML rights only starts a client while a migrator holds the lock."""
+    import uuid
+
+    from psycopg.conninfo import make_conninfo
+
+    from memory_lib.client import MemoryClient
+    from memory_lib.storage.db import _MIGRATION_LOCK_ID
+
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"ALTER ROLE {role} SET lock_timeout = '5s'")  # waiting for the lock fails, not hangs
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        admin.execute(f"REVOKE CREATE, TEMPORARY ON DATABASE {dbname} FROM PUBLIC")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    app_url = make_conninfo(db_url, user=role)
+    try:
+        with psycopg.connect(app_url) as app, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            app.execute("CREATE TABLE not_allowed (id int)")
+        with psycopg.connect(db_url, autocommit=True) as migrator:
+            migrator.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_ID,))
+            with MemoryClient.from_settings(_settings(app_url, tmp_path, dim=64)) as memory:
+                added = memory.add("alice", "Prefers a cortado in the morning")
+                assert [h.id for h in memory.search("alice", "cortado in the morning").hot] == [
+                    added.memory_id
+                ]
+    finally:
+        with psycopg.connect(databases.server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+# --------------------------------------------------------------------------- a role that may not create extensions
+
+
+@pytest.fixture
+def limited_role(databases, empty_database):
+    """A login role (no superuser) with CREATE on `empty_database` and its public schema, as a DBA would
+    give an application's migrator; yields (superuser url, the role's url, role, database name)."""
+    import uuid
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    role = f"migrator_{uuid.uuid4().hex[:8]}"
+    dbname = conninfo_to_dict(empty_database)["dbname"]
+    with psycopg.connect(empty_database, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f'GRANT CREATE ON DATABASE "{dbname}" TO {role}')
+        admin.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+    try:
+        yield empty_database, make_conninfo(empty_database, user=role), role, dbname
+    finally:  # the role owns objects in the database: drop the database first
+        with psycopg.connect(databases.server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _extensions(url: str) -> set[str]:
+    with psycopg.connect(url) as c:
+        return {r[0] for r in c.execute("SELECT extname FROM pg_extension")}
+
+
+def test_a_role_that_may_not_create_extensions_migrates_once_the_dba_created_pgvector(limited_role):
+    from memory_lib.storage.db import check_schema
+
+    admin_url, role_url, role, _ = limited_role
+    with psycopg.connect(role_url, autocommit=True) as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        c.execute("CREATE EXTENSION vector")  # the premise: this role may not
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION vector")
+    assert migrate(role_url, embedding_dim=32)[0] == "001_memory_tiers"
+    assert check_schema(role_url, embedding_dim=32) == 32
+    assert migrate(role_url, embedding_dim=32) == []
+    assert {"vector", "btree_gin"} <= _extensions(admin_url)  # btree_gin is trusted: the role created it
+    with psycopg.connect(admin_url) as c:
+        assert (
+            c.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'memories'").fetchone()[0] == role
+        )
+
+
+def test_missing_pgvector_is_one_clear_error_and_writes_nothing(limited_role, monkeypatch, tmp_path, capsys):
+    from memory_lib.cli import main
+    from memory_lib.core.errors import MissingExtensionError
+
+    admin_url, role_url, role, dbname = limited_role
+    with pytest.raises(MissingExtensionError) as caught:
+        migrate(role_url, embedding_dim=32)
+    assert str(caught.value).startswith(
+        f'pgvector is not installed in database "{dbname}" and role "{role}" may not create it: ask a superuser '
+        f'to run CREATE EXTENSION vector; in database "{dbname}"'
+    )
+    assert (
+        "on a managed Postgres (RDS, Cloud SQL, Azure, Supabase, Neon) enable the pgvector extension"
+        in str(caught.value)
+    )
+    assert caught.value.available and caught.value.extension == "vector"
+    assert _tables(admin_url) == set()  # not even schema_migrations
+    assert _extensions(admin_url) == {"plpgsql"}  # nor btree_gin, which the role could have created
+
+    for name, value in {
+        "DATABASE_URL": role_url,
+        "MEMORY_ARCHIVE_EMBEDDING_DIM": "32",
+        "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+        "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+        "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    assert main(["migrate"]) != 0
+    out = capsys.readouterr()
+    assert out.out == "" and "Traceback" not in out.err
+    assert out.err.count("\n") == 1 and "ask a superuser to run CREATE EXTENSION vector;" in out.err
+    assert _tables(admin_url) == set()
+
+
+def test_an_extension_the_server_does_not_offer_is_named_and_nothing_is_written(empty_database, tmp_path):
+    """Even a superuser cannot create an extension the server lacks: the error says the server needs it."""
+    from memory_lib.core.errors import MissingExtensionError
+
+    migrations = tmp_path / "sql"
+    shutil.copytree(MIGRATIONS_DIR, migrations)
+    (migrations / "900_needs_more.sql").write_text("CREATE EXTENSION IF NOT EXISTS no_such_extension;\n")
+    with pytest.raises(
+        MissingExtensionError, match=r"no_such_extension is not available on the Postgres server"
+    ):
+        migrate(empty_database, embedding_dim=32, directory=migrations)
+    assert _tables(empty_database) == set()
+    assert _extensions(empty_database) == {"plpgsql"}  # vector was not created either
+
+
+def test_the_missing_extension_messages_say_who_must_do_what():
+    from memory_lib.core.errors import MissingExtensionError
+
+    absent = str(MissingExtensionError("vector", "mem", "app", available=False))
+    assert absent.startswith('pgvector is not available on the Postgres server of database "mem"')
+    assert "the server needs pgvector (>= 0.7) installed" in absent
+    assert "enable the pgvector extension" in absent
+    denied = str(MissingExtensionError("btree_gin", "mem", "app", available=True))
+    assert denied.startswith('btree_gin is not installed in database "mem" and role "app" may not create it')
+    assert "CREATE EXTENSION btree_gin;" in denied
+    assert "\n" not in absent + denied
+
+
+def test_a_role_without_create_on_the_schema_is_told_what_to_grant(limited_role):
+    admin_url, role_url, role, dbname = limited_role
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION vector")
+        admin.execute(f"REVOKE CREATE ON SCHEMA public FROM {role}")
+    with pytest.raises(SchemaError) as caught:
+        migrate(role_url, embedding_dim=32)
+    assert str(caught.value) == (
+        f'creating table schema_migrations needs a privilege role "{role}" lacks in database "{dbname}" '
+        "(permission denied for schema public): run `memory-archive migrate` as the database owner, or grant "
+        "the role CREATE on the database and on schema public"
+    )
+    assert _tables(admin_url) == set()
