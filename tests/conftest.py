@@ -214,3 +214,12 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path) -> str
     for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(key, raising=False)
     return db_url
+
+
+@pytest.fixture(autouse=True)
+def _fresh_boto3_default_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3.client() uses one default session, which keeps the credentials it first resolved: each test
+    resolves its own (a test that ran earlier with other AWS variables must not decide them)."""
+    import boto3
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
