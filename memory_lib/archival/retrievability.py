@@ -6,9 +6,10 @@ probes the same ones), read each verified original from object storage, take its
 the question, and run the product's two-phase search (default RetrievalConfig, phase 2 auto, as the
 memory's own user) with limit `k`. A memory is found when its archive row is among the hits.
 
-`share_found` below `floor` (RetrievalConfig.retrievability_floor, 0.9) means the summaries no longer
-carry what made the memories findable (an empty or generic summary, a summary embedded by another
-model): the gate fails and archival pauses. A night with nothing archived passes (nothing to lose).
+`share_found` below `floor` (RetrievalConfig.retrievability_floor, 0.9) means the archive rows no
+longer carry what made the memories findable (a summary embedded by another model, rows without the
+lexical fingerprint of their originals and with empty or generic summaries): the gate fails and
+archival pauses. A night with nothing archived passes (nothing to lose).
 
 Only rows search can return are probed and counted: an archive row whose original was superseded
 (original_superseded_by set) is hidden from search by design, so it is never sampled, and `archived`

@@ -71,10 +71,18 @@ _CONSOLIDATED: dict[str, str] = {
 }
 
 
+# Aggregates of the memories' words, kept exact by sql/020's triggers as memories are deleted: a
+# lexeme's count falls with each forgotten memory and its row goes at zero (table -> how).
+_STATISTICS: dict[str, str] = {
+    table: "term_stats_apply (sql/020: the triggers on memories and archived_memories)"
+    for table in ("user_term_stats", "user_corpus_stats")
+}
+
+
 def erased_tables() -> dict[str, str]:
     """Every table forget deletes a user's rows from (table -> its memory id column, or the hook that
     erases it). Add new ones here."""
-    return _ERASED | _CONSOLIDATED
+    return _ERASED | _CONSOLIDATED | _STATISTICS
 
 
 def retained_tables() -> dict[str, str]:

@@ -61,11 +61,9 @@ from .sql import (
     ARCHIVED_VECTORS,
     BOTH_TIERS_SCOPED_SQL,
     BOTH_TIERS_SQL,
-    DF_CAP,
     HOT_SCOPED_SQL,
     HOT_SEARCH_SQL,
     MATCH_CAP,
-    N_CAP,
     SEARCH_SETTINGS_SQL,
     VectorArm,
     archived_search_sql,
@@ -130,9 +128,7 @@ def search_plan(
         "text_query": request.text_query if explicit else request.query,
         "websearch": explicit,
         "bm25": cfg.text_ranking == "bm25",
-        "df_cap": DF_CAP,
         "match_cap": MATCH_CAP,
-        "n_cap": N_CAP,
         **request.filters.params(),
     }
     scope = None  # the months a question names: the only archive rows read (memory_lib.retrieval.warm)

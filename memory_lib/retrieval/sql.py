@@ -1,5 +1,5 @@
 """The search statements: the vector arms (hot HNSW cosine, archived binary-quantized Hamming) and the
-lexical arm (an OR of the query's English lexemes, ranked BM25-like over all the user's memories).
+lexical arm (an OR of the query's English lexemes, ranked by BM25 with the user's statistics).
 
 One statement shape per case (hot, archived, both tiers, month-scoped, with superseded memories for
 audits), with NULL-able filter parameters, so the plans never build SQL per query.
@@ -94,8 +94,9 @@ ARCHIVED_VECTORS = VectorArm(
     where="a.summary_bits IS NOT NULL",
 )
 
-# The archived summary's tsvector: an expression (007 indexes it with GIN), not a stored column.
-_ARCHIVED_TSV = "to_tsvector('english'::regconfig, {a}.summary)"
+# An archive row's full-text document: its lexical fingerprint (sql/020: the summary's lexemes and the
+# original's), indexed with GIN per user.
+_ARCHIVED_TSV = "{a}.lexemes"
 
 
 @dataclass(frozen=True)
@@ -110,64 +111,53 @@ class _Tier:
     pool: str  # the parameter holding this tier's candidate pool size
 
 
-# BM25 statistics of the query's terms over ALL the user's memories (both tiers): computed once per
-# statement, shared by the tiers when one statement searches both. Document frequencies count live
-# memories, or every memory with include_superseded (the rows that statement can return).
+# The query's terms with the user's BM25 statistics: document frequencies from user_term_stats and N,
+# avgdl from user_corpus_stats (both kept exact on write by sql/020's triggers, over the user's live
+# memories of both tiers), so a search reads one row per query term and one per user, never the
+# user's postings lists to count them. Shared by the tiers when one statement searches both.
 def _bm25_prelude(include_superseded: bool = False) -> str:
-    hot_live, archived_live = (
-        ("", "")
-        if include_superseded
-        else ("AND sm.superseded_by IS NULL ", "AND sa.original_superseded_by IS NULL ")
-    )
-    return f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), terms AS MATERIALIZED (
-        SELECT DISTINCT quote_literal(l)::tsquery AS tq
-        FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
-        WHERE NOT %(websearch)s AND %(bm25)s
-    ), n AS MATERIALIZED (
-        -- N, the user's memories: index-only counts, superseded ones included and each tier counted up to
-        -- N_CAP (a filter on superseded_by made it a table scan: 200 ms at 100k hot). N only sets the
-        -- idf scale: a term's weight still falls with its document frequency.
-        SELECT ((SELECT count(*) FROM (SELECT 1 FROM memories sm WHERE sm.user_id = %(user_id)s
-                                       LIMIT %(n_cap)s) AS s)
-              + (SELECT count(*) FROM (SELECT 1 FROM archived_memories sa WHERE sa.user_id = %(user_id)s
-                                       LIMIT %(n_cap)s) AS s))::float8 AS n
-        WHERE EXISTS (SELECT 1 FROM terms)
-    ), df AS MATERIALIZED (
-        SELECT t.tq,
-               (SELECT count(*) FROM (SELECT 1 FROM memories sm WHERE sm.user_id = %(user_id)s
-                    {hot_live}AND sm.content_tsv @@ t.tq LIMIT %(df_cap)s) AS s)::float8
-             + (SELECT count(*) FROM (SELECT 1 FROM archived_memories sa WHERE sa.user_id = %(user_id)s
-                    {archived_live}AND {_ARCHIVED_TSV.format(a="sa")} @@ t.tq
-                    LIMIT %(df_cap)s) AS s)
-               AS df
-        FROM terms t
+    # An audit search (include_superseded) also matches terms only superseded memories hold (df 0 in
+    # the live statistics, which still rank it).
+    only_live = "false" if include_superseded else "true"
+    return f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), corpus AS MATERIALIZED (
+        SELECT greatest(coalesce(max(us.docs), 0), 1)::float8 AS n,
+               greatest(coalesce(max(us.lexemes)::float8 / nullif(max(us.docs), 0), 1), 1) AS avgdl
+        FROM user_corpus_stats us WHERE us.user_id = %(user_id)s
     ), idf AS MATERIALIZED (
-        SELECT df.tq, ln(1 + (n.n - df.df + 0.5) / (df.df + 0.5)) AS w FROM df CROSS JOIN n
+        SELECT t.tq, coalesce(s.df, 0)::float8 AS df,
+               ln(1 + (c.n - coalesce(s.df, 0) + 0.5) / (coalesce(s.df, 0) + 0.5)) AS w
+        FROM (SELECT DISTINCT l, quote_literal(l)::tsquery AS tq
+              FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
+              WHERE NOT %(websearch)s AND %(bm25)s) AS t
+        CROSS JOIN corpus c
+        LEFT JOIN user_term_stats s ON s.user_id = %(user_id)s AND s.lexeme = t.l
     ), sel AS MATERIALIZED (
-        -- Match on the selective terms (df under the cap) when there are any: a term in most memories
-        -- would make every memory a candidate. The common terms still count in the score.
-        SELECT CASE WHEN %(websearch)s OR NOT %(bm25)s OR NOT EXISTS (SELECT 1 FROM df WHERE df < %(df_cap)s)
+        -- Candidates come from the rarest terms first: terms in df order while their postings add up to at
+        -- most match_cap (always the rarest one), so the index reads are bounded whatever the corpus size.
+        -- The commoner terms still count in every candidate's score.
+        SELECT CASE WHEN %(websearch)s OR NOT %(bm25)s OR NOT {only_live}
+                         OR NOT EXISTS (SELECT 1 FROM idf WHERE df > 0)
                     THEN (SELECT tsq FROM q)
-                    ELSE (SELECT string_agg(df.tq::text, ' | ')::tsquery FROM df WHERE df < %(df_cap)s) END AS tsq
+                    ELSE (SELECT string_agg(r.tq::text, ' | ')::tsquery
+                          FROM (SELECT tq, sum(df) OVER (ORDER BY df, tq::text) AS postings,
+                                       row_number() OVER (ORDER BY df, tq::text) AS rarity
+                                FROM idf WHERE df > 0) AS r
+                          WHERE r.rarity = 1 OR r.postings <= %(match_cap)s) END AS tsq
     )"""
-
-
-_BM25_PRELUDE = _bm25_prelude()
 
 
 def _tier_ctes(t: _Tier) -> str:
     """One tier's candidates: the `pool` nearest by cosine and the `pool` best full-text matches.
 
-    Full-text score of an OR query (bm25 mode): Σ idf(term) over the query terms a memory contains, with
-    BM25's length normalization (k1 1.2, b 0.75; tf taken as 1, memories are short) against the mean
-    length of the matching memories; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over ALL the user's
-    memories, hot and archived (GIN-index counts per term, capped), so scores of both tiers compare and
-    one ranking can merge them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
+    Full-text score of an OR query (bm25 mode): BM25 (k1 1.2, b 0.75) with tf taken as 1 (memories are
+    short): Σ idf(term) over the query terms a document contains, idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
+    length-normalized by the user's mean document length. The statistics are the user's, over both
+    tiers (an archive row's document is its fingerprint: summary and original lexemes), so scores of
+    both tiers compare and one ranking merges them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
     """
     a, arm = t.alias, t.arm
     user_live = f"{a}.user_id = %(user_id)s AND {t.live}"
     return f"""{a}_hits AS MATERIALIZED (
-        -- The tsvector once per match (for archive rows it is computed from the summary), then scored.
         SELECT {a}.id, {t.tsv} AS tsv, sel.tsq
         FROM {t.table} {a}, sel
         WHERE sel.tsq IS NOT NULL AND {user_live} AND {t.tsv} @@ sel.tsq {t.filters}
@@ -177,9 +167,8 @@ def _tier_ctes(t: _Tier) -> str:
                (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE h.tsv @@ i.tq) AS idf_sum
         FROM {a}_hits h
     ), {a}_txt AS (
-        SELECT id, idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / greatest(avg(dl) OVER (), 1))) + 1e-3 * cd
-                   AS text_rank
-        FROM {a}_matched
+        SELECT id, idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / corpus.avgdl)) + 1e-3 * cd AS text_rank
+        FROM {a}_matched, corpus
         ORDER BY text_rank DESC, id LIMIT %({t.pool})s
     ), {a}_vec AS (
         SELECT {a}.id FROM {t.table} {a}
@@ -212,12 +201,9 @@ def _both_tiers_sql(hot: _Tier, archived: _Tier, include_superseded: bool = Fals
     SELECT 'archived' AS tier, x.* FROM ({_tier_select(archived)}) x"""
 
 
-# A term in more than DF_CAP of a user's memories is "common": counted up to the cap only, and not
-# used to find candidates when the query has rarer terms. At most MATCH_CAP full-text matches are
-# scored per tier (search bench: 10k hot + 40k archived templated memories).
-DF_CAP = 250
+# At most MATCH_CAP full-text matches are scored per tier; candidates come from the rarest query terms
+# whose document frequencies add up to at most MATCH_CAP (search bench: 10k hot + 40k archived).
 MATCH_CAP = 500
-N_CAP = 20_000
 
 
 _HOT_TIER = _Tier(
@@ -263,15 +249,15 @@ ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id,
            a.original_superseded_by AS superseded_by"""
 ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
-# tiers go in one statement: same candidates and ranking, BM25 statistics counted once.
+# tiers go in one statement: same candidates and ranking, BM25 statistics read once.
 BOTH_TIERS_SQL = _both_tiers_sql(_HOT_TIER, _archived_tier(ARCHIVED_VECTORS, "archived_pool"))
-# Month-scoped phase 2 (memory_lib.retrieval.warm): the same statements reading only the months asked for. Phase 1
-# is scoped too: its BM25 statistics count the same archive rows as phase 2's, so the tiers' scores compare.
+# Month-scoped phase 2 (memory_lib.retrieval.warm): the same statements reading only the months asked for. Both
+# tiers keep the user's whole BM25 statistics, so their scores compare (phase 1 reads no archive row).
 HOT_SCOPED_SQL = warm.scope_sql(HOT_SEARCH_SQL)
 ARCHIVED_SCOPED_SQL = warm.scope_sql(ARCHIVED_SEARCH_SQL)
 BOTH_TIERS_SCOPED_SQL = warm.scope_sql(BOTH_TIERS_SQL)
 # search(include_superseded=True), for audits: each statement above reading superseded memories too
-# (hot and archived), its full-text statistics counting them as well. Keyed by the default statement.
+# (hot and archived), matched by every query term; ranked with the live statistics. Keyed by the default statement.
 _HOT_TIER_ALL = replace(_HOT_TIER, live="true")
 _ARCHIVED_ALL_SQL = archived_search_sql(ARCHIVED_VECTORS, include_superseded=True)
 _BOTH_ALL_SQL = _both_tiers_sql(_HOT_TIER_ALL, _archived_tier(ARCHIVED_VECTORS, "archived_pool", True), True)

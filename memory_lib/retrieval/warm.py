@@ -5,10 +5,10 @@ archive rows phase 2 reads are those of the user whose original was created in t
 (UTC) that window touches, intersected with the caller's since/until filters. The statement reads
 them once, into a MATERIALIZED CTE `a_scope`, by a range scan of the index archived_user_created_id
 (user_id, original_created_at) that 001 ships; both arms (bit vectors, full text) and the BM25
-statistics of the archive then read that CTE only, never `archived_memories` itself (scope_sql
-rewrites every reference and refuses a statement it could not rewrite). Ranking inside the months
-is exact: Hamming distance over every row in scope, full text over every summary in scope (its
-tsvector computed once per row, in the CTE).
+text arm then read that CTE only, never `archived_memories` itself (scope_sql rewrites every reference
+and refuses a statement it could not rewrite). Ranking inside the months is exact: Hamming distance
+over every row in scope, full text over every fingerprint in scope, scored with the user's BM25
+statistics (the same as unscoped search, so hot and archived scores compare).
 
 Why an index range and not a table partitioned by month: partitioning would need original_id's
 UNIQUE constraint and the primary key to include the partition key (the archive, promotion and
@@ -35,7 +35,7 @@ from ..core.timescope import TimeWindow
 __all__ = ["SCOPE_CTE", "month_scope", "scope_sql"]
 
 SCOPE_CTE = """a_scope AS MATERIALIZED (
-        SELECT *, to_tsvector('english'::regconfig, summary) AS scope_tsv FROM archived_memories
+        SELECT * FROM archived_memories
         WHERE user_id = %(user_id)s
           AND original_created_at >= %(scope_since)s::timestamptz
           AND original_created_at < %(scope_until)s::timestamptz
@@ -46,9 +46,6 @@ _REWRITES = (
     ("FROM archived_memories sa", "FROM a_scope sa"),
     ("FROM archived_memories a", "FROM a_scope a"),
     ("JOIN archived_memories a", "JOIN a_scope a"),
-    # The summary's tsvector once per row in scope, not once per query term (no GIN index in a CTE).
-    ("to_tsvector('english'::regconfig, sa.summary)", "sa.scope_tsv"),
-    ("to_tsvector('english'::regconfig, a.summary)", "a.scope_tsv"),
 )
 
 

@@ -65,12 +65,15 @@ def _check(result) -> dg.AssetCheckEvaluation:
     return evaluation
 
 
-def _empty_the_summaries(conn) -> int:
-    """What a broken summarizer would leave: no summary text, one meaningless vector for all of them."""
-    conn.execute("ALTER TABLE archived_memories DROP CONSTRAINT archived_memories_summary_check")
+def _empty_the_summaries(conn, *, fingerprints: bool = True) -> int:
+    """What a broken summarizer would leave: no summary text, one meaningless vector for all of them;
+    fingerprints=False: and no lexical fingerprint of the originals either (rows archived without it)."""
+    conn.execute("ALTER TABLE archived_memories DROP CONSTRAINT IF EXISTS archived_memories_summary_check")
     [vec] = HashingEmbedder(TEST_DIM).embed(["(no summary)"])
+    lexemes = "lexemes" if fingerprints else "archive_lexemes('', NULL)"
     return conn.execute(
-        "UPDATE archived_memories SET summary = '', summary_embedding = %s::vector::halfvec", (vec,)
+        f"UPDATE archived_memories SET summary = '', summary_embedding = %s::vector::halfvec, lexemes = {lexemes}",
+        (vec,),
     ).rowcount
 
 
@@ -92,7 +95,12 @@ def test_probe_finds_a_nights_archived_memories_and_misses_them_without_summarie
     assert good.archived > 0 and good.sampled == min(good.archived, 50)
     assert good.share_found is not None and good.share_found >= 0.9 and good.passed, good.missed
 
+    # Empty summaries: the originals' words (the archive rows' fingerprints) still find every memory.
     assert _empty_the_summaries(conn) == good.archived
+    kept = probe_night(conn, embedder, store, key, now=END)
+    assert kept.share_found is not None and kept.share_found >= 0.9 and kept.passed, kept.missed
+    # Without the fingerprints as well, nothing carries the memories: the probe misses them.
+    assert _empty_the_summaries(conn, fingerprints=False) == good.archived
     bad = probe_night(conn, embedder, store, key, now=END)
     assert bad.sampled == good.sampled and bad.share_found < 0.9 and not bad.passed
     assert len(bad.missed) == bad.sampled - bad.found
@@ -134,7 +142,7 @@ def test_dagster_check_passes_then_fails_and_blocks_later_nights_when_summaries_
     assert check.partition == NIGHT.isoformat() and check.metadata["sampled"].value > 0
     assert check.metadata["share_found"].value >= 0.9
 
-    _empty_the_summaries(conn)
+    _empty_the_summaries(conn, fingerprints=False)
     again = _materialize(db_url, store_resource)  # the same night: no new work, the check runs again
     failed = _check(again)
     assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR

@@ -13,10 +13,8 @@ from memory_lib.client import MemoryClient
 from memory_lib.core.config import Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.retrieval.sql import DF_CAP as _DF_CAP
 from memory_lib.retrieval.sql import HOT_SEARCH_SQL
 from memory_lib.retrieval.sql import MATCH_CAP as _MATCH_CAP
-from memory_lib.retrieval.sql import N_CAP as _N_CAP
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
@@ -58,9 +56,7 @@ def _plan(conn, filters: SearchFilters) -> str:
         "text_query": "cargo tides harbour",
         "websearch": False,
         "bm25": True,
-        "df_cap": _DF_CAP,
         "match_cap": _MATCH_CAP,
-        "n_cap": _N_CAP,
         "pool": 40,
         **filters.params(),
     }
@@ -111,8 +107,8 @@ def test_a_seen_window_the_wrong_way_round_is_refused():
 
 
 def test_full_text_finds_one_users_matches_in_the_user_tsv_index(conn):
-    """Migration 018: the term lookups of the full-text leg (document frequencies and matches) read the
-    (user_id, tsvector) GIN index, not a tsvector-only index intersected with a btree of the user's rows."""
+    """The full-text leg's matches read the (user_id, tsvector) GIN index, not a tsvector-only index
+    intersected with a btree of the user's rows; archive rows are indexed by (user_id, fingerprint)."""
     _seed(conn)
     plan = _plan(conn, SearchFilters())
     assert "memories_user_tsv" in plan
@@ -120,8 +116,8 @@ def test_full_text_finds_one_users_matches_in_the_user_tsv_index(conn):
     indexes = {
         r["indexname"]: r["indexdef"]
         for r in conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN ('memories_user_tsv', 'archived_user_summary_tsv')"
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN ('memories_user_tsv', 'archived_user_lexemes')"
         ).fetchall()
     }
     assert "gin (user_id, content_tsv)" in indexes["memories_user_tsv"]
-    assert "gin (user_id, to_tsvector('english'::regconfig, summary))" in indexes["archived_user_summary_tsv"]
+    assert "gin (user_id, lexemes)" in indexes["archived_user_lexemes"]
