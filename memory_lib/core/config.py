@@ -215,6 +215,16 @@ class RetrievalConfig(BaseModel):
         "(the hashing embedder's vectors repeat what full text already matches).",
     )
     text_weight: float = Field(1.0, ge=0.0, description="RRF weight of the full-text list.")
+    context_weight: float = Field(
+        0.5,
+        ge=0.0,
+        description="A memory written just before or after one of the best full-text matches (within "
+        "context_window_minutes) gains this share of that match's score: in a conversation the answer "
+        "often follows the turn that shares the question's words. 0: off.",
+    )
+    context_window_minutes: float = Field(
+        30.0, gt=0.0, description="How close in time two memories must be written to be each other's context."
+    )
     text_ranking: Literal["bm25", "ts_rank_cd"] = Field(
         "bm25", description="Full-text score of natural questions: idf-weighted (BM25-like) or ts_rank_cd."
     )

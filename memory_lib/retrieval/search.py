@@ -61,6 +61,7 @@ from .sql import (
     ARCHIVED_VECTORS,
     BOTH_TIERS_SCOPED_SQL,
     BOTH_TIERS_SQL,
+    EXACT_MAX,
     HOT_SCOPED_SQL,
     HOT_SEARCH_SQL,
     MATCH_CAP,
@@ -129,6 +130,9 @@ def search_plan(
         "websearch": explicit,
         "bm25": cfg.text_ranking == "bm25",
         "match_cap": MATCH_CAP,
+        "exact_max": EXACT_MAX,
+        "context_weight": cfg.context_weight,
+        "context_window": timedelta(minutes=cfg.context_window_minutes),
         **request.filters.params(),
     }
     scope = None  # the months a question names: the only archive rows read (memory_lib.retrieval.warm)

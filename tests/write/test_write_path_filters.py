@@ -57,6 +57,9 @@ def _plan(conn, filters: SearchFilters) -> str:
         "websearch": False,
         "bm25": True,
         "match_cap": _MATCH_CAP,
+        "exact_max": 1000,
+        "context_weight": 0.5,
+        "context_window": timedelta(minutes=30),
         "pool": 40,
         **filters.params(),
     }
