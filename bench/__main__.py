@@ -1,4 +1,4 @@
-"""`python -m bench NAME [--size N[,N...]] [--smoke] [--json PATH]`: run benchmarks, print markdown, write JSON.
+"""`python -m bench NAME [--size N[,N...]] [--smoke] [--quick] [--json PATH]`: run benchmarks, print markdown, write JSON.
 
 NAME is one of search, archival, footprint, memory, locomo, write_path, or all.
 """
@@ -40,6 +40,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--smoke", action="store_true", help="tiny sizes: checks that the benchmark runs, in seconds"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="locomo: a development run: 2 conversations, their first 60 questions, "
+        "hashing unless --embedder, no phase 3",
+    )
+    p.add_argument(
+        "--cv",
+        action="store_true",
+        help="locomo: also pick vector_weight by leave-one-conversation-out cross-validation",
     )
     p.add_argument("--json", type=Path, help="JSON output file (default bench/results/<name>.json)")
     p.add_argument(
@@ -100,6 +111,8 @@ def options(args: argparse.Namespace) -> Options:
         workdir=args.workdir,
         baseline=args.baseline,
         phase3=args.phase3,
+        quick=args.quick,
+        cv=args.cv,
     )
 
 
@@ -110,7 +123,8 @@ def run_one(name: str, opts: Options, json_path: Path | None = None) -> Report:
     report.seconds = time.perf_counter() - started
     report.params["smoke"] = opts.smoke
     print(report.markdown(), flush=True)
-    path = write_json(report, json_path or RESULTS_DIR / f"{name}{'-smoke' if opts.smoke else ''}.json")
+    suffix = "-smoke" if opts.smoke else "-quick" if opts.quick else ""
+    path = write_json(report, json_path or RESULTS_DIR / f"{name}{suffix}.json")
     print(f"(JSON: {path})\n", flush=True)
     return report
 

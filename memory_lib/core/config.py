@@ -211,12 +211,12 @@ class RetrievalConfig(BaseModel):
     vector_weight: float | None = Field(
         None,
         ge=0.0,
-        description="RRF weight of the vector list. None: 1 for semantic embedders, 0.25 for lexical ones "
-        "(the hashing embedder's vectors repeat what full text already matches).",
+        description="RRF weight of the vector list. None: by embedder kind, as cross-validated on LoCoMo "
+        "(memory_lib.retrieval.ranking.VECTOR_WEIGHT_BY_KIND).",
     )
     text_weight: float = Field(1.0, ge=0.0, description="RRF weight of the full-text list.")
     context_weight: float = Field(
-        0.5,
+        0.7,
         ge=0.0,
         description="A memory written just before or after one of the best full-text matches (within "
         "context_window_minutes) gains this share of that match's score: in a conversation the answer "

@@ -41,12 +41,20 @@ def _positions(rows: Sequence[Mapping[str, Any]], key: str, include: str | None)
     return {i: pos for pos, i in enumerate(chosen, start=1)}
 
 
+# The vector list's RRF weight when the config leaves it unset, by embedder kind. Chosen by leave-one-
+# conversation-out cross-validation on LoCoMo's dev split through the user's path (`python -m bench
+# locomo --cv`, with the default context_weight): the weight with the best recall@10 over all folds.
+# The full-text list (BM25 with context) carries most of the ranking for both kinds; the vector list
+# reorders and adds the memories that share no word with the question. A hashing (lexical) embedder's
+# list mostly repeats full text, and its archived sign bits estimate cosines poorly (sparse vectors).
+VECTOR_WEIGHT_BY_KIND: dict[str, float] = {"semantic": 0.1, "lexical": 0.1}
+
+
 def resolved_vector_weight(config: RetrievalConfig, embedder_kind: str | None) -> float:
-    """config.vector_weight, or by embedder: a lexical (hashing) embedder's vector list mostly repeats
-    X"""
+    """config.vector_weight, or the weight for the embedder's kind (semantic when unknown)."""
     if config.vector_weight is not None:
         return config.vector_weight
-    return 0.25 if embedder_kind == "lexical" else 1.0
+    return VECTOR_WEIGHT_BY_KIND.get(embedder_kind or "semantic", VECTOR_WEIGHT_BY_KIND["semantic"])
 
 
 def rank_candidates(

@@ -23,14 +23,16 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
   the hot horizon). Mode auto/always/never. A question naming a time reads only the archive rows of
   the months it names (memory_lib.retrieval.warm). When phase 2 is needed whatever phase 1 finds (always, the
-  past asked for), one statement searches both tiers: BM25 statistics counted once, one round trip.
+  past asked for), one statement searches both tiers: BM25 statistics read once, one round trip.
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
   over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
 
       relevance = (wv/(k + vector_position) + wt/(k + text_position)) / ((wv + wt)/(k + 1))   in [0, 1]
       final = boost · (α·relevance + β·recency + γ·tag_match + δ·time_match)
 
-  wv is 1 for semantic embedders and ¼ for lexical ones (RetrievalConfig.vector_weight None), wt 1.
+  wv by embedder kind when RetrievalConfig.vector_weight is None (ranking.VECTOR_WEIGHT_BY_KIND,
+  cross-validated on LoCoMo), wt 1. The full-text score is BM25 with the user's statistics plus context
+  (a memory written just before or after one of the best matches gains context_weight × its score).
   Defaults α 1, β 0, boost 1: recency and the tier only break ties, so archiving a memory does not
   bury it. recency = 0.5 ** (age_days / half_life); tag_match = share of the query's tags the memory
   carries; time_match = 1 when the memory was created inside a time the query names ("last year",
@@ -38,8 +40,8 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   optional per-tier floors drop vector-only candidates below them (full-text matches are always kept).
 * At most `limit` hits (hot_limit / archived_limit cap each tier), best first.
 * Superseded memories (hot superseded_by, archived original_superseded_by) are never returned, unless
-  an audit asks for them (include_superseded=True): then they are candidates too, counted in the BM25
-  statistics, and each such hit names its replacement (SearchHit.superseded_by).
+  an audit asks for them (include_superseded=True): then they are candidates too (ranked with the live
+  memories' BM25 statistics), and each such hit names its replacement (SearchHit.superseded_by).
 """
 
 from __future__ import annotations

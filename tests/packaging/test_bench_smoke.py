@@ -189,25 +189,37 @@ def test_locomo_smoke_without_phase3(tmp_path: Path) -> None:
     """`make bench`'s LoCoMo: settings (a)-(c) and the baselines; phase 3 only with --phase3."""
     data = run_bench(tmp_path, "locomo", "--queries", "10")
     summary = rows(data, "LoCoMo evidence recall, overall")
-    assert [r["setting"][:2] for r in summary] == ["a)", "b)", "c)", "BM", "de", "RR"]
+    assert [r["setting"][:2] for r in summary] == ["a)", "b)", "b'", "c)", "BM", "de", "RR", "ra"]
     assert data["params"]["phase3"] is False and "consolidation" not in data["figures"]["hashing"]
-    assert set(data["default"]) == {"all_hot", "tiered", "hot_only"}
+    assert set(data["default"]) == {"all_hot", "tiered", "tiered_first_sentence", "hot_only"}
     assert all(r["questions"] == 10 for r in summary)
+    # Every turn went through MemoryClient.add: each is a memory, or merged into / a duplicate of one.
+    load = data["figures"]["hashing"]["load"]
+    assert load["turns"] == sum(load["outcomes"].values()) > 0
+    assert load["memories"] == load["outcomes"].get("created", 0) + load["outcomes"].get("superseded", 0)
+    assert load["turns_merged_or_duplicate_on_write"] == sum(
+        load["outcomes"].get(k, 0) for k in ("merged", "duplicate")
+    )
+    assert rows(data, "LoCoMo loading through MemoryClient.add")[0]["turns"] == load["turns"]
+    tiered = {r["setting"][:2]: r["recall@10"] for r in summary}
+    if tiered["b)"]:  # the last row: first-sentence summaries vs extractive ones at recall@10
+        assert summary[-1]["recall@10"] == pytest.approx(tiered["b'"] / tiered["b)"])
 
 
 @pytest.mark.skipif(not LOCOMO_DEFAULT.exists(), reason="LoCoMo dev split not present in ../shared/data")
 def test_locomo_smoke(tmp_path: Path) -> None:
     data = run_bench(tmp_path, "locomo", "--phase3")
     summary = rows(data, "LoCoMo evidence recall, overall")
-    assert [r["setting"][:2] for r in summary] == ["a)", "b)", "c)", "d)", "e)", "BM", "de", "RR"]
-    for r in summary:
+    assert [r["setting"][:2] for r in summary] == ["a)", "b)", "b'", "c)", "d)", "e)", "BM", "de", "RR", "ra"]
+    for r in summary[:-1]:  # the last row is a ratio
         assert r["questions"] == data["params"]["questions_per_conversation"]
         for k in ("recall@5", "recall@10", "recall@20"):
             assert 0.0 <= r[k] <= 1.0
-        assert r["recall@5"] <= r["recall@10"] <= r["recall@20"]  # prefixes of one ranking
+        if r["setting"][:2] in ("BM", "de", "RR"):  # prefixes of one ranking (the library: a search per k)
+            assert r["recall@5"] <= r["recall@10"] <= r["recall@20"]
         assert 0.0 <= r["zero-hit share"] <= 1.0
     # The issue's keys, for the (only) embedder of the run, at the top level of the JSON.
-    for setting in ("all_hot", "tiered", "hot_only"):
+    for setting in ("all_hot", "tiered", "tiered_first_sentence", "hot_only"):
         assert 0.0 <= data["default"][setting]["recall@10"] <= 1.0
         assert finite_positive(data["default"][setting]["latency_ms"]["p95"])
     assert 0.0 <= data["default"]["tiered"]["zero_hit_share"] <= 1.0

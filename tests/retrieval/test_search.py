@@ -14,7 +14,7 @@ from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
-from memory_lib.retrieval.ranking import rank_candidates, recency_decay, tag_match
+from memory_lib.retrieval.ranking import VECTOR_WEIGHT_BY_KIND, rank_candidates, recency_decay, tag_match
 from memory_lib.retrieval.search import parse_time_window, phase2_reason
 from memory_lib.retrieval.types import SearchFilters, SearchHit, SearchRequest
 from tests.conftest import TEST_DIM
@@ -95,15 +95,15 @@ def test_score_follows_the_documented_formula():
     hits = _rank(rows, cfg, tags=["coffee"])
     by_sim = {round(h.scores.similarity, 2): h.scores for h in hits}
     both = by_sim[0.9]  # first in both lists: rrf at its maximum, relevance 1
-    k = cfg.rrf_k
+    k, wv = cfg.rrf_k, VECTOR_WEIGHT_BY_KIND["semantic"]  # no embedder kind given: semantic
     assert both.vector_position == 1 and both.text_position == 1
-    assert both.rrf == pytest.approx(2 / (k + 1)) and both.hybrid_similarity == pytest.approx(1.0)
+    assert both.rrf == pytest.approx((wv + 1) / (k + 1)) and both.hybrid_similarity == pytest.approx(1.0)
     assert both.final == pytest.approx(
         cfg.alpha_similarity * 1.0 + cfg.beta_recency * 0.5 + cfg.gamma_tags * 1.0
     )
     vec_only = by_sim[0.8]  # second in the vector list only
     assert vec_only.text_position is None
-    assert vec_only.hybrid_similarity == pytest.approx((1 / (k + 2)) / (2 / (k + 1)))
+    assert vec_only.hybrid_similarity == pytest.approx((wv / (k + 2)) / ((wv + 1) / (k + 1)))
     assert vec_only.final == pytest.approx(
         cfg.alpha_similarity * vec_only.hybrid_similarity + cfg.beta_recency
     )
