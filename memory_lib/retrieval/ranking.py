@@ -47,7 +47,15 @@ def _positions(rows: Sequence[Mapping[str, Any]], key: str, include: str | None)
 # The full-text list (BM25 with context) carries most of the ranking for both kinds; the vector list
 # reorders and adds the memories that share no word with the question. A hashing (lexical) embedder's
 # list mostly repeats full text, and its archived sign bits estimate cosines poorly (sparse vectors).
-VECTOR_WEIGHT_BY_KIND: dict[str, float] = {"semantic": 0.1, "lexical": 0.1}
+VECTOR_WEIGHT_BY_KIND: dict[str, float] = {"semantic": 0.25, "lexical": 0.05}
+
+
+def _share(row: Mapping[str, Any]) -> float:
+    """The share of the question's idf mass a full-text candidate carries (1 when the statement gives
+    none: ts_rank_cd or explicit text queries). A match on one word of a five-word question gets a fifth
+    of a full match's credit, so a strong vector match can outrank it."""
+    share = row.get("text_share")
+    return 1.0 if share is None else float(share)
 
 
 def resolved_vector_weight(config: RetrievalConfig, embedder_kind: str | None) -> float:
@@ -87,7 +95,7 @@ def rank_candidates(
         if floor is not None and similarity < floor and not matched_text:
             continue
         vp, tp = vec_pos.get(i), txt_pos.get(i)
-        rrf = (wv / (k + vp) if vp else 0.0) + (wt / (k + tp) if tp else 0.0)
+        rrf = (wv / (k + vp) if vp else 0.0) + (wt * _share(row) / (k + tp) if tp else 0.0)
         relevance = rrf / rrf_max
         memory_tags = tuple(row["tags"]) if isinstance(row["tags"], list) else ()
         recency = recency_decay(row["updated_at"], now, config.recency_half_life_days)

@@ -27,12 +27,14 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
   over the joint vector list (by cosine) and the joint full-text list (by full-text score)::
 
-      relevance = (wv/(k + vector_position) + wt/(k + text_position)) / ((wv + wt)/(k + 1))   in [0, 1]
+      relevance = (wv/(k + vector_position) + wt·share/(k + text_position)) / ((wv + wt)/(k + 1))   in [0, 1]
       final = boost · (α·relevance + β·recency + γ·tag_match + δ·time_match)
 
   wv by embedder kind when RetrievalConfig.vector_weight is None (ranking.VECTOR_WEIGHT_BY_KIND,
   cross-validated on LoCoMo), wt 1. The full-text score is BM25 with the user's statistics plus context
-  (a memory written just before or after one of the best matches gains context_weight × its score).
+  (a memory written just before or after one of the best matches gains context_weight × its score);
+  share = the full-text score over the question's whole idf mass, at most 1 (its words missing from every
+  memory count too), so a match on one word of a long question weighs less than a strong vector match.
   Defaults α 1, β 0, boost 1: recency and the tier only break ties, so archiving a memory does not
   bury it. recency = 0.5 ** (age_days / half_life); tag_match = share of the query's tags the memory
   carries; time_match = 1 when the memory was created inside a time the query names ("last year",

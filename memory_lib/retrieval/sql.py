@@ -137,6 +137,10 @@ def _bm25_prelude(include_superseded: bool = False) -> str:
               WHERE NOT %(websearch)s AND %(bm25)s) AS t
         CROSS JOIN corpus c
         LEFT JOIN user_term_stats s ON s.user_id = %(user_id)s AND s.lexeme = t.l
+    ), mass AS MATERIALIZED (
+        -- The question's full idf mass, its words missing from every memory included: a match's share of
+        -- it (text_share) is how much of the question the match's words carry.
+        SELECT nullif(sum(w), 0) AS total FROM idf
     ), sel AS MATERIALIZED (
         -- Candidates come from the rarest terms first: terms in df order while their postings add up to at
         -- most match_cap (always the rarest one), so the index reads are bounded whatever the corpus size.
@@ -169,17 +173,16 @@ def _tier_ctes(t: _Tier) -> str:
     a, arm = t.alias, t.arm
     user_live = f"{a}.user_id = %(user_id)s AND {t.live}"
     # The memory written just before / just after a match, within the context window: same user, same
-    # tier, same filters. One probe of the tier's (user_id, created) index each.
+    # tier, same filters. One probe of the tier's (user_id, created) index each. Memories written at the
+    # same instant are a batch (an import, facts extracted together), not a conversation: not context.
     neighbour = f"""(SELECT {a}.id FROM {t.table} {a}
                  WHERE {user_live} {t.filters}
-                   AND {t.created} BETWEEN b.created - %(context_window)s::interval AND b.created
-                   AND ({t.created}, {t.key}) < (b.created, b.key)
+                   AND {t.created} >= b.created - %(context_window)s::interval AND {t.created} < b.created
                  ORDER BY {t.created} DESC, {t.key} DESC LIMIT 1)
             UNION ALL
             (SELECT {a}.id FROM {t.table} {a}
                  WHERE {user_live} {t.filters}
-                   AND {t.created} BETWEEN b.created AND b.created + %(context_window)s::interval
-                   AND ({t.created}, {t.key}) > (b.created, b.key)
+                   AND {t.created} > b.created AND {t.created} <= b.created + %(context_window)s::interval
                  ORDER BY {t.created}, {t.key} LIMIT 1)"""
     return f"""{a}_hits AS MATERIALIZED (
         SELECT {a}.id, {t.created} AS created, {t.key} AS key, {t.tsv} AS tsv, sel.tsq
@@ -201,10 +204,11 @@ def _tier_ctes(t: _Tier) -> str:
         WHERE %(context_weight)s > 0 AND NOT %(websearch)s  -- explicit text_query: those tokens only
         GROUP BY n.id
     ), {a}_txt AS (
-        SELECT coalesce(b.id, c.id) AS id,
-               coalesce(b.score, 0) + %(context_weight)s * coalesce(c.score, 0) AS text_rank
-        FROM {a}_bm25 b FULL JOIN {a}_context c ON c.id = b.id
-        ORDER BY text_rank DESC, id LIMIT %({t.pool})s
+        SELECT r.id, r.text_rank, least(r.text_rank / mass.total, 1) AS text_share
+        FROM (SELECT coalesce(b.id, c.id) AS id,
+                     coalesce(b.score, 0) + %(context_weight)s * coalesce(c.score, 0) AS text_rank
+              FROM {a}_bm25 b FULL JOIN {a}_context c ON c.id = b.id
+              ORDER BY text_rank DESC, id LIMIT %({t.pool})s) AS r, mass
     ), {a}_exact AS MATERIALIZED (
         -- A user with few memories in this tier: exact nearest neighbours over the user's rows (read by
         -- a user index), else the HNSW graph with the user as a filter. Left to itself, the planner read
@@ -231,7 +235,7 @@ def _tier_select(t: _Tier) -> str:
     a = t.alias
     return f"""SELECT {t.select},
            {t.arm.similarity} AS similarity, {t.arm.rerank_column} AS rerank,
-           v.id IS NOT NULL AS in_vector, x.text_rank
+           v.id IS NOT NULL AS in_vector, x.text_rank, x.text_share
     FROM {a}_candidates c JOIN {t.table} {a} ON {a}.id = c.id
          LEFT JOIN {a}_vec v ON v.id = c.id LEFT JOIN {a}_txt x ON x.id = c.id
     WHERE {a}.user_id = %(user_id)s"""

@@ -78,6 +78,14 @@ def test_search_smoke(tmp_path: Path) -> None:
         two[1]["ratio p95 vs hot-only"]
     )
     assert data["figures"]["two_phase"][str(n)]["archived"] == 4 * n
+    engine = data["figures"]["two_phase"][str(n)]
+    assert engine["term_stats"]["docs"] == 5 * n and engine["term_stats"]["terms"] > 0
+    assert finite_positive(engine["vector_leg"]["p95"]) and finite_positive(engine["default"]["p95"])
+    assert finite_positive(engine["ratio_p95_vs_vector_leg"]["default"])
+
+    load = data["figures"]["under_load"][str(n)]
+    assert load["archival"]["archived"] > 0 and load["under_load"]["searches"] > 0
+    assert finite_positive(load["under_load"]["ratio_p95_vs_same_threads_idle"])
 
 
 def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
