@@ -362,8 +362,8 @@ def _hot(conn: DB, url: str, report: Report, n: int, corpus: Corpus, sweep: tupl
 
 
 def _term_stats(conn: DB) -> dict[str, int]:
-    """sql/020's BM25 statistics after the bulk loads (COPY fires the row trigger that fills
-    archived_memories.lexemes and the statement triggers that count documents and terms)."""
+    """sql/020's BM25 statistics after the bulk loads (COPY fires the statement triggers that count
+    documents and terms; the fixture's archive rows have no fingerprint: their summaries are the texts)."""
     row = conn.execute(
         """SELECT (SELECT count(*) FROM user_term_stats) AS terms,
                   (SELECT coalesce(sum(docs), 0) FROM user_corpus_stats) AS docs,
@@ -487,7 +487,7 @@ def _two_phase(conn: DB, url: str, report: Report, n: int, corpus: Corpus) -> No
             f"Engine: {adapters.search_engine()}; limit {config.limit}, phase 2 forced on every query (its worst case; "
             f"'auto' skips it when {K} hot hits nearly restate the query), full text an OR of the query's lexemes "
             f"ranked BM25-like, ef_search {config.hnsw_ef_search}. Archive rows as migration 007 stores them (bits, HNSW "
-            f"by Hamming), their lexemes and the BM25 statistics (sql/020) filled by the triggers during COPY "
+            f"by Hamming), the BM25 statistics (sql/020) filled by the triggers during COPY "
             f"({stats['terms']:,} user_term_stats rows, {stats['docs']:,} documents): load {load_t[0]:.0f} s, HNSW build "
             f"{build_s:.1f} s. Same run and queries as the next table (all its modes interleaved, each on its own "
             f"preparing connection). Goal: two-phase p95 <= 2x hot-only.",

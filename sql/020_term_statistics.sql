@@ -1,22 +1,29 @@
 -- Full text that finds an archived memory by its original's words, ranked by BM25 statistics kept on
 -- write (memory_lib/retrieval/sql.py reads them; tests/retrieval/test_term_statistics.py checks them).
 
--- 1. The lexical fingerprint of an archive row: the summary's lexemes (weight A, with positions) and
--- every lexeme of the original (stripped: no positions, ~4 bytes less a lexeme), so a name, number,
--- date or rare word of the original still finds the row whatever the summarizer kept. One rule, here.
-CREATE FUNCTION archive_lexemes(summary text, original tsvector) RETURNS tsvector
+-- 1. The lexical fingerprint of an archive row: the original's lexemes its summary lacks (stripped of
+-- positions), so a name, number, date or rare word of the original still finds the row whatever the
+-- summarizer kept. An archive row's full-text document is archive_document(summary, lexemes): the
+-- summary's lexemes and the fingerprint's. NULL when the summary kept every lexeme (an extractive summary
+-- of a short memory): the fingerprint costs only what the summary dropped. One rule, here.
+CREATE FUNCTION archive_fingerprint(summary text, original tsvector) RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN setweight(to_tsvector('english'::regconfig, summary), 'A') || coalesce(strip(original), ''::tsvector);
+    RETURN nullif(ts_delete(strip(original), tsvector_to_array(to_tsvector('english'::regconfig, summary))),
+                  ''::tsvector);
+
+CREATE FUNCTION archive_document(summary text, fingerprint tsvector) RETURNS tsvector
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN to_tsvector('english'::regconfig, summary) || coalesce(fingerprint, ''::tsvector);
 
 ALTER TABLE archived_memories ADD COLUMN lexemes tsvector;
 
 -- Written as the row is inserted, while the original is still in `memories` (the archival step inserts
 -- the archive row, then deletes the original, in one transaction). A row inserted without its original
--- (an import) is fingerprinted from its summary alone.
+-- (an import) has no fingerprint: its summary alone is its document.
 CREATE FUNCTION archived_memories_lexemes() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.lexemes IS NULL THEN
-        NEW.lexemes := archive_lexemes(
+        NEW.lexemes := archive_fingerprint(
             NEW.summary,
             (SELECT m.content_tsv FROM memories m WHERE m.id = NEW.original_id AND m.user_id = NEW.user_id));
     END IF;
@@ -24,13 +31,13 @@ BEGIN
 END $$;
 CREATE TRIGGER archived_memories_lexemes BEFORE INSERT ON archived_memories
     FOR EACH ROW EXECUTE FUNCTION archived_memories_lexemes();
+-- (Rows archived before this migration: their originals are in object storage only; their summary
+-- alone is their document until they are restored and archived again.)
 
--- Rows archived before this migration: their originals are in object storage only, so their
--- fingerprint is their summary's until they are restored and archived again.
-UPDATE archived_memories SET lexemes = archive_lexemes(summary, NULL);
-ALTER TABLE archived_memories ALTER COLUMN lexemes SET NOT NULL;
-
-CREATE INDEX archived_user_lexemes ON archived_memories USING gin (user_id, lexemes);
+-- The document search matches and counts, indexed per user. Written out (not a function) so that the
+-- search's expression and the index's are the same text.
+CREATE INDEX archived_user_lexemes ON archived_memories
+    USING gin (user_id, (to_tsvector('english'::regconfig, summary) || coalesce(lexemes, ''::tsvector)));
 DROP INDEX archived_user_summary_tsv;
 
 -- 2. BM25 statistics per user, over the user's live memories of both tiers (a hot memory's document is
@@ -40,7 +47,8 @@ DROP INDEX archived_user_summary_tsv;
 CREATE VIEW term_documents AS
     SELECT user_id, content_tsv AS doc FROM memories WHERE superseded_by IS NULL
     UNION ALL
-    SELECT user_id, lexemes AS doc FROM archived_memories WHERE original_superseded_by IS NULL;
+    SELECT user_id, to_tsvector('english'::regconfig, summary) || coalesce(lexemes, ''::tsvector) AS doc
+    FROM archived_memories WHERE original_superseded_by IS NULL;
 
 -- docs = N, lexemes = the sum of the documents' lengths (distinct lexemes each): avgdl = lexemes / docs.
 CREATE TABLE user_corpus_stats (
@@ -130,10 +138,10 @@ CREATE TRIGGER memories_term_stats_update AFTER UPDATE ON memories FOR EACH ROW
 CREATE FUNCTION archived_term_stats_rows() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        PERFORM term_stats_apply(array_agg(user_id), array_agg(lexemes), 1)
+        PERFORM term_stats_apply(array_agg(user_id), array_agg(archive_document(summary, lexemes)), 1)
         FROM new_rows WHERE original_superseded_by IS NULL;
     ELSE
-        PERFORM term_stats_apply(array_agg(user_id), array_agg(lexemes), -1)
+        PERFORM term_stats_apply(array_agg(user_id), array_agg(archive_document(summary, lexemes)), -1)
         FROM old_rows WHERE original_superseded_by IS NULL;
     END IF;
     RETURN NULL;
@@ -146,15 +154,16 @@ CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON archived_memories
 CREATE FUNCTION archived_term_stats_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.original_superseded_by IS NULL THEN
-        PERFORM term_stats_apply(ARRAY[OLD.user_id], ARRAY[OLD.lexemes], -1);
+        PERFORM term_stats_apply(ARRAY[OLD.user_id], ARRAY[archive_document(OLD.summary, OLD.lexemes)], -1);
     END IF;
     IF NEW.original_superseded_by IS NULL THEN
-        PERFORM term_stats_apply(ARRAY[NEW.user_id], ARRAY[NEW.lexemes], 1);
+        PERFORM term_stats_apply(ARRAY[NEW.user_id], ARRAY[archive_document(NEW.summary, NEW.lexemes)], 1);
     END IF;
     RETURN NULL;
 END $$;
 CREATE TRIGGER archived_term_stats_update AFTER UPDATE ON archived_memories FOR EACH ROW
-    WHEN (OLD.lexemes IS DISTINCT FROM NEW.lexemes OR OLD.user_id IS DISTINCT FROM NEW.user_id
+    WHEN (OLD.lexemes IS DISTINCT FROM NEW.lexemes OR OLD.summary IS DISTINCT FROM NEW.summary
+          OR OLD.user_id IS DISTINCT FROM NEW.user_id
           OR (OLD.original_superseded_by IS NULL) <> (NEW.original_superseded_by IS NULL))
     EXECUTE FUNCTION archived_term_stats_update();
 

@@ -98,9 +98,10 @@ ARCHIVED_VECTORS = VectorArm(
     where="a.summary_bits IS NOT NULL",
 )
 
-# An archive row's full-text document: its lexical fingerprint (sql/020: the summary's lexemes and the
-# original's), indexed with GIN per user.
-_ARCHIVED_TSV = "{a}.lexemes"
+# An archive row's full-text document (sql/020's archive_document, written out: the same text as the
+# GIN index archived_user_lexemes, so the planner matches them): the summary's lexemes and the
+# fingerprint, the original's lexemes the summary lacks.
+_ARCHIVED_TSV = "(to_tsvector('english'::regconfig, {a}.summary) || coalesce({a}.lexemes, ''::tsvector))"
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ def _tier_ctes(t: _Tier) -> str:
     Full-text score of an OR query (bm25 mode): BM25 (k1 1.2, b 0.75) with tf taken as 1 (memories are
     short): Σ idf(term) over the query terms a document contains, idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
     length-normalized by the user's mean document length. The statistics are the user's, over both
-    tiers (an archive row's document is its fingerprint: summary and original lexemes), so scores of
+    tiers (an archive row's document: its summary's lexemes and its fingerprint, the original's lexemes
+    the summary lacks), so scores of
     both tiers compare and one ranking merges them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
 
     Context: the memory written just before and the one just after each of the `pool` best matches

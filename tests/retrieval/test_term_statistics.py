@@ -78,7 +78,8 @@ def _stats(conn: Any) -> tuple[set[tuple[str, str, int]], set[tuple[str, int, in
 def _from_scratch(conn: Any) -> tuple[set[tuple[str, str, int]], set[tuple[str, int, int]]]:
     """The statistics computed from the tables themselves, without the view the migration defines."""
     docs = """SELECT user_id, content_tsv AS doc FROM memories WHERE superseded_by IS NULL
-              UNION ALL SELECT user_id, lexemes FROM archived_memories WHERE original_superseded_by IS NULL"""
+              UNION ALL SELECT user_id, to_tsvector('english', summary) || coalesce(lexemes, '')
+              FROM archived_memories WHERE original_superseded_by IS NULL"""
     terms = {
         (r["user_id"], r["l"], r["n"])
         for r in conn.execute(

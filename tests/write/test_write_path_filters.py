@@ -123,4 +123,7 @@ def test_full_text_finds_one_users_matches_in_the_user_tsv_index(conn):
         ).fetchall()
     }
     assert "gin (user_id, content_tsv)" in indexes["memories_user_tsv"]
-    assert "gin (user_id, lexemes)" in indexes["archived_user_lexemes"]
+    assert (
+        "gin (user_id, ((to_tsvector('english'::regconfig, summary) || COALESCE(lexemes"
+        in indexes["archived_user_lexemes"]
+    )
