@@ -41,9 +41,9 @@ CREATE INDEX archived_user_lexemes ON archived_memories
 DROP INDEX archived_user_summary_tsv;
 
 -- 2. BM25 statistics per user, over the user's live memories of both tiers (a hot memory's document is
--- content_tsv, an archive row's is its fingerprint; superseded memories are not counted). `term_documents`
--- defines that corpus; the tables below are its aggregates, kept exact by the triggers further down, so
--- a search reads one row per query term instead of counting postings.
+-- content_tsv, an archive row's its summary's lexemes and its fingerprint; superseded memories are not
+-- counted). `term_documents` defines that corpus; the tables below are its aggregates, kept exact by the
+-- triggers further down, so a search reads one row per query term instead of counting postings.
 CREATE VIEW term_documents AS
     SELECT user_id, content_tsv AS doc FROM memories WHERE superseded_by IS NULL
     UNION ALL

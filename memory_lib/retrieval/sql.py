@@ -170,7 +170,7 @@ def _tier_ctes(t: _Tier) -> str:
     Context: the memory written just before and the one just after each of the `pool` best matches
     (within context_window, same tier) gain context_weight × that match's score. In a conversation the
     turn that answers a question often shares no word with it, while the turn before it does (LoCoMo
-    dev split, tiered recall@10: 0.628 without context, 0.72 at the default weight; bench locomo --cv).
+    dev split, MiniLM tiered recall@10: 0.724 at weight 0.3, 0.747 at the default 0.7; bench locomo --cv).
     """
     a, arm = t.alias, t.arm
     user_live = f"{a}.user_id = %(user_id)s AND {t.live}"

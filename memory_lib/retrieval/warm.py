@@ -7,7 +7,7 @@ them once, into a MATERIALIZED CTE `a_scope`, by a range scan of the index archi
 (user_id, original_created_at) that 001 ships; both arms (bit vectors, full text) and the BM25
 text arm then read that CTE only, never `archived_memories` itself (scope_sql rewrites every reference
 and refuses a statement it could not rewrite). Ranking inside the months is exact: Hamming distance
-over every row in scope, full text over every fingerprint in scope, scored with the user's BM25
+over every row in scope, full text over every document (summary + fingerprint) in scope, scored with the user's BM25
 statistics (the same as unscoped search, so hot and archived scores compare).
 
 Why an index range and not a table partitioned by month: partitioning would need original_id's
