@@ -493,6 +493,19 @@ def _two_phase(conn: DB, url: str, report: Report, n: int, corpus: Corpus) -> No
             f"preparing connection). Goal: two-phase p95 <= 2x hot-only.",
         )
     )
+
+    def versus_leg(name: str, mode: str, p: dict[str, float], phase2: float) -> list[Any]:
+        """A row of the next table: one mode's latency and hits, and its ratios to the vector leg alone."""
+        return [
+            name,
+            *(p[k] for k in ("p50", "p95", "p99")),
+            hits(mode),
+            hits(mode, "archived"),
+            phase2,
+            ratio(p["p50"], leg["p50"]),
+            ratio(p["p95"], leg["p95"]),
+        ]
+
     goal_ms = DEFAULT_GOAL_MS.get(n)
     default_vs_leg = ratio(default["p95"], leg["p95"])
     verdict = (
@@ -516,51 +529,11 @@ def _two_phase(conn: DB, url: str, report: Report, n: int, corpus: Corpus) -> No
                 "ratio p95 vs vector leg",
             ],
             [
-                [
-                    "vector leg alone (baseline)",
-                    *(leg[k] for k in ("p50", "p95", "p99")),
-                    hits("vector leg"),
-                    0.0,
-                    0.0,
-                    1.0,
-                    1.0,
-                ],
-                [
-                    "hot only (phase 2 never)",
-                    *(hot[k] for k in ("p50", "p95", "p99")),
-                    hits("hot only"),
-                    0.0,
-                    0.0,
-                    ratio(hot["p50"], leg["p50"]),
-                    ratio(hot["p95"], leg["p95"]),
-                ],
-                [
-                    "two-phase forced (phase 2 always)",
-                    *(two[k] for k in ("p50", "p95", "p99")),
-                    hits("two-phase"),
-                    hits("two-phase", "archived"),
-                    1.0,
-                    ratio(two["p50"], leg["p50"]),
-                    ratio(two["p95"], leg["p95"]),
-                ],
-                [
-                    "default search (phase 2 auto)",
-                    *(default[k] for k in ("p50", "p95", "p99")),
-                    hits("default"),
-                    hits("default", "archived"),
-                    phase2_share,
-                    ratio(default["p50"], leg["p50"]),
-                    ratio(default["p95"], leg["p95"]),
-                ],
-                [
-                    "(reference) vector leg, HNSW plan forced",
-                    *(leg_hnsw[k] for k in ("p50", "p95", "p99")),
-                    hits("vector leg hnsw"),
-                    0.0,
-                    0.0,
-                    ratio(leg_hnsw["p50"], leg["p50"]),
-                    ratio(leg_hnsw["p95"], leg["p95"]),
-                ],
+                versus_leg("vector leg alone (baseline)", "vector leg", leg, 0.0),
+                versus_leg("hot only (phase 2 never)", "hot only", hot, 0.0),
+                versus_leg("two-phase forced (phase 2 always)", "two-phase", two, 1.0),
+                versus_leg("default search (phase 2 auto)", "default", default, phase2_share),
+                versus_leg("(reference) vector leg, HNSW plan forced", "vector leg hnsw", leg_hnsw, 0.0),
             ],
             f"Baseline: the bare pgvector query a user would write, `{' '.join(VECTOR_LEG_SQL.split())}`, with the "
             f"library's settings (hnsw.ef_search {config.hnsw_ef_search}, hnsw.iterative_scan relaxed_order; plan: "

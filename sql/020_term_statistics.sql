@@ -47,7 +47,7 @@ DROP INDEX archived_user_summary_tsv;
 CREATE VIEW term_documents AS
     SELECT user_id, content_tsv AS doc FROM memories WHERE superseded_by IS NULL
     UNION ALL
-    SELECT user_id, to_tsvector('english'::regconfig, summary) || coalesce(lexemes, ''::tsvector) AS doc
+    SELECT user_id, archive_document(summary, lexemes) AS doc
     FROM archived_memories WHERE original_superseded_by IS NULL;
 
 -- docs = N, lexemes = the sum of the documents' lengths (distinct lexemes each): avgdl = lexemes / docs.

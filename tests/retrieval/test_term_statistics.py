@@ -21,6 +21,7 @@ from memory_lib.llm.summarize import ExtractiveSummarizer, Summary, SummaryInput
 from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
+from tests.support.explain import plan_nodes
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -156,13 +157,6 @@ def test_an_archive_row_is_found_by_a_rare_name_its_summary_dropped(conn, local_
         assert hits.hits[0].source == "archived"
 
 
-def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [node]
-    for child in node.get("Plans", []):
-        out += _plan_nodes(child)
-    return out
-
-
 def test_the_lexical_leg_reads_the_query_terms_postings_of_one_user(conn, local_store):
     """EXPLAIN ANALYZE of both tiers' statement: the statistics are read by index, one row per query
     term of this user; the postings read are those of the user's rarest query term only ('wool', a
@@ -205,7 +199,7 @@ def test_the_lexical_leg_reads_the_query_terms_postings_of_one_user(conn, local_
         "seen_until": None,
     }
     plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + BOTH_TIERS_SQL, params, prepare=False).fetchone()
-    nodes = _plan_nodes(plan["QUERY PLAN"][0]["Plan"])
+    nodes = plan_nodes(plan["QUERY PLAN"][0]["Plan"])
     # (the exact vector arm may read the user's rows from the same index, by user_id alone: not postings)
     lexical = [
         n

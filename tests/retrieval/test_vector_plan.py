@@ -13,12 +13,9 @@ from memory_lib.retrieval.sql import EXACT_MAX, HOT_SEARCH_SQL, MATCH_CAP, SEARC
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
+from tests.support.explain import plan_nodes
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
-
-
-def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]
 
 
 def _hnsw_loops(conn: Any, user: str) -> int:
@@ -40,7 +37,7 @@ def _hnsw_loops(conn: Any, user: str) -> int:
         plan = conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + HOT_SEARCH_SQL, params, prepare=False
         ).fetchone()
-    nodes = _nodes(plan["QUERY PLAN"][0]["Plan"])
+    nodes = plan_nodes(plan["QUERY PLAN"][0]["Plan"])
     return sum(n["Actual Loops"] for n in nodes if n.get("Index Name") == "memories_embedding_hnsw")
 
 

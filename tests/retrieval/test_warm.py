@@ -16,6 +16,7 @@ from memory_lib.retrieval.search import search_plan
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.retrieval.warm import month_scope, scope_sql
 from tests.conftest import TEST_DIM
+from tests.support.explain import plan_nodes
 
 NOW = datetime(2025, 9, 15, 12, 0, tzinfo=UTC)
 MAY = (datetime(2025, 5, 1, tzinfo=UTC), datetime(2025, 6, 1, tzinfo=UTC))
@@ -58,15 +59,9 @@ def _explaining(plan, plans: list[tuple[str, dict[str, Any]]]):
         return stop.value
 
 
-def _nodes(node: dict[str, Any]):
-    yield node
-    for child in node.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def _archive_reads(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes that read archived_memories rows."""
-    return [n for n in _nodes(plan) if n.get("Relation Name") == "archived_memories"]
+    return [n for n in plan_nodes(plan) if n.get("Relation Name") == "archived_memories"]
 
 
 def _search(conn, query: str, *, scoped: bool = True, one_statement: bool = True, **kw):
