@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.config import DEFAULT_ANTHROPIC_MODEL, ArchivalCriteria
 from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.ledger import usage_of_batches
@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--memories", type=int, default=2000, help="archive at least this many (default 2000)")
     p.add_argument(
-        "--model", default="claude-haiku-5-5", help="the configured model (default: cheapest Haiku)"
+        "--model",
+        default=DEFAULT_ANTHROPIC_MODEL,
+        help=f"the configured model (default: llm.anthropic_model's, {DEFAULT_ANTHROPIC_MODEL})",
     )
     args = p.parse_args(argv)
 

@@ -8,13 +8,22 @@ import math
 import secrets
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..core.config import ArchivalCriteria
 from ..core.errors import IntegrityError, InvalidInputError, MemoryArchiveError
 from ..core.models import BackupObject, sha256_hex, to_float32
-from ..core.pricing import DEFAULT_PRICES, Usage, cost_usd
+from ..core.pricing import (
+    DEFAULT_PRICES,
+    OFFLINE_PER_1000,
+    ModelPrice,
+    Usage,
+    cost_usd,
+    unknown_price,
+    usd_per_1000,
+)
 from ..core.rows import Conn, Row
 from ..lifecycle.eligibility import eligible_counts, sample_eligible
 from ..llm.summarize import Summary, SummaryInput
@@ -52,7 +61,13 @@ class RoundTrip:
 class Projection:
     """The backlog's cost, from the sample's measured usage (answers that failed validation count:
     they are billed) priced for the configured model: `cost_usd` synchronously (list price),
-    `cost_usd_batch` through the provider's batch API. `priced` is False when the model has no price."""
+    `cost_usd_batch` through the provider's batch API. `priced` is False when the model has no price
+    (the costs are then 0.0 but unknown: `price_per_1000` says so).
+
+    `usd_per_1000_memories` / `usd_per_1000_memories_batch`: USD per 1,000 memories summarized at the
+    list / batch price, from the sampled summaries' real token usage (every answer of the sample, over
+    the memories sampled); None when the model has no price, 0.0 for the offline summarizer.
+    `price_per_1000` says it in words, with the model and the price kind."""
 
     eligible: int
     nights_needed: int
@@ -67,6 +82,9 @@ class Projection:
     priced: bool = True
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    usd_per_1000_memories: float | None = None
+    usd_per_1000_memories_batch: float | None = None
+    price_per_1000: str = ""
 
 
 @dataclass(frozen=True)
@@ -176,6 +194,7 @@ def dry_run(
     offline = summarizer.kind == "extractive-offline"
     sync_cost = 0.0 if offline else cost_usd(prices, summarizer.model, projected)
     batch_cost = 0.0 if offline else cost_usd(prices, summarizer.model, projected, batch=True)
+    per_1000 = _per_1000(summarizer.kind, summarizer.model, prices, measured, len(samples))
     projection = Projection(
         eligible=eligible,
         nights_needed=math.ceil(eligible / criteria.batch_size),
@@ -190,8 +209,32 @@ def dry_run(
         priced=sync_cost is not None,
         cache_read_input_tokens=projected.cache_read_input_tokens,
         cache_creation_input_tokens=projected.cache_creation_input_tokens,
+        usd_per_1000_memories=per_1000[0],
+        usd_per_1000_memories_batch=per_1000[1],
+        price_per_1000=per_1000[2],
     )
     return DryRunReport(as_of, by_reason, samples, trip, projection)
+
+
+def _per_1000(
+    kind: str, model: str, prices: Mapping[str, ModelPrice], measured: Usage, sampled: int
+) -> tuple[float | None, float | None, str]:
+    """(list, batch, words): USD per 1,000 memories from the sample's measured usage."""
+    if kind == "extractive-offline":
+        return 0.0, 0.0, OFFLINE_PER_1000
+    if sampled == 0:
+        return None, None, f"{kind}:{model}: no memory sampled, nothing measured"
+    sync = cost_usd(prices, model, measured)
+    batch = cost_usd(prices, model, measured, batch=True)
+    if sync is None or batch is None:
+        return None, None, unknown_price(model)
+    list_1000, batch_1000 = usd_per_1000(sync, sampled), usd_per_1000(batch, sampled)
+    return (
+        list_1000,
+        batch_1000,
+        f"{kind}:{model}: ${batch_1000:.4f} per 1,000 memories at batch price, ${list_1000:.4f} at list "
+        f"price (estimated from the token usage of {sampled} sampled summaries)",
+    )
 
 
 def _scratch_key(store: ObjectStore, token: str, memory_id: uuid.UUID) -> str:

@@ -262,7 +262,9 @@ class RetrievalConfig(BaseModel):
     rerank: Literal["off", "anthropic", "openai", "cross-encoder"] = Field(
         "off", description="Optional second-stage reranker (memory_lib.retrieval.rerank); off by default."
     )
-    rerank_model: str | None = Field(None, description="Reranker model (provider default when None).")
+    rerank_model: str | None = Field(
+        None, description="Reranker model; None: llm.anthropic_model or llm.openai_model of its provider."
+    )
     rerank_candidates: int = Field(20, ge=2, le=200, description="Hits to fetch and rerank.")
     phase3_evaluator: Literal["heuristic", "llm"] = Field(
         "heuristic",
@@ -405,14 +407,27 @@ class WriteConfig(BaseModel):
     )
 
 
+# The default models, defined here only (the summarizers, the reranker, the escalation evaluator and the
+# write judge take theirs from llm.anthropic_model / llm.openai_model): the cheapest capable current model
+# of each provider in memory_lib.core.pricing.DEFAULT_PRICES (tests/llm/test_default_model.py checks it).
+DEFAULT_ANTHROPIC_MODEL = "claude-haiku-5-5"
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+
+
 class LLMConfig(BaseModel):
     """Summarizer choice and client-side limits."""
 
     model_config = _STRICT
 
     provider: Literal["auto", "anthropic", "openai", "extractive"] = "auto"
-    anthropic_model: str = "claude-haiku-4-5"
-    openai_model: str = "gpt-4o-mini"
+    anthropic_model: str = Field(
+        DEFAULT_ANTHROPIC_MODEL,
+        description="Anthropic model of the summaries, the LLM reranker and the escalation evaluator "
+        "(the cheapest current Haiku by default; llm.prices must price another one).",
+    )
+    openai_model: str = Field(
+        DEFAULT_OPENAI_MODEL, description="OpenAI model of the same, when OpenAI is the provider."
+    )
     base_url: HttpURL | None = None
     max_output_tokens: int = Field(400, ge=16, le=4096)
     requests_per_second: float = Field(10.0, gt=0.0, le=10_000.0)

@@ -23,6 +23,7 @@ __all__ = [
     "LedgerEntry",
     "ModelUsage",
     "entry_params",
+    "memories_summarized",
     "record_usage",
     "usage_by_model",
     "usage_of_batches",
@@ -121,3 +122,14 @@ def usage_by_model(conn: Conn, night_batch_key: str) -> list[ModelUsage]:
         "(batch_key = %(k)s OR batch_key LIKE %(like)s)",
         {"k": night_batch_key, "like": night_batch_key + "-shard-%"},
     )
+
+
+def memories_summarized(conn: Conn, batch_keys: Iterable[str]) -> int:
+    """Memories of these archival batches with an accepted LLM summary (a ledger row with outcome 'ok'),
+    each counted once: the memories the batches' LLM spend bought."""
+    row = conn.execute(
+        """SELECT count(DISTINCT memory_id) AS n FROM llm_usage
+           WHERE batch_key = ANY(%(keys)s) AND purpose = 'summary' AND outcome = 'ok'""",
+        {"keys": list(batch_keys)},
+    ).fetchone()
+    return int(row["n"]) if row else 0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..core.config import DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL
 from ..core.errors import InvalidInputError, SummarizationError
 from ..core.pricing import DEFAULT_PRICES, ModelPrice, Usage, cost_usd, usage_from_response
 from .transport import ProviderClient, RateLimiter, parse_json_answer
@@ -376,7 +377,7 @@ class _ProviderSummarizer(ProviderClient):
 
 class AnthropicSummarizer(_ProviderSummarizer):
     kind = "anthropic"
-    default_model = "claude-haiku-4-5"
+    default_model = DEFAULT_ANTHROPIC_MODEL  # llm.anthropic_model's default (memory_lib.core.config)
 
     def request_params(self, item: SummaryInput) -> dict[str, Any]:
         return {
@@ -403,7 +404,7 @@ class AnthropicSummarizer(_ProviderSummarizer):
 
 class OpenAISummarizer(_ProviderSummarizer):
     kind = "openai"
-    default_model = "gpt-4o-mini"
+    default_model = DEFAULT_OPENAI_MODEL  # llm.openai_model's default
 
     def request_params(self, item: SummaryInput) -> dict[str, Any]:
         return {

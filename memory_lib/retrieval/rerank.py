@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core.config import DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL
 from ..core.errors import InvalidInputError, MemoryArchiveError
 from ..llm.transport import RateLimiter, RetryPolicy, call_with_retries
 
@@ -117,7 +118,7 @@ class LLMReranker:
         if provider not in ("anthropic", "openai"):
             raise InvalidInputError("provider", provider, "must be 'anthropic' or 'openai'")
         self.provider = provider
-        self.model = model or ("claude-haiku-4-5" if provider == "anthropic" else "gpt-4o-mini")
+        self.model = model or (DEFAULT_ANTHROPIC_MODEL if provider == "anthropic" else DEFAULT_OPENAI_MODEL)
         self.name = f"llm:{provider}:{self.model}"
         self.max_output_tokens = max_output_tokens
         self._secret = api_key
@@ -209,10 +210,12 @@ def reranker_from_settings(settings: Settings, env: Mapping[str, str] | None = N
             key_name, None, f"retrieval.rerank={cfg.rerank!r} needs this environment variable set"
         )
     llm = settings.llm
+    # The model of llm (MEMORY_ARCHIVE_LLM__ANTHROPIC_MODEL / __OPENAI_MODEL) unless rerank_model names one.
+    default = llm.anthropic_model if cfg.rerank == "anthropic" else llm.openai_model
     return LLMReranker(
         cfg.rerank,
         key,
-        model=cfg.rerank_model,
+        model=cfg.rerank_model or default,
         base_url=llm.base_url,
         timeout=llm.timeout_seconds,
         limiter=RateLimiter(llm.requests_per_second),

@@ -8,11 +8,11 @@ import pytest
 from memory_lib.archival.archive import ArchivalServices, batch_status
 from memory_lib.archival.dry_run import dry_run
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.core.config import ArchivalCriteria
-from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
+from memory_lib.core.config import DEFAULT_ANTHROPIC_MODEL, ArchivalCriteria
+from memory_lib.core.pricing import DEFAULT_PRICES, ModelPrice, Usage, cost_usd
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.ledger import usage_of_batches
-from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
+from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer, OpenAISummarizer
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import END, load_history
@@ -150,3 +150,63 @@ def test_dry_run_projection_within_20_percent_of_the_ledger(conn, local_store, f
     assert p.cost_usd == pytest.approx(totals.cost_usd, rel=0.20)
     assert p.input_tokens == pytest.approx(totals.input_tokens, rel=0.20)
     assert p.output_tokens == pytest.approx(totals.output_tokens, rel=0.20)
+
+
+# --------------------------------------------------------------------------- price per 1,000 memories
+
+
+def test_dry_run_price_per_1000_is_the_sampled_usage_at_the_default_models_price(conn, local_store, fake_llm):
+    insert_memories(conn, make_memories(30, dim=TEST_DIM), actor="test")
+    fake_llm.malformed_json_fraction = 0.1  # a failed answer is billed: it counts in the price
+    report = dry_run(
+        conn, _services("anthropic", fake_llm, local_store), ArchivalCriteria(), as_of=NOW, sample_size=20
+    )
+    p = report.projection
+    sampled = len(report.samples)
+    assert sampled == 20 and fake_llm.count("/v1/messages") == 20
+    assert {r.body["model"] for r in fake_llm.requests} == {DEFAULT_ANTHROPIC_MODEL}
+    # What the server reported it used, priced independently for the default model, over the memories sampled.
+    used = _reported_usage(fake_llm)
+    list_1000 = 1000 * cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used) / sampled
+    batch_1000 = 1000 * cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used, batch=True) / sampled
+    assert p.usd_per_1000_memories == pytest.approx(list_1000, rel=1e-9) and list_1000 > 0
+    assert p.usd_per_1000_memories_batch == pytest.approx(batch_1000, rel=1e-9)
+    assert p.usd_per_1000_memories_batch == pytest.approx(p.usd_per_1000_memories / 2, rel=1e-9)
+    # The same figure as the backlog projection, per memory.
+    assert p.usd_per_1000_memories == pytest.approx(1000 * p.cost_usd / p.eligible, rel=0.01)
+    assert p.price_per_1000 == (
+        f"anthropic:{DEFAULT_ANTHROPIC_MODEL}: ${batch_1000:.4f} per 1,000 memories at batch price, "
+        f"${list_1000:.4f} at list price (estimated from the token usage of 20 sampled summaries)"
+    )
+
+
+def test_dry_run_price_per_1000_of_a_model_without_a_price_says_so(conn, local_store, fake_llm):
+    insert_memories(conn, make_memories(5, dim=TEST_DIM), actor="test")
+    services = _services("anthropic", fake_llm, local_store, "claude-future-9")
+    p = dry_run(conn, services, ArchivalCriteria(), as_of=NOW, sample_size=5).projection
+    assert (p.usd_per_1000_memories, p.usd_per_1000_memories_batch, p.priced) == (None, None, False)
+    assert p.price_per_1000 == "unknown price for model claude-future-9: set llm.prices"
+
+    # Priced through llm.prices (which replaces the built-in table), the same model has a figure.
+    priced = AnthropicSummarizer(
+        FAKE_API_KEY,
+        base_url=fake_llm.base_url,
+        model="claude-future-9",
+        max_retries=0,
+        prices={"claude-future-9": ModelPrice(input=2.0, output=10.0, batch_input=1.0, batch_output=5.0)},
+    )
+    fake_llm.reset()
+    services = ArchivalServices(priced, HashingEmbedder(dim=TEST_DIM), local_store)
+    p = dry_run(conn, services, ArchivalCriteria(), as_of=NOW, sample_size=5).projection
+    used = _reported_usage(fake_llm)
+    assert p.usd_per_1000_memories == pytest.approx(
+        1000 * (used.input_tokens * 2.0 + used.output_tokens * 10.0) / 1e6 / 5, rel=1e-9
+    )
+
+
+def test_dry_run_price_per_1000_offline_is_zero_and_says_offline(conn, local_store):
+    insert_memories(conn, make_memories(5, dim=TEST_DIM), actor="test")
+    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
+    p = dry_run(conn, services, ArchivalCriteria(), as_of=NOW, sample_size=5).projection
+    assert (p.usd_per_1000_memories, p.usd_per_1000_memories_batch) == (0.0, 0.0)
+    assert p.price_per_1000 == "0 (offline extractive)"

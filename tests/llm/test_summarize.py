@@ -39,7 +39,8 @@ from tests.support.fake_llm import (
 
 PROVIDERS = ["anthropic", "openai"]
 ROUTE = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
-PRICE = {"anthropic": (1.00, 5.00), "openai": (0.15, 0.60)}
+# List USD per MTok of the default models (claude-haiku-5-5, gpt-4o-mini), as the providers publish them.
+PRICE = {"anthropic": (0.10, 0.50), "openai": (0.15, 0.60)}
 WHEN = datetime(2024, 3, 4, 9, 30, tzinfo=UTC)
 MEMORY = (
     "Maria Lopez moved to Lisbon on March 3, 2024. She leads Project Atlas at Acme Corp. "

@@ -57,6 +57,7 @@ def archival_dry_run(
             requests_per_second=rps,
         )
     p, trip = report.projection, report.round_trip
+    context.log.info(f"dry run price per 1,000 memories: {p.price_per_1000}")
     return dg.MaterializeResult(
         metadata={
             "as_of": report.as_of.isoformat(),
@@ -95,9 +96,18 @@ def archival_dry_run(
             ),
             "projected_nights": p.nights_needed,
             # Priced from the sample's measured tokens for the configured model: list vs batch API price.
-            "projected_cost_usd": round(p.cost_usd, 4),
-            "projected_cost_usd_batch": round(p.cost_usd_batch, 4),
+            # A model without a price shows no cost (0 would read as free): price_per_1000_memories says so.
+            **(
+                {
+                    "projected_cost_usd": round(p.cost_usd, 4),
+                    "projected_cost_usd_batch": round(p.cost_usd_batch, 4),
+                }
+                if p.priced
+                else {}
+            ),
             "projected_cost_priced": p.priced,
+            "price_per_1000_memories": p.price_per_1000,
+            **_per_1000_metadata(p.usd_per_1000_memories, p.usd_per_1000_memories_batch),
             "projected_input_tokens": p.input_tokens,
             "projected_output_tokens": p.output_tokens,
             "projected_hours": round(p.seconds / 3600, 2),
@@ -109,6 +119,16 @@ def archival_dry_run(
             "duration_s": round(time.monotonic() - started, 2),
         }
     )
+
+
+def _per_1000_metadata(list_price: float | None, batch_price: float | None) -> dict[str, float]:
+    """USD per 1,000 memories at list and batch price, as numbers (absent when the price is unknown)."""
+    out: dict[str, float] = {}
+    if list_price is not None:
+        out["usd_per_1000_memories_list"] = round(list_price, 6)
+    if batch_price is not None:
+        out["usd_per_1000_memories_batch"] = round(batch_price, 6)
+    return out
 
 
 def _as_of(value: str | None) -> datetime:

@@ -39,11 +39,13 @@ from memory_assets.resources import (
 from memory_lib.archival import integrity, nights, pipeline, retrievability, stalls
 from memory_lib.archival.claims import attempt_counts
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.pricing import OFFLINE_PER_1000, unknown_price, usd_per_1000
 from memory_lib.core.rows import Conn
 from memory_lib.core.shards import Shard
 from memory_lib.lifecycle import eligibility
 from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.llm import batches, ledger
+from memory_lib.llm.summarize import Summarizer
 from memory_lib.storage.objectstore import ObjectStore
 from memory_lib.storage.store import tier_stats
 
@@ -93,9 +95,9 @@ def _step_metadata(t: nights.StepTotals) -> dict[str, object]:
     return meta
 
 
-def _llm_ledger_metadata(conn: Conn, batch_key: str) -> dict[str, object]:
+def _llm_ledger_metadata(conn: Conn, batch_key: str, summarizer: Summarizer) -> dict[str, object]:
     """The night's LLM spend from the ledger (every paid answer for this night's batch, over all runs
-    of the night): totals, and one row per model and mode (sync/batch)."""
+    of the night): totals, one row per model and mode (sync/batch), and the price per 1,000 memories."""
     rows = ledger.usage_of_batches(conn, [batch_key])
     meta: dict[str, object] = {
         "llm_requests": sum(r.requests for r in rows),
@@ -123,7 +125,36 @@ def _llm_ledger_metadata(conn: Conn, batch_key: str) -> dict[str, object]:
                 for r in rows
             ],
         )
-    return meta
+    return meta | _per_1000_metadata(conn, batch_key, rows, summarizer)
+
+
+def _per_1000_metadata(
+    conn: Conn, batch_key: str, rows: Sequence[ledger.ModelUsage], summarizer: Summarizer
+) -> dict[str, object]:
+    """This night's measured USD per 1,000 memories: its ledger cost (every paid answer, failed ones
+    included) over the memories it summarized, x 1000, with the models and whether that was batch or list
+    price. Never a run's total: both counts are of this night's batch only."""
+    if not rows:
+        if summarizer.kind == "extractive-offline":
+            return {"usd_per_1000_memories": 0.0, "price_per_1000_memories": OFFLINE_PER_1000}
+        return {"price_per_1000_memories": f"{summarizer.kind}:{summarizer.model}: no LLM answer this night"}
+    models = ", ".join(dict.fromkeys(r.model for r in rows))
+    unpriced = ", ".join(dict.fromkeys(r.model for r in rows if r.unpriced))
+    if unpriced:
+        return {"price_per_1000_memories": unknown_price(unpriced)}
+    summarized = ledger.memories_summarized(conn, [batch_key])
+    cost = sum(r.cost_usd for r in rows)
+    if summarized == 0:
+        return {"price_per_1000_memories": f"{models}: ${cost:.6f} spent, no memory summarized this night"}
+    per_1000 = usd_per_1000(cost, summarized)
+    modes = {r.mode for r in rows}
+    price = "batch" if modes == {"batch"} else "list" if modes == {"sync"} else "batch and list"
+    return {
+        "usd_per_1000_memories": round(per_1000, 6),
+        "usd_per_1000_memories_price": price,
+        "price_per_1000_memories": f"{models}: ${per_1000:.4f} per 1,000 memories at {price} price "
+        f"(this night: ${cost:.6f} for {summarized} memories summarized)",
+    }
 
 
 def _log_run(context: dg.AssetExecutionContext, started: float, what: str) -> None:
@@ -188,7 +219,9 @@ def memory_summaries(
     A night with more than llm.batch_threshold memories goes through the provider's batch API at half
     price: this step submits it and polls it up to llm.batch_wait_seconds (memory_lib.llm.batches says why
     this step polls rather than a sensor); what is still running then waits for the next run. Metadata:
-    the night's LLM ledger (tokens, cost per model and mode), not this run's totals, and the memories
+    the night's LLM ledger (tokens, cost per model and mode), not this run's totals; the night's measured
+    usd_per_1000_memories (that cost over the memories it summarized, with model and batch/list price in
+    price_per_1000_memories; "unknown price ..." for a model without one); and the memories
     still held by LLM batches (`stalled` and `why` when one of them is stalled: memory_lib.archival.stalls)."""
     started = time.monotonic()
     criteria = archival.get_criteria()
@@ -217,7 +250,7 @@ def memory_summaries(
                 "embedded": sum(r.succeeded for r in o.results if r.step == "embed"),
                 "summarizer": f"{llm.kind}:{llm.model}",
                 "embedder": emb.model,
-                **_llm_ledger_metadata(conn, o.batch_key),
+                **_llm_ledger_metadata(conn, o.batch_key, llm),
                 "preview": markdown_table(
                     ["memory", "original", "summary"],
                     [[str(r["memory_id"])[:8], r["content"], r["summary"]] for r in preview],
