@@ -1,7 +1,7 @@
 """A deterministic, realistic multi-user agent memory history.
 
 Several users, ~18 months of memories, 50-100 a day across users, with names, places, projects,
-numbers and dates. Importance and access follow the seed's tiers: most memories are routine and
+numbers and dates. Importance and access follow the storage tiers: most memories are routine and
 go cold (low importance, rarely used), a minority stays warm, a few are core facts used often.
 The same arguments always give the same memories (ids, text, timestamps and scores).
 """

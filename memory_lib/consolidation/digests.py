@@ -1,4 +1,4 @@
-"""Digests above the per-memory summary (seed 002's levels, seed 003's monthly and yearly digests).
+"""Digests above the per-memory summary: a hierarchy of levels, monthly then yearly digests and up.
 
 Level 1 is each archived memory's own summary. A level-2 digest covers one user's month: that month's
 memories, hot or archived (memory_lib.consolidation.sources). A level-N digest (N >= 3: a year, then a
@@ -13,7 +13,7 @@ Invariants:
   restore, supersede, an edit or a forget changes the fingerprint, and the next build rewrites it.
 * A period left without sources loses its digest (a digest never outlives the memories it covers).
 * Offline, `ExtractiveDigestBuilder` writes it (summarizer_kind "extractive-offline"); with an LLM,
-  `LLMDigestBuilder` asks the provider for seed 003's JSON, validated by pydantic.
+  `LLMDigestBuilder` asks the provider for a JSON digest (DigestAnswer), validated by pydantic.
 """
 
 from __future__ import annotations
@@ -170,7 +170,8 @@ def _body(
     people: list[str],
     highlights: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Seed 003's shape, plus the counts the next level up sums (mentions, counts)."""
+    """The digest body (summary, key topics and people, highlights, factual extractions), plus the counts the
+    next level up sums (mentions, counts)."""
     body: dict[str, Any] = {
         "level": inp.level,
         "period": period_label(inp.level, inp.period_start),
@@ -234,11 +235,11 @@ class ExtractiveDigestBuilder:
 class _Highlight(BaseModel):
     model_config = ConfigDict(extra="ignore")
     text: str = Field(min_length=1, max_length=400)
-    memoryId: uuid.UUID  # noqa: N815 (seed 003's JSON names)
+    memoryId: uuid.UUID  # noqa: N815 (the digest JSON's names)
 
 
 class DigestAnswer(BaseModel):
-    """The JSON an LLM must return for a digest (seed 003's shape)."""
+    """The JSON an LLM must return for a digest (DIGEST_PROMPT asks for it)."""
 
     model_config = ConfigDict(extra="ignore")
     summary: str = Field(min_length=20, max_length=4000)

@@ -5,7 +5,7 @@
   memories.id or archived_memories.original_id) of the SAME user, and every lower digest a digest
   cites is the same user's. `missing_digests`: months with archived memories and no (or a stale)
   level-2 digest. Both only read.
-* Forget (issue 14) runs `drop_from_consolidation_plan` in its transaction (the memory's text leaves
+* Forget runs `drop_from_consolidation_plan` in its transaction (the memory's text leaves
   every digest at once: digests that cover it are deleted, not left quoting it), then
   `rebuild_for_user` (or the next scheduled run) builds what was dropped again from what remains.
 """

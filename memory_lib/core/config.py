@@ -1,12 +1,12 @@
-"""Every threshold and setting of memory-archive, in one place, with the seed's defaults.
+"""Every threshold and setting of memory-archive, in one place, with its default.
 
 `Settings(...)` holds exactly the values passed (the defaults otherwise): it never reads the
 environment. `Settings.from_env()` does, through pydantic-settings: every setting has the variable
 MEMORY_ARCHIVE_<SECTION>__<FIELD> (MEMORY_ARCHIVE_<FIELD> at the top level, e.g.
 MEMORY_ARCHIVE_ARCHIVAL__MIN_AGE_DAYS), and some also a short name documented since the first
 release (ENV_ALIASES, e.g. MEMORY_ARCHIVE_EMBEDDING_DIM). An unknown MEMORY_ARCHIVE_* variable or a
-bad value raises ConfigError naming the variable and the value. README.md lists every variable in
-its configuration table; tests/core/test_config.py checks the table against this module both ways.
+bad value raises ConfigError naming the variable and the value. docs/reference/settings.md lists every
+variable in its table; tests/core/test_config.py checks the table against this module both ways.
 Every model forbids unknown keys, so a typo in code or Dagster config is an error too.
 """
 
@@ -85,7 +85,7 @@ DatabaseName = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]{0,62}
 
 
 class ArchivalCriteria(BaseModel):
-    """Which hot memories are cold enough to archive (seed: "Archival Criteria")."""
+    """Which hot memories are cold enough to archive: old, unimportant and not in recent use."""
 
     model_config = _STRICT
 
@@ -125,7 +125,8 @@ class ArchivalCriteria(BaseModel):
     )
     policy: Literal["adr004", "retention"] = Field(
         "adr004",
-        description="Eligibility: ADR-004's criteria above, or days at the retention floor (seed 001).",
+        description="Eligibility: the archival criteria above (policy adr004), or days at the retention floor "
+        "(policy retention).",
     )
     cold_migration_days: int = Field(
         7,
@@ -161,7 +162,7 @@ class ArchivalCriteria(BaseModel):
 
 
 class PromotionConfig(BaseModel):
-    """When an archived memory comes back to the hot tier (seed: "Re-promotion")."""
+    """When an archived memory comes back to the hot tier: expanded often enough within a window."""
 
     model_config = _STRICT
 
@@ -170,7 +171,7 @@ class PromotionConfig(BaseModel):
 
 
 class RetrievalConfig(BaseModel):
-    """Two-phase hybrid search (seed: "Retrieval Strategy", seed 004), with defaults that work for every
+    """Two-phase hybrid search (hot memories, then archived summaries), with defaults that work for every
     shipped embedder: no absolute cosine cut-off (cosine scales differ by model: MiniLM paraphrases
     ~0.9, OpenAI ~0.7, the hashing embedder lower), hot and archived hits ranked together by reciprocal
     rank fusion, recency and the hot tier breaking ties only (see memory_lib.retrieval.search)."""
@@ -293,7 +294,7 @@ class RetrievalConfig(BaseModel):
 
 
 class ContextBudget(BaseModel):
-    """Token budgets for context assembly (seed 002: "Token-Budgeted Context Assembly")."""
+    """Token budgets for context assembly: a total split into summaries, recent turns, snippets, reserve."""
 
     model_config = _STRICT
 
@@ -313,7 +314,7 @@ class ContextBudget(BaseModel):
 
 
 class SecretDetectionConfig(BaseModel):
-    """When a long token in a memory looks like a credential (write path, seed 004)."""
+    """When a long token in a memory looks like a credential (write path)."""
 
     model_config = _STRICT
 
@@ -325,7 +326,7 @@ class SecretDetectionConfig(BaseModel):
 
 
 class ChunkingConfig(BaseModel):
-    """Long texts on the write path (seed 004 "Normalize & chunk", memory_lib.write.chunking)."""
+    """Long texts on the write path, split into overlapping chunks (memory_lib.write.chunking)."""
 
     model_config = _STRICT
 
@@ -336,7 +337,7 @@ class ChunkingConfig(BaseModel):
         description="Tokens per chunk at most (the embedder's own limit when smaller: MiniLM reads 254).",
     )
     overlap_tokens: int = Field(
-        25, ge=0, le=256, description="Tokens consecutive chunks share (seed: 20-30)."
+        25, ge=0, le=256, description="Tokens consecutive chunks share (20-30 recommended)."
     )
 
     @model_validator(mode="after")
@@ -349,19 +350,19 @@ class ChunkingConfig(BaseModel):
 
 
 class RetentionConfig(BaseModel):
-    """The retention score of hot memories (seed 001, "Decay Model"; memory_lib.lifecycle.retention):
+    """The retention score of hot memories, an exponential decay (memory_lib.lifecycle.retention):
     R = max(floor_c, 0.5 ** (days since last access / (half_life_c * (1 + retrieval_boost * ln(1 + accesses))))).
 
-    Seed 001's project gives decay constants (e-folding times) of 45 days for episodic, 120 for
-    semantic and core, none for procedural, and floors of 0.60 for core and 0.02 for the others; the
-    half-lives here are those constants times ln 2. retrieval_boost is ours (the seed's stability term
-    grows with retrievals without a published rate)."""
+    The decay constants (e-folding times) are 45 days for episodic, 120 for semantic and core, none
+    for procedural, and the floors 0.60 for core and 0.02 for the others; the half-lives here are
+    those constants times ln 2. retrieval_boost sets how fast stability grows with retrievals (no
+    published rate exists for it)."""
 
     model_config = _STRICT
 
     episodic_half_life_days: float | None = Field(31.2, gt=0.0, description="None: no decay.")
     semantic_half_life_days: float | None = Field(83.2, gt=0.0, description="None: no decay.")
-    procedural_half_life_days: float | None = Field(None, gt=0.0, description="None: no decay (seed 001).")
+    procedural_half_life_days: float | None = Field(None, gt=0.0, description="None: no decay (the default).")
     core_half_life_days: float | None = Field(83.2, gt=0.0, description="None: no decay.")
     episodic_floor: float = Field(0.02, ge=0.0, lt=1.0)
     semantic_floor: float = Field(0.02, ge=0.0, lt=1.0)
@@ -377,8 +378,8 @@ class RetentionConfig(BaseModel):
     stub_after_days: int = Field(
         180,
         ge=1,
-        description="Days an archived memory goes unexpanded before it becomes a stub (seed 001's "
-        "cold_storage_ttl_days): its summary vector dropped, its full text kept, its original still backed up.",
+        description="Days an archived memory goes unexpanded before it becomes a stub (a cold-storage "
+        "TTL): its summary vector dropped, its full text kept, its original still backed up.",
     )
 
 
@@ -488,7 +489,7 @@ class ObjectStoreConfig(BaseModel):
 
 
 class SlowPathConfig(BaseModel):
-    """The nightly archival run (seed: "Slow Path") as Dagster runs it."""
+    """The nightly archival run (the Slow Path) as Dagster runs it."""
 
     model_config = _STRICT
 
@@ -560,7 +561,7 @@ def _postgres_dsn(value: SecretStr | None) -> SecretStr | None:
 ENV_PREFIX = "MEMORY_ARCHIVE_"
 NESTED_DELIMITER = "__"
 
-# Short names, documented since the first release (MEMORY_ARCHIVE_POLICY: issue 12's name), next to the
+# Short names, documented since the first release (MEMORY_ARCHIVE_POLICY among them), next to the
 # nested names every setting has.
 ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "DATABASE_URL": ("database_url",),
@@ -760,7 +761,7 @@ def _env_origins(env: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str
                 close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise ConfigError(
-                    f"unknown environment variable {raw_name}{hint}; README.md lists the variables",
+                    f"unknown environment variable {raw_name}{hint}; docs/reference/settings.md lists the variables",
                     variable=raw_name,
                 )
             continue

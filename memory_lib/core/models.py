@@ -161,7 +161,7 @@ def _restorable_embedding(field: str, value: object) -> list[float]:
 
 
 class BackupObject(BaseModel):
-    """The seed's "S3/R2 Backup Object Format" (schema_version 1), plus user_id.
+    """The backup object format in S3/R2 (schema_version 1), with user_id.
 
     `to_json_bytes` is canonical (sorted keys, no spaces, UTC timestamps with microseconds), so the
     same memory always serializes to the same bytes and a sha256 identifies it. Embedding floats are

@@ -6,11 +6,10 @@ Never pinned, and:
   is the caller's word on this memory; exempt categories shield from the heuristics below);
 or, never in an exempt category (`core` by default), one of:
 * superseded on the write path (a changed fact) before the end of the night and not used since:
-  reason `superseded`, whatever its age or policy (issue 12; seed 001 moves superseded originals to
-  cold at once);
-* policy `adr004` (default), seed 000 ("Archival Criteria"): old enough, not in active use, and
+  reason `superseded`, whatever its age or policy (superseded originals move to cold at once);
+* policy `adr004` (default), the archival criteria: old enough, not in active use, and
   either unimportant (`stale_low_importance`) or past the force age (`force_age`);
-* policy `retention` (seed 001, "Migration to cold"): at its retention floor for `cold_migration_days`
+* policy `retention`, migration to cold by retention score: at its retention floor for `cold_migration_days`
   consecutive nights with no access since the streak began (`retention_floor`); `core` never,
   whatever `exempt_categories` says (memory_lib.lifecycle.retention keeps the score and the streak).
 Two liveness rules sit on top: a memory held by an open attempt is not claimed twice, and a memory
@@ -34,7 +33,7 @@ REASON_SUPERSEDED = ArchiveReason.SUPERSEDED.value
 REASON_RETENTION = ArchiveReason.RETENTION_FLOOR.value
 REASON_TTL_EXPIRED = ArchiveReason.TTL_EXPIRED.value
 REASONS: tuple[str, ...] = tuple(r.value for r in ArchiveReason)
-# Seed 001: "Core memories skip this entirely — they stay in HOT indefinitely, protected by the 0.60 floor."
+# Core memories skip the lifecycle: they stay hot, protected by the 0.60 floor.
 RETENTION_EXEMPT = ("core",)
 
 

@@ -4,7 +4,7 @@
 recorded at archival (a mismatch raises IntegrityError and nothing is recorded), appends an
 'expanded' event (memory_events is the expansion log), bumps the archive row's expansion_count and
 last_expanded_at, and re-promotes the memory to `memories` when the expansions of this archive row
-within `PromotionConfig.window_days` reach `expansions_to_promote` (seed: 3 in 30 days), all in one
+within `PromotionConfig.window_days` reach `expansions_to_promote` (default: 3 in 30 days), all in one
 transaction. Expansions count per archive row (the event's details.archive_id), so a memory archived
 again starts from zero. Uses through an association (record_access of an archived memory a live hot
 memory links to: memory_lib.retrieval.associations, table archive_link_uses) count as expansions: the rule is

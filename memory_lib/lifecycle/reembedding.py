@@ -1,4 +1,4 @@
-"""Re-embedding migrations (issue 14 item 3, seed 004): a new embedder, model and/or dimension, without
+"""Re-embedding migrations: a new embedder, model and/or dimension, without
 downtime. Dual write, backfill, atomic flip, flip back, drop.
 
 Design, and why:

@@ -1,9 +1,9 @@
-"""The retention score of hot memories (issue 12, seed 001 "Tiered Storage"), computed in SQL.
+"""The retention score of hot memories, which decays with time since last access, computed in SQL.
 
     R = max(floor_c, 0.5 ** (days since last access / (half_life_c * (1 + retrieval_boost * ln(1 + accesses)))))
 
 `days since last access` counts from coalesce(last_accessed_at, created_at) to the end of the night;
-floors and half-lives are per category (config.RetentionConfig, seed defaults: core floor 0.60).
+floors and half-lives are per category (config.RetentionConfig, defaults: core floor 0.60).
 
 Invariants:
 * A score is never below its category's floor nor above 1; a category without a half-life never decays.

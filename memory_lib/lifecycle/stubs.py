@@ -1,10 +1,10 @@
-"""Stubs: seed 001's third tier, on top of the archive (issue 12, sql/011).
+"""Stubs: a third tier on top of the archive (sql/011).
 
-An archive row neither expanded nor used for `RetentionConfig.stub_after_days` (seed 001's
-cold_storage_ttl_days, 180) becomes a stub: its summary vector (summary_bits) is dropped, and with it
+An archive row neither expanded nor used for `RetentionConfig.stub_after_days` (a cold-storage
+TTL, 180 days) becomes a stub: its summary vector (summary_bits) is dropped, and with it
 its entry in the HNSW index, so vector search never returns it. Its summary and full-text entry stay:
 search shows it as `[archived] ` + the summary's first 200 characters, found by full text only.
-Unlike seed 001 nothing is lost: the original stays in object storage, and expanding a stub
+Nothing is lost: the original stays in object storage, and expanding a stub
 re-embeds its summary (`restore_vector_plan`), or re-promotes the memory by the existing rule
 (memory_lib.lifecycle.promotion: 3 expansions in 30 days).
 
@@ -17,7 +17,7 @@ Invariants:
   re-run, ends in the same state (idempotent, crash-safe).
 * Every statement is per row (its own id and user_id); a shard converts only its own users' rows:
   nothing crosses user_id.
-* core memories are exempt (seed 001: they skip the lifecycle), as for the retention policy.
+* core memories are exempt (they skip the lifecycle), as for the retention policy.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OpenTelemetry metrics of context assembly (seed 004: "memory token share, injection hit-rate").
+"""OpenTelemetry metrics of context assembly: memory token share and injection hit-rate.
 
 Recorded by the clients' build_context for every assembled context, when `opentelemetry` is importable;
 nothing otherwise. The application sets the meter provider (and its exporter); without one the API's

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans when `opentelemetry` is importable, nothing otherwise (seed 004 "Observability").
+"""OpenTelemetry spans when `opentelemetry` is importable, nothing otherwise.
 
     with span("memory_archive.search", {"memory_archive.limit": 10}) as s:
         ...

@@ -1,4 +1,4 @@
-"""Reactivation through associations (seed 001, issue 12 item 4).
+"""Reactivation through associations: archived memories that hot hits link to.
 
 A hot memory's `entity_links` name other memories by id. When some of those have been archived, a
 search with `follow_links=True` surfaces them next to its hits: `SearchResult.associated`, each an

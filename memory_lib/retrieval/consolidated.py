@@ -80,7 +80,7 @@ FACT_SQL = f"""
     FROM c JOIN memory_facts f ON f.id = c.id LEFT JOIN vec v ON v.id = c.id LEFT JOIN txt x ON x.id = c.id
     WHERE f.user_id = %(user_id)s"""
 
-# "Active" as in seed 002: a digest not yet covered by a higher-level digest of the same user.
+# "Active": a digest not yet covered by a higher-level digest of the same user.
 ACTIVE_DIGESTS_SQL = """
     SELECT 'digest' AS kind, d.id, d.user_id, d.summary AS text, d.level, d.period_start, d.period_end, d.body,
            d.source_memory_ids, NULL::timestamptz AS valid_from, NULL::timestamptz AS valid_to,
@@ -257,7 +257,7 @@ def consolidated_plan(
 
 
 def active_digests_plan(user_id: str, limit: int = 20) -> Plan[list[ConsolidatedHit]]:
-    """The user's digests not covered by a higher level (seed 002's active summaries), highest level first."""
+    """The user's digests not covered by a higher level (the active digests), highest level first."""
     rows = yield Sql(ACTIVE_DIGESTS_SQL, {"user_id": user_id, "limit": limit})
     return [_hit(r, 0.0, 0.0) for r in rows]
 

@@ -1,9 +1,9 @@
-"""Token-budgeted context assembly (seed 002 "Token-Budgeted Context Assembly").
+"""Token-budgeted context assembly.
 
 Three parts, each within its own budget (defaults: 2000 summaries, 3000 recent turns, 1500 retrieved
 snippets), and all of them within total - reserve (8000 - 1500), or a smaller `max_tokens`:
 
-* summaries, by level (seed 002's hierarchy): digests of level 2+ ("[digest]": the user's active digests
+* summaries, by level (the summary hierarchy): digests of level 2+ ("[digest]": the user's active digests
   and phase 3's digest hits), then level 1, archived hits' summaries ("[archived]") and summaries the
   caller passes (level 1 unless the ContextItem says otherwise). Packed highest level first, newest
   first within a level, so lower and older ones are left out; in the prompt highest level first,
@@ -13,7 +13,7 @@ snippets), and all of them within total - reserve (8000 - 1500), or a smaller `m
 * snippets: hot hits, best first.
 
 Near-duplicates are dropped first (recent turns win over snippets, snippets over summaries). When
-the parts together exceed the total, trimming goes in the seed's order: snippets (worst first), then
+the parts together exceed the total, trimming goes in this order: snippets (worst first), then
 recent turns (oldest first), then summaries (lowest level first, oldest first within a level). Every block keeps its provenance and its
 token count. Token counting is pluggable (a count must be an integer >= 0); the default is an
 offline approximation (no tokenizer download) that errs on the high side.

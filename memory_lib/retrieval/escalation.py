@@ -1,6 +1,6 @@
-"""When search escalates past phases 1-2, and to what (seed 003, "AI-Driven Memory Retrieval").
+"""When search escalates past phases 1-2, and to what.
 
-After phases 1-2 (memory_lib.retrieval.search) an evaluator decides one of seed 003's actions:
+After phases 1-2 (memory_lib.retrieval.search) an evaluator decides one of four actions:
 
 * ``return``: the hits are enough;
 * ``search_warm``: search the archived summaries again (phase 2 forced), with a refined query if given;
@@ -14,14 +14,14 @@ Evaluators:
   to") or about a person ("who is X?"), or when phases 1-2 are weak: no hit at all, or no hit that
   shares a query term (full-text match) and none that nearly restates the query (cosine >=
   RetrievalConfig.strong_hot_similarity, the cut phase 2 uses).
-* `LLMEvaluator` ("anthropic:<model>" / "openai:<model>"): seed 003's prompt through the real SDK, the
+* `LLMEvaluator` ("anthropic:<model>" / "openai:<model>"): an evaluation prompt through the real SDK, the
   JSON decision validated by pydantic (`EscalationDecision`). Opt-in (RetrievalConfig.phase3_evaluator
   = "llm", or pass it to the client). A failed call or malformed JSON falls back to the heuristic, and
   the result says so (`Escalation.fallback`).
 
 Every search result carries an `Escalation`: the evaluator, the action, why, the refined query, and
 the tiers actually searched. Phase 1 strong enough to skip phase 2 is also strong enough to return
-without asking an evaluator (seed 003's "quick check").
+without asking an evaluator (the "quick check").
 
 `escalated_search` is the one control flow for both clients: a flow (memory_lib.core.plans) yielding
 `RunPlan` steps and `Call` steps (embedding a refined query, asking the evaluator), run by
@@ -75,14 +75,14 @@ HEURISTIC = "heuristic-offline"
 
 
 class EscalationDecision(BaseModel):
-    """Seed 003's JSON decision. `sufficient: true` means return, whatever `action` says."""
+    """The evaluator's JSON decision. `sufficient: true` means return, whatever `action` says."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     sufficient: bool
     reason: str = Field(min_length=1, max_length=1000)
     action: Action
-    refinedQuery: str | None = Field(None, max_length=MAX_QUERY_CHARS)  # noqa: N815 - the seed's key
+    refinedQuery: str | None = Field(None, max_length=MAX_QUERY_CHARS)  # noqa: N815 - the prompt's JSON key
 
     @property
     def effective_action(self) -> Action:
@@ -207,7 +207,7 @@ def parse_decision(text: str) -> EscalationDecision:
 
 
 class LLMEvaluator:
-    """Seed 003's evaluator through the Anthropic or OpenAI SDK. The client, its rate limit and retries are
+    """The LLM evaluator through the Anthropic or OpenAI SDK. The client, its rate limit and retries are
     memory_lib.llm.summarize's (same construction, same policy); only the prompt and the parsing are ours."""
 
     def __init__(

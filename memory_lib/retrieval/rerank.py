@@ -1,4 +1,4 @@
-"""Optional second-stage reranking of search hits (seed 004: "optional cross-encoder re-rank k=50→n=8").
+"""Optional second-stage reranking of search hits (e.g. a cross-encoder re-ranking k=50 → n=8).
 
 Off by default (RetrievalConfig.rerank = "off"): the fused ranking of memory_lib.retrieval.search is what the
 clients return. To use one, search wider and rerank::

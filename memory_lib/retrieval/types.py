@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 class SearchFilters:
     """Hard filters: a hit must match every one given. Times bound created_at, [since, until); the
     seen window bounds ts_seen = coalesce(last_accessed_at, created_at), [seen_since, seen_until)
-    (seed 004's `ts_seen window`). `categories` is seed 004's `type in (...)`, `required_tags` its tags
-    filter (GIN). Indexes: memories_user_type_seen, memories_tags (tests/write/test_write_path_filters.py)."""
+    (the `ts_seen` window). `categories` filters by type (`type in (...)`), `required_tags` by tags
+    (GIN). Indexes: memories_user_type_seen, memories_tags (tests/write/test_write_path_filters.py)."""
 
     categories: tuple[str, ...] | None = None
     domains: tuple[str, ...] | None = None

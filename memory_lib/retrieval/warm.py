@@ -1,4 +1,4 @@
-"""The warm tier in time (seed 003, issue 12 item 5): phase 2 searches only the months a query names.
+"""The warm tier in time: phase 2 searches only the months a query names.
 
 When a question names a time ("in May 2023", "last week", "last year": memory_lib.core.timescope), the
 archive rows phase 2 reads are those of the user whose original was created in the calendar months
@@ -17,7 +17,7 @@ stub code all look rows up by id or original_id alone), one HNSW index per parti
 corrected. The range scan prunes just as provably (EXPLAIN shows one Index Scan on
 archived_user_created_id bounded by the months; tests/retrieval/test_warm.py reads the plan) with no schema
 change. Its cost grows with the rows in the months asked for (the GIN and HNSW indexes are not
-used inside the scope), which is the seed's trade: a month is small, a year is twelve of them.
+used inside the scope), which is the trade made: a month is small, a year is twelve of them.
 
 It is opt-in: `RetrievalConfig.archive_time_scope="months"`. The default, "off", searches the whole
 archive and the named time only boosts hits (delta_time), because a memory's text often names a

@@ -1,4 +1,4 @@
-"""Seed 004 "Normalize & chunk": long texts become chunks of at most 512 tokens with 20-30 tokens of overlap.
+"""Normalize & chunk: long texts become chunks of at most 512 tokens with 20-30 tokens of overlap.
 
 Tokens are WordPiece tokens of all-MiniLM-L6-v2's (BERT uncased) vocabulary, counted by Hugging Face
 `tokenizers` from the vocabulary shipped in memory_lib/data (Apache-2.0, from the model's package):
@@ -27,7 +27,7 @@ from typing import Any
 from ..core.errors import InvalidInputError
 
 SEED_MAX_TOKENS = 512
-SEED_OVERLAP_TOKENS = 25  # seed 004: 20-30
+SEED_OVERLAP_TOKENS = 25  # 20-30 recommended
 _SLACK = 5  # how far a boundary may move to land between words
 
 

@@ -168,7 +168,7 @@ class Thresholds:
     floor: float  # cosine from which a live memory is a candidate for the LLM judge
 
 
-# Measured by `python -m bench write_path` on bench/data/write_pairs.jsonl (README "Write path"): each
+# Measured by `python -m bench write_path` on bench/data/write_pairs.jsonl (docs: the write path): each
 # stays above the highest cosine of a distinct pair that passes the word checks (MiniLM: 0.92, "sent the
 # draft to my editor / co-author"), so no distinct pair of the set merges.
 THRESHOLDS: dict[str, Thresholds] = {

@@ -9,7 +9,7 @@ from memory_lib.lifecycle.restore import archived_ids, restore_archive
 from memory_lib.storage.store import insert_memories, tier_stats
 from tests.support.factories import NOW, make_memories, services, snapshot
 
-DIM = 1536  # the seed's default dimension
+DIM = 1536  # the default dimension
 
 
 def test_thousand_memories_round_trip_through_s3(make_conn, s3_store):

@@ -1,4 +1,4 @@
-"""Consolidation (issue 13): monthly and yearly digests, facts with validity, key moments, their checks.
+"""Consolidation: monthly and yearly digests, facts with validity, key moments, their checks.
 
 Real Postgres, real archival (run_batch with the extractive summarizer and a local object store).
 """

@@ -1,5 +1,5 @@
-"""A covered memory's change makes its digest stale, and the next build rewrites it (issue 13: "Rebuilt
-when a covered memory changes (forget, restore, supersede)").
+"""A covered memory's change makes its digest stale, and the next build rewrites it (forget, restore,
+supersede).
 
 Each change goes through the product's own API (MemoryClient.restore / update / forget) on a month of
 two users, some of its memories archived by a real run_batch, consolidated by consolidate_month and

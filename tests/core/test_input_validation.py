@@ -118,7 +118,7 @@ def test_seed_defaults():
     s = Settings.from_env({})
     assert (
         s.embedding.dim == 1536 and s.retrieval.active_boost == 1.0 and s.context.total == 8000
-    )  # issue 9: ties only
+    )  # boosts break ties only
 
 
 def test_settings_from_env_validates():

@@ -1,6 +1,6 @@
 """The demo's consolidation section (memory_assets.demo._consolidation), run on the tests' small demo
 history: it builds digests and facts and prints one "who is …?" answer from facts whose every source is
-shown with its id and its tier (issue 13's "Done when"). The full `make demo` takes minutes; this is the
+shown with its id and its tier. The full `make demo` takes minutes; this is the
 function it calls, on real Postgres after a real archival night."""
 
 from __future__ import annotations

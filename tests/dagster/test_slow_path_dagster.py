@@ -485,7 +485,7 @@ def test_archive_rows_fails_its_night_when_the_store_dies_before_commit(conn, db
 
 
 def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url, history, tmp_path):
-    assert integrity.AUDIT_SAMPLE >= 1000  # every backup of a night up to 1,000 is checked (issue 17)
+    assert integrity.AUDIT_SAMPLE >= 1000  # every backup of a night up to 1,000 is checked
     store = ObjectStoreResource(kind="local", local_root=str(tmp_path / "objects"), prefix="test")
     res = resources(db_url, store)
     first = materialize(res)

@@ -1,4 +1,4 @@
-"""Re-embedding migrations (issue 14 item 3; memory_lib.lifecycle.reembedding, sql/017) against the embedded Postgres:
+"""Re-embedding migrations (memory_lib.lifecycle.reembedding, sql/017) against the embedded Postgres:
 the hashing embedder (TEST_DIM) to the local MiniLM model (384-d) over hot and archived rows, with searches
 running all along; flip, flip back, drop."""
 

@@ -1,4 +1,4 @@
-"""Retention scores, days at the floor, the `retention` policy and the superseded rule (issue 12),
+"""Retention scores, days at the floor, the `retention` policy and the superseded rule,
 against the embedded Postgres on a fixed clock; the nightly asset through Dagster."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_decay_and_floors_per_category(conn):
     assert rows["episodic_one_half_life"]["score"] == pytest.approx(0.5)
     assert rows["semantic_one_half_life"]["score"] == pytest.approx(0.5)
     assert rows["episodic_used"]["score"] > 0.6  # retrieval slows the decay
-    assert rows["procedural_ancient"]["score"] == 1.0  # seed 001: procedural never decays
+    assert rows["procedural_ancient"]["score"] == 1.0  # procedural never decays
     assert rows["episodic_forgotten"]["score"] == 0.02 and rows["episodic_forgotten"]["at_floor"]
     # Core: never below 0.60, and at it once decayed that far.
     assert rows["core_recent"]["score"] > 0.8 and not rows["core_recent"]["at_floor"]
@@ -215,7 +215,7 @@ def test_retention_policy_archives_after_seven_nights_at_floor_and_not_before(co
 
 def test_default_policy_is_adr004_and_ignores_the_floor(conn):
     assert ArchivalCriteria().policy == "adr004" and Settings.from_env({}).archival.policy == "adr004"
-    # At the floor for 10 nights but only 60 days old: ADR-004 keeps it (min_age_days = 90).
+    # At the floor for 10 nights but only 60 days old: the adr004 policy keeps it (min_age_days = 90).
     insert_memories(
         conn,
         [

@@ -1,4 +1,4 @@
-"""Stubs (issue 12, seed 001's third tier; memory_lib.lifecycle.stubs, sql/011), against the embedded Postgres and
+"""Stubs (the third tier; memory_lib.lifecycle.stubs, sql/011), against the embedded Postgres and
 a real object store; the nightly asset, its blocking check and its tier metadata through Dagster."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _client(conn, store) -> MemoryClient:
 
 
 def _archive_all(conn, store) -> None:
-    """Archive every memory added before ARCHIVED - 90 days (ADR-004), as archived at ARCHIVED."""
+    """Archive every memory added before ARCHIVED - 90 days (min_age_days), as archived at ARCHIVED."""
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
     report = run_batch(
         conn,

@@ -1,4 +1,4 @@
-"""Reactivation through associations (issue 12 item 4): follow_links surfaces the archived memories hot
+"""Reactivation through associations: follow_links surfaces the archived memories hot
 hits link to, a use of one counts toward re-promotion under the same rule as expansions, never across users."""
 
 from __future__ import annotations

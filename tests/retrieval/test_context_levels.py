@@ -1,4 +1,4 @@
-"""Context assembly with summary levels (seed 002): highest level first, trimmed lowest level first."""
+"""Context assembly with summary levels: highest level first, trimmed lowest level first."""
 
 from __future__ import annotations
 

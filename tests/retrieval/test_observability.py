@@ -1,4 +1,4 @@
-"""Observability (seed 004): OpenTelemetry spans retrieve -> rerank -> pack, the search debug record, and
+"""Observability: OpenTelemetry spans retrieve -> rerank -> pack, the search debug record, and
 the context metrics, against the real Postgres and the real OpenTelemetry SDK (in-memory exporters);
 and the library without opentelemetry (a subprocess where its import fails)."""
 

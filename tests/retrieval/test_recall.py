@@ -1,4 +1,4 @@
-"""Recall that survives archival, with the library's DEFAULT settings (issue 9).
+"""Recall that survives archival, with the library's DEFAULT settings.
 
 Real Postgres, real archival (offline summarizer, summary embeddings), the shipped embedders.
 """

@@ -1,4 +1,4 @@
-"""The warm tier in time (issue 12 item 5): a question naming a time makes phase 2 read only the archive
+"""The warm tier in time: a question naming a time makes phase 2 read only the archive
 rows of those months, shown by the executed plan (EXPLAIN ANALYZE): other months' rows are never read."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The backup object: the seed's format plus user_id, canonical bytes, float32-exact embeddings."""
+"""The backup object: its format with user_id, canonical bytes, float32-exact embeddings."""
 
 from __future__ import annotations
 

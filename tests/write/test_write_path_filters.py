@@ -1,5 +1,5 @@
-"""Seed 004's search filters: `type in (...)` (categories), tags (GIN) and a ts_seen window, served by
-the indexes the seed lists (EXPLAIN on the hot search statement), and what they return."""
+"""The search filters: `type in (...)` (categories), tags (GIN) and a ts_seen window, served by
+their indexes (EXPLAIN on the hot search statement), and what they return."""
 
 from __future__ import annotations
 

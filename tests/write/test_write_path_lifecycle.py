@@ -1,4 +1,4 @@
-"""Issue 16, seed 004's write path: long texts as chunks, TTL expiry archived by the nightly run,
+"""The write path: long texts as chunks, TTL expiry archived by the nightly run,
 near-duplicates per embedder with the default settings, against the embedded Postgres."""
 
 from __future__ import annotations

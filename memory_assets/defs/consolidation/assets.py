@@ -108,8 +108,8 @@ def monthly_digests(
     summarizer: SummarizerResource,
 ) -> dg.MaterializeResult:
     """Level 2: one digest per user of the month, from the month's archived summaries and hot memories
-    (seed 003's JSON in `body`, provenance in source_memory_ids); rewritten only when a covered memory
-    changed (source_fingerprint)."""
+    (the digest JSON in `body`: summary, key topics and people, highlights; provenance in
+    source_memory_ids); rewritten only when a covered memory changed (source_fingerprint)."""
     return _digest_level(context, 2, database, embedder, summarizer)
 
 

@@ -1,4 +1,4 @@
-"""The dry run (seed's Phase 2): what the Slow Path would do, with nothing written to Postgres."""
+"""The dry run, before the first backlog: what the Slow Path would do, with nothing written to Postgres."""
 
 import time
 from datetime import UTC, datetime

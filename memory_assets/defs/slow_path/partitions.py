@@ -65,7 +65,7 @@ START = partition_start(SETTINGS)
 
 nights = dg.DailyPartitionsDefinition(start_date=START.isoformat(), timezone=SLOW_PATH.timezone)
 
-# The first backlog (seed's Phase 3) is a backfill over every past night. A run takes up to a month
+# The first backlog (after the dry run) is a backfill over every past night. A run takes up to a month
 # of nights and works through them in date order; runs of one backfill run one after another
 # (dagster.yaml limits them per backfill), and each run is gated by its own checks, so a bad month
 # stops archival without holding back the months already archived.

@@ -40,8 +40,8 @@ from .partitions import nights as night_partitions
 def stub_conversions(
     context: dg.AssetExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
 ) -> dg.MaterializeResult:
-    """Turn archived memories neither expanded nor used for stub_after_days (seed 001's
-    cold_storage_ttl_days, 180) into stubs: summary vector dropped (never returned by vector search),
+    """Turn archived memories neither expanded nor used for stub_after_days (a
+    cold-storage TTL, 180 days) into stubs: summary vector dropped (never returned by vector search),
     summary and full-text entry kept, original still in object storage (verified before). Expanding a
     stub re-embeds its summary; 3 expansions in 30 days re-promote it. Core memories are exempt."""
     started = time.monotonic()
