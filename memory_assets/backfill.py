@@ -228,11 +228,14 @@ def wait_for_backfill(
     on_run: Callable[[RunResult], None] | None = None,
     daemon: subprocess.Popen[bytes] | None = None,
     poll_s: float = 2.0,
+    runs_finished: int | None = None,
 ) -> Any:
     """Poll until the backfill reaches a terminal status; returns it (a PartitionBackfill).
 
-    Calls `on_run` once per run as it finishes, in the order the runs finish. Raises TimeoutError
-    after `timeout_s`, RuntimeError when `daemon` exits before the backfill is done."""
+    Calls `on_run` once per run as it finishes, in the order the runs finish. With `runs_finished`,
+    returns as soon as that many of its runs have finished, status not yet terminal: the daemon marks
+    a backfill done only on its next loop, up to 30 s later, and the caller may work meanwhile. Raises
+    TimeoutError after `timeout_s`, RuntimeError when `daemon` exits before the backfill is done."""
     from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES
 
     deadline = time.monotonic() + timeout_s
@@ -247,6 +250,8 @@ def wait_for_backfill(
                 if on_run is not None:
                     on_run(read_run(instance, record))
         if backfill.status in BULK_ACTION_TERMINAL_STATUSES:
+            return backfill
+        if runs_finished is not None and len(reported) >= runs_finished:
             return backfill
         if daemon is not None and daemon.poll() is not None:
             raise RuntimeError(

@@ -1,14 +1,17 @@
-"""The demo, through Dagster: `python -m memory_assets.demo [--days N] [--users N] [--per-day LO,HI] [--dim D]`.
+"""The demo, through Dagster: `python -m memory_assets.demo [--full] [--days N] [--users N] [--per-day LO,HI] [--dim D]`.
 
 1. Starts the embedded Postgres under $MEMORY_ARCHIVE_STATE_DIR (default: the checkout's .state) and recreates the
-   dedicated database `memory_demo` (never DATABASE_URL's database), loads a deterministic history.
+   dedicated database `memory_demo` (never DATABASE_URL's database), loads a deterministic history
+   (149 days by default, --full for 450) and searches one memory that the nights will archive.
 2. Backfills every night from the history's first eligible night to yesterday as a Dagster backfill of
    slow_path_job: starts `dagster-daemon` on $DAGSTER_HOME (default <state>/dagster), submits the
    backfill (the daemon splits it by the backfill policy, 30 nights a run, and the run queue runs them
-   one after another in date order), prints each run's per-night results from the event log, stops the
-   daemon. The UI (`make dev`) then shows the backfill, slow_path_job's runs and the timeline.
-3. Prints the checks, the tiers and table sizes before/after, the objects written, a few archive
-   rows, and one memory restored through the `rollback` job and compared byte for byte.
+   one after another in date order) and prints each run's per-night results from the event log. The UI
+   (`make dev`) then shows the backfill, slow_path_job's runs and the timeline.
+3. Prints the checks, the tiers and table sizes before/after, the objects written, a few archive rows,
+   the same search after archival with one expansion, the consolidation, and one memory restored
+   through the `rollback` job and compared byte for byte; then the backfill's final status (the daemon
+   marks it on its next loop) and stops the daemon.
 Offline: extractive summaries and hashing embeddings, no network call. Stops the processes it started.
 """
 
@@ -17,12 +20,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
 import time
 import warnings
 from collections import Counter
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,22 +36,32 @@ from zoneinfo import ZoneInfo
 if TYPE_CHECKING:  # imported lazily at run time (main imports memory_lib once settings are set)
     from memory_lib.core.rows import Conn
     from memory_lib.llm.embedding import Embedder
+    from memory_lib.retrieval.types import SearchHit, SearchResult
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DB = "memory_demo"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # the demo prints its own summary
 OBJECTS = "demo-objects"
 DAEMON_LOG = "dagster-daemon.log"
+DEFAULT_DAYS = 149
+FULL_DAYS = 450
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m memory_assets.demo", description=__doc__.splitlines()[0])
-    # 450 days (~34k memories, ~16k archived) keeps the demo near 3 minutes on 2 busy cores.
-    p.add_argument("--days", type=int, default=450, help="days of history (default 450)")
+    # 149 days (~11k memories) give 60 nights to archive, 2 runs of the backfill policy's 30 nights: the
+    # demo takes under 3 minutes on 2 cores. --full is the 15-month history (~34k memories, 13 runs).
+    p.add_argument("--days", type=int, default=None, help=f"days of history (default {DEFAULT_DAYS})")
+    p.add_argument(
+        "--full", action="store_true", help=f"the full {FULL_DAYS}-day history (~34k memories, 10-20 minutes)"
+    )
     p.add_argument("--users", type=int, default=4, help="users, 1-4 (default 4)")
     p.add_argument("--per-day", default="50,100", help="memories a day across users, LO,HI (default 50,100)")
     p.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384)")
     args = p.parse_args(argv)
+    if args.full and args.days is not None:
+        p.error(f"--full and --days={args.days}: give one of them")
+    args.days = FULL_DAYS if args.full else (args.days or DEFAULT_DAYS)
     try:
         lo, _, hi = args.per_day.partition(",")
         args.per_day = (int(lo), int(hi or lo))
@@ -63,6 +78,10 @@ def _human(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return str(n)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _section(title: str) -> None:
@@ -143,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"state dir {state}; database {DEMO_DB} in the embedded Postgres (DATABASE_URL is not used)")
     server = EmbeddedPostgres(state / "pg")
     server_url = server.start()
+    daemon_stack = ExitStack()  # the dagster-daemon, once started
+    submitted: backfill.SubmittedBackfill | None = None
     try:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {DEMO_DB} WITH (FORCE)")
@@ -225,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         items += today
         users = Counter(m.user_id for m in items)
         print(
-            f"{len(items)} memories of {len(users)} users over {args.days} days "
+            f"{len(items)} memories of {_n(len(users), 'user')} over {args.days} days "
             f"({items[0].created_at:%Y-%m-%d} .. {items[-1].created_at:%Y-%m-%d}) in {time.monotonic() - t:.0f} s"
         )
         before = tier_stats(conn)
@@ -240,6 +261,20 @@ def main(argv: list[str] | None = None) -> int:
             for r in eligibility.select_eligible(conn, criteria, night_as_of(last_night, timezone), 50)
         ]
         snapshot = integrity.exact_rows(conn, watch)
+        # Recall before: one of them, searched by its names and numbers as a user remembers them (one with
+        # a number when there is one: the history repeats its sentences with other names and numbers).
+        probes = sorted(
+            (snapshot[i] for i in watch if _probe_query(snapshot[i]["content"])),
+            key=lambda r: not re.search(r"\d", _probe_query(r["content"])),
+        )
+        probe = probes[0] if probes else None
+        reader = MemoryClient(conn, embedder=embedder, settings=Settings.from_env(), actor="demo-reader")
+        if probe is not None:
+            _section("Recall before archival: memory_lib's search, default settings")
+            query = _probe_query(probe["content"])
+            print(f"memory {str(probe['id'])[:8]} ({probe['user_id']}, hot): {probe['content']!r}")
+            print(f"query, its names and numbers: {query!r}")
+            _show_hits(reader.search(probe["user_id"], query), probe["id"])
 
         _section(f"Backfill {first_night} .. {last_night}: a Dagster backfill run by the daemon")
         print(
@@ -295,35 +330,34 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         t = time.monotonic()
-        submitted = None
-        try:
-            with backfill.running_daemon(env, state / DAEMON_LOG) as daemon:
-                submitted = backfill.submit_job_backfill(
-                    instance,
-                    "slow_path_job",
-                    [n.isoformat() for n in nights],
-                    env=env,
-                    title=f"memory-archive demo backlog {first_night}..{last_night}",
-                    tags={"memory-archive/demo": "backfill"},
-                )
-                expected = submitted.runs_expected
-                print(
-                    f"backfill {submitted.backfill_id}: {len(nights)} nights of slow_path_job in {expected} runs "
-                    f"of up to {BACKFILL_NIGHTS_PER_RUN} nights (backfill policy), one run at a time (run queue), "
-                    f"at most {criteria.batch_size} memories a night; the daemon starts them",
-                    flush=True,
-                )
-                result = backfill.wait_for_backfill(
-                    instance, submitted.backfill_id, timeout_s=6 * 3600, on_run=report, daemon=daemon
-                )
-        except BaseException:
-            if submitted is not None:  # the daemon is stopped: say so in the instance, not "in progress"
-                backfill.cancel_backfill(instance, submitted.backfill_id, "the demo stopped before the end")
-            print(f"backfill stopped; the daemon's log: {state / DAEMON_LOG}")
-            raise
-        ok = result.status.value == "COMPLETED_SUCCESS"
+        # The daemon runs until the end: it marks the backfill done on its next loop (up to 30 s after
+        # the last run), while the demo goes on.
+        daemon = daemon_stack.enter_context(backfill.running_daemon(env, state / DAEMON_LOG))
+        submitted = backfill.submit_job_backfill(
+            instance,
+            "slow_path_job",
+            [n.isoformat() for n in nights],
+            env=env,
+            title=f"memory-archive demo backlog {first_night}..{last_night}",
+            tags={"memory-archive/demo": "backfill"},
+        )
+        expected = submitted.runs_expected
         print(
-            f"backfill {result.status.value}: {len(done)} runs in {time.monotonic() - t:.0f} s "
+            f"backfill {submitted.backfill_id}: {_n(len(nights), 'night')} of slow_path_job in {_n(expected, 'run')} "
+            f"of up to {BACKFILL_NIGHTS_PER_RUN} nights (backfill policy), one run at a time (run queue), "
+            f"at most {criteria.batch_size} memories a night; the daemon starts them",
+            flush=True,
+        )
+        backfill.wait_for_backfill(
+            instance,
+            submitted.backfill_id,
+            timeout_s=6 * 3600,
+            on_run=report,
+            daemon=daemon,
+            runs_finished=expected,
+        )
+        print(
+            f"{len(done)}/{expected} runs finished in {time.monotonic() - t:.0f} s "
             "(a failed gate fails its run and pauses archival: the later runs archive nothing)"
         )
         backfill_s = time.monotonic() - t
@@ -335,7 +369,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, runs in check_results.items():
             passed = sum(1 for p, _, _ in runs if p)
             detail = ""
-            if name == "backups_round_trip":
+            if name == "stubs_backed_up":
+                # The state of the whole bucket when each night was checked: the last night's is now's.
+                last = runs[-1][2]
+                detail = (
+                    f"{last['stubs']} stubs, {last['backups_missing']} backups missing, "
+                    f"{last['backups_mismatched']} mismatched at the last night"
+                )
+            elif name == "backups_round_trip":
                 detail = (
                     f"{sum(m['checked'] for _, _, m in runs)} backups read back, "
                     f"{sum(m['faithful'] for _, _, m in runs)} faithful, {sum(m['failed'] for _, _, m in runs)} failed"
@@ -353,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
                 probed = [m for _, _, m in runs if not m.get("nothing_to_check")]
                 detail = (
                     f"{sum(m['found'] for m in probed)}/{sum(m['sampled'] for m in probed)} sampled archived memories "
-                    f"found in the top 10 by their first sentence over {len(probed)} nights; "
-                    f"{len(runs) - len(probed)} nights with nothing archived to probe"
+                    f"found in the top 10 by their first sentence over {_n(len(probed), 'night')}; "
+                    f"{_n(len(runs) - len(probed), 'night')} with nothing archived to probe"
                 )
             elif name == "tiers_consistent":
                 problems: Counter[str] = Counter()
@@ -370,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 detail = ", ".join(f"{k} {v}" for k, v in problems.items())
             verdict = "PASSED" if passed == len(runs) else "FAILED"
-            print(f"{name:<20} {verdict} on {passed}/{len(runs)} nights ({detail})")
+            print(f"{name:<20} {verdict} on {passed}/{len(runs)} nights" + (f" ({detail})" if detail else ""))
 
         _section("After the backfill")
         after = tier_stats(conn)
@@ -436,24 +477,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    summary:  {r['summary']}")
             print(f"    original: {doc.content}")
 
-        _section("Recall with memory_lib: two-phase search (hot, then archived summaries) and one expansion")
-        client = MemoryClient(conn, embedder=embedder, object_store=store)
-        probe = rows[0] if rows else None
-        if probe is None:
-            print("nothing archived: no recall to show")
-        else:
-            query = probe["summary"]
-            result = client.search(probe["user_id"], query, phase2="always")
-            print(f"user {probe['user_id']}, query: {query!r} (phase 2: {result.phase2_reason})")
-            for hit in result:
-                print(f"  {hit.scores.final:5.3f} {hit.source:<8} {hit.labeled_text[:110]}")
-            archived_hit = next(iter(result.archived), None)
-            if archived_hit is not None:
-                expansion = client.expand(probe["user_id"], archived_hit.id)
+        if probe is not None:
+            _section("Recall after archival: the same search, then one expansion")
+            result = reader.search(probe["user_id"], _probe_query(probe["content"]))
+            print(f"phase 2 (archived summaries) searched: {result.phase2_reason or 'no'}")
+            hit = _show_hits(result, probe["id"])
+            if hit is not None and hit.source == "archived":
+                client = MemoryClient(conn, embedder=embedder, object_store=store)
+                expansion = client.expand(probe["user_id"], hit.id)
                 print(
-                    f"expanded archive {str(archived_hit.id)[:8]}: sha256 verified, original text: "
-                    f"{expansion.content!r}; expansions in window {expansion.expansions_in_window}, "
-                    f"promoted: {expansion.promoted}"
+                    f"expanded archive {str(hit.id)[:8]}: sha256 verified; original text equal to the memory "
+                    f"before archival: {expansion.content == probe['content']}; promoted to hot: {expansion.promoted}"
                 )
 
         consolidated_ok = _consolidation(conn, embedder, timezone)
@@ -465,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                 "SELECT original_id FROM archived_memories WHERE original_id = ANY(%s)", (watch,)
             ).fetchall()
         }
-        pick = next((i for i in watch if i in archived_now), None)
+        # Not the recall probe: its expansion counted an access on the archive row.
+        pick = next((i for i in watch if i in archived_now and (probe is None or i != probe["id"])), None)
         restored_ok = False
         if pick is None:
             print("none of the watched memories was archived: nothing to restore")
@@ -491,6 +526,11 @@ def main(argv: list[str] | None = None) -> int:
             final = tier_stats(conn)
             print(f"tiers now: hot {final.hot}, archived {final.archived}")
         conn.close()
+        result = backfill.wait_for_backfill(instance, submitted.backfill_id, timeout_s=120, daemon=daemon)
+        ok = result.status.value == "COMPLETED_SUCCESS"
+        print(f"backfill {submitted.backfill_id}: {result.status.value}, as the daemon marked it")
+        daemon_stack.close()
+        submitted = None
         all_green = ok and consolidated_ok and all(p for runs in check_results.values() for p, _, _ in runs)
         _section("Done")
         print(
@@ -499,8 +539,34 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("UI on the demo database: python -m memory_assets.dev --demo   (then http://127.0.0.1:3000)")
         return 0 if all_green and restored_ok else 1
+    except BaseException:
+        daemon_stack.close()
+        if submitted is not None:  # the daemon is stopped: say so in the instance, not "in progress"
+            backfill.cancel_backfill(instance, submitted.backfill_id, "the demo stopped before the end")
+            print(f"backfill stopped; the daemon's log: {state / DAEMON_LOG}")
+        raise
     finally:
+        daemon_stack.close()
         server.stop()
+
+
+def _probe_query(content: str) -> str:
+    """A memory's names and numbers (capitalized words, words with digits): what a user remembers of it,
+    not its wording. Empty when it has no such word."""
+    words = re.findall(r"[#\w][\w'-]*", content)
+    return " ".join(w for w in words if w[0].isupper() or any(c.isdigit() for c in w))
+
+
+def _show_hits(result: SearchResult, memory_id: Any, shown: int = 3) -> SearchHit | None:
+    """Prints the top `shown` hits and the rank of `memory_id` (marked *); returns its hit, if any."""
+    rank = next((i for i, h in enumerate(result) if h.provenance.memory_id == memory_id), None)
+    for i, h in enumerate(result):
+        if i < shown or i == rank:
+            mark = "*" if i == rank else " "
+            print(f"  {mark} {i + 1:>2}. {h.scores.final:5.3f} {h.source:<8} {h.labeled_text[:100]}")
+    where = "not in the top 10" if rank is None else f"rank {rank + 1} of {len(result)}"
+    print(f"the memory: {where}")
+    return None if rank is None else result.hits[rank]
 
 
 def _consolidation(conn: Conn, embedder: Embedder, timezone: str) -> bool:

@@ -8,6 +8,7 @@ import shutil
 import site
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,30 @@ def clean_env(**extra: str) -> dict[str, str]:
         if not k.startswith("MEMORY_ARCHIVE_") and k not in ("PYTHONPATH", "DATABASE_URL", "VIRTUAL_ENV")
     }
     return env | extra
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    state: (
+        Path  # its MEMORY_ARCHIVE_STATE_DIR: demo.env, the embedded Postgres, the objects, the Dagster home
+    )
+    proc: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`make demo`'s `python -m memory_assets.demo`, default arguments, in a state dir of its own: run once
+    for the tests that read its output or its data (about 2 minutes on 2 cores)."""
+    state = tmp_path_factory.mktemp("demo") / "state"
+    env = clean_env(MEMORY_ARCHIVE_STATE_DIR=str(state), PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    for key in ("DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        env.pop(key, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memory_assets.demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return DemoRun(state, proc)

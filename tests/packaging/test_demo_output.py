@@ -1,0 +1,105 @@
+"""`make demo` prints what the getting-started page shows: its sample output, line for line.
+
+The sample is the ```text block after `<!-- demo-output -->` in docs/getting-started.md. Each of its lines
+is a template for one or more consecutive lines of the demo's output. What changes from run to run
+matches anything of its kind: numbers (counts, sizes, seconds, dates), ids (8 hex digits or a UUID),
+month names (the history ends today), runs of spaces; `…` in the sample matches any text (paths, the
+backfill's id). Every output line must match the template at its place and every template at least one
+line, so a line added, dropped or reworded on either side fails the test. Blank lines are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.packaging.conftest import ROOT, DemoRun
+
+PAGE = ROOT / "docs" / "getting-started.md"
+MARKER = "<!-- demo-output -->"
+
+
+def sample_lines(page: Path = PAGE) -> list[str]:
+    text = page.read_text()
+    assert MARKER in text, f"{page}: no {MARKER} line before the demo's sample output"
+    block = re.match(r"\s*```text\n(.*?)\n```", text[text.index(MARKER) + len(MARKER) :], re.S)
+    assert block is not None, f"{page}: {MARKER} is not followed by a ```text block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_KINDS = [  # (sample token, what it matches in the output)
+    ("…", ".*"),
+    (
+        r"\b(?=[0-9a-f]*\d)[0-9a-f]{8}(?:-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?\b",
+        r"[0-9a-f]{8}(?:-[0-9a-f-]{27})?",
+    ),
+    (rf"\b(?:{_MONTHS})\b", rf"(?:{_MONTHS})"),
+    (r"\d[\d.,]*\d|\d", r"\d[\d.,]*"),
+    (r" +", r" +"),
+]
+_TOKENS = re.compile("|".join(f"({pattern})" for pattern, _ in _KINDS))
+
+
+def template(line: str) -> re.Pattern[str]:
+    """The regex of one sample line (see the module docstring)."""
+    out, pos = [], 0
+    line = line.strip()
+    for m in _TOKENS.finditer(line):
+        out.append(re.escape(line[pos : m.start()]))
+        out.append(_KINDS[m.lastindex - 1][1])  # type: ignore[operator]  # one group matched
+        pos = m.end()
+    out.append(re.escape(line[pos:]))
+    return re.compile("".join(out))
+
+
+def mismatches(sample: list[str], output: list[str]) -> list[str]:
+    """Where `output` departs from `sample` (empty when it follows it), by the module docstring's rules."""
+    templates = [template(s) for s in sample]
+    lines = [line.strip() for line in output if line.strip()]
+    problems: list[str] = []
+    i = 0
+    for n, (text, pattern) in enumerate(zip(sample, templates, strict=True)):
+        if i >= len(lines) or not pattern.fullmatch(lines[i]):
+            got = lines[i] if i < len(lines) else "<end of output>"
+            problems.append(f"sample line {n + 1} {text!r} does not match output line {i + 1} {got!r}")
+            return problems
+        i += 1
+        # Further lines of the same shape (one per run, archive row, fact), unless the next template takes them.
+        following = templates[n + 1] if n + 1 < len(templates) else None
+        while (
+            i < len(lines)
+            and pattern.fullmatch(lines[i])
+            and not (following and following.fullmatch(lines[i]))
+        ):
+            i += 1
+    problems += [f"output line {j + 1} {lines[j]!r} is not in the sample" for j in range(i, len(lines))]
+    return problems
+
+
+def test_templates_match_numbers_text_and_repeated_lines() -> None:
+    sample = ["== Check results", "run 1/2 …: claimed 10, archived 10 (25 s)", "byte-exact: YES"]
+    assert template("memory 0fc05531 for June 2026 (7.5 s)").fullmatch("memory 6cad4a26 for May 2027 (12 s)")
+    assert not template("memory 0fc05531 for June").fullmatch("memory 6cad4a26 for Monday")
+    ok = [
+        "== Check results",
+        "run  1/13 a..b: claimed 1,146, archived 1146 (22 s)",
+        "run 2/13 c: claimed 1, archived 1 (8 s)",
+        "byte-exact: YES",
+    ]
+    assert mismatches(sample, ok) == []
+    assert mismatches(sample, [*ok, "an extra line ()"])  # a line the sample lacks
+    assert mismatches(sample, ok[:1] + ok[3:])  # a sample line the output lacks
+    assert mismatches(sample, [ok[0], "run 1/2 x: claimed 10, kept 10 (25 s)", ok[3]])  # a reworded line
+
+
+@pytest.mark.slow
+def test_demo_prints_the_documented_sample(demo: DemoRun) -> None:
+    proc = demo.proc
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    problems = mismatches(sample_lines(), proc.stdout.splitlines())
+    assert not problems, "\n".join(problems[:10])
+    # Nothing but the demo's own lines: no third-party warning on stderr.
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]
