@@ -11,7 +11,7 @@ export DAGSTER_HOME ?= $(MEMORY_ARCHIVE_STATE_DIR)/dagster
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-local demo dev screenshots test lint bench clean
+.PHONY: install install-local demo dev screenshots test lint bench docs clean
 
 # deploy/constraints.txt pins the dependencies to the versions the tests ran on (the image uses it too):
 # a fresh machine gets the same versions, not whatever the registry serves that day.
@@ -32,6 +32,8 @@ install-local: $(LOCAL_STAMP)
 demo: $(STAMP)
 	$(PY) -m memory_assets.demo
 
+# The Dagster UI on the demo's database. Ctrl-C (or SIGTERM to make) stops the webserver, daemon and
+# code server within GRACE_SECONDS (memory_assets/dev.py): one command, no shell, so make waits for it.
 dev: $(STAMP)
 	$(PY) -m memory_assets.dev --demo
 
@@ -52,6 +54,10 @@ lint: $(STAMP)
 
 bench: $(LOCAL_STAMP)
 	$(PY) -m bench all
+
+# The documentation site (mkdocs.yml, docs/): every warning is an error; the HTML goes to .state/site.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(MEMORY_ARCHIVE_STATE_DIR)/site
 
 clean:
 	rm -rf .state $(VENV)

@@ -1,5 +1,5 @@
 """Write deploy/constraints.txt: every package the image installs (pyproject's dependencies, those of
-the `all` extra, and theirs) pinned to the version installed in this environment, the one the tests ran on.
+the `all` extra, and theirs) and those of the `docs` extra, pinned to the version installed in this environment, the one the tests ran on.
 
     python deploy/pin_constraints.py      # after changing dependencies; commit the result
 
@@ -28,7 +28,8 @@ def pinned() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     (own,) = [Requirement(r) for r in extras["all"]]  # memory-archive[dagster,embedded,...]
-    deps = [*project["dependencies"], *(r for e in sorted(own.extras) for r in extras[e])]
+    # `docs` too: `make` installs it with the dev tools (mkdocs), and the same pins keep its build repeatable.
+    deps = [*project["dependencies"], *(r for e in sorted(own.extras | {"docs"}) for r in extras[e])]
     found: dict[str, str] = {}
     todo = [Requirement(r) for r in deps]
     done: set[tuple[str, frozenset[str]]] = set()

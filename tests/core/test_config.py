@@ -1,4 +1,4 @@
-"""Settings from the environment: every setting has a variable, the README's table matches the model,
+"""Settings from the environment: every setting has a variable, the settings page's table (docs/reference/settings.md) matches the model,
 unknown variables and bad values are one-line ConfigErrors naming the variable and the value."""
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ def _field(path: tuple[str, ...]):
     return model.model_fields[path[-1]]
 
 
-# --------------------------------------------------------------------------- README table
+# --------------------------------------------------------------------------- the settings page's table
 
 
 def _readme_rows() -> list[dict[str, str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("\n## Configuration") :]
-    section = section[: section.index("\n## ", 1)]
+    text = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    section = text[: text.index("\n## ")]  # the table, before the page's first section
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -57,16 +56,16 @@ def test_readme_table_documents_every_setting_and_only_settings():
     documented: dict[tuple[str, ...], str] = {}
     for row in rows:
         variable, setting = _code(row["variable"]), _code(row["setting"])
-        assert variable in names, f"README documents {variable}, which Settings does not read"
+        assert variable in names, f"the settings page documents {variable}, which Settings does not read"
         path = tuple(setting.split("."))
         assert names[variable] == path, (
-            f"README: {variable} sets {setting}, the model says {'.'.join(names[variable])}"
+            f"settings page: {variable} sets {setting}, the model says {'.'.join(names[variable])}"
         )
         assert path not in documented, f"{setting} documented twice"
-        assert row["meaning"], f"{variable} has no meaning in the README"
+        assert row["meaning"], f"{variable} has no meaning on the settings page"
         documented[path] = row["default"]
     missing = [".".join(p) for p in setting_paths() if p not in documented]
-    assert not missing, f"settings missing from README's configuration table: {missing}"
+    assert not missing, f"settings missing from the settings page's table: {missing}"
     # A setting with a short name is documented under it (the nested name is the general rule).
     for name, path in ENV_ALIASES.items():
         assert any(_code(r["variable"]) == name for r in rows), f"{name} not in the table"
@@ -83,18 +82,18 @@ def test_readme_defaults_are_the_models():
         default, shown = field.default, _code(row["default"])
         if default is None:
             assert row["default"].startswith("unset"), (
-                f"{path}: README default {row['default']!r}, model None"
+                f"{path}: settings page default {row['default']!r}, model None"
             )
         elif isinstance(default, str):
-            assert shown == str(default), f"{path}: README {shown!r}, model {default!r}"
+            assert shown == str(default), f"{path}: settings page {shown!r}, model {default!r}"
         elif isinstance(default, bool):  # before int: as the environment spells it
-            assert shown == str(default).lower(), f"{path}: README {shown!r}, model {default!r}"
+            assert shown == str(default).lower(), f"{path}: settings page {shown!r}, model {default!r}"
         elif isinstance(default, int | float):
             assert shown is not None and float(shown) == default, (
-                f"{path}: README {shown!r}, model {default!r}"
+                f"{path}: settings page {shown!r}, model {default!r}"
             )
         elif isinstance(default, tuple):
-            assert shown == ",".join(default), f"{path}: README {shown!r}, model {default!r}"
+            assert shown == ",".join(default), f"{path}: settings page {shown!r}, model {default!r}"
         elif isinstance(default, date):
             assert shown == default.isoformat()
         else:

@@ -1,0 +1,620 @@
+"""Every code block of README.md and docs/**/*.md runs or is checked, and the settings reference matches
+the model.
+
+How a block is treated is decided by its language and by an HTML comment on the line right before it:
+
+* ``python``: executed, the blocks of one page in order in one namespace, in a fresh process against a
+  fresh test database (offline embedder and summarizer, a local object store). A ``text`` block right
+  after ``<!-- output -->`` is what the python block before it prints (doctest rules: ``...`` matches
+  anything). ``<!-- run: demo -->``: runs against the demo's database instead (the slow test below).
+* ``bash``: every command is checked: ``memory-archive ...`` parses against the real click command tree,
+  ``make X`` names a Makefile target, ``python -m MODULE ARGS`` names a module whose argument parser
+  accepts ARGS, ``dagster ...`` parses against Dagster's CLI, ``pip install 'memory-archive[x]'`` names
+  real extras; anything else must be one of a few known commands.
+* ``env`` / ``yaml`` / ``toml`` / ``json``: parsed; an env block is validated by ``Settings.from_env``
+  and may name only settings and a few known outside variables; the backup example is a restorable
+  backup object in canonical form.
+* ``sql``: what a DBA runs (docs/how-to/postgres.md): executed as a superuser, then the role it creates
+  migrates the database.
+* ``text``: output, never code: after ``<!-- output -->`` (checked), ``<!-- sample-output: what -->``
+  (an illustration) or ``<!-- demo-output -->`` (the demo's sample, checked by the demo's own test).
+
+``<!-- not-run: reason -->`` skips a block; it is for the rare block that needs what the tests do not
+install. A block in any other language, or a text block without a marker, fails the test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import doctest
+import json
+import os
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml  # type: ignore[import-untyped]
+from click.testing import CliRunner
+from psycopg.conninfo import make_conninfo
+
+from memory_lib.cli import cli
+from memory_lib.core.config import ENV_ALIASES, Settings, env_names, setting_paths
+from memory_lib.core.models import BackupObject
+from tests.packaging.conftest import DemoRun
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+
+LANGUAGES = {"python", "bash", "env", "yaml", "toml", "json", "sql", "text"}
+TEXT_MARKERS = ("output", "sample-output", "demo-output")
+MAX_NOT_RUN = 3  # the opt-out is for the rare block that needs what the tests do not install
+
+# Variables the docs may set besides the settings: credentials and other programs' settings.
+OUTSIDE_VARIABLES = {
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_PROFILE",
+    "DAGSTER_HOME",
+    "DAGSTER_PG_URL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+}
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[ \t]*$")
+_MARKER = re.compile(r"^<!--\s*(?P<kind>[\w-]+)(?::\s*(?P<arg>.*?))?\s*-->$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    code: str
+    marker: str | None  # "output", "not-run", ... from the comment right before the fence
+    marker_arg: str | None
+
+    def __str__(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line} ({self.lang or 'no language'})"
+
+
+def blocks(page: Path) -> list[Block]:
+    lines = page.read_text().splitlines()
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent = m.group("indent")
+        end = next(
+            (j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"),
+            None,
+        )
+        assert end is not None, f"{page}:{i + 1}: a code block is not closed"
+        body = [line[len(indent) :] if line.startswith(indent) else line for line in lines[i + 1 : end]]
+        before = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        marker = _MARKER.match(before)
+        found.append(
+            Block(
+                page,
+                i + 1,
+                m.group("lang"),
+                "\n".join(body) + "\n",
+                marker.group("kind") if marker else None,
+                marker.group("arg") if marker else None,
+            )
+        )
+        i = end + 1
+    return found
+
+
+ALL_BLOCKS = [b for page in PAGES for b in blocks(page)]
+
+
+def _of(lang: str) -> list[Block]:
+    return [b for b in ALL_BLOCKS if b.lang == lang and b.marker != "not-run"]
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def test_every_block_is_classified() -> None:
+    assert len(ALL_BLOCKS) > 30, "the docs lost their code blocks"
+    problems = []
+    for b in ALL_BLOCKS:
+        if b.lang not in LANGUAGES:
+            problems.append(f"{b}: no rule runs this language; mark it or use one of {sorted(LANGUAGES)}")
+        if b.marker == "not-run" and not b.marker_arg:
+            problems.append(f"{b}: <!-- not-run: reason --> needs its reason")
+        if b.lang == "text" and b.marker not in TEXT_MARKERS:
+            problems.append(f"{b}: a text block is output: mark it with one of {TEXT_MARKERS}")
+        if b.marker in TEXT_MARKERS and b.lang != "text":
+            problems.append(f"{b}: <!-- {b.marker} --> marks text blocks only")
+        if b.marker not in (None, "not-run", "run", *TEXT_MARKERS):
+            problems.append(f"{b}: unknown marker {b.marker!r}")
+        if b.marker == "run" and (b.marker_arg != "demo" or b.lang != "python"):
+            problems.append(f"{b}: only python blocks take <!-- run: demo -->")
+    assert not problems, "\n".join(problems)
+    not_run = [str(b) for b in ALL_BLOCKS if b.marker == "not-run"]
+    assert len(not_run) <= MAX_NOT_RUN, f"too many blocks opted out: {not_run}"
+
+
+def test_the_demo_output_sample_is_in_place() -> None:
+    """One ```text block right after <!-- demo-output --> in getting-started (the demo's test reads it)."""
+    samples = [b for b in ALL_BLOCKS if b.marker == "demo-output"]
+    assert [(b.page.name, b.lang) for b in samples] == [("getting-started.md", "text")]
+    assert "== Check results" in samples[0].code
+
+
+def test_no_seed_or_issue_numbers_in_user_facing_text() -> None:
+    for page in PAGES:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            assert not re.search(r"seed[ -]?0|seeds? \d|\bissue", line, re.I), f"{page}:{n}: {line}"
+
+
+# --------------------------------------------------------------------------- python
+
+
+def _output_checks(page_blocks: list[Block]) -> list[tuple[int, Block]]:
+    """(index among the page's run python blocks, its <!-- output --> text block)."""
+    checks = []
+    index = -1
+    for b in page_blocks:
+        if b.lang == "python" and b.marker is None:
+            index += 1
+        elif b.marker == "output":
+            assert index >= 0, f"{b}: <!-- output --> with no python block before it"
+            checks.append((index, b))
+    return checks
+
+
+_DRIVER = """
+import contextlib, io, json, sys, traceback
+blocks = json.load(open(sys.argv[1]))
+outputs = []
+namespace = {"__name__": "__main__"}
+for name, code in blocks:
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, name, "exec"), namespace)
+    except BaseException:
+        outputs.append(out.getvalue())
+        json.dump({"outputs": outputs, "error": name + "\\n" + traceback.format_exc()}, open(sys.argv[2], "w"))
+        sys.exit(1)
+    outputs.append(out.getvalue())
+json.dump({"outputs": outputs, "error": None}, open(sys.argv[2], "w"))
+"""
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORY_ARCHIVE_")
+        and k not in ("DATABASE_URL", "DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "PYTHONPATH")
+    }
+    return env | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"} | extra
+
+
+def run_python(blocks_: list[Block], env: dict[str, str], cwd: Path) -> list[str]:
+    """Run the blocks in order in one fresh process and namespace; their stdout, one string a block."""
+    spec = cwd / "blocks.json"
+    result = cwd / "result.json"
+    spec.write_text(json.dumps([[str(b), b.code] for b in blocks_]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(spec), str(result)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.exists(), proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(result.read_text())
+    assert report["error"] is None, (
+        f"{report['error']}\nstdout: {report['outputs'][-1]}\n{proc.stderr[-2000:]}"
+    )
+    outputs: list[str] = report["outputs"]
+    return outputs
+
+
+def check_output(expected: Block, got: str) -> None:
+    checker = doctest.OutputChecker()
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    assert checker.check_output(expected.code, got, flags), (
+        f"{expected}: the python block before it printed\n{got}\nexpected (doctest rules)\n{expected.code}"
+    )
+
+
+PYTHON_PAGES = sorted(
+    {b.page for b in ALL_BLOCKS if b.lang == "python" and b.marker is None}, key=lambda p: str(p)
+)
+
+
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_blocks_run(page: Path, db_url: str, tmp_path: Path) -> None:
+    page_blocks = blocks(page)
+    code = [b for b in page_blocks if b.lang == "python" and b.marker is None]
+    env = _clean_env(
+        DATABASE_URL=db_url,
+        MEMORY_ARCHIVE_EMBEDDING_DIM="64",
+        MEMORY_ARCHIVE_EMBEDDER="hashing",
+        MEMORY_ARCHIVE_SUMMARIZER="extractive",
+        MEMORY_ARCHIVE_LOCAL_ROOT=str(tmp_path / "objects"),
+        MEMORY_ARCHIVE_STATE_DIR=str(tmp_path / "state"),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    outputs = run_python(code, env, work)
+    for index, expected in _output_checks(page_blocks):
+        check_output(expected, outputs[index])
+
+
+def test_every_python_page_checks_some_output() -> None:
+    """A page whose examples print must show (and so check) what they print."""
+    for page in PYTHON_PAGES:
+        assert _output_checks(blocks(page)), f"{page}: no <!-- output --> block checks its examples"
+
+
+@pytest.mark.slow
+def test_the_demo_data_example(tmp_path: Path, demo: DemoRun) -> None:
+    """getting-started's example against the demo's data: `make demo`'s run, its demo.env loaded, the
+    block run from another folder finds archived hits and expands one."""
+    (block,) = [b for b in ALL_BLOCKS if b.marker == "run"]
+    page_blocks = blocks(block.page)
+    expected = page_blocks[page_blocks.index(block) + 1]
+    assert expected.marker == "output"
+    state = demo.state
+    assert demo.proc.returncode == 0, demo.proc.stderr[-3000:]
+    demo_env = dict(
+        line.split("=", 1)
+        for line in (state / "demo.env").read_text().splitlines()
+        if line and line[0] != "#"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out,) = run_python([block], _clean_env(**demo_env), elsewhere)
+    check_output(expected, out)
+
+
+# --------------------------------------------------------------------------- shell commands
+
+
+def _makefile_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text()
+    return {m.group(1) for m in re.finditer(r"^([A-Za-z][\w-]*)\s*:(?!=)", text, re.M)}
+
+
+def _commands(code: str) -> Iterator[list[str]]:
+    """The simple commands of a shell block: comments dropped, continuations joined, split at ; && || |."""
+    text = re.sub(r"\\\n", " ", code)
+    for line in text.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        words: list[str] = []
+        for token in lexer:
+            if token in (";", "&&", "||", "|", "&"):
+                if words:
+                    yield words
+                words = []
+            else:
+                words.append(token)
+        if words:
+            yield words
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _check_module_args(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m module args`: the module's own argparse parser accepts args (nothing else runs)."""
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_only(self: argparse.ArgumentParser, *a: Any, **kw: Any) -> Any:
+        original(self, *a, **kw)
+        raise _Parsed
+
+    with monkeypatch.context() as m:
+        m.setattr(argparse.ArgumentParser, "parse_args", parse_only)
+        m.setattr(sys, "argv", [module, *args])
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except _Parsed:
+            return
+        except SystemExit as exc:
+            raise AssertionError(f"python -m {module} {shlex.join(args)}: exit {exc.code}") from None
+    raise AssertionError(f"python -m {module} never parsed its arguments")
+
+
+def _check_pytest(args: list[str]) -> None:
+    """`python -m pytest [-m EXPR] [PATH]`: never run here (it is the suite); its markers and paths exist."""
+    markers = {
+        line.split(":")[0]
+        for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
+            "markers"
+        ]
+    }
+    words = iter(args)
+    for word in words:
+        if word == "-m":
+            for name in re.findall(r"\w+", next(words)):
+                assert name in markers | {"not", "and", "or"}, f"pytest -m: no marker {name!r}"
+        else:
+            assert not word.startswith("-") and (ROOT / word.split("::")[0]).exists(), f"pytest {word}"
+
+
+def _check_assignment(word: str) -> None:
+    name = word.split("=", 1)[0]
+    assert name in env_names() or name in OUTSIDE_VARIABLES, f"{word}: not a setting"
+    if name in env_names():
+        Settings.from_env({name: word.split("=", 1)[1]})
+
+
+def _check_pip(args: list[str]) -> None:
+    assert args[:1] == ["install"], f"pip {shlex.join(args)}"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for req in args[1:]:
+        m = re.fullmatch(r"memory-archive(?:\[([\w,-]+)\])?", req)
+        if m and m.group(1):
+            for extra in m.group(1).split(","):
+                assert extra in extras, f"pip install {req}: no extra {extra!r} in pyproject.toml"
+
+
+def check_command(words: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        _check_assignment(words.pop(0))
+    if not words:
+        return
+    program, args = words[0], words[1:]
+    where = shlex.join(words)
+    if program == "memory-archive":
+        result = CliRunner().invoke(cli, [*args, "--help"], prog_name="memory-archive")
+        assert result.exit_code == 0, f"{where}: {result.output}"
+    elif program == "make":
+        targets = _makefile_targets()
+        for target in args:
+            assert "=" in target or target in targets, f"{where}: no target {target!r} in the Makefile"
+    elif program in ("python", "python3", ".venv/bin/python") or program.endswith("/python"):
+        if not args:
+            return  # an interactive interpreter
+        assert args[0] == "-m" and len(args) >= 2, f"{where}: only `python -m MODULE` is documented"
+        if args[1] == "pytest":
+            _check_pytest(args[2:])
+        elif args[1] != "venv":
+            _check_module_args(args[1], args[2:], monkeypatch)
+    elif program == "dagster":
+        from dagster._cli import create_dagster_cli
+
+        result = CliRunner().invoke(create_dagster_cli(), [*args, "--help"])
+        assert result.exit_code == 0, f"{where}: {result.output}"
+    elif program == "pip":
+        _check_pip(args)
+    elif program == "export":
+        for word in args:
+            _check_assignment(word)
+    elif program in (".", "source"):
+        assert args == [".state/demo.env"], f"{where}: only the demo's settings are sourced"
+    elif program == "set":
+        assert args in (["-a"], ["+a"]), where
+    elif program == "cd":
+        assert len(args) == 1, where
+    elif program == "git":
+        assert args[0] == "clone", where
+    elif program == "docker":
+        assert args[0] in ("build", "run", "push"), where
+        if args[0] == "build":
+            assert (ROOT / "Dockerfile").exists()
+    else:
+        raise AssertionError(f"{where}: no rule checks {program!r}; add one or mark the block not-run")
+
+
+@pytest.mark.parametrize("block", _of("bash"), ids=str)
+def test_shell_commands_exist(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+    commands = list(_commands(block.code))
+    assert commands, f"{block}: no command"
+    for words in commands:
+        check_command(words, monkeypatch)
+
+
+def test_cli_commands_named_in_prose_exist() -> None:
+    """`memory-archive X Y` in running text names a real command (its options are the blocks' job)."""
+    for page in PAGES:
+        for span in re.findall(r"`(memory-archive [^`]+)`", page.read_text()):
+            path = []
+            for word in span.split()[1:]:
+                if not re.fullmatch(r"[a-z][a-z-]*", word):
+                    break
+                path.append(word)
+            result = CliRunner().invoke(cli, [*path, "--help"], prog_name="memory-archive")
+            assert result.exit_code == 0, f"{page.name}: `{span}`: {result.output}"
+
+
+def test_the_first_readme_block_has_the_two_commands() -> None:
+    """CI runs `make test` as the README's test command: the first block of the README."""
+    first = blocks(README)[0]
+    commands = [" ".join(words) for words in _commands(first.code)]
+    assert first.lang == "bash" and commands == ["make demo", "make test"]
+
+
+def test_readme_is_short_and_its_links_resolve() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert "docs/img/dagster-backfill.png" in links
+    for link in links:
+        if re.match(r"[a-z]+://", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.exists(), f"README links to {link}, which does not exist"
+        if anchor:
+            assert anchor in _anchors(target), f"README links to {link}: no such heading"
+
+
+def _anchors(page: Path) -> set[str]:
+    """Heading ids as MkDocs' toc makes them."""
+    out = set()
+    for m in re.finditer(r"^#{1,6} (.+)$", page.read_text(), re.M):
+        title = re.sub(r"[`*]", "", m.group(1)).strip().lower()
+        out.add(re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", title)))
+    return out
+
+
+# --------------------------------------------------------------------------- configuration blocks
+
+
+def _env_lines(code: str) -> dict[str, str]:
+    env = {}
+    for line in code.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, sep, value = line.partition("=")
+            assert sep and re.fullmatch(r"[A-Z_][A-Z0-9_]*", name), f"not NAME=value: {line!r}"
+            env[name] = value
+    return env
+
+
+@pytest.mark.parametrize("block", _of("env"), ids=str)
+def test_env_blocks_are_valid_settings(block: Block) -> None:
+    env = _env_lines(block.code)
+    known = env_names()
+    for name in env:
+        assert name in known or name in OUTSIDE_VARIABLES, f"{block}: {name} is not a setting"
+    Settings.from_env(env)  # ConfigError names a bad value
+
+
+def test_every_variable_named_in_the_docs_is_real() -> None:
+    known = env_names()
+    for page in PAGES:
+        for name in re.findall(r"\bMEMORY_ARCHIVE_[A-Z0-9_]*[A-Z0-9]", page.read_text()):
+            assert name in known, f"{page.relative_to(ROOT)} names {name}, which Settings does not read"
+
+
+@pytest.mark.parametrize("block", _of("yaml") + _of("toml") + _of("json"), ids=str)
+def test_config_blocks_parse(block: Block) -> None:
+    if block.lang == "yaml":
+        assert yaml.safe_load(block.code) is not None
+    elif block.lang == "toml":
+        tomllib.loads(block.code)
+    else:
+        doc = json.loads(block.code)
+        if block.page.name == "backup-format.md":
+            # A restorable backup object, shown in canonical form (only line breaks added).
+            backup = BackupObject.from_json_bytes(block.code.encode())
+            assert backup.to_json_bytes() == json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+# --------------------------------------------------------------------------- sql: what the DBA runs
+
+
+@pytest.mark.parametrize("block", _of("sql"), ids=str)
+def test_the_dba_sql_lets_a_role_without_superuser_migrate(block: Block, pg_server: str) -> None:
+    """The block as a superuser in a fresh database named as the block names it; then the role it
+    creates (no superuser, no right to create extensions) runs the migrations."""
+    from memory_lib.storage.db import migrate
+
+    (database,) = set(re.findall(r"ON DATABASE (\w+)", block.code))
+    (role, password) = re.findall(r"CREATE ROLE (\w+) LOGIN PASSWORD '([^']*)'", block.code)[0]
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        admin.execute(f"DROP ROLE IF EXISTS {role}")
+        admin.execute(f"CREATE DATABASE {database}")
+    url = make_conninfo(pg_server, dbname=database)
+    try:
+        with psycopg.connect(url, autocommit=True) as dba:
+            dba.execute(block.code.encode())
+            extensions = {r[0] for r in dba.execute("SELECT extname FROM pg_extension")}
+            assert {"vector", "btree_gin"} <= extensions
+        as_role = make_conninfo(url, user=role, password=password)
+        with psycopg.connect(as_role) as conn:
+            row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+            assert row is not None and row[0] is False
+        migrate(as_role, embedding_dim=64)
+        with psycopg.connect(as_role) as conn:
+            row = conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'memories'").fetchone()
+            assert row is not None and row[0] == role
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+# --------------------------------------------------------------------------- the settings reference
+
+SETTINGS_PAGE = DOCS / "reference" / "settings.md"
+
+
+def _reference_rows() -> list[dict[str, str]]:
+    rows = []
+    for line in SETTINGS_PAGE.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows.append(dict(zip(("variable", "setting", "default", "meaning"), cells, strict=True)))
+    return rows
+
+
+def _code(cell: str) -> str:
+    m = re.match(r"`([^`]*)`", cell)
+    return m.group(1) if m else ""
+
+
+def test_the_settings_reference_documents_every_setting_and_only_settings() -> None:
+    rows = _reference_rows()
+    names = env_names()
+    documented: dict[tuple[str, ...], str] = {}
+    for row in rows:
+        variable, setting = _code(row["variable"]), _code(row["setting"])
+        assert variable in names, f"the reference documents {variable}, which Settings does not read"
+        path = tuple(setting.split("."))
+        assert names[variable] == path, f"{variable} sets {'.'.join(names[variable])}, not {setting}"
+        assert path not in documented, f"{setting} documented twice"
+        assert row["meaning"], f"{variable} has no meaning"
+        documented[path] = row["default"]
+    missing = [".".join(p) for p in setting_paths() if p not in documented]
+    assert not missing, f"settings missing from docs/reference/settings.md: {missing}"
+    for name in ENV_ALIASES:  # a setting with a short name is documented under it
+        assert any(_code(r["variable"]) == name for r in rows), f"{name} not in the table"
+
+
+def _field(path: tuple[str, ...]) -> Any:
+    model: Any = Settings
+    for key in path[:-1]:
+        model = model.model_fields[key].annotation
+    return model.model_fields[path[-1]]
+
+
+def test_the_settings_reference_shows_the_models_defaults() -> None:
+    for row in _reference_rows():
+        path = tuple(_code(row["setting"]).split("."))
+        field = _field(path)
+        if field.default_factory is not None:  # state_dir, llm.prices: described in words
+            assert ("memory_lib/core/pricing.py" if path == ("llm", "prices") else ".state") in row["default"]
+            continue
+        default, shown = field.default, _code(row["default"])
+        if default is None:
+            assert row["default"].startswith("unset"), f"{path}: shown {row['default']!r}, model None"
+        elif isinstance(default, bool):
+            assert shown == str(default).lower(), f"{path}: shown {shown!r}, model {default!r}"
+        elif isinstance(default, str):
+            assert shown == default, f"{path}: shown {shown!r}, model {default!r}"
+        elif isinstance(default, int | float):
+            assert shown and float(shown) == default, f"{path}: shown {shown!r}, model {default!r}"
+        elif isinstance(default, tuple):
+            assert shown == ",".join(default), f"{path}: shown {shown!r}, model {default!r}"
+        else:
+            raise AssertionError(f"{path}: no rule to compare the default {default!r}")
