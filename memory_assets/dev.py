@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import importlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_ENV = "demo.env"
+STATE_DIR_STORAGE = "memory_assets.instance_storage"  # the root instance files' storage for no DAGSTER_HOME
 # After the forwarded Ctrl-C, how long dagster dev gets to stop its services before they are killed
 # (a clean stop took 1-5 s on 2 cores; the whole stop must stay under 10 s).
 GRACE_SECONDS = 6.0
@@ -55,7 +55,15 @@ def psycopg2_url(url: str) -> str:
 
 
 def prepare_dagster_home(env: dict[str, str]) -> Path:
-    """Create $DAGSTER_HOME with the instance file matching the environment; returns it."""
+    """Create $DAGSTER_HOME with the instance file matching the environment; returns it.
+
+    The file is the project's (dagster.yaml, or dagster.postgres.yaml with DAGSTER_PG_URL) without its
+    memory_assets.instance_storage sections: those place storage by the environment of the process that
+    loads the file, for a `dagster dev` run without DAGSTER_HOME. In $DAGSTER_HOME, Dagster's defaults
+    keep everything in that folder, for every process that opens it (DagsterInstance.from_config(home)
+    included), whatever its environment."""
+    import yaml  # type: ignore[import-untyped]  # a dependency of dagster
+
     home = Path(env.get("DAGSTER_HOME") or state_dir() / "dagster").resolve()
     home.mkdir(parents=True, exist_ok=True)
     env["DAGSTER_HOME"] = str(home)
@@ -63,7 +71,15 @@ def prepare_dagster_home(env: dict[str, str]) -> Path:
     if env.get("DAGSTER_PG_URL"):
         env["DAGSTER_PG_URL"] = psycopg2_url(env["DAGSTER_PG_URL"])
         source = "dagster.postgres.yaml"
-    shutil.copyfile(ROOT / source, home / "dagster.yaml")
+    config = yaml.safe_load((ROOT / source).read_text())
+    for key in ("storage", "local_artifact_storage", "compute_logs"):
+        section = config.get(key) or {}
+        if STATE_DIR_STORAGE in (section.get("module"), (section.get("custom") or {}).get("module")):
+            del config[key]
+    (home / "dagster.yaml").write_text(
+        f"# Written by memory_assets.dev from {source}, storage in this folder (Dagster's defaults).\n"
+        + yaml.safe_dump(config, sort_keys=False)
+    )
     return home
 
 

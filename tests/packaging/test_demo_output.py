@@ -1,11 +1,13 @@
 """`make demo` prints what the getting-started page shows: its sample output, line for line.
 
 The sample is the ```text block after `<!-- demo-output -->` in docs/getting-started.md. Each of its lines
-is a template for one or more consecutive lines of the demo's output. What changes from run to run
-matches anything of its kind: numbers (counts, sizes, seconds, dates), ids (8 hex digits or a UUID),
-month names (the history ends today), runs of spaces; `…` in the sample matches any text (paths, the
-backfill's id). Every output line must match the template at its place and every template at least one
-line, so a line added, dropped or reworded on either side fails the test. Blank lines are ignored.
+is a template for one or more consecutive lines of the demo's output. Which memories a night archives
+depends on the hour the demo runs (decay counts from now), so what is data matches anything of its kind:
+numbers (counts, sizes, seconds, dates) and the plural of a counted noun, ids (8 hex digits or a UUID), month names, user ids, quoted
+texts, archive reasons in brackets, a tier in parentheses, the text of a search hit (`[*] rank. score
+tier text`) and of an archive row (`summary:`, `original:`); `…` in the sample matches any text (paths,
+the backfill's id). Every output line must match the template at its place and every template at least
+one line, so a line added, dropped or reworded on either side fails the test. Blank lines are ignored.
 """
 
 from __future__ import annotations
@@ -32,24 +34,41 @@ def sample_lines(page: Path = PAGE) -> list[str]:
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _KINDS = [  # (sample token, what it matches in the output)
     ("…", ".*"),
+    (r"'[^']*'|\"[^\"]*\"", r"(?:'.*'|\".*\")"),
     (
         r"\b(?=[0-9a-f]*\d)[0-9a-f]{8}(?:-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?\b",
         r"[0-9a-f]{8}(?:-[0-9a-f-]{27})?",
     ),
     (rf"\b(?:{_MONTHS})\b", rf"(?:{_MONTHS})"),
+    (r"\buser-[a-z]+", r"user-[a-z]+"),
+    (r"\[[a-z_]+\]", r"\[[a-z_]+\]"),
+    (r"\((?:hot|archived)\)", r"\((?:hot|archived)\)"),
     (r"\d[\d.,]*\d|\d", r"\d[\d.,]*"),
     (r" +", r" +"),
+    (r"\b(?:night|run|user|source)s?\b", ""),  # counted nouns: singular or plural, as the count says
 ]
 _TOKENS = re.compile("|".join(f"({pattern})" for pattern, _ in _KINDS))
+
+
+# Lines whose text is data: a search hit (`[*] rank. score tier text`), an archive row's summary and original.
+_DATA_LINES = [
+    re.compile(r"(?:\* +)?\d+\. \d\.\d{3} +(?:hot|archived) +.*"),
+    re.compile(r"summary: +.*"),
+    re.compile(r"original: +.*"),
+]
 
 
 def template(line: str) -> re.Pattern[str]:
     """The regex of one sample line (see the module docstring)."""
     out, pos = [], 0
     line = line.strip()
+    for data in _DATA_LINES:
+        if data.fullmatch(line):
+            return data
     for m in _TOKENS.finditer(line):
         out.append(re.escape(line[pos : m.start()]))
-        out.append(_KINDS[m.lastindex - 1][1])  # type: ignore[operator]  # one group matched
+        kind = _KINDS[m.lastindex - 1][1]  # type: ignore[operator]  # one group matched
+        out.append(kind or re.escape(m.group().removesuffix("s")) + "s?")
         pos = m.end()
     out.append(re.escape(line[pos:]))
     return re.compile("".join(out))
@@ -83,6 +102,12 @@ def test_templates_match_numbers_text_and_repeated_lines() -> None:
     sample = ["== Check results", "run 1/2 …: claimed 10, archived 10 (25 s)", "byte-exact: YES"]
     assert template("memory 0fc05531 for June 2026 (7.5 s)").fullmatch("memory 6cad4a26 for May 2027 (12 s)")
     assert not template("memory 0fc05531 for June").fullmatch("memory 6cad4a26 for Monday")
+    hit = template("*  1. 1.000 hot      Small talk: Ada mentioned the weather.")
+    assert hit.fullmatch("2. 0.937 archived [archived] Small talk: foggy.") and not hit.fullmatch("2. hot x")
+    row = template("- user-ada 2026-06-30 [stale_low_importance] 0fc05531 'Tom asked Ada' (hot)")
+    assert row.fullmatch('- user-chen 2026-07-01 [force_age] 2850c557 "Chen\'s hotel" (archived)')
+    assert not row.fullmatch("- user-chen 2026-07-01 [force_age] 2850c557 'x' (stub)")
+    assert template("2 runs in 1 night").fullmatch("1 run in 30 nights")
     ok = [
         "== Check results",
         "run  1/13 a..b: claimed 1,146, archived 1146 (22 s)",

@@ -20,6 +20,8 @@ def test_wheel_ships_the_migrations_and_no_bench(wheel: Path):
     assert top == {"memory_lib", "memory_assets"}, top
     shipped = sorted(n for n in names if n.startswith("memory_lib/sql/"))
     assert shipped == sorted(f"memory_lib/sql/{p.name}" for p in (ROOT / "sql").glob("*.sql")) and shipped
+    assert "memory_lib/py.typed" in names  # type checkers read the library's annotations (PEP 561)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the wheel carries LICENSE"
 
 
 def test_installed_wheel_migrates_an_empty_database_from_another_folder(
