@@ -1,9 +1,8 @@
-"""Settings from the environment: every setting has a variable, the settings page's table (docs/reference/settings.md) matches the model,
+"""Settings from the environment: every setting has a variable (tests/packaging/test_docs.py checks the settings page against the model),
 unknown variables and bad values are one-line ConfigErrors naming the variable and the value."""
 
 from __future__ import annotations
 
-import re
 from datetime import date
 from pathlib import Path
 
@@ -21,83 +20,6 @@ from memory_lib.core.config import (
 from memory_lib.core.errors import ConfigError, MemoryArchiveError
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _field(path: tuple[str, ...]):
-    model = Settings
-    for key in path[:-1]:
-        model = model.model_fields[key].annotation
-    return model.model_fields[path[-1]]
-
-
-# --------------------------------------------------------------------------- the settings page's table
-
-
-def _readme_rows() -> list[dict[str, str]]:
-    text = (ROOT / "docs" / "reference" / "settings.md").read_text()
-    section = text[: text.index("\n## ")]  # the table, before the page's first section
-    rows = []
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[0].startswith("`"):
-            rows.append(dict(zip(("variable", "setting", "default", "meaning"), cells, strict=True)))
-    return rows
-
-
-def _code(cell: str) -> str | None:
-    m = re.match(r"`([^`]*)`", cell)
-    return m.group(1) if m else None
-
-
-def test_readme_table_documents_every_setting_and_only_settings():
-    rows = _readme_rows()
-    assert len(rows) >= 60
-    names = env_names()
-    documented: dict[tuple[str, ...], str] = {}
-    for row in rows:
-        variable, setting = _code(row["variable"]), _code(row["setting"])
-        assert variable in names, f"the settings page documents {variable}, which Settings does not read"
-        path = tuple(setting.split("."))
-        assert names[variable] == path, (
-            f"settings page: {variable} sets {setting}, the model says {'.'.join(names[variable])}"
-        )
-        assert path not in documented, f"{setting} documented twice"
-        assert row["meaning"], f"{variable} has no meaning on the settings page"
-        documented[path] = row["default"]
-    missing = [".".join(p) for p in setting_paths() if p not in documented]
-    assert not missing, f"settings missing from the settings page's table: {missing}"
-    # A setting with a short name is documented under it (the nested name is the general rule).
-    for name, path in ENV_ALIASES.items():
-        assert any(_code(r["variable"]) == name for r in rows), f"{name} not in the table"
-        assert path in documented
-
-
-def test_readme_defaults_are_the_models():
-    for row in _readme_rows():
-        path = tuple(_code(row["setting"]).split("."))
-        field = _field(path)
-        if field.default_factory is not None:  # state_dir, llm.prices: described in words
-            assert ("memory_lib/core/pricing.py" if path == ("llm", "prices") else ".state") in row["default"]
-            continue
-        default, shown = field.default, _code(row["default"])
-        if default is None:
-            assert row["default"].startswith("unset"), (
-                f"{path}: settings page default {row['default']!r}, model None"
-            )
-        elif isinstance(default, str):
-            assert shown == str(default), f"{path}: settings page {shown!r}, model {default!r}"
-        elif isinstance(default, bool):  # before int: as the environment spells it
-            assert shown == str(default).lower(), f"{path}: settings page {shown!r}, model {default!r}"
-        elif isinstance(default, int | float):
-            assert shown is not None and float(shown) == default, (
-                f"{path}: settings page {shown!r}, model {default!r}"
-            )
-        elif isinstance(default, tuple):
-            assert shown == ",".join(default), f"{path}: settings page {shown!r}, model {default!r}"
-        elif isinstance(default, date):
-            assert shown == default.isoformat()
-        else:
-            raise AssertionError(f"{path}: no rule to compare the default {default!r}")
 
 
 # --------------------------------------------------------------------------- every setting from the environment
