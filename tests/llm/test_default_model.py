@@ -3,7 +3,6 @@ and one setting changes it for the summarizer and the reranker alike. Real SDKs 
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -12,7 +11,6 @@ from memory_lib.core.config import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
     LLMConfig,
-    RetrievalConfig,
     Settings,
 )
 from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd, price_for
@@ -22,8 +20,8 @@ from memory_lib.llm.summarize import (
     SummaryInput,
     summarizer_from_settings,
 )
-from memory_lib.retrieval.ranking import rank_candidates
 from memory_lib.retrieval.rerank import LLMReranker, reranker_from_settings
+from tests.support.factories import ranked_hot_hits
 from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
 
 # One summary request as the fake server measures them (prompt ~300 tokens, answer ~80): the shape that
@@ -61,28 +59,8 @@ def test_every_default_names_the_configured_model_and_is_priced():
 
 
 def _hits():
-    now = datetime(2025, 6, 1, tzinfo=UTC)
     texts = ["Bought oat milk at the corner shop", "Grandma's sourdough recipe: starter, flour, water, salt"]
-    rows = [
-        {
-            "memory_id": uuid.uuid4(),
-            "archive_id": None,
-            "user_id": "u1",
-            "text": t,
-            "created_at": now,
-            "updated_at": now,
-            "category": "episodic",
-            "domain": None,
-            "tags": None,
-            "storage_ref": None,
-            "archived_at": None,
-            "similarity": 0.9 - 0.1 * i,
-            "in_vector": True,
-            "text_rank": None,
-        }
-        for i, t in enumerate(texts)
-    ]
-    return rank_candidates(rows, sources=["hot"] * len(rows), config=RetrievalConfig(), tags=[], now=now)
+    return ranked_hot_hits(texts, datetime(2025, 6, 1, tzinfo=UTC))
 
 
 def _models_sent(server: FakeLLMServer, path: str) -> list[str]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 
 import pytest
 
 from memory_lib.core.config import RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
-from memory_lib.retrieval.ranking import rank_candidates
 from memory_lib.retrieval.rerank import (
     CrossEncoderReranker,
     LLMReranker,
@@ -19,6 +17,7 @@ from memory_lib.retrieval.rerank import (
     render_rerank_prompt,
     reranker_from_settings,
 )
+from tests.support.factories import ranked_hot_hits
 from tests.support.fake_llm import FAKE_API_KEY
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
@@ -31,26 +30,7 @@ TEXTS = [
 
 
 def _hits():
-    rows = [
-        {
-            "memory_id": uuid.uuid4(),
-            "archive_id": None,
-            "user_id": "u1",
-            "text": t,
-            "created_at": NOW,
-            "updated_at": NOW,
-            "category": "episodic",
-            "domain": None,
-            "tags": None,
-            "storage_ref": None,
-            "archived_at": None,
-            "similarity": 0.9 - 0.1 * i,
-            "in_vector": True,
-            "text_rank": None,
-        }
-        for i, t in enumerate(TEXTS)
-    ]
-    return rank_candidates(rows, sources=["hot"] * len(rows), config=RetrievalConfig(), tags=[], now=NOW)
+    return ranked_hot_hits(TEXTS, NOW)
 
 
 def test_parse_order_always_gives_a_permutation():

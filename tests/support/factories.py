@@ -82,3 +82,33 @@ def snapshot(conn, ids) -> dict[uuid.UUID, dict[str, Any]]:
     from memory_lib.archival.integrity import exact_rows
 
     return exact_rows(conn, list(ids))
+
+
+def ranked_hot_hits(texts: list[str], now: datetime) -> list[Any]:
+    """SearchHits of hot memories with these texts, best first (similarity 0.9, 0.8, ...), as search ranks
+    them with the default RetrievalConfig: input for a reranker without a database."""
+    from memory_lib.core.config import RetrievalConfig
+    from memory_lib.retrieval.ranking import rank_candidates
+
+    rows = [
+        {
+            "memory_id": uuid.uuid4(),
+            "archive_id": None,
+            "user_id": "u1",
+            "text": t,
+            "created_at": now,
+            "updated_at": now,
+            "category": "episodic",
+            "domain": None,
+            "tags": None,
+            "storage_ref": None,
+            "archived_at": None,
+            "similarity": 0.9 - 0.1 * i,
+            "in_vector": True,
+            "text_rank": None,
+        }
+        for i, t in enumerate(texts)
+    ]
+    return list(
+        rank_candidates(rows, sources=["hot"] * len(rows), config=RetrievalConfig(), tags=[], now=now)
+    )
