@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip install -q --disable-pip-version-check
+# setuptools prints a boxed "Editable installation" warning on every `pip install -e`: it is about folders
+# shadowing the package, which this layout does not have.
+PIP    := PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 LOCAL_STAMP := $(VENV)/.installed-local
 export MEMORY_ARCHIVE_STATE_DIR ?= $(CURDIR)/.state
