@@ -263,15 +263,15 @@ def main(argv: list[str] | None = None) -> int:
         snapshot = integrity.exact_rows(conn, watch)
         # Recall before: one of them, searched by its names and numbers as a user remembers them (one with
         # a number when there is one: the history repeats its sentences with other names and numbers).
-        probes = sorted(
-            (snapshot[i] for i in watch if _probe_query(snapshot[i]["content"])),
-            key=lambda r: not re.search(r"\d", _probe_query(r["content"])),
+        queries = {i: _probe_query(snapshot[i]["content"]) for i in watch}
+        probe_id = min(
+            (i for i in watch if queries[i]), key=lambda i: not re.search(r"\d", queries[i]), default=None
         )
-        probe = probes[0] if probes else None
+        probe = None if probe_id is None else snapshot[probe_id]
         reader = MemoryClient(conn, embedder=embedder, settings=Settings.from_env(), actor="demo-reader")
         if probe is not None:
             _section("Recall before archival: memory_lib's search, default settings")
-            query = _probe_query(probe["content"])
+            query = queries[probe["id"]]
             print(f"memory {str(probe['id'])[:8]} ({probe['user_id']}, hot): {probe['content']!r}")
             print(f"query, its names and numbers: {query!r}")
             _show_hits(reader.search(probe["user_id"], query), probe["id"])
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if probe is not None:
             _section("Recall after archival: the same search, then one expansion")
-            result = reader.search(probe["user_id"], _probe_query(probe["content"]))
+            result = reader.search(probe["user_id"], queries[probe["id"]])
             print(f"phase 2 (archived summaries) searched: {result.phase2_reason or 'no'}")
             hit = _show_hits(result, probe["id"])
             if hit is not None and hit.source == "archived":

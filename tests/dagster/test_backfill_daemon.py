@@ -4,7 +4,6 @@ Postgres, with the instance stored in SQLite under tmp and in Postgres (dagster-
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from dagster._core.execution.backfill import BulkActionStatus
 from memory_assets.backfill import backfill_runs, running_daemon, submit_job_backfill, wait_for_backfill
 from memory_assets.dev import prepare_dagster_home
 from tests.conftest import TEST_DIM
-from tests.support.dagster_helpers import last_night, load_history, sqlalchemy_url
+from tests.support.dagster_helpers import last_night, load_history, offline_dagster_env, sqlalchemy_url
 
 # SIGKILLs and daemons: minutes each; `pytest -m "not slow"` is the quick inner loop.
 pytestmark = pytest.mark.slow
@@ -35,25 +34,10 @@ CHECKS = (
 def daemon_env(tmp_path: Path, db_url: str, dagster_pg_url: str | None = None) -> dict[str, str]:
     """The daemon's (and its code server's and runs') environment: this test's database, offline
     summarizer and embedder, partitions from a few days before NIGHTS, 2 nights per backfill run."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MEMORY_ARCHIVE_") and k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")
+    env = offline_dagster_env(tmp_path, db_url, TEST_DIM) | {
+        "MEMORY_ARCHIVE_PARTITION_START": (last_night() - timedelta(days=10)).isoformat(),
+        "MEMORY_ARCHIVE_SLOW_PATH__BACKFILL_NIGHTS_PER_RUN": "2",
     }
-    env.update(
-        {
-            "DAGSTER_HOME": str(tmp_path / "dagster"),
-            "DATABASE_URL": db_url,
-            "MEMORY_ARCHIVE_STATE_DIR": str(tmp_path / "state"),
-            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM),
-            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
-            "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
-            "MEMORY_ARCHIVE_OBJECT_STORE": "local",
-            "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
-            "MEMORY_ARCHIVE_PARTITION_START": (last_night() - timedelta(days=10)).isoformat(),
-            "MEMORY_ARCHIVE_SLOW_PATH__BACKFILL_NIGHTS_PER_RUN": "2",
-        }
-    )
     if dagster_pg_url:
         env["DAGSTER_PG_URL"] = dagster_pg_url
     prepare_dagster_home(env)  # dagster.yaml, or dagster.postgres.yaml with DAGSTER_PG_URL

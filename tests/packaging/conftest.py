@@ -107,6 +107,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
+def offline_env(**extra: str) -> dict[str, str]:
+    """clean_env for a process of this checkout (PYTHONPATH): no DAGSTER_HOME, no LLM key, no model hub."""
+    env = clean_env(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    for key in ("DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        env.pop(key, None)
+    return env | extra
+
+
 @dataclass(frozen=True)
 class DemoRun:
     state: (
@@ -120,13 +128,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """`make demo`'s `python -m memory_assets.demo`, default arguments, in a state dir of its own: run once
     for the tests that read its output or its data (about 2 minutes on 2 cores)."""
     state = tmp_path_factory.mktemp("demo") / "state"
-    env = clean_env(MEMORY_ARCHIVE_STATE_DIR=str(state), PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    for key in ("DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
-        env.pop(key, None)
     proc = subprocess.run(
         [sys.executable, "-m", "memory_assets.demo"],
         cwd=ROOT,
-        env=env,
+        env=offline_env(MEMORY_ARCHIVE_STATE_DIR=str(state)),
         capture_output=True,
         text=True,
         timeout=900,

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import TEST_DIM
+from tests.support.dagster_helpers import offline_dagster_env
 
 # Real webserver, daemon and code server: ~15-25 s per start on 2 cores.
 pytestmark = pytest.mark.slow
@@ -35,24 +36,7 @@ def free_port() -> int:
 
 
 def dev_env(tmp_path: Path, db_url: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MEMORY_ARCHIVE_") and k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")
-    }
-    env.update(
-        {
-            "DATABASE_URL": db_url,
-            "MEMORY_ARCHIVE_STATE_DIR": str(tmp_path / "state"),
-            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(TEST_DIM),
-            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
-            "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
-            "MEMORY_ARCHIVE_OBJECT_STORE": "local",
-            "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
-            "DAGSTER_HOME": str(tmp_path / "dagster"),
-        }
-    )
-    return env
+    return offline_dagster_env(tmp_path, db_url, TEST_DIM)
 
 
 def wait_for_webserver(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:

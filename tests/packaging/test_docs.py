@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import doctest
 import json
-import os
 import re
 import runpy
 import shlex
@@ -49,7 +48,7 @@ from psycopg.conninfo import make_conninfo
 from memory_lib.cli import cli
 from memory_lib.core.config import ENV_ALIASES, Settings, env_names, setting_paths
 from memory_lib.core.models import BackupObject
-from tests.packaging.conftest import DemoRun
+from tests.packaging.conftest import DemoRun, offline_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -200,16 +199,6 @@ json.dump({"outputs": outputs, "error": None}, open(sys.argv[2], "w"))
 """
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MEMORY_ARCHIVE_")
-        and k not in ("DATABASE_URL", "DAGSTER_HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "PYTHONPATH")
-    }
-    return env | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"} | extra
-
-
 def run_python(blocks_: list[Block], env: dict[str, str], cwd: Path) -> list[str]:
     """Run the blocks in order in one fresh process and namespace; their stdout, one string a block."""
     spec = cwd / "blocks.json"
@@ -249,7 +238,7 @@ PYTHON_PAGES = sorted(
 def test_python_blocks_run(page: Path, db_url: str, tmp_path: Path) -> None:
     page_blocks = blocks(page)
     code = [b for b in page_blocks if b.lang == "python" and b.marker is None]
-    env = _clean_env(
+    env = offline_env(
         DATABASE_URL=db_url,
         MEMORY_ARCHIVE_EMBEDDING_DIM="64",
         MEMORY_ARCHIVE_EMBEDDER="hashing",
@@ -287,7 +276,7 @@ def test_the_demo_data_example(tmp_path: Path, demo: DemoRun) -> None:
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (out,) = run_python([block], _clean_env(**demo_env), elsewhere)
+    (out,) = run_python([block], offline_env(**demo_env), elsewhere)
     check_output(expected, out)
 
 

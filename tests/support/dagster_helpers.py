@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -82,3 +84,24 @@ def table_fingerprint(conn: psycopg.Connection) -> dict[str, Any]:
         ).fetchone()
         out[table] = (row["n"], row["h"])
     return out
+
+
+def offline_dagster_env(tmp_path: Path, db_url: str, dim: int) -> dict[str, str]:
+    """The environment of a Dagster process a test starts (daemon, `dagster dev`, their code servers and
+    runs): this process's, without its memory-archive and Dagster settings, plus the test's database, an
+    offline summarizer and embedder, a local object store, a state dir and a DAGSTER_HOME under tmp_path."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORY_ARCHIVE_") and k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")
+    }
+    return env | {
+        "DAGSTER_HOME": str(tmp_path / "dagster"),
+        "DATABASE_URL": db_url,
+        "MEMORY_ARCHIVE_STATE_DIR": str(tmp_path / "state"),
+        "MEMORY_ARCHIVE_EMBEDDING_DIM": str(dim),
+        "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+        "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+        "MEMORY_ARCHIVE_OBJECT_STORE": "local",
+        "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
+    }
