@@ -1,11 +1,16 @@
-"""memory: peak RSS of an archival run over a small and a 10x larger backlog (it must not grow with the
-backlog).
+"""memory: a night's time and peak RSS of an archival run over a small and a 10x larger backlog (neither
+may grow with the backlog: a night costs what the night does).
 
 Each run is a fresh subprocess (`python -m bench.memory --child ...`) that imports the library,
-connects, and runs the nightly archival (memory_lib.archival.nights.run_night: claim, summarize, embed, back
-up to SeaweedFS S3, verify, commit) for the same number of nights of 500, so both runs do the same
-work and only the backlog differs. `--batches 0` drains the whole backlog instead (then the larger
-run also does 10x the work: a leak would show). Peak = the child's VmHWM.
+connects, and runs nights of 500 as the nightly job runs them (memory_lib.archival.nights.run_night:
+the night's retention scores, then claim, summarize, embed, back up to SeaweedFS S3, verify, commit),
+with default settings. Between two nights a day of use goes through the public API (untimed):
+MemoryClient.add of 100 new memories and record_access of 300. Each night also reads what the Dagster
+retention asset shows for it (the score distribution and the tiers per user). The first night after
+the bulk load computes every memory's retention once (as the first night after an import or an
+upgrade does); it is reported on its own, and the later nights are the steady state. Both runs do the
+same work and only the backlog differs. `--batches 0` drains the whole backlog instead (then the
+larger run also does 10x the work: a leak would show). Peak = the child's VmHWM.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -36,7 +42,9 @@ from .common import (
 NAME = "memory"
 DEFAULT_SIZES = (10_000, 100_000)
 SMOKE_SIZES = (200, 2000)
-DEFAULT_BATCHES = 3
+DEFAULT_BATCHES = 4  # the first night (every memory's first retention score) and three steady nights
+DAY_ADDS = 100  # between two nights: MemoryClient.add calls
+DAY_ACCESSES = 300  # and memories used (record_access)
 DIM = 1536
 FIRST_NIGHT = date(2026, 1, 1)
 
@@ -73,7 +81,10 @@ def _child(argv: list[str]) -> int:
     import psutil
 
     from memory_lib.archival.archive import ArchivalServices
-    from memory_lib.core.config import ArchivalCriteria
+    from memory_lib.archival.nights import night_as_of
+    from memory_lib.client import MemoryClient
+    from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
+    from memory_lib.lifecycle import retention
     from memory_lib.llm.embedding import HashingEmbedder
     from memory_lib.llm.summarize import ExtractiveSummarizer
     from memory_lib.storage.objectstore import LocalObjectStore, S3ObjectStore, s3_client
@@ -84,14 +95,50 @@ def _child(argv: list[str]) -> int:
         store: Any = S3ObjectStore(s3_client(args.s3_endpoint, "us-east-1"), args.s3_bucket, "bench")
     else:
         store = LocalObjectStore(Path(args.local_root), "bench")
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(args.dim), store)
+    embedder = HashingEmbedder(args.dim)
+    services = ArchivalServices(ExtractiveSummarizer(), embedder, store)
     criteria = ArchivalCriteria(batch_size=args.batch_size)
     conn = bench_connect(args.url, prepare=True)
+    client = MemoryClient(conn, embedder=embedder, settings=Settings(), actor="bench")
+    users = [
+        r["user_id"] for r in conn.execute("SELECT DISTINCT user_id FROM memories ORDER BY 1").fetchall()
+    ]
+    rng = random.Random(5)
     rss_ready = psutil.Process().memory_info().rss
     archived = nights = 0
+    per_night: list[dict[str, float]] = []
     with stopwatch() as t:
         while args.batches == 0 or nights < args.batches:
-            done = adapters.archival_night(conn, services, criteria, FIRST_NIGHT + timedelta(days=nights))
+            night = FIRST_NIGHT + timedelta(days=nights)
+            as_of = night_as_of(night, "UTC")
+            if nights:  # a day of use through the public API, untimed
+                day = as_of - timedelta(hours=12)
+                for i in range(DAY_ADDS):
+                    client.add(
+                        users[i % len(users)], f"Day {nights} note {i}: checked the Heron rollout.", now=day
+                    )
+                hot = conn.execute(
+                    "SELECT user_id, id FROM memories ORDER BY random() LIMIT %s", (DAY_ACCESSES,)
+                ).fetchall()
+                for user in {r["user_id"] for r in hot}:
+                    ids = [r["id"] for r in hot if r["user_id"] == user]
+                    client.record_access(user, ids, now=day + timedelta(minutes=rng.randrange(600)))
+            with stopwatch() as t_ret:  # what run_night does first, timed on its own here
+                scored = retention.score(conn, as_of, RetentionConfig(), timezone="UTC")
+            with stopwatch() as t_night:
+                done = adapters.archival_night(conn, services, criteria, night)
+            with stopwatch() as t_ui:  # what the retention asset reads for the night's metadata
+                retention.distribution(conn, as_of, cold_migration_days=criteria.cold_migration_days)
+                retention.tier_counts(conn, as_of)
+            per_night.append(
+                {
+                    "retention_s": t_ret[0],
+                    "computed": scored.scored,
+                    "archival_s": t_night[0],
+                    "ui_reads_s": t_ui[0],
+                    "night_s": t_ret[0] + t_night[0] + t_ui[0],
+                }
+            )
             nights += 1
             archived += done
             if done == 0:
@@ -106,6 +153,7 @@ def _child(argv: list[str]) -> int:
                 "archived": archived,
                 "nights": nights,
                 "seconds": t[0],
+                "per_night": per_night,
                 "engine": adapters.archival_engine(),
             }
         )
@@ -115,6 +163,12 @@ def _child(argv: list[str]) -> int:
 
 
 # --------------------------------------------------------------------------- parent
+
+
+def _steady(run: dict[str, Any]) -> dict[str, float]:
+    """The mean of the nights after the first (the first alone when there is no other)."""
+    nights = run["per_night"][1:] or run["per_night"][:1]
+    return {k: sum(n[k] for n in nights) / len(nights) for k in nights[0]}
 
 
 @contextmanager
@@ -230,7 +284,55 @@ def run(opts: Options) -> Report:
             "peak = the child's VmHWM (RSS high-water mark).",
         )
     )
-    report.figures = {"runs": results, "peak_ratio": ratio(results[-1]["peak_rss"], base["peak_rss"])}
+    steady = [_steady(r) for r in results]
+    night_rows = []
+    for r, st in zip(results, steady, strict=True):
+        first = r["per_night"][0]
+        night_rows.append(
+            [
+                r["backlog"],
+                first["computed"],
+                first["night_s"],
+                len(r["per_night"]) - 1,
+                st["computed"],
+                st["retention_s"],
+                st["archival_s"],
+                st["ui_reads_s"],
+                st["night_s"],
+                ratio(st["night_s"], steady[0]["night_s"]),
+            ]
+        )
+    report.tables.append(
+        Table(
+            f"A night's time by backlog size (nights of {batch_size}, default settings)",
+            [
+                "backlog",
+                "first night: retention rows computed",
+                "first night s",
+                "steady nights",
+                "retention rows computed / night",
+                "retention s",
+                "archival s",
+                "UI reads s",
+                "night s",
+                f"night vs {base['backlog']:,} backlog",
+            ],
+            night_rows,
+            "Steady nights: the mean of the nights after the first, each after a day of use through the public "
+            f"API ({DAY_ADDS} MemoryClient.add, {DAY_ACCESSES} memories used with record_access). Night = the "
+            "night's retention scores (memory_lib.lifecycle.retention.score: only memories written, used or "
+            "re-categorized since the last night) + memory_lib.archival.nights.run_night (claim, summarize, "
+            "embed, back up, verify, commit) + what the Dagster retention asset reads for the night's metadata "
+            "(score distribution and tiers per user). The first night after a bulk load computes every "
+            "memory's retention once, as the first night after an import or an upgrade does.",
+        )
+    )
+    report.figures = {
+        "runs": results,
+        "peak_ratio": ratio(results[-1]["peak_rss"], base["peak_rss"]),
+        "night_ratio": ratio(steady[-1]["night_s"], steady[0]["night_s"]),
+        "steady_night_s": {r["backlog"]: st["night_s"] for r, st in zip(results, steady, strict=True)},
+    }
     return report
 
 

@@ -182,7 +182,7 @@ def run_night(
     retention scores (memory_lib.lifecycle.retention, with `retention_config` or the defaults), then
     pipeline.run_batch on the shard's batch."""
     as_of = night_as_of(night, timezone)
-    retention.score(conn, as_of, retention_config or RetentionConfig(), shard=shard)
+    retention.score(conn, as_of, retention_config or RetentionConfig(), timezone=timezone, shard=shard)
     report = pipeline.run_batch(
         conn,
         services,

@@ -83,12 +83,12 @@ ELIGIBLE_SQL = f"""
            OR (%(policy)s::text = 'retention'
                AND m.category <> ALL(%(retention_exempt)s)
                AND EXISTS (SELECT 1 FROM memory_retention r
-                           WHERE r.memory_id = m.id AND r.floor_since <= %(floor_cutoff)s
+                           WHERE r.user_id = m.user_id AND r.memory_id = m.id AND r.floor_since <= %(floor_cutoff)s
                              AND coalesce(m.last_accessed_at, m.created_at) <= r.floor_since))))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
-                      WHERE a.memory_id = m.id AND a.status = ANY(%(open_statuses)s))
+                      WHERE a.memory_id = m.id AND a.user_id = m.user_id AND a.status = ANY(%(open_statuses)s))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
-                      WHERE a.memory_id = m.id AND a.status = %(released)s
+                      WHERE a.memory_id = m.id AND a.user_id = m.user_id AND a.status = %(released)s
                         AND coalesce(a.released_at, a.updated_at) >= m.updated_at)
 """
 REASON_SQL = f"""CASE WHEN {SUPERSEDED_SQL} AND m.category <> ALL(%(exempt)s) THEN '{REASON_SUPERSEDED}'
@@ -96,7 +96,8 @@ REASON_SQL = f"""CASE WHEN {SUPERSEDED_SQL} AND m.category <> ALL(%(exempt)s) TH
                       WHEN %(policy)s::text = 'retention' THEN '{REASON_RETENTION}'
                       WHEN m.importance_score <= %(max_imp)s THEN '{REASON_LOW_IMPORTANCE}'
                       ELSE '{REASON_FORCE_AGE}' END"""
-# Superseded and expired first: they go the next night even when the batch is full.
+# Superseded and expired first: they go the next night even when the batch is full. The index
+# memories_claim_order (sql/021) holds this order, so a claim reads about a batch, not the table.
 ORDER_SQL = (
     "ORDER BY (m.superseded_by IS NULL AND m.expires_at IS NULL), m.importance_score, m.created_at, m.id"
 )

@@ -48,12 +48,16 @@ def _memory(label: str, *, idle_days: float, category: str = "episodic", accesse
     return mem | fields
 
 
-def _rows(conn) -> dict[str, dict]:
-    rows = conn.execute(
-        """SELECT split_part(m.content, ':', 1) AS label, r.* FROM memory_retention r
-           JOIN memories m ON m.id = r.memory_id"""
-    ).fetchall()
-    return {r["label"]: r for r in rows}
+def _rows(conn, night: date) -> dict[str, dict]:
+    """Each hot memory's retention as of the end of `night`, by its label."""
+    labels = {
+        r["id"]: r["label"]
+        for r in conn.execute("SELECT id, split_part(content, ':', 1) AS label FROM memories").fetchall()
+    }
+    return {
+        labels[r["memory_id"]]: r | {"label": labels[r["memory_id"]]}
+        for r in retention.scores(conn, as_of(night))
+    }
 
 
 def _expected(idle_days: float, half_life: float | None, floor: float, accesses: int = 0) -> float:
@@ -86,7 +90,7 @@ def test_decay_and_floors_per_category(conn):
     )
     run = retention.score(conn, as_of(NIGHT0), CONFIG)
     assert (run.scored, run.users, run.statements) == (len(cases), 1, 1)
-    rows = _rows(conn)
+    rows = _rows(conn, NIGHT0)
     for label, (category, idle, accesses) in cases.items():
         half = getattr(CONFIG, f"{category}_half_life_days")
         floor = getattr(CONFIG, f"{category}_floor")
@@ -124,20 +128,20 @@ def test_days_at_floor_count_each_night_and_restart_on_access(conn):
     faded = conn.execute("SELECT id FROM memories WHERE content LIKE 'faded:%'").fetchone()["id"]
     for i in range(4):
         retention.score(conn, as_of(NIGHT0 + timedelta(days=i)), CONFIG)
-        assert _rows(conn)["faded"]["days_at_floor"] == i + 1
-        assert _rows(conn)["fresh"]["days_at_floor"] == 0
+        assert _rows(conn, NIGHT0 + timedelta(days=i))["faded"]["days_at_floor"] == i + 1
+        assert _rows(conn, NIGHT0 + timedelta(days=i))["fresh"]["days_at_floor"] == 0
     # The same night again, and an older night after a newer one: nothing changes.
-    before = _rows(conn)["faded"]
-    retention.score(conn, as_of(NIGHT0 + timedelta(days=3)), CONFIG)
-    retention.score(conn, as_of(NIGHT0 + timedelta(days=1)), CONFIG)
-    assert _rows(conn)["faded"] == before
+    before = _rows(conn, NIGHT0 + timedelta(days=3))["faded"]
+    assert retention.score(conn, as_of(NIGHT0 + timedelta(days=3)), CONFIG).scored == 0
+    assert retention.score(conn, as_of(NIGHT0 + timedelta(days=1)), CONFIG).scored == 0
+    assert _rows(conn, NIGHT0 + timedelta(days=3))["faded"] == before
     # A skipped night still counts (nothing touched it in between).
     retention.score(conn, as_of(NIGHT0 + timedelta(days=5)), CONFIG)
-    assert _rows(conn)["faded"]["days_at_floor"] == 6
+    assert _rows(conn, NIGHT0 + timedelta(days=5))["faded"]["days_at_floor"] == 6
     # Used on day 6: the count restarts.
     client.record_access("u1", [faded], now=as_of(NIGHT0 + timedelta(days=5)) + timedelta(hours=10))
     retention.score(conn, as_of(NIGHT0 + timedelta(days=6)), CONFIG)
-    row = _rows(conn)["faded"]
+    row = _rows(conn, NIGHT0 + timedelta(days=6))["faded"]
     assert (row["days_at_floor"], row["at_floor"], row["floor_since"]) == (0, False, None)
     assert row["score"] > 0.9
 
@@ -149,13 +153,13 @@ def test_an_access_restarts_the_streak_even_when_the_score_stays_at_floor(conn):
     mid = conn.execute("SELECT id FROM memories").fetchone()["id"]
     for i in range(3):
         retention.score(conn, as_of(NIGHT0 + timedelta(days=i)), config)
-    assert _rows(conn)["flat"]["days_at_floor"] == 3
+    assert _rows(conn, NIGHT0 + timedelta(days=2))["flat"]["days_at_floor"] == 3
     conn.execute(
         "UPDATE memories SET last_accessed_at = %s WHERE id = %s",
         (as_of(NIGHT0 + timedelta(days=2)) + timedelta(hours=1), mid),
     )
     retention.score(conn, as_of(NIGHT0 + timedelta(days=3)), config)
-    assert _rows(conn)["flat"]["days_at_floor"] == 1
+    assert _rows(conn, NIGHT0 + timedelta(days=3))["flat"]["days_at_floor"] == 1
 
 
 # --------------------------------------------------------------------------- policies
@@ -190,7 +194,7 @@ def test_retention_policy_archives_after_seven_nights_at_floor_and_not_before(co
         night = NIGHT0 + timedelta(days=i)
         report = nights.run_night(conn, _services(local_store), criteria, night, TZ)
         assert report.ok and report.archived == 0, (night, report.problem)
-        assert _rows(conn)["faded"]["days_at_floor"] == i + 1
+        assert _rows(conn, night)["faded"]["days_at_floor"] == i + 1
     seventh = NIGHT0 + timedelta(days=6)
     assert select_eligible(conn, criteria, as_of(seventh - timedelta(days=1)), limit=10) == []
     retention.score(conn, as_of(seventh), CONFIG)
@@ -203,7 +207,7 @@ def test_retention_policy_archives_after_seven_nights_at_floor_and_not_before(co
     assert [(r["original_id"], r["archive_reason"]) for r in reasons] == [(ids["faded"], REASON_RETENTION)]
     hot = {r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()}
     assert hot == set(ids.values()) - {ids["faded"]}
-    assert _rows(conn)["core_faded"]["days_at_floor"] == 7  # at the floor all along, still hot
+    assert _rows(conn, seventh)["core_faded"]["days_at_floor"] == 7  # at the floor all along, still hot
     # Its retention row went with the original.
     assert (
         conn.execute(
@@ -228,7 +232,7 @@ def test_default_policy_is_adr004_and_ignores_the_floor(conn):
     for i in range(10):
         retention.score(conn, as_of(NIGHT0 + timedelta(days=i)), config)
     night = as_of(NIGHT0 + timedelta(days=9))
-    assert _rows(conn)["faded_young"]["days_at_floor"] == 10
+    assert _rows(conn, NIGHT0 + timedelta(days=9))["faded_young"]["days_at_floor"] == 10
     labels = {
         r["id"]: r["label"]
         for r in conn.execute("SELECT id, split_part(content, ':', 1) AS label FROM memories").fetchall()

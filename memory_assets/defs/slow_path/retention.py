@@ -1,6 +1,7 @@
-"""retention_scores: each night's retention score of every hot memory, before the night's claim.
+"""retention_scores: each night's retention scores of the hot memories, before the night's claim.
 
-Thin: memory_lib.lifecycle.retention computes the scores in SQL (one statement per batch of users) and the
+Thin: memory_lib.lifecycle.retention keeps the scores incrementally in SQL (a night computes only the
+memories written, used or re-categorized since the last one, one statement per batch of users) and the
 streaks at the floor that policy `retention` archives on (memory_lib.lifecycle.eligibility). Each night records
 its own numbers (metadata.record_nights): the score distribution (quantiles, 0.1-wide buckets, per
 category) and the tiers per user as of the end of that night, so the UI plots them night by night.
@@ -53,9 +54,11 @@ def _distribution_metadata(d: retention.Distribution) -> dict[str, object]:
 def retention_scores(
     context: dg.AssetExecutionContext, database: DatabaseResource, archival: ArchivalCriteriaResource
 ) -> dg.MaterializeResult:
-    """Score every hot memory as of the end of each night (exponential decay by category since the
-    last access, slower with each retrieval, never below the category's floor: core 0.60) and count
-    its nights at the floor (an access restarts the count). With MEMORY_ARCHIVE_POLICY=retention the
+    """Retention scores of every hot memory as of the end of each night (exponential decay by category
+    since the last access, slower with each retrieval, never below the category's floor: core 0.60)
+    and its nights at the floor (an access restarts the count). A night computes only the memories
+    written, used or re-categorized since the last night (`computed`); the others' scores follow from
+    what is kept, so the night's cost does not grow with the table. With MEMORY_ARCHIVE_POLICY=retention the
     claim archives a non-core memory after cold_migration_days (7) nights at the floor."""
     started = time.monotonic()
     criteria = archival.get_criteria()
@@ -65,12 +68,14 @@ def retention_scores(
     with database.connect() as conn:
         for night in run_nights(context):
             as_of = nights.night_as_of(night, SLOW_PATH.timezone)
-            run = retention.score(conn, as_of, config, shard=shard)
+            run = retention.score(conn, as_of, config, timezone=SLOW_PATH.timezone, shard=shard)
             dist = retention.distribution(conn, as_of, cold_migration_days=criteria.cold_migration_days)
             by_night[night] = {
                 "policy": criteria.policy,
                 "shard": str(shard),
-                "users_scored": run.users,
+                "users_computed": run.users,
+                "computed": run.scored,
+                "settings_changed": run.settings_changed,
                 "statements": run.statements,
                 "duration_s": round(run.seconds, 2),
                 **_distribution_metadata(dist),
