@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
@@ -239,29 +239,33 @@ class _Checkpoints:
             self.saved(outcome)
 
 
+def _safe_call(fn: Callable[[T], R], item: T) -> R | BaseException:
+    try:
+        return fn(item)
+    except Exception as exc:  # recorded per memory by the caller
+        return exc
+
+
 def run_parallel(
-    fn: Callable[[T], R], items: Sequence[T], workers: int, *, deadline: float | None = None
+    fn: Callable[[T], R], items: Iterable[T], workers: int, *, deadline: float | None = None
 ) -> Iterator[tuple[T, R | BaseException]]:
     """Run fn over items in threads; yield (item, result or exception) in input order.
 
     `deadline` (a time.monotonic() value): an item not done by then yields DeadlineExceeded and the
     caller moves on; a call still hanging in its thread is abandoned (its I/O timeouts end it).
+    `items` may be a generator: each item is submitted as soon as it is made, so the first calls run
+    while the generator makes the next items.
     """
-
-    def safe(item: T) -> R | BaseException:
-        try:
-            return fn(item)
-        except Exception as exc:  # recorded per memory by the caller
-            return exc
-
-    if deadline is None and (workers <= 1 or len(items) <= 1):
-        for item in items:
-            yield item, safe(item)
-        return
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))))
+    if isinstance(items, Sequence):
+        if deadline is None and (workers <= 1 or len(items) <= 1):
+            for item in items:
+                yield item, _safe_call(fn, item)
+            return
+        workers = min(workers, len(items))
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
-        futures = [pool.submit(safe, item) for item in items]
-        for item, future in zip(items, futures, strict=True):
+        submitted = [(item, pool.submit(_safe_call, fn, item)) for item in items]
+        for item, future in submitted:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 yield item, future.result(timeout=timeout)
@@ -306,7 +310,7 @@ def summarize_batch(
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
     claimed = _pending(conn, batch_key, AttemptStatus.CLAIMED)
-    originals = fetch_memories(conn, [r["memory_id"] for r in claimed])
+    originals = _summary_inputs(conn, claimed)
     ledger = _LedgerBuffer(conn, batch_key)
     checkpoints = summary_checkpoints(conn, batch_key, criteria, result, ledger)
     todo = [a for a in claimed if a["llm_submission"] is None]
@@ -346,6 +350,17 @@ def summarize_batch(
     checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _summary_inputs(conn: Conn, claimed: Sequence[Row]) -> dict[uuid.UUID, Row]:
+    """The hot rows a summary is made from, by id: only the columns it reads (the embeddings, most of
+    a row's bytes, are not needed until the backup step)."""
+    rows = conn.execute(
+        """SELECT id, user_id, content, created_at, domain, category FROM memories
+           WHERE user_id = ANY(%s) AND id = ANY(%s)""",
+        (sorted({r["user_id"] for r in claimed}), [r["memory_id"] for r in claimed]),
+    ).fetchall()
+    return {r["id"]: r for r in rows}
 
 
 def _summarize_via_batches(
@@ -704,7 +719,9 @@ def backup_batch(
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
     todo = _pending(conn, batch_key, AttemptStatus.EMBEDDED, ", a.claimed_at")
-    originals = fetch_memories(conn, [r["memory_id"] for r in todo], with_xmin=True)
+    originals = fetch_memories(
+        conn, [r["memory_id"] for r in todo], users=(r["user_id"] for r in todo), with_xmin=True
+    )
     started_before = conn.execute(
         """UPDATE archival_batches b SET backup_started_at = coalesce(b.backup_started_at, now())
            FROM (SELECT backup_started_at FROM archival_batches WHERE batch_key = %s) AS before
@@ -759,27 +776,37 @@ def backup_batch(
         result,
         saved,
     )
-    members: list[tuple[str, packs.Member]] = []
     when: dict[uuid.UUID, datetime] = {}
+    by_user: dict[str, list[Row]] = {}
     for attempt in todo:
-        row = originals.get(attempt["memory_id"])
-        try:
-            if row is None:
-                raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
-            at = archived_at(attempt)
-            doc = BackupObject.from_row(row, archived_at=at, archive_reason=attempt["archive_reason"])
-            data = doc.to_json_bytes()  # serialized once: later steps compare row versions, not bytes
-        except Exception as exc:  # this memory only
-            checkpoints.add(attempt["memory_id"], exc)
-            continue
-        members.append((row["user_id"], packs.Member(row["id"], data, sha256_hex(data))))
-        when[row["id"]] = at
-    units = packs.plan_units(object_store, batch_key, members, min_members=criteria.pack_min_members)
+        by_user.setdefault(attempt["user_id"], []).append(attempt)
+
+    def units() -> Iterator[packs.Unit]:
+        """One user's objects at a time, in the order plan_units gives for the whole batch (so a re-run
+        writes the same packs): run_parallel puts each user's while the next user's are serialized."""
+        for user_id, attempts in by_user.items():
+            members: list[tuple[str, packs.Member]] = []
+            for attempt in attempts:
+                row = originals.get(attempt["memory_id"])
+                try:
+                    if row is None:
+                        raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
+                    at = archived_at(attempt)
+                    doc = BackupObject.from_row(row, archived_at=at, archive_reason=attempt["archive_reason"])
+                    data = doc.to_json_bytes()  # serialized once: later steps compare row versions, not bytes
+                except Exception as exc:  # this memory only
+                    checkpoints.add(attempt["memory_id"], exc)
+                    continue
+                members.append((user_id, packs.Member(row["id"], data, sha256_hex(data))))
+                when[row["id"]] = at
+            yield from packs.plan_units(
+                object_store, batch_key, members, min_members=criteria.pack_min_members
+            )
 
     def backup(unit: packs.Unit) -> list[packs.StoredMember]:
         return packs.put_unit(object_store, unit)
 
-    for unit, outcome in run_parallel(backup, units, workers, deadline=deadline):
+    for unit, outcome in run_parallel(backup, units(), workers, deadline=deadline):
         # A unit's members are checkpointed in one transaction: a pack is recorded whole or not at all.
         with checkpoints.together():
             for i, member in enumerate(unit.members):
@@ -816,8 +843,8 @@ _COMMIT_INSERT = """
              || jsonb_strip_nulls(jsonb_build_object('summary_entities', a.summary_entities,
                                                      'domain_guess', a.domain_guess)),
            m.dedupe_key
-    FROM archival_attempts a JOIN memories m ON m.id = a.memory_id
-    WHERE a.batch_key = %(batch)s AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
+    FROM archival_attempts a JOIN memories m ON m.id = a.memory_id AND m.user_id = a.user_id
+    WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
 """
 
 
@@ -851,7 +878,8 @@ def commit_batch(
 
     def verify(key: str) -> list[BaseException | None]:
         """Per attempt of this object: None when its backup is there as recorded. A lone backup is
-        one HEAD; a pack is one GET with every member's bytes checked against its sha256."""
+        one HEAD; a pack is one HEAD too when the store's checksum of it is the sha256 its name
+        carries (packs.verify_members), else one GET with every member's bytes checked."""
         group = by_key[key]
         if all(object_store.locate(a["backup_ref"])[1] is None for a in group):
             out: list[BaseException | None] = []
@@ -862,10 +890,9 @@ def commit_batch(
                 except Exception as exc:
                     out.append(exc)
             return out
-        read = packs.read_members(
+        return packs.verify_members(
             object_store, [(a["backup_ref"], a["backup_sha256"]) for a in group], workers=1
         )
-        return [r if isinstance(r, BaseException) else None for r in read]
 
     verified: list[Row] = []
     for key, outcome in run_parallel(verify, list(by_key), workers, deadline=deadline):
@@ -918,13 +945,15 @@ def return_to_status(conn: Conn, batch_key: str, memory_id: uuid.UUID, status: s
 
 def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, result: StepResult) -> None:
     ids = [a["memory_id"] for a in chunk]
+    users = sorted({a["user_id"] for a in chunk})  # every statement names the users: one shard each
     with conn.transaction():
         # The users' write locks before any row lock (memory_lib.core.locks): a forget of the same user
         # waits for this commit, or this commit finds the rows it erased gone.
         lock_users(conn, (a["user_id"] for a in chunk))
         rows = conn.execute(
-            f"""SELECT {MEMORY_COLUMNS}, {ROW_XMIN} FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE""",
-            (ids,),
+            f"""SELECT {MEMORY_COLUMNS}, {ROW_XMIN} FROM memories WHERE user_id = ANY(%s) AND id = ANY(%s)
+                ORDER BY id FOR UPDATE""",
+            (users, ids),
             binary=True,
         ).fetchall()
         live = {r["id"]: r for r in rows}
@@ -935,8 +964,8 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
             for r in conn.execute(
                 """SELECT memory_id, archive_reason, backup_archived_at, backup_sha256, backup_row_xmin
                    FROM archival_attempts
-                   WHERE batch_key = %s AND memory_id = ANY(%s) AND status = 'backed_up'""",
-                (batch_key, ids),
+                   WHERE batch_key = %s AND user_id = ANY(%s) AND memory_id = ANY(%s) AND status = 'backed_up'""",
+                (batch_key, users, ids),
             ).fetchall()
         }
         ready: list[uuid.UUID] = []
@@ -952,17 +981,20 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
             else:
                 stale.append(mid)
         if ready:
-            params = {"batch": batch_key, "ids": ready}
+            params = {"batch": batch_key, "users": users, "ids": ready}
             conn.execute(_COMMIT_INSERT, params)
             conn.execute(
                 """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
                    SELECT a.memory_id, a.user_id, 'archived', %(actor)s,
                           jsonb_build_object('batch_key', a.batch_key, 'reason', a.archive_reason,
                                              'storage_ref', a.backup_ref, 'sha256', a.backup_sha256)
-                   FROM archival_attempts a WHERE a.batch_key = %(batch)s AND a.memory_id = ANY(%(ids)s)""",
+                   FROM archival_attempts a
+                   WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s)""",
                 params | {"actor": actor},
             )
-            deleted = conn.execute("DELETE FROM memories WHERE id = ANY(%(ids)s)", params).rowcount
+            deleted = conn.execute(
+                "DELETE FROM memories WHERE user_id = ANY(%(users)s) AND id = ANY(%(ids)s)", params
+            ).rowcount
             if deleted != len(ready):
                 raise IntegrityError(f"batch {batch_key} commit", f"{len(ready)} deletions", f"{deleted}")
             # The archive row now holds the summary and its embedding: keep only the record of the
@@ -970,22 +1002,22 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
             conn.execute(
                 """UPDATE archival_attempts SET status = 'archived', error = NULL, failed_step = NULL,
                           summary = NULL, summary_embedding = NULL, updated_at = now()
-                   WHERE batch_key = %(batch)s AND memory_id = ANY(%(ids)s)""",
+                   WHERE batch_key = %(batch)s AND user_id = ANY(%(users)s) AND memory_id = ANY(%(ids)s)""",
                 params,
             )
         if stale:
             # The memory changed after its backup: back it up again rather than archive an old copy.
             conn.execute(
                 """UPDATE archival_attempts SET status = 'embedded', updated_at = now()
-                   WHERE batch_key = %s AND memory_id = ANY(%s)""",
-                (batch_key, stale),
+                   WHERE batch_key = %s AND user_id = ANY(%s) AND memory_id = ANY(%s)""",
+                (batch_key, users, stale),
             )
         if gone:
             conn.execute(
                 """UPDATE archival_attempts SET status = 'released', error = 'memory deleted before archiving',
                           failed_step = 'commit', updated_at = now()
-                   WHERE batch_key = %s AND memory_id = ANY(%s)""",
-                (batch_key, gone),
+                   WHERE batch_key = %s AND user_id = ANY(%s) AND memory_id = ANY(%s)""",
+                (batch_key, users, gone),
             )
     result.processed += len(ready) + len(gone)
     result.succeeded += len(ready)

@@ -122,7 +122,7 @@ def claim_batch(
             return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
         taken = conn.execute(
             f"""WITH t AS (
-                   SELECT a.batch_key, a.memory_id FROM archival_attempts a
+                   SELECT a.batch_key, a.memory_id, a.user_id FROM archival_attempts a
                    JOIN archival_batches b ON b.batch_key = a.batch_key
                    WHERE a.status = ANY(%(open)s) AND a.batch_key <> %(new)s AND {shard_filter("a.user_id")}
                      AND (b.finished_at IS NOT NULL OR b.lease_expires_at IS NULL
@@ -130,7 +130,7 @@ def claim_batch(
                    ORDER BY a.memory_id LIMIT %(limit)s FOR UPDATE OF a SKIP LOCKED)
                UPDATE archival_attempts x SET batch_key = %(new)s, taken_over_from = x.batch_key,
                                               updated_at = now()
-               FROM t WHERE x.batch_key = t.batch_key AND x.memory_id = t.memory_id""",
+               FROM t WHERE x.batch_key = t.batch_key AND x.memory_id = t.memory_id AND x.user_id = t.user_id""",
             {"open": list(OPEN_STATUSES), "new": batch_key, "dead": dead, "limit": limit} | shard.params(),
         ).rowcount
         rows = conn.execute(
@@ -143,7 +143,7 @@ def claim_batch(
                 cur.executemany(
                     """INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason)
                        VALUES (%s, %s, %s, %s)
-                       ON CONFLICT (memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
+                       ON CONFLICT (user_id, memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
                     [(batch_key, r["id"], r["user_id"], r["reason"]) for r in rows],
                 )
         conn.execute(
@@ -217,7 +217,7 @@ def attempt_counts(conn: Conn) -> Row:
              count(*) FILTER (WHERE a.status = ANY(%(open)s)
                               AND (b.finished_at IS NOT NULL OR b.lease_expires_at < now())) AS awaiting_takeover,
              count(*) FILTER (WHERE a.status = %(released)s
-                              AND EXISTS (SELECT 1 FROM memories m WHERE m.id = a.memory_id)) AS released
+                              AND EXISTS (SELECT 1 FROM memories m WHERE m.id = a.memory_id AND m.user_id = a.user_id)) AS released
            FROM archival_attempts a JOIN archival_batches b ON b.batch_key = a.batch_key
            WHERE a.status <> %(archived)s""",
         {
@@ -235,7 +235,7 @@ def released_memories(conn: Conn, limit: int = 20) -> list[Row]:
     return conn.execute(
         """SELECT a.memory_id, a.user_id, a.batch_key, a.failed_step, a.error, a.attempts, a.released_at
            FROM archival_attempts a
-           WHERE a.status = %s AND EXISTS (SELECT 1 FROM memories m WHERE m.id = a.memory_id)
+           WHERE a.status = %s AND EXISTS (SELECT 1 FROM memories m WHERE m.id = a.memory_id AND m.user_id = a.user_id)
            ORDER BY a.released_at DESC NULLS LAST LIMIT %s""",
         (AttemptStatus.RELEASED.value, limit),
     ).fetchall()

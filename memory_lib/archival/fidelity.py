@@ -98,14 +98,15 @@ def verify_backups(
     if not attempts:
         return report
     ids = [a["memory_id"] for a in attempts]
-    live = fetch_memories(conn, ids, with_xmin=True)
+    users = sorted({a["user_id"] for a in attempts})
+    live = fetch_memories(conn, ids, users=users, with_xmin=True)
     archived = {
         r["original_id"]: r
         for r in conn.execute(
             """SELECT original_id, user_id, importance_score, original_created_at, archived_at, archive_reason,
                       storage_ref, backup_sha256, backup_size_bytes
-               FROM archived_memories WHERE original_id = ANY(%s)""",
-            (ids,),
+               FROM archived_memories WHERE user_id = ANY(%s) AND original_id = ANY(%s)""",
+            (users, ids),
         ).fetchall()
     }
 

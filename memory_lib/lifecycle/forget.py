@@ -153,11 +153,11 @@ _INSERT_SQL = """
 _STATUS_SQL = """
     UPDATE forget_requests SET status = %(status)s, updated_at = clock_timestamp(),
            object_versions_deleted = object_versions_deleted + %(versions)s
-    WHERE id = %(id)s RETURNING *"""
+    WHERE user_id = %(user_id)s AND id = %(id)s RETURNING *"""
 _DONE_SQL = """
     UPDATE forget_requests SET status = 'done', updated_at = clock_timestamp(), completed_at = clock_timestamp(),
            object_versions_deleted = object_versions_deleted + %(versions)s
-    WHERE id = %(id)s AND status = 'rows_deleted' RETURNING *"""
+    WHERE user_id = %(user_id)s AND id = %(id)s AND status = 'rows_deleted' RETURNING *"""
 _TOMBSTONE_SQL = """
     WITH facts AS (
         SELECT id AS memory_id, content_sha256, NULL::text AS backup_sha256, 'hot' AS tier
@@ -246,12 +246,12 @@ def forget_steps(
             moved = yield Call(lambda: {k: packs.rewrite_without(store, k, rows) for k, rows in keep.items()})
             yield RunPlan(_moved_plan(request["user_id"], keep, moved))
         versions += yield Call(lambda: purge_objects(store, request["object_keys"], request["memory_ids"]))
-        request = yield RunPlan(_status_plan(request["id"], "objects_deleted", versions))
+        request = yield RunPlan(_status_plan(request["user_id"], request["id"], "objects_deleted", versions))
     if request["status"] == "objects_deleted":
         request = yield RunPlan(_rows_plan(request, who, when, with_found))
     again = [] if target is not None else (yield Call(lambda: _listed_packs(store, user, untagged=False)))[0]
     swept = yield Call(lambda: purge_objects(store, [*request["object_keys"], *again], request["memory_ids"]))
-    done = yield RunPlan(_done_plan(request["id"], swept))
+    done = yield RunPlan(_done_plan(request["user_id"], request["id"], swept))
     return ForgetResult(
         done["id"],
         user,
@@ -331,8 +331,9 @@ def _open_plan(
     if request is not None:
         keys = sorted(set(keys) | set(request["object_keys"]))
         request = yield Sql(
-            "UPDATE forget_requests SET memory_ids = %(ids)s, object_keys = %(keys)s WHERE id = %(id)s RETURNING *",
-            {"ids": ids, "keys": keys, "id": request["id"]},
+            """UPDATE forget_requests SET memory_ids = %(ids)s, object_keys = %(keys)s
+               WHERE user_id = %(user_id)s AND id = %(id)s RETURNING *""",
+            {"ids": ids, "keys": keys, "user_id": user, "id": request["id"]},
             "one",
         )
         return request, True
@@ -408,8 +409,10 @@ def _moved_plan(
     return n
 
 
-def _status_plan(request_id: uuid.UUID, status: str, versions: int) -> Plan[Row]:
-    row = yield Sql(_STATUS_SQL, {"id": request_id, "status": status, "versions": versions}, "one")
+def _status_plan(user_id: str, request_id: uuid.UUID, status: str, versions: int) -> Plan[Row]:
+    row = yield Sql(
+        _STATUS_SQL, {"user_id": user_id, "id": request_id, "status": status, "versions": versions}, "one"
+    )
     return row
 
 
@@ -422,7 +425,9 @@ def _rows_plan(
     user, target = request["user_id"], request["memory_id"]
     yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
     current = yield Sql(
-        "SELECT * FROM forget_requests WHERE id = %(id)s FOR UPDATE", {"id": request["id"]}, "one"
+        "SELECT * FROM forget_requests WHERE user_id = %(user_id)s AND id = %(id)s FOR UPDATE",
+        {"user_id": user, "id": request["id"]},
+        "one",
     )
     if current["status"] != "objects_deleted":
         return current  # another run finished this step
@@ -467,17 +472,20 @@ def _rows_plan(
     row = yield Sql(
         """UPDATE forget_requests SET status = 'rows_deleted', memory_ids = %(ids)s, object_keys = %(keys)s,
                   rows_deleted = %(counts)s, updated_at = clock_timestamp()
-           WHERE id = %(id)s RETURNING *""",
-        {"ids": ids, "keys": keys, "counts": Jsonb(counts), "id": current["id"]},
+           WHERE user_id = %(user_id)s AND id = %(id)s RETURNING *""",
+        {"ids": ids, "keys": keys, "counts": Jsonb(counts), "user_id": user, "id": current["id"]},
         "one",
     )
     return row
 
 
-def _done_plan(request_id: uuid.UUID, versions: int) -> Plan[Row]:
-    row = yield Sql(_DONE_SQL, {"id": request_id, "versions": versions}, "one")
+def _done_plan(user_id: str, request_id: uuid.UUID, versions: int) -> Plan[Row]:
+    key = {"user_id": user_id, "id": request_id}
+    row = yield Sql(_DONE_SQL, key | {"versions": versions}, "one")
     if row is None:  # finished by a concurrent run
-        row = yield Sql("SELECT * FROM forget_requests WHERE id = %(id)s", {"id": request_id}, "one")
+        row = yield Sql(
+            "SELECT * FROM forget_requests WHERE user_id = %(user_id)s AND id = %(id)s", key, "one"
+        )
     return row
 
 
@@ -579,11 +587,13 @@ class Leftovers:
 
 
 def user_id_tables(conn: Conn) -> list[str]:
-    """Every base table of the current schema with a user_id column (information_schema)."""
+    """Every table of the current schema with a user_id column; a partitioned table once, not its
+    partitions (its rows are read and deleted through it)."""
     rows = conn.execute(
-        """SELECT c.table_name FROM information_schema.columns c
-           JOIN information_schema.tables t USING (table_schema, table_name)
-           WHERE c.column_name = 'user_id' AND t.table_type = 'BASE TABLE' AND c.table_schema = current_schema()
+        """SELECT c.relname AS table_name FROM pg_class c
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'user_id' AND NOT a.attisdropped
+           WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+             AND NOT c.relispartition
            ORDER BY 1"""
     ).fetchall()
     return [r["table_name"] for r in rows]

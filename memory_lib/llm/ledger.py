@@ -46,7 +46,7 @@ INSERT_SQL = """
     VALUES (%(batch_key)s, %(memory_id)s, %(user_id)s, %(purpose)s, %(provider)s, %(model)s, %(mode)s,
         %(request_id)s, %(outcome)s, %(input_tokens)s, %(output_tokens)s, %(cache_creation_input_tokens)s,
         %(cache_read_input_tokens)s, %(cost_usd)s, %(priced)s)
-    ON CONFLICT (request_id) WHERE mode = 'batch' DO NOTHING"""
+    ON CONFLICT (user_id, request_id) WHERE mode = 'batch' DO NOTHING"""
 
 
 def entry_params(e: LedgerEntry) -> dict[str, object]:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import IntegrityError
+from ..core.errors import IntegrityError, ObjectNotFoundError
 from ..core.models import sha256_hex
 from .objectstore import ObjectStore, StoredObject
 
@@ -234,6 +234,64 @@ def read_members(
         for results in pool.map(read, keys):
             for i, value in results:
                 out[i] = on_error(value) if on_error and isinstance(value, BaseException) else value
+    return out
+
+
+def pack_digest(key: str) -> str | None:
+    """The sha256 a pack's name carries (`<...>/<sha256 of the pack>.jsonl`), or None when `key` names
+    no such pack (a lone backup)."""
+    if not is_pack_key(key):
+        return None
+    name = key.rsplit("/", 1)[-1][: -len(SUFFIX)]
+    return name if len(name) == 64 and all(c in "0123456789abcdef" for c in name) else None
+
+
+def verify_members(
+    store: ObjectStore, wanted: Sequence[tuple[str, str]], *, workers: int = 8
+) -> list[BaseException | None]:
+    """Per (ref, sha256): None when those bytes are in the store as recorded, else the exception that
+    says why (ObjectNotFoundError, IntegrityError, or the store's error), in order. Reads nothing that
+    one HEAD can prove.
+
+    A pack is named by the sha256 of its content, and each member's sha256 was taken from the bytes
+    that content was joined from: when the store's own checksum of the object (HEAD) is that sha256 and
+    the object covers every member's range, every member is intact, and one HEAD checks them all
+    instead of a GET of the pack and a sha256 per member. A pack the HEAD does not prove so (another
+    checksum, none from the server, a name without a digest) is read and each member checked alone
+    (read_members), so a damaged member is named, not its neighbours. A lone backup is read
+    (get_verified): the caller HEADs lone backups itself where a HEAD is enough.
+    """
+    by_key: dict[str, list[int]] = {}
+    spans: list[tuple[int, int] | None] = []
+    for i, (ref, _sha) in enumerate(wanted):
+        key, member = store.locate(ref)
+        spans.append(member)
+        by_key.setdefault(key, []).append(i)
+    out: list[BaseException | None] = [None] * len(wanted)
+
+    def check(key: str) -> list[tuple[int, BaseException | None]]:
+        idx = by_key[key]
+        digest = pack_digest(key)
+        if digest is not None and all(spans[i] is not None for i in idx):
+            try:
+                obj = store.head(key)
+            except Exception as exc:  # the store down: every member of the object says so
+                return [(i, exc) for i in idx]
+            if obj is None:
+                return [(i, ObjectNotFoundError(key)) for i in idx]
+            ends = max(s[0] + s[1] for i in idx if (s := spans[i]) is not None)
+            if obj.sha256 == digest and obj.size >= ends:
+                return [(i, None) for i in idx]
+        read = read_members(store, [wanted[i] for i in idx], workers=1)
+        return [(i, r if isinstance(r, BaseException) else None) for i, r in zip(idx, read, strict=True)]
+
+    keys = list(by_key)
+    if not keys:
+        return out
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(keys)))) as pool:
+        for results in pool.map(check, keys):
+            for i, problem in results:
+                out[i] = problem
     return out
 
 

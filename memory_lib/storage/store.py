@@ -140,8 +140,8 @@ def insert_memories(
         conn.execute(
             """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
                SELECT id, user_id, 'created', %s, jsonb_build_object('category', category)
-               FROM memories WHERE id = ANY(%s)""",
-            (actor, ids),
+               FROM memories WHERE user_id = ANY(%s) AND id = ANY(%s)""",
+            (actor, sorted({m.user_id for m in valid}), ids),
         )
     return ids
 
@@ -238,13 +238,20 @@ def get_memory(conn: Conn, user_id: str, memory_id: uuid.UUID) -> Row:
 ROW_XMIN = "xmin::text::bigint AS row_xmin"
 
 
-def fetch_memories(conn: Conn, ids: Sequence[uuid.UUID], *, with_xmin: bool = False) -> dict[uuid.UUID, Row]:
-    """Hot rows by id, in binary (vectors as float32 bytes, not text to parse); `with_xmin` adds
-    `row_xmin`, the row version."""
+def fetch_memories(
+    conn: Conn, ids: Sequence[uuid.UUID], *, users: Iterable[str] | None = None, with_xmin: bool = False
+) -> dict[uuid.UUID, Row]:
+    """Hot rows by id (of these users, when given), in binary (vectors as float32 bytes, not text to
+    parse); `with_xmin` adds `row_xmin`, the row version. The pipeline names the users: the read then
+    stays on their shards (docs/how-to/distributed-postgres.md)."""
     cols = f"{MEMORY_COLUMNS}, {ROW_XMIN}" if with_xmin else MEMORY_COLUMNS
-    rows = conn.execute(
-        f"SELECT {cols} FROM memories WHERE id = ANY(%s)", (list(ids),), binary=True
-    ).fetchall()
+    params: tuple[Any, ...]
+    if users is None:
+        sql, params = f"SELECT {cols} FROM memories WHERE id = ANY(%s)", (list(ids),)
+    else:
+        sql = f"SELECT {cols} FROM memories WHERE user_id = ANY(%s) AND id = ANY(%s)"
+        params = (sorted(set(users)), list(ids))
+    rows = conn.execute(sql, params, binary=True).fetchall()
     return {r["id"]: r for r in rows}
 
 

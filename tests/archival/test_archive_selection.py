@@ -147,6 +147,6 @@ def test_open_attempts_are_unique_per_memory_in_the_schema(conn):
     )
     with pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute(
-            "INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason) VALUES ('b', %s, 'x', 'force_age')",
-            (mem["id"],),
+            "INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason) VALUES ('b', %s, %s, 'force_age')",
+            (mem["id"], mem["user_id"]),
         )

@@ -87,12 +87,32 @@ def test_a_users_memories_share_one_pack_and_each_restores_byte_exact(conn, obje
 
 
 def test_a_pack_costs_its_requests_once_for_all_of_its_members_on_s3(conn, s3_store):
-    """PUT, the fidelity GET, commit's GET (every member checked) and the audit's GET: per pack; and no
-    LIST: the batch's first backup step has no dead run's packs to look for."""
+    """PUT and the fidelity GET per pack; commit and the audit HEAD it (the server's checksum of the pack
+    is the sha256 its name carries, so every member is intact); and no LIST: the batch's first backup
+    step has no dead run's packs to look for."""
     sent: Counter[str] = Counter()
     s3_store.client.meta.events.register("before-call.s3", lambda model, **_: sent.update([model.name]))
     _archive(conn, s3_store, make_memories(2 * PER_USER, dim=TEST_DIM, users=("alice", "bob")))
-    assert sent == Counter({"PutObject": 2, "GetObject": 6})
+    assert sent == Counter({"PutObject": 2, "GetObject": 2, "HeadObject": 4})
+
+
+def test_a_pack_whose_checksum_is_not_its_name_is_read_member_by_member(conn, s3_store):
+    """verify_members trusts a HEAD only when the store's checksum is the pack's own digest: a pack
+    replaced by other bytes is read, and only the member that differs fails."""
+    _archive(conn, s3_store, make_memories(PER_USER, dim=TEST_DIM, users=("alice",)))
+    rows = _rows(conn)
+    wanted = [(r["storage_ref"], r["backup_sha256"]) for r in rows]
+    assert packs.verify_members(s3_store, wanted) == [None] * len(rows)
+    key = s3_store.key_from_ref(rows[0]["storage_ref"])
+    data = bytearray(s3_store.get(key))
+    start, size = s3_store.locate(rows[2]["storage_ref"])[1]
+    data[start + size // 2] ^= 0x01
+    s3_store.client.put_object(
+        Bucket=s3_store.bucket, Key=key, Body=bytes(data), ChecksumAlgorithm="SHA256"
+    )  # the server's checksum is now of the damaged bytes
+    got = packs.verify_members(s3_store, wanted)
+    assert isinstance(got[2], IntegrityError)
+    assert [g for i, g in enumerate(got) if i != 2] == [None] * (len(rows) - 1)
 
 
 def test_a_damaged_member_fails_its_own_checks_and_no_neighbours(conn, s3_store):
