@@ -44,8 +44,12 @@ screenshots: $(STAMP)
 	$(PIP) -c deploy/constraints.txt -e '.[screenshots]'
 	$(PY) scripts/ui_screenshots.py
 
+# Then the core tests again on a schema partitioned by user (memories and archived_memories in 8 hash
+# partitions, memory_lib.storage.partitioning): every rule must hold in both layouts.
+PARTITIONED_TESTS = tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
 test: $(LOCAL_STAMP)
 	$(PY) -m pytest
+	TEST_USER_PARTITIONS=8 $(PY) -m pytest -m "not slow" -q $(PARTITIONED_TESTS)
 
 # Style, format, types and the layer contracts (memory_lib/README.md): all must be clean.
 lint: $(STAMP)

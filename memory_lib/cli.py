@@ -200,6 +200,7 @@ def _preflight(settings: Settings, *, llm: bool = False) -> None:
     epilog=_examples(
         "memory-archive migrate   # DATABASE_URL, else the embedded server under the state dir",
         "DATABASE_URL=postgresql://me@db/memories MEMORY_ARCHIVE_EMBEDDING_DIM=1536 memory-archive migrate",
+        "MEMORY_ARCHIVE_USER_PARTITIONS=16 memory-archive migrate   # hash-partition the tiers by user",
     ),
 )
 @click.pass_context
@@ -208,7 +209,13 @@ def migrate_cmd(ctx: click.Context) -> None:
     """Create or upgrade the schema (the only command that changes it; a database keeps its dim)."""
     settings = _settings(ctx)
     with open_database(settings, create=True) as db:
-        _emit({"applied": migrate_database(db.url, settings.embedding.dim)})
+        _emit(
+            {
+                "applied": migrate_database(
+                    db.url, settings.embedding.dim, user_partitions=settings.user_partitions
+                )
+            }
+        )
 
 
 @cli.command(

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from psycopg.conninfo import make_conninfo
 
-from memory_lib.storage.db import EmbeddedPostgres, connect, migrate
+from memory_lib.storage.db import EmbeddedPostgres, connect, migrate_database
 from tests.support.fake_llm import FakeLLMServer
 
 # CI replays a fixed set of examples (a run there must be reproducible); locally, hypothesis keeps
@@ -31,6 +31,9 @@ if os.environ.get("CI"):
 os.environ.setdefault("MEMORY_ARCHIVE_PARTITION_START", "2025-01-01")
 
 TEST_DIM = 64  # small vectors keep the suite fast; test_fidelity also runs the 1536-d default
+# Set (`make test` sets it for its second pass over the core tests): every test database has memories
+# and archived_memories hash-partitioned by user_id into this many partitions.
+TEST_USER_PARTITIONS = int(os.environ.get("TEST_USER_PARTITIONS") or 0) or None
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +67,7 @@ class DatabaseFactory:
             template = f"tmpl_dim_{dim}"
             self._admin(f"DROP DATABASE IF EXISTS {template}")
             self._admin(f"CREATE DATABASE {template}")
-            migrate(self.url(template), embedding_dim=dim)
+            migrate_database(self.url(template), dim, user_partitions=TEST_USER_PARTITIONS)
             self._templates[dim] = template
         name = f"t_{next(self._counter)}_{uuid.uuid4().hex[:8]}"
         self._admin(f"CREATE DATABASE {name} TEMPLATE {self._templates[dim]}")

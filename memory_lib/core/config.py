@@ -664,6 +664,13 @@ class Settings(BaseSettings):
     embedded_database: DatabaseName | None = Field(
         None, description="Database on the embedded server, created by migrate (default postgres)."
     )
+    user_partitions: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="memories and archived_memories as this many hash partitions by user_id, each with "
+        "its own indexes (migrate converts existing tables; 1: not partitioned); unset: keep the database's layout.",
+    )
     archival: ArchivalCriteria = ArchivalCriteria()
     promotion: PromotionConfig = PromotionConfig()
     retention: RetentionConfig = RetentionConfig()

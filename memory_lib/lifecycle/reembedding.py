@@ -66,6 +66,7 @@ from ..llm.embedding import (
     LocalEmbedder,
     embedder_from_settings,
 )
+from ..storage import partitioning
 from ..storage.db import rerender_migration_checksums
 
 __all__ = [
@@ -602,12 +603,18 @@ def ensure_indexes(conn: Conn) -> list[str]:
         ).fetchall()
         if any(r["indisvalid"] for r in have):
             continue
-        for r in have:
-            conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{r["relname"]}"')
+        parts = partitioning.partitions_of(conn, g.table)
+        for r in have:  # a partitioned index cannot be dropped concurrently (its partitions' go with it)
+            conn.execute(f'DROP INDEX {"" if parts else "CONCURRENTLY "}IF EXISTS "{r["relname"]}"')
         name = _index_name(g, m)
         if name in {r["relname"] for r in have} or m.suffix == "_prev":
             name = f"{name}_{m.flips}"
-        conn.execute(f"CREATE INDEX CONCURRENTLY {name} ON {g.table} USING {g.index.format(col=col)}")
+        partitioning.create_index(
+            conn,
+            f"CREATE INDEX {name} ON {g.table} USING {g.index.format(col=col)}",
+            partitions=parts,
+            concurrently=True,
+        )
         built.append(name)
     return built
 

@@ -41,6 +41,7 @@ from psycopg.rows import dict_row
 from ..core.config import Settings
 from ..core.errors import EmbeddedServerError, MissingExtensionError, SchemaError
 from ..core.rows import Conn, Row
+from . import partitioning
 
 log = logging.getLogger(__name__)
 
@@ -671,9 +672,11 @@ def stored_embedding_dim(conn: Conn) -> int:
     return int(row["value"])
 
 
-def migrate_database(url: str, default_dim: int) -> list[str]:
+def migrate_database(url: str, default_dim: int, *, user_partitions: int | None = None) -> list[str]:
     """Apply pending migrations; an initialized database keeps the embedding dim it was created with
-    (`default_dim` only sizes a new database's vectors)."""
+    (`default_dim` only sizes a new database's vectors). Then, when `user_partitions` is set, bring
+    memories and archived_memories to that many hash partitions by user_id (storage.partitioning).
+    Returns the migrations applied and the tables converted."""
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
@@ -684,7 +687,14 @@ def migrate_database(url: str, default_dim: int) -> list[str]:
     dim = int(row[0]) if row else default_dim
     if dim != default_dim:
         log.info("database keeps embedding_dim=%s it was created with (settings say %s)", dim, default_dim)
-    return migrate(url, embedding_dim=dim)
+    applied = migrate(url, embedding_dim=dim)
+    if user_partitions is not None:
+        dict_conn = connect(url)
+        try:
+            applied += [str(layout) for layout in partitioning.ensure(dict_conn, user_partitions)]
+        finally:
+            dict_conn.close()
+    return applied
 
 
 def prepare_database(settings: Settings, *, embedding_dim: int | None = None) -> Database:
@@ -693,7 +703,9 @@ def prepare_database(settings: Settings, *, embedding_dim: int | None = None) ->
     existing one keeps its dim). For `memory-archive migrate`, the Dagster resource and the demo."""
     db = open_database(settings, create=True)
     try:
-        migrate_database(db.url, embedding_dim or settings.embedding.dim)
+        migrate_database(
+            db.url, embedding_dim or settings.embedding.dim, user_partitions=settings.user_partitions
+        )
     except BaseException:
         db.close()
         raise

@@ -1,0 +1,187 @@
+"""Tenant partitioning: memories and archived_memories converted to hash partitions by user_id and
+back, with every row, key, index, trigger, foreign key and grant kept, per-partition vector indexes,
+plan-time pruning to one partition for a user's search, and nothing changed by a failed conversion."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import psycopg
+import pytest
+
+from memory_lib.archival import nights
+from memory_lib.archival.archive import ArchivalServices
+from memory_lib.client import MemoryClient
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage import partitioning
+from memory_lib.storage.db import migrate_database
+from memory_lib.storage.store import insert_memories
+from tests.conftest import TEST_DIM
+from tests.support.factories import NOW, make_memories
+
+USERS = ("ann", "ben", "cyd", "dot", "eve")
+
+
+def _fingerprint(conn, table: str) -> str:
+    """Every column of every row, in id order."""
+    return conn.execute(
+        f"SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) AS h FROM {table} t"
+    ).fetchone()["h"]
+
+
+def _state(conn) -> dict[str, object]:
+    return {t: _fingerprint(conn, t) for t in (*partitioning.PARTITIONED_TABLES, "memory_retention")} | {
+        "constraints": sorted(
+            (r["t"], r["conname"], r["def"])
+            for r in conn.execute(
+                """SELECT conrelid::regclass::text AS t, conname, pg_get_constraintdef(oid) AS def FROM pg_constraint
+                   WHERE conparentid = 0 AND (conrelid::regclass::text IN ('memories', 'archived_memories')
+                                              OR confrelid::regclass::text IN ('memories', 'archived_memories'))"""
+            ).fetchall()
+        ),
+        "indexes": sorted(
+            r["indexname"]
+            for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename IN ('memories', 'archived_memories')"
+            ).fetchall()
+        ),
+        "triggers": sorted(
+            r["tgname"]
+            for r in conn.execute(
+                """SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgparentid = 0
+                   AND tgrelid::regclass::text IN ('memories', 'archived_memories')"""
+            ).fetchall()
+        ),
+    }
+
+
+def _populate(conn, local_store) -> MemoryClient:
+    partitioning.ensure(conn, 1)  # from plain tables, also when the suite runs on a partitioned schema
+    insert_memories(conn, make_memories(40, dim=TEST_DIM, users=USERS, age_days=200), actor="test")
+    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
+    for u in USERS:
+        client.add(u, f"{u} keeps the Heron rollout notes in the blue binder", now=NOW - timedelta(days=2))
+    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    report = nights.run_night(conn, services, ArchivalCriteria(batch_size=20), NOW.date(), "UTC")
+    assert report.ok and report.archived == 20, report.problem
+    return client
+
+
+def test_conversion_keeps_everything_and_prunes_a_users_search_to_one_partition(conn, local_store):
+    client = _populate(conn, local_store)
+    before = _state(conn)
+    searches = {
+        u: [h.id for h in client.search(u, "Heron rollout notes", include_past=True).hits] for u in USERS
+    }
+    assert all(searches.values())
+
+    assert [str(x) for x in partitioning.ensure(conn, 4)] == [
+        "memories: 4 hash partitions by user_id",
+        "archived_memories: 4 hash partitions by user_id",
+    ]
+    assert _state(conn) == before
+    assert {
+        u: [h.id for h in client.search(u, "Heron rollout notes", include_past=True).hits] for u in USERS
+    } == searches
+    for table in partitioning.PARTITIONED_TABLES:
+        assert partitioning.layout(conn, table).partitions == 4
+        per_partition = conn.execute(
+            """SELECT c.relname, count(*) FILTER (WHERE am.amname = 'hnsw') AS hnsw,
+                      count(*) FILTER (WHERE am.amname = 'gin') AS gin
+               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+               JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class ic ON ic.oid = x.indexrelid
+               JOIN pg_am am ON am.oid = ic.relam
+               WHERE i.inhparent = %s::regclass GROUP BY 1 ORDER BY 1""",
+            (table,),
+        ).fetchall()
+        assert [r["relname"] for r in per_partition] == [f"{table}_p{i:03d}" for i in range(4)]
+        assert all(r["hnsw"] >= 1 and r["gin"] >= 1 for r in per_partition), per_partition
+    # A user's vector search is planned against one partition, through that partition's HNSW index
+    # (a seq scan is cheaper over a few rows: the planner is told not to take it).
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            next(iter(r.values()))
+            for r in conn.execute(
+                """EXPLAIN SELECT id FROM memories WHERE user_id = %s
+                   ORDER BY embedding <=> %s LIMIT 10""",
+                ("ann", np.ones(TEST_DIM, dtype=np.float32)),
+            ).fetchall()
+        )
+    scanned = {p for p in (f"memories_p{i:03d}" for i in range(4)) if p in plan}
+    assert len(scanned) == 1, plan
+    (partition,) = scanned
+    hnsw = conn.execute(
+        """SELECT ic.relname FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam
+           WHERE x.indrelid = %s::regclass AND am.amname = 'hnsw'""",
+        (partition,),
+    ).fetchone()["relname"]
+    assert f"Index Scan using {hnsw}" in plan, plan
+
+    # The tables work as before: a write gets its retention row, a night archives through the keys.
+    added = client.add("ann", "Ann moved the Heron binder to the archive room", now=NOW - timedelta(days=1))
+    assert conn.execute(
+        "SELECT pending FROM memory_retention WHERE user_id = 'ann' AND memory_id = %s", (added.memory_id,)
+    ).fetchone()["pending"]
+    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    report = nights.run_night(
+        conn, services, ArchivalCriteria(batch_size=10), NOW.date() + timedelta(days=1), "UTC"
+    )
+    assert report.ok and report.archived == 10, report.problem
+    orphans = conn.execute(
+        """SELECT count(*) AS n FROM memory_retention r
+           WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.user_id = r.user_id AND m.id = r.memory_id)"""
+    ).fetchone()["n"]
+    assert orphans == 0
+
+    # Converting to the layout the tables have does nothing; back to plain tables keeps every row.
+    assert partitioning.ensure(conn, 4) == []
+    after = _state(conn)
+    assert [str(x) for x in partitioning.ensure(conn, 1)] == [
+        "memories: not partitioned",
+        "archived_memories: not partitioned",
+    ]
+    assert _state(conn) == after
+    assert partitioning.layout(conn, "memories").partitions == 1
+
+
+def test_a_failed_conversion_changes_nothing(conn, local_store):
+    _populate(conn, local_store)
+    # A unique index without user_id: Postgres refuses it on a partitioned table, mid-conversion.
+    conn.execute("CREATE UNIQUE INDEX memories_content_once ON memories (content, id)")
+    before = _state(conn)
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="partition"):
+        partitioning.ensure(conn, 4)
+    assert _state(conn) == before
+    assert partitioning.layout(conn, "memories").partitions == 1
+    assert partitioning.layout(conn, "archived_memories").partitions == 1
+
+
+def test_the_setting_converts_on_migrate_and_bad_values_are_named(db_url):
+    migrate_database(db_url, TEST_DIM, user_partitions=1)
+    assert migrate_database(db_url, TEST_DIM, user_partitions=3) == [
+        "memories: 3 hash partitions by user_id",
+        "archived_memories: 3 hash partitions by user_id",
+    ]
+    assert migrate_database(db_url, TEST_DIM, user_partitions=3) == []
+    assert migrate_database(db_url, TEST_DIM) == []  # unset: the database keeps its layout
+    for bad in (0, 1025, True):
+        with pytest.raises(InvalidInputError, match=f"user_partitions.*{bad}"):
+            partitioning.check_partitions(bad)  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="USER_PARTITIONS"):
+        Settings.from_env({"MEMORY_ARCHIVE_USER_PARTITIONS": "0"})
+    assert Settings.from_env({"MEMORY_ARCHIVE_USER_PARTITIONS": "16"}).user_partitions == 16
+
+
+def test_a_night_of_many_users_lands_in_their_partitions(conn, local_store):
+    """Rows are routed by the same hash Postgres documents: each user's rows sit in one partition."""
+    partitioning.ensure(conn, 4)
+    _populate(conn, local_store)
+    spread = conn.execute(
+        "SELECT user_id, count(DISTINCT tableoid) AS parts FROM memories GROUP BY 1"
+    ).fetchall()
+    assert len(spread) == len(USERS) and all(r["parts"] == 1 for r in spread)
