@@ -21,6 +21,9 @@ CREATE TABLE memory_retention_v2 (
     memory_id       uuid NOT NULL,
     -- The inputs changed since the row was last computed (or it was never computed).
     pending         boolean NOT NULL DEFAULT true,
+    -- Bumped by every mark: a night computing from inputs read before a concurrent mark leaves the row
+    -- pending (it compares the count it read with the row's when it writes).
+    marks           integer NOT NULL DEFAULT 0,
     created_at      timestamptz NOT NULL,       -- the memory's; a night before it does not score it
     category        text,
     last_touched_at timestamptz,                -- coalesce(last_accessed_at, created_at) when computed
@@ -64,7 +67,8 @@ CREATE FUNCTION memory_retention_track_insert() RETURNS trigger LANGUAGE plpgsql
 BEGIN
     INSERT INTO memory_retention (user_id, memory_id, created_at)
     SELECT n.user_id, n.id, n.created_at FROM memory_retention_new_rows n
-    ON CONFLICT (user_id, memory_id) DO UPDATE SET pending = true, created_at = EXCLUDED.created_at;
+    ON CONFLICT (user_id, memory_id) DO UPDATE
+        SET pending = true, marks = memory_retention.marks + 1, created_at = EXCLUDED.created_at;
     RETURN NULL;
 END $$;
 CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON memories
@@ -74,7 +78,7 @@ CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON memories
 -- Only a change of the score's inputs marks the row; other updates (content, tags, supersession) do not.
 CREATE FUNCTION memory_retention_track_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE memory_retention r SET pending = true, created_at = n.created_at
+    UPDATE memory_retention r SET pending = true, marks = r.marks + 1, created_at = n.created_at
     FROM memory_retention_new_rows n JOIN memory_retention_old_rows o ON o.id = n.id AND o.user_id = n.user_id
     WHERE r.user_id = n.user_id AND r.memory_id = n.id
       AND (n.last_accessed_at, n.access_count, n.category, n.created_at)

@@ -76,7 +76,7 @@ _SCORE_SQL = f"""
 WITH c AS (
     SELECT * FROM unnest(%(cats)s::text[], %(half)s::float8[], %(floors)s::float8[]) AS c(category, half_life, floor)
 ), s AS (
-    SELECT m.user_id, m.id, m.created_at, m.category, m.access_count, c.floor,
+    SELECT m.user_id, m.id, m.created_at, m.category, m.access_count, c.floor, r.marks,
            coalesce(m.last_accessed_at, m.created_at) AS touched,
            c.half_life * (1.0 + %(boost)s * ln(1.0 + m.access_count)) AS h,
            CASE WHEN r.last_touched_at = coalesce(m.last_accessed_at, m.created_at)
@@ -94,7 +94,8 @@ WITH c AS (
     FROM s
 )
 UPDATE memory_retention r SET
-    pending = false, created_at = f.created_at, category = f.category, last_touched_at = f.touched,
+    -- Still pending when a write or a use marked it after the inputs above were read.
+    pending = r.marks <> f.marks, created_at = f.created_at, category = f.category, last_touched_at = f.touched,
     access_count = f.access_count, half_life_days = f.h, floor = f.floor, floor_at = f.floor_at,
     scored_as_of = f.seen,
     -- (greatest() skips NULLs: a memory that never reaches its floor has no streak.)
@@ -149,7 +150,7 @@ def _settings_changed(conn: Conn, key: str) -> bool:
         if row["value"] == key:
             return False
         conn.execute("UPDATE memory_archive_settings SET value = %s WHERE key = %s", (key, _SETTINGS_KEY))
-        conn.execute("UPDATE memory_retention SET pending = true WHERE NOT pending")
+        conn.execute("UPDATE memory_retention SET pending = true, marks = marks + 1 WHERE NOT pending")
         return True
 
 
@@ -198,7 +199,7 @@ def rescan(
     where the inputs did not change, as a night's `score` keeps them."""
     with conn.transaction():
         conn.execute(
-            f"UPDATE memory_retention SET pending = true WHERE NOT pending AND {shard_filter('user_id')}",
+            f"UPDATE memory_retention SET pending = true, marks = marks + 1 WHERE NOT pending AND {shard_filter('user_id')}",
             shard.params(),
         )
     return score(conn, as_of, config, timezone=timezone, shard=shard)

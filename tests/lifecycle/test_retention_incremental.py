@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import random
 import shutil
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -226,3 +228,48 @@ def test_rows_follow_their_memory_and_never_cross_users(conn):
         conn.execute("UPDATE memory_retention SET user_id = 'u2' WHERE memory_id = %s", (mems[0]["id"],))
     conn.execute("DELETE FROM memories WHERE id = %s", (mems[1]["id"],))
     assert conn.execute("SELECT count(*) AS n FROM memory_retention").fetchone()["n"] == 3
+
+
+def test_a_use_during_the_night_is_not_lost(conn, db_url):
+    """A use committed while the night computes the same memory (its mark waits on the row the night
+    is writing): the row stays pending, and the next night computes the new inputs."""
+    mem = make_memories(1, dim=TEST_DIM, users=("u1",), now=as_of(NIGHT0), age_days=400)[0]
+    mem["last_accessed_at"], mem["access_count"] = None, 0
+    insert_memories(conn, [mem], actor="test")
+    retention.score(conn, as_of(NIGHT0), CONFIG, timezone=TZ)
+    night = as_of(NIGHT0 + timedelta(days=1))
+    conn.execute(  # a change the night will compute, so its UPDATE touches the row
+        "UPDATE memories SET access_count = 1 WHERE id = %s", (mem["id"],)
+    )
+    user = connect(db_url, autocommit=False)
+    night_conn = connect(db_url)
+    try:
+        # The use: its trigger holds the retention row until it commits.
+        user.execute(
+            "UPDATE memories SET last_accessed_at = %s, access_count = 2 WHERE id = %s",
+            (night - timedelta(hours=2), mem["id"]),
+        )
+        done: list[retention.ScoreRun] = []
+        worker = threading.Thread(
+            target=lambda: done.append(retention.score(night_conn, night, CONFIG, timezone=TZ))
+        )
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not conn.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = %s",
+            (night_conn.info.backend_pid,),
+        ).fetchone()["n"]:
+            assert time.monotonic() < deadline, "the night never waited on the use"
+            time.sleep(0.05)
+        user.commit()
+        worker.join(30)
+        assert done and done[0].scored == 1
+    finally:
+        user.close()
+        night_conn.close()
+    assert conn.execute("SELECT pending FROM memory_retention WHERE memory_id = %s", (mem["id"],)).fetchone()[
+        "pending"
+    ]
+    assert retention.score(conn, night, CONFIG, timezone=TZ).scored == 1
+    (row,) = retention.scores(conn, night)
+    assert (row["access_count"], row["last_touched_at"]) == (2, night - timedelta(hours=2))
