@@ -385,7 +385,7 @@ def settle_tables(conn: psycopg.Connection) -> float:
 
 
 def measure_bulk_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
-    """restore_archives over `count` archived memories (one transaction each, backups read ahead)."""
+    """restore_archives over `count` archived memories (groups of 50 in multi-row statements, backups read ahead)."""
     from memory_lib.lifecycle.restore import restore_archives
 
     ids = [
@@ -701,7 +701,7 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
                 ["operation", "count", "p50 ms", "p95 ms", "p99 ms", "per second"],
                 [
                     [
-                        "restore_archives (bulk: backups read ahead, one transaction each)",
+                        "restore_archives (bulk: groups of 50, multi-row statements)",
                         b["restored"],
                         None,
                         None,

@@ -111,13 +111,24 @@ DUE_FOR_PROMOTION_SQL = """
                                       AND uses.archive_id = a.id::text
     GROUP BY a.id, a.user_id HAVING count(*) >= %(needed)s
     ORDER BY a.id LIMIT %(limit)s"""
-RESTORE_INSERT_SQL = f"""
-    INSERT INTO memories ({MEMORY_COLUMNS})
-    VALUES (%(id)s, %(user_id)s, %(content)s, %(content_sha256)s, %(embedding)s, %(embedding_model)s,
-            %(embedding_dim)s, %(entity_links)s, %(metadata)s, %(domain)s, %(category)s, %(importance_score)s,
-            %(access_count)s, %(last_accessed_at)s, %(created_at)s, %(updated_at)s, false, %(superseded_by)s,
-            %(dedupe_key)s)"""
-DELETE_ARCHIVE_SQL = "DELETE FROM archived_memories WHERE user_id = %(user_id)s AND id = %(archive_id)s"
+# restore_many_rows_plan: the statement heads, then one VALUES row per memory (parameters suffixed _i).
+RESTORE_INSERT_SQL = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES\n"
+_RESTORE_ROW = (
+    "(%(id_{i})s, %(user_id_{i})s, %(content_{i})s, %(content_sha256_{i})s, %(embedding_{i})s, "
+    "%(embedding_model_{i})s, %(embedding_dim_{i})s, %(entity_links_{i})s, %(metadata_{i})s, %(domain_{i})s, "
+    "%(category_{i})s, %(importance_score_{i})s, %(access_count_{i})s, %(last_accessed_at_{i})s, "
+    "%(created_at_{i})s, %(updated_at_{i})s, false, %(superseded_by_{i})s, %(dedupe_key_{i})s)"
+)
+# The archive rows by their exact (user_id, id) pairs: never another user's row with the same id.
+DELETE_ARCHIVES_SQL = """
+    DELETE FROM archived_memories a USING unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, id)
+    WHERE a.user_id = t.user_id AND a.id = t.id"""
+RESTORE_EVENTS_SQL = (
+    "INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details) VALUES\n"
+)
+_RESTORE_EVENT_ROW = (
+    "(%(memory_id_{i})s, %(user_id_{i})s, %(event_type)s, %(actor)s, %(now)s, %(details_{i})s)"
+)
 ACCESS_HOT_SQL = """
     UPDATE memories SET access_count = access_count + 1,
            last_accessed_at = greatest(coalesce(last_accessed_at, %(now)s), %(now)s)
@@ -136,8 +147,14 @@ def _verified_original(arch: Row) -> Plan[BackupObject]:
     field restorable (models.BackupObject; the embedding of the store's dimension). A document that
     fails raises MalformedBackupError on expand as on restore, before anything is written."""
     data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
-    doc = BackupObject.from_json_bytes(data)
     shape = yield Sql(SHAPE_SQL, {}, "one")
+    return verified_backup(arch, data, shape)
+
+
+def verified_backup(arch: Row, data: bytes, shape: Row) -> BackupObject:
+    """The backup document of archive row `arch` from `data` (bytes already checked against the row's
+    sha256), checked as _verified_original says; `shape` is SHAPE_SQL's row. Writes nothing."""
+    doc = BackupObject.from_json_bytes(data)
     # A backup of the active model must hold a vector of its dimension; one of another model (archived
     # before a re-embedding flip) is re-embedded when restored (restore_rows_plan).
     if shape["dim"] is not None and shape["model"] in (None, arch["original_embedding_model"]):
@@ -161,17 +178,43 @@ def restore_rows_plan(
     details: dict[str, Any] | None = None,
 ) -> Plan[None]:
     """Move a locked archive row back to `memories` from its verified backup (archive.restore_archive's
-    statements, inside the caller's transaction). A backup whose vector is of another embedding space
-    than the active one (archived before a re-embedding flip) comes back with its text re-embedded by
-    the runner's embedder (EmbedText); the backup object stays as it is."""
-    embedding, model = doc.embedding_array(), arch["original_embedding_model"]
+    statements, inside the caller's transaction): restore_many_rows_plan of one."""
+    yield from restore_many_rows_plan(
+        [(arch, doc)], event_type=event_type, actor=actor, now=now, details=details
+    )
+
+
+def restore_many_rows_plan(
+    items: Sequence[tuple[Row, BackupObject]],
+    *,
+    event_type: Literal["restored", "promoted"],
+    actor: str,
+    now: datetime,
+    details: dict[str, Any] | None = None,
+) -> Plan[None]:
+    """Move locked archive rows back to `memories` from their verified backups, inside the caller's
+    transaction, in three statements whatever their number: one multi-row INSERT of the hot rows, one
+    DELETE of the archive rows by (user_id, id), one multi-row INSERT of the audit events (the
+    statement-level triggers on both tables fire once for all of them). Every row keeps its own
+    user_id: each hot row and event is its backup's, each deleted archive row the exact (user_id, id)
+    locked. The DELETE must remove every row given (they are locked), else IntegrityError and the
+    caller's transaction rolls back: a memory is never in both tiers. Any failure fails them all; a
+    caller that wants one memory's failure to spare the others retries them one by one (restore.py).
+
+    A backup whose vector is of another embedding space than the active one (archived before a
+    re-embedding flip) comes back with its text re-embedded by the runner's embedder (EmbedText); the
+    backup object stays as it is."""
+    if not items:
+        return
     shape = yield Sql(SHAPE_SQL, {}, "one")
-    if shape["model"] is not None and (model != shape["model"] or embedding.size != int(shape["dim"])):
-        embedding = yield EmbedText(doc.content, shape["model"], int(shape["dim"]))
-        model = shape["model"]
-    yield Sql(
-        RESTORE_INSERT_SQL,
-        {
+    params: dict[str, Any] = {}
+    rows: list[str] = []
+    for i, (arch, doc) in enumerate(items):
+        embedding, model = doc.embedding_array(), arch["original_embedding_model"]
+        if shape["model"] is not None and (model != shape["model"] or embedding.size != int(shape["dim"])):
+            embedding = yield EmbedText(doc.content, shape["model"], int(shape["dim"]))
+            model = shape["model"]
+        values = {
             "id": doc.original_id,
             "user_id": doc.user_id,
             "content": doc.content,
@@ -190,16 +233,31 @@ def restore_rows_plan(
             "updated_at": arch["original_updated_at"],
             "superseded_by": arch["original_superseded_by"],
             "dedupe_key": arch["original_dedupe_key"],
-        },
+        }
+        params.update({f"{k}_{i}": v for k, v in values.items()})
+        rows.append(_RESTORE_ROW.format(i=i))
+    yield Sql(RESTORE_INSERT_SQL + ",\n".join(rows), params, "rowcount")
+    deleted = yield Sql(
+        DELETE_ARCHIVES_SQL,
+        {"users": [a["user_id"] for a, _ in items], "ids": [a["id"] for a, _ in items]},
         "rowcount",
     )
-    yield Sql(DELETE_ARCHIVE_SQL, {"user_id": arch["user_id"], "archive_id": arch["id"]}, "rowcount")
-    info = {
-        "archive_id": str(arch["id"]),
-        "storage_ref": arch["storage_ref"],
-        "sha256": arch["backup_sha256"],
-    }
-    yield event(doc.original_id, doc.user_id, event_type, actor, now, info | (details or {}))
+    if deleted != len(items):
+        raise IntegrityError("archive rows deleted on restore", str(len(items)), str(deleted))
+    events: dict[str, Any] = {"event_type": event_type, "actor": actor, "now": now}
+    for i, (arch, doc) in enumerate(items):
+        info = {
+            "archive_id": str(arch["id"]),
+            "storage_ref": arch["storage_ref"],
+            "sha256": arch["backup_sha256"],
+        }
+        events.update({f"memory_id_{i}": doc.original_id, f"user_id_{i}": doc.user_id})
+        events[f"details_{i}"] = Jsonb(info | (details or {}))
+    yield Sql(
+        RESTORE_EVENTS_SQL + ",\n".join(_RESTORE_EVENT_ROW.format(i=i) for i in range(len(items))),
+        events,
+        "rowcount",
+    )
 
 
 def _expansions_in_window(arch: Row, config: PromotionConfig, now: datetime) -> Sql:

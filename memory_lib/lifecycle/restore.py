@@ -1,7 +1,10 @@
 """Restore: archived memories back to the hot tier, exactly as they were — one, a user's, or all.
 
-Each memory is restored in its own transaction after its backup is verified against the recorded
-sha256; the statements are promotion.restore_plan's, shared with re-promotion and the async client.
+One memory (restore_archive, the client) is restored in its own transaction after its backup is
+verified against the recorded sha256; the statements are promotion.restore_plan's, shared with
+re-promotion and the async client. Many (restore_archives) go by groups: each group's backups verified
+one by one, then its verified members moved in three multi-row statements (promotion.restore_many_rows_plan,
+the same code); a group whose statements fail is retried one memory at a time.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import psycopg
 
 from ..core import validation
 from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
-from ..core.plans import run_plan
+from ..core.plans import Plan, Sql, run_plan
 from ..core.rows import Conn, Row
 from ..llm.embedding import Embedder
 from ..storage import packs
 from ..storage.objectstore import ObjectStore
+from ..storage.space import SHAPE_SQL
 from .pause import set_pause
-from .promotion import restore_plan
+from .promotion import restore_many_rows_plan, restore_plan, verified_backup
 
 
 @dataclass(frozen=True)
@@ -151,12 +155,17 @@ def restore_archives(
     Restoring everything pauses archival first (unless `pause_archival=False`): otherwise the next
     night would archive again what was just restored. Clear the pause when the rollback is done.
 
-    Each memory is restored in its own savepoint after its backup is verified against the recorded
-    sha256 (archive.restore_archive), and every `commit_every` of them are committed together (one
-    WAL flush for the group instead of one per memory; 1.5x the restores/s in bench archival): a
-    memory that fails rolls back alone, a crash loses only the open group's work, which stays
-    archived. A memory already hot is counted, not touched. Interrupted, a re-run restores what is
-    still archived: idempotent and resumable. The backups of each chunk are read ahead by
+    The memories go by groups of `commit_every`, one transaction per group (a group never spans a
+    chunk). In a group, the users' write locks are taken ascending and the archive rows locked in id
+    order (memory_lib.core.locks); each backup is verified against its row's recorded sha256 like
+    restore_archive's, and a memory whose backup fails is reported and left archived; the verified
+    ones are moved together by three multi-row statements (promotion.restore_many_rows_plan: one
+    trigger firing and one round trip per statement for the group instead of per memory). When
+    those statements fail, the group's savepoint is rolled back and each of its memories is retried
+    alone in its own savepoint (restore_archive): one memory's failure never loses or blocks the
+    others, and is reported under its original_id. A crash loses only the open group's work, which
+    stays archived. A memory already hot is counted, not touched. Interrupted, a re-run restores
+    what is still archived: idempotent and resumable. The backups of each chunk are read ahead by
     `read_workers` threads (at most `chunk_size` objects held at once). `embedder`: the active
     space's, for backups archived before a re-embedding flip (restore_archive).
     """
@@ -164,57 +173,139 @@ def restore_archives(
         raise InvalidInputError("commit_every", commit_every, "must be a positive integer")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidInputError("chunk_size", chunk_size, "must be a positive integer")
+    # Checked once here: a group writes it into its audit events without restore_plan's check.
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     prefetch = _Prefetch(store, read_workers)
     try:
-        with _Group(conn, commit_every) as group:
-            return _restore_archives(
-                conn,
-                prefetch,
-                actor=actor,
-                all_archives=all_archives,
-                user_id=user_id,
-                original_ids=original_ids,
-                chunk_size=chunk_size,
-                progress=progress,
-                pause_archival=pause_archival,
-                embedder=embedder,
-                group=group,
-            )
+        return _restore_archives(
+            conn,
+            prefetch,
+            actor=actor,
+            all_archives=all_archives,
+            user_id=user_id,
+            original_ids=original_ids,
+            chunk_size=chunk_size,
+            progress=progress,
+            pause_archival=pause_archival,
+            embedder=embedder,
+            commit_every=commit_every,
+        )
     finally:
         prefetch.close()
 
 
-class _Group:
-    """Restores committed together: a transaction opened before the first of a group and committed
-    after its `size`-th (or at the end). Each restore inside is a savepoint (run_plan). An exception
-    that escapes (not a memory's own failure) rolls the open group back: those memories stay archived."""
+# A group's locks and rows (_lock_group_plan). The users' write locks (the key of core.locks.USER_LOCK_SQL)
+# in the order of the array, which is sorted: a function scan yields an array's elements in order.
+LOCK_USERS_SQL = """
+    SELECT count(pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || u, 0))) AS n
+    FROM unnest(%(users)s::text[]) AS u"""
+# Each (user_id, original_id) pair exactly: a row of another user with the same original_id is not read.
+LOCK_GROUP_SQL = """
+    SELECT a.* FROM archived_memories a
+    JOIN unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, original_id)
+      ON a.user_id = t.user_id AND a.original_id = t.original_id
+    ORDER BY a.id FOR UPDATE OF a"""
+HOT_GROUP_SQL = """
+    SELECT m.user_id, m.id FROM memories m
+    JOIN unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, id) ON m.user_id = t.user_id AND m.id = t.id"""
 
-    def __init__(self, conn: Conn, size: int):
-        self.conn, self.size, self.n = conn, size, 0
-        self._tx: Any = None
 
-    def __enter__(self) -> _Group:
-        return self
+@dataclass
+class _Locked:
+    archived: dict[tuple[str, uuid.UUID], Row]  # (user_id, original_id) -> its locked archive row
+    hot: set[tuple[str, uuid.UUID]]  # members not archived but hot: already restored
+    shape: Row
 
-    def before(self) -> None:
-        if self._tx is None:
-            self._tx = self.conn.transaction()
-            self._tx.__enter__()
 
-    def after(self) -> None:
-        self.n += 1
-        if self.n % self.size == 0:
-            self.commit()
+def _lock_group_plan(members: Sequence[tuple[str, uuid.UUID]]) -> Plan[_Locked]:
+    """Lock a group (members sorted by user): the write lock of each of its users ascending, then its
+    archive rows in id order (memory_lib.core.locks); read which of the others are hot."""
+    users = [u for u, _ in members]
+    yield Sql(LOCK_USERS_SQL, {"users": sorted(set(users))}, "one")
+    pairs = {"users": users, "ids": [o for _, o in members]}
+    rows = yield Sql(LOCK_GROUP_SQL, pairs, "all")
+    archived = {(r["user_id"], r["original_id"]): r for r in rows}
+    hot: set[tuple[str, uuid.UUID]] = set()
+    if len(archived) < len(members):
+        hot = {(r["user_id"], r["id"]) for r in (yield Sql(HOT_GROUP_SQL, pairs, "all"))}
+    shape = yield Sql(SHAPE_SQL, {}, "one")
+    return _Locked(archived, hot, shape)
 
-    def commit(self) -> None:
-        tx, self._tx = self._tx, None
-        if tx is not None:
-            tx.__exit__(None, None, None)
 
-    def __exit__(self, *exc: Any) -> None:
-        tx, self._tx = self._tx, None
-        if tx is not None:
-            tx.__exit__(*exc)
+def _restore_group(
+    conn: Conn,
+    store: _Prefetch,
+    members: list[tuple[str, uuid.UUID]],
+    *,
+    actor: str,
+    embedder: Embedder | None,
+    report: RestoreReport,
+) -> None:
+    """Restore a group in the open transaction (restore_archives). Its outcome is counted only once
+    its statements succeeded; when they fail, each member is restored alone instead."""
+    counts: dict[str, int] = {"restored": 0, "already_hot": 0, "not_found": 0, "failed": 0}
+    notes: list[str] = []
+    try:
+        with conn.transaction():  # a savepoint: a failure below leaves the group's memories archived
+            locked = run_plan(conn, _lock_group_plan(members))
+            items = []
+            for uid, oid in members:
+                arch = locked.archived.get((uid, oid))
+                if arch is None:
+                    if (uid, oid) in locked.hot:
+                        counts["already_hot"] += 1
+                    else:
+                        counts["not_found"] += 1
+                        notes.append(_named(oid, f"no archived memory original_id={oid} for user_id={uid!r}"))
+                    continue
+                try:
+                    data = store.read_ref(arch["storage_ref"], arch["backup_sha256"])
+                    items.append((arch, verified_backup(arch, data, locked.shape)))
+                except MemoryArchiveError as exc:  # this backup only: reported, the memory stays archived
+                    counts["failed"] += 1
+                    notes.append(_named(oid, f"{type(exc).__name__}: {exc}"))
+            run_plan(
+                conn,
+                restore_many_rows_plan(items, event_type="restored", actor=actor, now=datetime.now(UTC)),
+                embedder=embedder,
+            )
+            counts["restored"] = len(items)
+    except (MemoryArchiveError, psycopg.Error):
+        # Which member failed is not known: each alone, in its own savepoint, reports its own error.
+        for uid, oid in members:
+            _restore_one(conn, store, uid, oid, actor=actor, embedder=embedder, report=report)
+        return
+    report.requested += len(members)
+    for name, n in counts.items():
+        setattr(report, name, getattr(report, name) + n)
+    for note in notes:
+        _note(report, note)
+
+
+def _restore_one(
+    conn: Conn,
+    store: _Prefetch,
+    uid: str,
+    oid: uuid.UUID,
+    *,
+    actor: str,
+    embedder: Embedder | None,
+    report: RestoreReport,
+) -> None:
+    report.requested += 1
+    try:
+        result = restore_archive(conn, store, user_id=uid, original_id=oid, actor=actor, embedder=embedder)
+    except NotFoundError as exc:
+        report.not_found += 1
+        _note(report, _named(oid, str(exc)))
+    except (MemoryArchiveError, psycopg.Error) as exc:
+        report.failed += 1
+        _note(report, _named(oid, f"{type(exc).__name__}: {exc}"))
+    else:
+        if result.restored:
+            report.restored += 1
+        else:
+            report.already_hot += 1
 
 
 def _restore_archives(
@@ -229,7 +320,7 @@ def _restore_archives(
     progress: Callable[[RestoreReport], None] | None,
     pause_archival: bool | None,
     embedder: Embedder | None,
-    group: _Group,
+    commit_every: int,
 ) -> RestoreReport:
     ids = _check_selection(all_archives, user_id, original_ids)
     report = RestoreReport()
@@ -243,25 +334,15 @@ def _restore_archives(
         report.paused_archival = True
     started = time.monotonic()
 
-    def restore(uid: str, oid: uuid.UUID) -> None:
-        report.requested += 1
-        group.before()
-        try:
-            result = restore_archive(
-                conn, store, user_id=uid, original_id=oid, actor=actor, embedder=embedder
-            )
-        except NotFoundError as exc:
-            report.not_found += 1
-            _note(report, _named(oid, str(exc)))
-        except (MemoryArchiveError, psycopg.Error) as exc:
-            report.failed += 1
-            _note(report, _named(oid, f"{type(exc).__name__}: {exc}"))
-        else:
-            if result.restored:
-                report.restored += 1
-            else:
-                report.already_hot += 1
-        group.after()  # not on an exception that escapes: the group's __exit__ rolls it back
+    def restore(members: list[tuple[str, uuid.UUID]]) -> None:
+        """A chunk's members, in user order, by groups of `commit_every`: one transaction each (it
+        takes its users' write locks ascending: memory_lib.core.locks). An exception that escapes
+        rolls the open group back: its memories stay archived."""
+        for i in range(0, len(members), commit_every):
+            with conn.transaction():
+                _restore_group(
+                    conn, store, members[i : i + commit_every], actor=actor, embedder=embedder, report=report
+                )
 
     if ids is not None:
         archives = {
@@ -281,25 +362,27 @@ def _restore_archives(
                 {"ids": ids, "u": user_id},
             ).fetchall()
         }
-        # In user order: a group's transaction takes its users' write locks ascending (memory_lib.core.locks).
         ids = sorted(ids, key=lambda o: (owners.get(o) or hot.get(o) or "", o))
-        for i, oid in enumerate(ids):
-            if i % chunk_size == 0:
-                store.load(archives[o] for o in ids[i : i + chunk_size] if o in archives)
-            owner = owners.get(oid) or hot.get(oid)
-            if owner is None:
-                report.requested += 1
-                report.not_found += 1
-                _note(
-                    report,
-                    _named(
-                        oid, "no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else "")
-                    ),
-                )
-            else:
-                restore(owner, oid)
-            if progress and (i + 1) % chunk_size == 0:
-                group.commit()  # what progress reports is durable
+        for start in range(0, len(ids), chunk_size):
+            chunk = ids[start : start + chunk_size]
+            store.load(archives[o] for o in chunk if o in archives)
+            members: list[tuple[str, uuid.UUID]] = []
+            for oid in chunk:
+                owner = owners.get(oid) or hot.get(oid)
+                if owner is None:
+                    report.requested += 1
+                    report.not_found += 1
+                    _note(
+                        report,
+                        _named(
+                            oid,
+                            "no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else ""),
+                        ),
+                    )
+                else:
+                    members.append((owner, oid))
+            restore(members)  # committed: what progress reports is durable
+            if progress and len(chunk) == chunk_size:
                 progress(report)
     else:
         cursor: tuple[datetime, uuid.UUID] | None = None
@@ -319,15 +402,10 @@ def _restore_archives(
             if not page:
                 break
             store.load(page)
-            # A group never spans pages, and within a page goes in user order: its transaction takes
-            # the users' write locks ascending (memory_lib.core.locks).
-            for r in sorted(page, key=lambda r: (r["user_id"], r["original_id"])):
-                restore(r["user_id"], r["original_id"])
+            restore(sorted((r["user_id"], r["original_id"]) for r in page))
             cursor = (page[-1]["archived_at"], page[-1]["original_id"])
-            group.commit()
             if progress:
                 progress(report)
-    group.commit()
     report.seconds = time.monotonic() - started
     return report
 

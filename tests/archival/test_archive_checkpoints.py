@@ -228,22 +228,22 @@ def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(co
     memories = _insert(conn, 12)
     svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
     assert run_batch(conn, svc, CRITERIA, batch_key="night", as_of=NOW, actor="test").status.archived == 12
-    real, calls = restore_mod.restore_archive, []
+    real, calls = restore_mod.restore_many_rows_plan, []
 
-    def crash_on_8th(*args, **kwargs):
+    def crash_in_2nd_group(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 8:
-            raise RuntimeError("killed")
-        return real(*args, **kwargs)
+        yield from real(*args, **kwargs)
+        if len(calls) == 2:
+            raise RuntimeError("killed")  # the group's statements ran; killed before its commit
 
-    monkeypatch.setattr(restore_mod, "restore_archive", crash_on_8th)
+    monkeypatch.setattr(restore_mod, "restore_many_rows_plan", crash_in_2nd_group)
     with pytest.raises(RuntimeError, match="killed"):
         restore_mod.restore_archives(
             conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=5
         )
     assert conn.info.transaction_status == 0  # idle: the open group was rolled back, not left open
     assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 5  # the first group only
-    monkeypatch.setattr(restore_mod, "restore_archive", real)
+    monkeypatch.setattr(restore_mod, "restore_many_rows_plan", real)
     again = restore_mod.restore_archives(
         conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=5
     )
