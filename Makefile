@@ -46,7 +46,7 @@ screenshots: $(STAMP)
 
 # Then the core tests again on a schema partitioned by user (memories and archived_memories in 8 hash
 # partitions, memory_lib.storage.partitioning): every rule must hold in both layouts.
-PARTITIONED_TESTS = tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
+PARTITIONED_TESTS = tests/core tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
 test: $(LOCAL_STAMP)
 	$(PY) -m pytest
 	TEST_USER_PARTITIONS=8 $(PY) -m pytest -m "not slow" -q $(PARTITIONED_TESTS)

@@ -200,7 +200,7 @@ def _preflight(settings: Settings, *, llm: bool = False) -> None:
     epilog=_examples(
         "memory-archive migrate   # DATABASE_URL, else the embedded server under the state dir",
         "DATABASE_URL=postgresql://me@db/memories MEMORY_ARCHIVE_EMBEDDING_DIM=1536 memory-archive migrate",
-        "MEMORY_ARCHIVE_USER_PARTITIONS=16 memory-archive migrate   # hash-partition the tiers by user",
+        "DATABASE_URL=postgresql://me@db/memories MEMORY_ARCHIVE_USER_PARTITIONS=16 memory-archive migrate",
     ),
 )
 @click.pass_context

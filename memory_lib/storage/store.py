@@ -134,7 +134,8 @@ def insert_memories(
                 for m in valid:
                     copy.write_row(_copy_row(m, shape.dim, now))
         except psycopg.errors.UniqueViolation as exc:  # a concurrent insert of the same id committed first
-            if exc.diag.constraint_name != "memories_pkey":
+            # (a partition's own key when the table is partitioned by user: memories_p003_pkey)
+            if not re.fullmatch(r"memories(_p\d{3})?_pkey", exc.diag.constraint_name or ""):
                 raise
             raise _taken_id_error(exc, positions) from None
         conn.execute(
@@ -188,7 +189,7 @@ def _refuse_taken_ids(conn: Conn, ids: list[uuid.UUID], positions: Mapping[uuid.
 def _taken_id_error(
     exc: psycopg.errors.UniqueViolation, positions: Mapping[uuid.UUID, int]
 ) -> InvalidInputError:
-    found = re.search(r"\(id\)=\(([0-9a-f-]{36})\)", exc.diag.message_detail or "")
+    found = re.search(r"\(id(?:, user_id)?\)=\(([0-9a-f-]{36})[,)]", exc.diag.message_detail or "")
     taken = uuid.UUID(found.group(1)) if found else None
     at = positions.get(taken) if taken is not None else None
     where = f"memories[{at}]" if at is not None else "a memory of this call"
