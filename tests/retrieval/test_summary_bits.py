@@ -151,9 +151,10 @@ def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, loca
 def _plan_statements(conn, plan) -> tuple[object, list[str]]:
     """Run a search plan, recording the search statements it sent."""
     from memory_lib.core.plans import Sql, run_plan
-    from memory_lib.retrieval.sql import ARCHIVED_SEARCH_SQL, BOTH_TIERS_SQL, HOT_SEARCH_SQL
+    from memory_lib.retrieval.sql import ARCHIVED_SEARCH_SQL, BOTH_TIERS_SQL, HOT_SEARCH_SQL, pruned
 
     names = {HOT_SEARCH_SQL: "hot", ARCHIVED_SEARCH_SQL: "archived", BOTH_TIERS_SQL: "both"}
+    names |= {pruned(sql): name for sql, name in names.items()}  # the same on tiers partitioned by user
     sent: list[str] = []
 
     def spy():

@@ -13,14 +13,17 @@ import pytest
 from memory_lib.archival import nights
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.client import MemoryClient
-from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.retrieval.sql import EXACT_MAX, HOT_SEARCH_SQL, MATCH_CAP, SEARCH_SETTINGS_SQL, statement_for
+from memory_lib.retrieval.types import SearchFilters, SearchRequest
 from memory_lib.storage import partitioning
 from memory_lib.storage.db import migrate_database
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
+from tests.support.explain import base_name, plan_nodes
 from tests.support.factories import NOW, make_memories
 
 USERS = ("ann", "ben", "cyd", "dot", "eve")
@@ -185,3 +188,69 @@ def test_a_night_of_many_users_lands_in_their_partitions(conn, local_store):
         "SELECT user_id, count(DISTINCT tableoid) AS parts FROM memories GROUP BY 1"
     ).fetchall()
     assert len(spread) == len(USERS) and all(r["parts"] == 1 for r in spread)
+
+
+def _partitions_read(conn, sql: str, user: str) -> set[str]:
+    """The hot partitions the search statement reads for `user` (its plan's scans of memories)."""
+    params = {
+        "user_id": user,
+        "embedding": HashingEmbedder(TEST_DIM).embed(["parcel delivered"])[0],
+        "text_query": "parcel delivered",
+        "websearch": False,
+        "bm25": True,
+        "match_cap": MATCH_CAP,
+        "exact_max": EXACT_MAX,
+        "context_weight": 0.5,
+        "context_window": timedelta(minutes=30),
+        "pool": 40,
+        **SearchFilters().params(),
+    }
+    with conn.transaction():
+        conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"})
+        plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params, prepare=False).fetchone()
+    nodes = plan_nodes(plan["QUERY PLAN"][0]["Plan"])
+    return {
+        n["Relation Name"]
+        for n in nodes
+        if base_name(n.get("Relation Name")) == "memories" and n["Relation Name"] != "memories"
+    }
+
+
+def test_a_large_users_search_reads_only_its_partition(conn):
+    """The graph walk filters by an unindexable `user_id || ''` (so a large user's rows are not read from
+    a user index and sorted); on partitioned tiers the search names the key too, so Postgres plans it
+    over the user's partition alone instead of walking every partition's graph."""
+    partitioning.ensure(conn, 4)
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(EXACT_MAX + 200):  # above EXACT_MAX: the search's graph walk is the branch taken
+        v = rng.normal(size=TEST_DIM).astype(np.float32)
+        rows.append(
+            {
+                "user_id": "big",
+                "content": f"Parcel {i} delivered to the depot",
+                "embedding": v / np.linalg.norm(v),
+                "embedding_model": HashingEmbedder(TEST_DIM).model,
+                "created_at": NOW - timedelta(hours=i),
+            }
+        )
+    insert_memories(conn, rows, actor="test", now=NOW)
+    conn.execute("ANALYZE memories")
+    home = conn.execute(
+        "SELECT DISTINCT tableoid::regclass::text AS p FROM memories WHERE user_id = 'big'"
+    ).fetchone()["p"]
+    assert _partitions_read(conn, HOT_SEARCH_SQL, "big") == {f"memories_p{i:03d}" for i in range(4)}
+    request = SearchRequest(
+        user_id="big",
+        query="parcel",
+        embedding=np.ones(TEST_DIM, dtype=np.float32),
+        config=RetrievalConfig(),
+        now=NOW,
+    )
+    assert _partitions_read(conn, statement_for(HOT_SEARCH_SQL, request, partitioned=True), "big") == {home}
+    # What the search reads from the session settings decides it.
+    with conn.transaction():
+        assert conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"}).fetchone()["partitioned"] is True
+    partitioning.ensure(conn, 1)
+    with conn.transaction():
+        assert conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"}).fetchone()["partitioned"] is False
