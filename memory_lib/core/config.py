@@ -667,7 +667,7 @@ class Settings(BaseSettings):
     user_partitions: int | None = Field(
         None,
         ge=1,
-        le=1024,
+        le=1000,
         description="memories and archived_memories as this many hash partitions by user_id, each with "
         "its own indexes (migrate converts existing tables; 1: not partitioned); unset: keep the database's layout.",
     )

@@ -35,7 +35,7 @@ from ..core.rows import Conn
 log = logging.getLogger(__name__)
 
 PARTITIONED_TABLES = ("memories", "archived_memories")  # in lock order
-MAX_PARTITIONS = 1024
+MAX_PARTITIONS = 1000  # partition names carry the remainder in 3 digits (memories_p999)
 
 
 @dataclass(frozen=True)
