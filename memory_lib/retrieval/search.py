@@ -165,7 +165,9 @@ def search_plan(
                 "memory_archive.phase2.reason": upfront,
             },
         ) as s:
-            both_sql = statement_for(BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, request, partitioned=partitioned)
+            both_sql = statement_for(
+                BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, request, partitioned=partitioned
+            )
             both = yield Sql(both_sql, params | pools)
             tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
             for row in both:
@@ -180,7 +182,9 @@ def search_plan(
     hot_rows: list[dict[str, Any]] = []
     with span("retrieve", {"memory_archive.phase": "1", "memory_archive.tiers": ["hot"]}) as s:
         if hot_cap > 0:
-            hot_sql = statement_for(HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, request, partitioned=partitioned)
+            hot_sql = statement_for(
+                HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, request, partitioned=partitioned
+            )
             hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
         hot_only = rank_candidates(
             hot_rows,
@@ -210,7 +214,11 @@ def search_plan(
         ) as s:
             pool = candidate_pool(archived_cap, cfg)
             if archived_vectors is ARCHIVED_VECTORS:
-                sql = statement_for(ARCHIVED_SEARCH_SQL if scope is None else ARCHIVED_SCOPED_SQL, request, partitioned=partitioned)
+                sql = statement_for(
+                    ARCHIVED_SEARCH_SQL if scope is None else ARCHIVED_SCOPED_SQL,
+                    request,
+                    partitioned=partitioned,
+                )
             else:
                 sql = archived_search_sql(archived_vectors, include_superseded=request.include_superseded)
                 sql = sql if scope is None else warm.scope_sql(sql)
