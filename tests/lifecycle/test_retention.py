@@ -4,6 +4,8 @@ against the embedded Postgres on a fixed clock; the nightly asset through Dagste
 from __future__ import annotations
 
 import math
+import uuid
+import zlib
 from datetime import date, timedelta
 
 import dagster as dg
@@ -36,8 +38,9 @@ def as_of(night: date):
 def _memory(label: str, *, idle_days: float, category: str = "episodic", accesses: int = 0, **fields):
     """A memory last touched `idle_days` before the end of NIGHT0."""
     touched = as_of(NIGHT0) - timedelta(days=idle_days)
-    mem = make_memories(1, dim=TEST_DIM, seed=abs(hash(label)) % 10_000, users=("u1",))[0]
+    mem = make_memories(1, dim=TEST_DIM, seed=zlib.crc32(label.encode()), users=("u1",))[0]
     mem.update(
+        id=uuid.uuid5(uuid.NAMESPACE_OID, label),  # one id per label, whatever the seed's vector
         content=f"{label}: a memory about the Heron rollout.",
         category=category,
         access_count=accesses,
