@@ -120,15 +120,14 @@ def create_index(conn: Conn, definition: str, *, partitions: list[str], concurre
     if m is None:
         raise SchemaError(f"unexpected index definition: {definition}")
     head, name, table, rest = m.groups()
+    conc = " CONCURRENTLY" if concurrently else ""
     if not partitions:
-        conc = " CONCURRENTLY" if concurrently else ""
         conn.execute(sql.SQL(f"{head}{conc} {name} ON {table} {rest}"))
         return
     conn.execute(sql.SQL(f"{head} {name} ON ONLY {table} {rest}"))
     schema = table.rsplit(".", 1)[0] + "." if "." in table else ""
     for i, part in enumerate(partitions):
         child = f"{name}_p{i:03d}"
-        conc = " CONCURRENTLY" if concurrently else ""
         conn.execute(sql.SQL(f"{head}{conc} {child} ON {schema}{part} {rest}"))
         conn.execute(sql.SQL(f"ALTER INDEX {schema}{name} ATTACH PARTITION {schema}{child}"))
 

@@ -9,35 +9,16 @@ from typing import Any
 import numpy as np
 
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.retrieval.sql import EXACT_MAX, HOT_SEARCH_SQL, MATCH_CAP, SEARCH_SETTINGS_SQL
-from memory_lib.retrieval.types import SearchFilters
+from memory_lib.retrieval.sql import HOT_SEARCH_SQL
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
-from tests.support.explain import base_name, plan_nodes
+from tests.support.explain import base_name, hot_search_plan
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
 def _hnsw_loops(conn: Any, user: str) -> int:
-    params = {
-        "user_id": user,
-        "embedding": HashingEmbedder(TEST_DIM).embed(["parcel delivered"])[0],
-        "text_query": "parcel delivered",
-        "websearch": False,
-        "bm25": True,
-        "match_cap": MATCH_CAP,
-        "exact_max": EXACT_MAX,
-        "context_weight": 0.5,
-        "context_window": timedelta(minutes=30),
-        "pool": 40,
-        **SearchFilters().params(),
-    }
-    with conn.transaction():  # the search's settings are local to its transaction, as in search_plan
-        conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"})
-        plan = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + HOT_SEARCH_SQL, params, prepare=False
-        ).fetchone()
-    nodes = plan_nodes(plan["QUERY PLAN"][0]["Plan"])
+    nodes = hot_search_plan(conn, HOT_SEARCH_SQL, user, analyze=True)
     return sum(
         n["Actual Loops"] for n in nodes if base_name(n.get("Index Name")) == "memories_embedding_hnsw"
     )

@@ -17,13 +17,13 @@ from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
-from memory_lib.retrieval.sql import EXACT_MAX, HOT_SEARCH_SQL, MATCH_CAP, SEARCH_SETTINGS_SQL, statement_for
-from memory_lib.retrieval.types import SearchFilters, SearchRequest
+from memory_lib.retrieval.sql import EXACT_MAX, HOT_SEARCH_SQL, SEARCH_SETTINGS_SQL, statement_for
+from memory_lib.retrieval.types import SearchRequest
 from memory_lib.storage import partitioning
 from memory_lib.storage.db import migrate_database
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
-from tests.support.explain import base_name, plan_nodes
+from tests.support.explain import base_name, hot_search_plan
 from tests.support.factories import NOW, make_memories
 
 USERS = ("ann", "ben", "cyd", "dot", "eve")
@@ -192,23 +192,7 @@ def test_a_night_of_many_users_lands_in_their_partitions(conn, local_store):
 
 def _partitions_read(conn, sql: str, user: str) -> set[str]:
     """The hot partitions the search statement reads for `user` (its plan's scans of memories)."""
-    params = {
-        "user_id": user,
-        "embedding": HashingEmbedder(TEST_DIM).embed(["parcel delivered"])[0],
-        "text_query": "parcel delivered",
-        "websearch": False,
-        "bm25": True,
-        "match_cap": MATCH_CAP,
-        "exact_max": EXACT_MAX,
-        "context_weight": 0.5,
-        "context_window": timedelta(minutes=30),
-        "pool": 40,
-        **SearchFilters().params(),
-    }
-    with conn.transaction():
-        conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"})
-        plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params, prepare=False).fetchone()
-    nodes = plan_nodes(plan["QUERY PLAN"][0]["Plan"])
+    nodes = hot_search_plan(conn, sql, user)
     return {
         n["Relation Name"]
         for n in nodes

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
+
+from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.retrieval.sql import EXACT_MAX, MATCH_CAP, SEARCH_SETTINGS_SQL
+from memory_lib.retrieval.types import SearchFilters
+from tests.conftest import TEST_DIM
 
 
 def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -16,3 +22,26 @@ def base_name(name: str | None) -> str | None:
     `memories_embedding_hnsw_p003` -> `memories_embedding_hnsw`): the same plans on a schema
     partitioned by user (memory_lib.storage.partitioning) read the partition's own table and index."""
     return None if name is None else re.sub(r"_p\d{3}$", "", name)
+
+
+def hot_search_plan(conn: Any, sql: str, user: str, *, analyze: bool = False) -> list[dict[str, Any]]:
+    """The nodes of the plan of a hot search statement (retrieval.sql's, "parcel delivered" asked by
+    `user`), under the search's own session settings in their transaction, as search_plan runs it."""
+    params = {
+        "user_id": user,
+        "embedding": HashingEmbedder(TEST_DIM).embed(["parcel delivered"])[0],
+        "text_query": "parcel delivered",
+        "websearch": False,
+        "bm25": True,
+        "match_cap": MATCH_CAP,
+        "exact_max": EXACT_MAX,
+        "context_weight": 0.5,
+        "context_window": timedelta(minutes=30),
+        "pool": 40,
+        **SearchFilters().params(),
+    }
+    explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
+    with conn.transaction():  # the search's settings are local to its transaction, as in search_plan
+        conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"})
+        plan = conn.execute(explain + sql, params, prepare=False).fetchone()
+    return plan_nodes(plan["QUERY PLAN"][0]["Plan"])
