@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .common import RESULTS_DIR, Options, Report, write_json
@@ -20,16 +21,24 @@ BENCHMARKS = ("search", "archival", "footprint", "memory", "locomo", "write_path
 SEPARATE = ("shards", "partitions")
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(s.replace("_", "").replace("k", "000")) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--size {text!r}: expected integers like 10000 or 10k,100k"
-        ) from None
-    if not sizes or any(s < 1 for s in sizes):
-        raise argparse.ArgumentTypeError(f"--size {text!r}: sizes must be positive")
-    return sizes
+def _counts(flag: str) -> Callable[[str], list[int]]:
+    """A parser of comma-separated positive counts (10000, 10k) whose errors name `flag`."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            counts = [int(s.replace("_", "").replace("k", "000")) for s in text.split(",") if s.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text!r}: expected integers like 10000 or 10k,100k"
+            ) from None
+        if not counts or any(s < 1 for s in counts):
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: values must be positive")
+        return counts
+
+    return parse
+
+
+_sizes = _counts("--size")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -87,6 +96,9 @@ def parser() -> argparse.ArgumentParser:
         "(default 2500, all of a smaller backlog; their rate is per memory)",
     )
     p.add_argument(
+        "--users", type=_counts("--users"), help="partitions: user counts, comma-separated (default 4,40,400)"
+    )
+    p.add_argument(
         "--phase3",
         action="store_true",
         help="locomo: also measure search phase 3 on the product's "
@@ -115,6 +127,7 @@ def options(args: argparse.Namespace) -> Options:
         phase3=args.phase3,
         quick=args.quick,
         cv=args.cv,
+        users=tuple(args.users) if args.users else None,
     )
 
 

@@ -60,6 +60,7 @@ class Options:
     phase3: bool = False  # locomo: also settings (d)/(e), search phase 3 on the product's consolidation
     quick: bool = False  # locomo: a development run (2 conversations, 60 questions each, hashing, no phase 3)
     cv: bool = False  # locomo: also cross-validate RetrievalConfig.vector_weight, one conversation left out
+    users: tuple[int, ...] | None = None  # partitions: user counts (None: the default)
 
     def sizes_or(self, default: Sequence[int], smoke: Sequence[int]) -> list[int]:
         if self.sizes:

@@ -12,9 +12,10 @@ partitioned (the baseline) and HASH-partitioned by user_id (16 and 64 partitions
 * Vector leg: on its own connection per (layout, statement), with the product's session settings
   (retrieval.sql.SEARCH_SETTINGS_SQL: hnsw.ef_search from RetrievalConfig, iterative scan relaxed_order,
   seqscan off), never prepared (bench.search explains why). Three statements: the product's hot vector
-  arm as retrieval/sql.py writes it (exact over the user's rows up to EXACT_MAX rows, else the HNSW walk
-  filtered by `(user_id || '') = user`), that arm with `user_id = user` added to the filter, and the bare
-  walk filtered by `user_id = user`, which the planner can prune to the user's partition. Recall@10
+  arm as the search sends it (exact over the user's rows up to EXACT_MAX rows, else the HNSW walk filtered
+  by `(user_id || '') = user`, reading the user's partition on partitioned tiers), that arm with
+  `user_id = user` named beside the walk's filter instead (pruned too: the search's earlier form), and
+  the bare walk filtered by `user_id = user`. Recall@10
   against the exact top-10 of the same user (index scans off, not partitioned), tie-tolerant. Every
   query runs once in every mode, modes interleaved.
 * Default search: MemoryClient.search with no overrides at 40 users, per layout, interleaved.
@@ -38,7 +39,7 @@ from memory_lib import MemoryClient, Settings
 from memory_lib.core.config import RetrievalConfig
 from memory_lib.llm.embedding import LOCAL_MODEL_NAME, HashingEmbedder
 from memory_lib.retrieval.ranking import candidate_pool
-from memory_lib.retrieval.sql import EXACT_MAX, SEARCH_SETTINGS_SQL
+from memory_lib.retrieval.sql import EXACT_MAX, SEARCH_SETTINGS_SQL, pruned
 from memory_lib.storage import partitioning
 from memory_lib.storage.db import migrate_database
 
@@ -107,16 +108,17 @@ PRUNED_SQL = """SELECT m.id, m.embedding <=> %(embedding)s::vector AS d FROM mem
 EXACT_SQL = """SELECT m.id, m.embedding <=> %(embedding)s::vector AS d FROM memories m
     WHERE m.user_id = %(user_id)s AND m.superseded_by IS NULL
     ORDER BY m.embedding <=> %(embedding)s::vector LIMIT %(k)s"""
-# The product's arm with the partition key kept beside the non-indexable filter in its HNSW branch: a
-# candidate change, measured so the plans it gets (pruned? still the HNSW walk?) are known.
-KEYED_ARM_SQL = PRODUCT_ARM_SQL.replace(
-    "AND (m.user_id || '') = %(user_id)s", "AND m.user_id = %(user_id)s AND (m.user_id || '') = %(user_id)s"
-)
-assert KEYED_ARM_SQL != PRODUCT_ARM_SQL
-STATEMENTS = {
-    "product arm": PRODUCT_ARM_SQL,
-    "product arm + key filter": KEYED_ARM_SQL,
-    "user_id = filter": PRUNED_SQL,
+# How the product's arm reaches a user's partition, each in a function of (the layout's homes of each user,
+# user): what retrieval.sql.pruned sends. "key named": the walk's filter with the partition key beside it
+# (pruned, but the planner may then read the user's rows and sort them); "partition read": the walk reads
+# the user's partition (SEARCH_SETTINGS_SQL finds it), the search's statement since it was measured here.
+HomesOf: TypeAlias = dict[str, str]
+STATEMENTS: dict[str, Callable[[HomesOf, str], str]] = {
+    "product arm: partition read": lambda homes, user: (
+        pruned(PRODUCT_ARM_SQL, (("memories", homes[user]),)) if homes else PRODUCT_ARM_SQL
+    ),
+    "product arm: key named": lambda homes, user: pruned(PRODUCT_ARM_SQL, (("memories", None),)),
+    "user_id = filter": lambda homes, user: PRUNED_SQL,
 }
 
 
@@ -280,10 +282,10 @@ def short_plan(plan: str) -> str:
 
 
 def _runner(
-    conn: DB, sql: str, params: Callable[[int], dict[str, Any]]
+    conn: DB, sql: str | Callable[[int], str], params: Callable[[int], dict[str, Any]]
 ) -> Callable[[int], list[tuple[Any, float]]]:
     def run_one(i: int) -> list[tuple[Any, float]]:
-        rows = conn.execute(sql, params(i)).fetchall()
+        rows = conn.execute(sql(i) if callable(sql) else sql, params(i)).fetchall()
         return sorted(((r["id"], float(r["d"])) for r in rows), key=lambda x: x[1])[:K]
 
     return run_one
@@ -304,7 +306,8 @@ def _db(url: str, *, prepare: bool = False) -> DB:
 def _connect(url: str, stmts: Sequence[str], ef_search: int) -> DB:
     c = _db(url)
     for s in stmts:
-        c.execute(s, {"ef_search": str(ef_search)} if "%(ef_search)s" in s else None)
+        # No user: the session settings' partition lookups (per search in the product) return NULL.
+        c.execute(s, {"ef_search": str(ef_search), "user_id": None} if "%(ef_search)s" in s else None)
     return c
 
 
@@ -315,7 +318,7 @@ def _loadavg() -> list[float]:
 def run(opts: Options) -> Report:
     sizes = opts.sizes_or(DEFAULT_SIZES, SMOKE_SIZES)
     n_queries = opts.queries_or(200, 12)
-    users_list = SMOKE_USERS if opts.smoke else USERS
+    users_list = list(opts.users) if opts.users else SMOKE_USERS if opts.smoke else USERS
     layouts = SMOKE_LAYOUTS if opts.smoke else LAYOUTS
     embedder_name = (opts.embedders or ("hashing" if opts.smoke else "local",))[0]
     cfg = RetrievalConfig()
@@ -399,11 +402,26 @@ def _vector_leg(
     plans: dict[str, str] = {"exact": explain_plan(conns["exact"], EXACT_SQL, params(0))}
     try:
         for p in layouts:
-            for stmt, sql in STATEMENTS.items():
+            homes: HomesOf = {}
+            if p > 1:
+                with _db(urls[p]) as c:
+                    homes = {
+                        r["user_id"]: r["home"]
+                        for r in c.execute(
+                            "SELECT DISTINCT user_id, tableoid::regclass::text AS home FROM memories"
+                        )
+                    }
+            for stmt, sql_of in STATEMENTS.items():
                 key = f"{p}|{stmt}"
                 conns[key] = _connect(urls[p], [SESSION_SETTINGS_SQL], cfg.hnsw_ef_search)
+
+                def sql(
+                    i: int, sql_of: Callable[[HomesOf, str], str] = sql_of, homes: HomesOf = homes
+                ) -> str:
+                    return sql_of(homes, user_of[i])
+
                 runners[key] = _runner(conns[key], sql, params)
-                plans[key] = short_plan(explain_plan(conns[key], sql, params(0)))
+                plans[key] = short_plan(explain_plan(conns[key], sql(0), params(0)))
         times, results = _run_interleaved(runners, len(queries))
     finally:
         for c in conns.values():
@@ -568,11 +586,12 @@ def _tables(
             ],
             leg_rows,
             f"Baseline: the same statement on the table not partitioned, in the same run. Statements: 'product "
-            f"arm' = the hot vector arm of memory_lib/retrieval/sql.py alone (exact over the user's rows when "
-            f"they are <= {EXACT_MAX}, else the HNSW walk filtered by `(user_id || '') = user`), pool {pool}, "
-            f"top-10 by distance; 'user_id = filter' = the same HNSW walk filtered by `user_id = user`, which "
-            f"the planner prunes to the user's partition; 'product arm + key filter' = the product "
-            f"arm with `user_id = user` added beside `(user_id || '') = user` (a candidate change). All under the product's search settings "
+            f"arm: partition read' = the hot vector arm of memory_lib/retrieval/sql.py alone as the search sends "
+            f"it (exact over the user's rows when they are <= {EXACT_MAX}, else the HNSW walk filtered by "
+            f"`(user_id || '') = user`, which on partitioned tiers reads the user's partition), pool {pool}, "
+            f"top-10 by distance; 'product arm: key named' = that arm with `user_id = user` added beside the "
+            f"walk's filter instead (what the search sent before: pruned too); 'user_id = filter' = the bare "
+            f"HNSW walk filtered by `user_id = user`. All under the product's search settings "
             f"(hnsw.ef_search {cfg.hnsw_ef_search}, hnsw.iterative_scan relaxed_order, enable_seqscan off), "
             f"default settings otherwise, never prepared. Recall@10 against the exact top-10 of the same user "
             f"(index scans off, table not partitioned, same ids in every database), tie-tolerant. "

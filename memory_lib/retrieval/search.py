@@ -72,6 +72,7 @@ from .sql import (
     SEARCH_SETTINGS_SQL,
     VectorArm,
     archived_search_sql,
+    homes_of,
     pruned,
     statement_for,
 )
@@ -150,8 +151,10 @@ def search_plan(
         yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
     else:
         yield LOCK_VECTOR_TABLES
-    session = yield Sql(SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search)}, "one")
-    partitioned = bool(session["partitioned"])  # the tiers hash-partitioned by user: prune to the user's
+    session = yield Sql(
+        SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search), "user_id": request.user_id}, "one"
+    )
+    homes = homes_of(session)  # the tiers hash-partitioned by user: each walk reads the user's partition
     kind = request.embedder_kind
     upfront = phase2_reason_upfront(request, window) if archived_cap > 0 else None
     if one_statement and upfront is not None and hot_cap > 0 and archived_vectors is ARCHIVED_VECTORS:
@@ -166,7 +169,7 @@ def search_plan(
             },
         ) as s:
             both_sql = statement_for(
-                BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, request, partitioned=partitioned
+                BOTH_TIERS_SQL if scope is None else BOTH_TIERS_SCOPED_SQL, request, homes=homes
             )
             both = yield Sql(both_sql, params | pools)
             tiers: dict[str, list[dict[str, Any]]] = {"hot": [], "archived": []}
@@ -182,9 +185,7 @@ def search_plan(
     hot_rows: list[dict[str, Any]] = []
     with span("retrieve", {"memory_archive.phase": "1", "memory_archive.tiers": ["hot"]}) as s:
         if hot_cap > 0:
-            hot_sql = statement_for(
-                HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, request, partitioned=partitioned
-            )
+            hot_sql = statement_for(HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, request, homes=homes)
             hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
         hot_only = rank_candidates(
             hot_rows,
@@ -217,12 +218,12 @@ def search_plan(
                 sql = statement_for(
                     ARCHIVED_SEARCH_SQL if scope is None else ARCHIVED_SCOPED_SQL,
                     request,
-                    partitioned=partitioned,
+                    homes=homes,
                 )
             else:
                 sql = archived_search_sql(archived_vectors, include_superseded=request.include_superseded)
                 sql = sql if scope is None else warm.scope_sql(sql)
-                sql = pruned(sql) if partitioned else sql
+                sql = pruned(sql, homes) if homes else sql
             archived_rows = yield Sql(sql, params | {"pool": pool})
             archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
             s.set(

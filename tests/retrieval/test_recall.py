@@ -19,10 +19,10 @@ from memory_lib.core.timescope import parse_time_window
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer, SummaryInput, extract_key_entities
 from memory_lib.retrieval.search import search_plan
-from memory_lib.retrieval.sql import ARCHIVED_SEARCH_SQL, pruned
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.storage.db import connect
 from tests.conftest import TEST_DIM
+from tests.support.explain import search_statement_tier
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 LAST_YEAR = datetime(2024, 3, 14, 9, 0, tzinfo=UTC)
@@ -150,7 +150,7 @@ def test_one_search_sees_one_snapshot_while_archival_runs(db_url, local_store):
             while True:
                 if (
                     isinstance(op, Sql)
-                    and op.query in (ARCHIVED_SEARCH_SQL, pruned(ARCHIVED_SEARCH_SQL))  # (partitioned tiers)
+                    and search_statement_tier(op.query) == "archived"
                     and not archived_meanwhile.is_set()
                 ):
                     other = connect(db_url)  # another session archives it now, and commits

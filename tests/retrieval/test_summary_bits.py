@@ -21,6 +21,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import MIGRATIONS_DIR, connect, migrate
 from tests.conftest import TEST_DIM
+from tests.support.explain import search_statement_tier
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=400)
@@ -151,18 +152,15 @@ def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, loca
 def _plan_statements(conn, plan) -> tuple[object, list[str]]:
     """Run a search plan, recording the search statements it sent."""
     from memory_lib.core.plans import Sql, run_plan
-    from memory_lib.retrieval.sql import ARCHIVED_SEARCH_SQL, BOTH_TIERS_SQL, HOT_SEARCH_SQL, pruned
 
-    names = {HOT_SEARCH_SQL: "hot", ARCHIVED_SEARCH_SQL: "archived", BOTH_TIERS_SQL: "both"}
-    names |= {pruned(sql): name for sql, name in names.items()}  # the same on tiers partitioned by user
     sent: list[str] = []
 
     def spy():
         op = next(plan)
         try:
             while True:
-                if isinstance(op, Sql) and op.query in names:
-                    sent.append(names[op.query])
+                if isinstance(op, Sql) and (tier := search_statement_tier(op.query)) is not None:
+                    sent.append(tier)
                 op = plan.send((yield op))
         except StopIteration as stop:
             return stop.value

@@ -13,6 +13,7 @@ from memory_lib.core.plans import Sql, run_plan
 from memory_lib.core.timescope import TimeWindow
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.retrieval.search import search_plan
+from memory_lib.retrieval.sql import SEARCH_SETTINGS_SQL
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.retrieval.warm import month_scope, scope_sql
 from tests.conftest import TEST_DIM
@@ -50,8 +51,14 @@ def _explaining(plan, plans: list[tuple[str, dict[str, Any]]]):
     op = next(plan)
     try:
         while True:
-            # (LOCK TABLE, search.LOCK_VECTOR_TABLES, names the table but reads nothing: no plan to explain)
-            if isinstance(op, Sql) and ("archived_memories" in op.query) and not op.query.startswith("LOCK"):
+            # (LOCK TABLE, search.LOCK_VECTOR_TABLES, names the table but reads nothing: no plan to explain;
+            # the session settings read one row of the user's, only to find its partition when partitioned)
+            if (
+                isinstance(op, Sql)
+                and ("archived_memories" in op.query)
+                and not op.query.startswith("LOCK")
+                and op.query != SEARCH_SETTINGS_SQL
+            ):
                 row = yield Sql("EXPLAIN (ANALYZE, FORMAT JSON) " + op.query, op.params, "one")
                 plans.append((op.query, row["QUERY PLAN"][0]["Plan"]))
             op = plan.send((yield op))

@@ -17,7 +17,15 @@ from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
-from memory_lib.retrieval.sql import EXACT_MAX, HOT_SEARCH_SQL, SEARCH_SETTINGS_SQL, statement_for
+from memory_lib.retrieval.sql import (
+    BOTH_TIERS_SQL,
+    EXACT_MAX,
+    HOT_SEARCH_SQL,
+    SEARCH_SETTINGS_SQL,
+    homes_of,
+    pruned,
+    statement_for,
+)
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.storage import partitioning
 from memory_lib.storage.db import migrate_database
@@ -202,8 +210,8 @@ def _partitions_read(conn, sql: str, user: str) -> set[str]:
 
 def test_a_large_users_search_reads_only_its_partition(conn):
     """The graph walk filters by an unindexable `user_id || ''` (so a large user's rows are not read from
-    a user index and sorted); on partitioned tiers the search names the key too, so Postgres plans it
-    over the user's partition alone instead of walking every partition's graph."""
+    a user index and sorted). That filter prunes no partition, so on partitioned tiers the walk reads the
+    user's partition, found by the search's session settings: one partition's graph, not every one's."""
     partitioning.ensure(conn, 4)
     rng = np.random.default_rng(3)
     rows = []
@@ -231,10 +239,25 @@ def test_a_large_users_search_reads_only_its_partition(conn):
         config=RetrievalConfig(),
         now=NOW,
     )
-    assert _partitions_read(conn, statement_for(HOT_SEARCH_SQL, request, partitioned=True), "big") == {home}
-    # What the search reads from the session settings decides it.
+    # What the search reads from its session settings decides it: the user's partition of each tier.
     with conn.transaction():
-        assert conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"}).fetchone()["partitioned"] is True
+        session = conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": "big"}).fetchone()
+    assert session["partitioned"] is True and session["hot_home"] == home
+    assert session["archived_home"] is None  # no archive row yet: that tier's walk keeps the key
+    homes = homes_of(session)
+    sql = statement_for(HOT_SEARCH_SQL, request, homes=homes)
+    assert _partitions_read(conn, sql, "big") == {home}
+    # ... and the walk still walks: the HNSW index of that partition, not the user's rows read and sorted.
+    walked = {
+        n["Index Name"]
+        for n in hot_search_plan(conn, sql, "big", analyze=True)
+        if n.get("Actual Loops") and n.get("Index Name", "").startswith("memories_embedding_hnsw")
+    }
+    assert walked == {home.replace("memories", "memories_embedding_hnsw")}
+    assert "memories_p" in pruned(BOTH_TIERS_SQL, homes) and "AND a.user_id = %(user_id)s" in pruned(
+        BOTH_TIERS_SQL, homes
+    )
     partitioning.ensure(conn, 1)
     with conn.transaction():
-        assert conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"}).fetchone()["partitioned"] is False
+        plain = conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": "big"}).fetchone()
+    assert plain["partitioned"] is False and homes_of(plain) == ()

@@ -24,6 +24,14 @@ def base_name(name: str | None) -> str | None:
     return None if name is None else re.sub(r"_p\d{3}$", "", name)
 
 
+def search_statement_tier(sql: str) -> str | None:
+    """Which tiers a statement of retrieval.sql searches ("hot", "archived", "both"), None for any other
+    statement. Read from its vector arms' CTEs, so it holds on partitioned tiers too, where each graph
+    walk names the user's partition."""
+    hot, archived = "m_exact AS" in sql, "a_exact AS" in sql
+    return "both" if hot and archived else "hot" if hot else "archived" if archived else None
+
+
 def hot_search_plan(conn: Any, sql: str, user: str, *, analyze: bool = False) -> list[dict[str, Any]]:
     """The nodes of the plan of a hot search statement (retrieval.sql's, "parcel delivered" asked by
     `user`), under the search's own session settings in their transaction, as search_plan runs it."""
@@ -42,6 +50,6 @@ def hot_search_plan(conn: Any, sql: str, user: str, *, analyze: bool = False) ->
     }
     explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
     with conn.transaction():  # the search's settings are local to its transaction, as in search_plan
-        conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100"})
+        conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": user})
         plan = conn.execute(explain + sql, params, prepare=False).fetchone()
     return plan_nodes(plan["QUERY PLAN"][0]["Plan"])
