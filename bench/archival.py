@@ -7,9 +7,14 @@ method and the object store differ:
 
 * naive baseline: one memory at a time: read, summarize, embed, put + verify, then one transaction
   (insert archive row, audit event, delete original);
-* memory_lib.archival.pipeline.run_batch in batches of 500 (its default workers).
+* memory_lib.archival.pipeline.run_batch in batches of 500 (its default workers);
+* the same pipeline as a user drains a backlog on one machine: 2 concurrent
+  `memory-archive archive --until-drained --shard i/2` processes (one per core here).
 
-The batched run drains the whole backlog; the baselines (naive, and run_batch without packs) archive its
+Each run also records the machine's CPU time per memory (every process: this one, Postgres, the object
+store), and from it the CPU ceiling: the rate at which every core would be busy.
+
+The batched and sharded runs drain the whole backlog; the baselines (naive, and run_batch without packs) archive its
 first 2,500 memories (`--baseline N`): they work one memory at a time, so their rate is per memory.
 
 Restores are measured after VACUUM (ANALYZE) of both tiers (timed and reported), as autovacuum leaves
@@ -25,13 +30,16 @@ end of each run, and the CPU count). `--size 100k` runs the same at 100k.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import threading
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,7 +86,9 @@ METHODS = {
     "naive": "naive loop (baseline)",
     "batched": "run_batch × 500",
     "batched_lone": "run_batch × 500, no packs (one object per memory)",
+    "sharded": "memory-archive archive --until-drained × 2 shards (a process each)",
 }
+SHARDS = 2  # processes of the sharded run: one per core of the machine the figures were taken on
 DEFAULT_SIZES = (10_000,)
 # The baselines (naive loop, no packs) archive the first BASELINE_CAP memories of the backlog (`--baseline`
 # to change it): they work one memory (or one object) at a time, so their rate is per memory, measured on
@@ -117,6 +127,13 @@ def rss_sampler(interval_s: float = 0.05) -> Iterator[dict[str, float]]:
         thread.join()
         out["peak_mib"] = max(out["peak_mib"], proc.memory_info().rss / MIB)
         out["growth_mib"] = out["peak_mib"] - start
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process: this one, Postgres,
+    SeaweedFS, anything else running), from psutil.cpu_times: idle and I/O wait excluded."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
 
 
 def loadavg() -> list[float]:
@@ -162,20 +179,45 @@ def load_backlog(
     return model
 
 
+@dataclass(frozen=True)
+class StoreTarget:
+    """An object store of the run: `make(prefix)` for this process, `settings(prefix)` the environment a
+    `memory-archive` process needs to use the same store at that prefix (credentials included)."""
+
+    make: Callable[[str], ObjectStore]
+    settings: Callable[[str], dict[str, str]]
+
+
 @contextmanager
-def object_stores(opts: Options, root: Path) -> Iterator[dict[str, Callable[[str], ObjectStore]]]:
-    """name -> factory(prefix) of an empty store: SeaweedFS S3 (or --s3-endpoint) and/or a local directory."""
+def object_stores(opts: Options, root: Path) -> Iterator[dict[str, StoreTarget]]:
+    """name -> an empty store per prefix: SeaweedFS S3 (or --s3-endpoint) and/or a local directory."""
     wanted = opts.stores or (("s3", "local") if opts.smoke else ("s3",))
     unknown = set(wanted) - {"s3", "local"}
     if unknown:
         raise ValueError(f"--stores {','.join(sorted(unknown))}: expected s3 and/or local")
-    factories: dict[str, Callable[[str], ObjectStore]] = {}
+    targets: dict[str, StoreTarget] = {}
+
+    def s3_settings(endpoint: str, bucket: str, creds: dict[str, str]) -> Callable[[str], dict[str, str]]:
+        return lambda prefix: (
+            creds
+            | {
+                "MEMORY_ARCHIVE_OBJECT_STORE": "s3",
+                "MEMORY_ARCHIVE_BUCKET": bucket,
+                "MEMORY_ARCHIVE_PREFIX": prefix,
+                "MEMORY_ARCHIVE_S3_ENDPOINT_URL": endpoint,
+                "AWS_REGION": "us-east-1",
+            }
+        )
+
     with ExitStack() as stack:
         if "s3" in wanted and opts.s3_endpoint:
             client = s3_client(opts.s3_endpoint, "us-east-1")
             bucket = opts.s3_bucket or "memory-archive-bench"
             ensure_bucket(client, bucket)
-            factories[f"S3 at {opts.s3_endpoint}"] = lambda prefix: S3ObjectStore(client, bucket, prefix)
+            targets[f"S3 at {opts.s3_endpoint}"] = StoreTarget(
+                lambda prefix: S3ObjectStore(client, bucket, prefix),
+                s3_settings(opts.s3_endpoint, bucket, {}),  # credentials: this process's AWS environment
+            )
         elif "s3" in wanted:
             from tests.support.seaweedfs import run_seaweedfs
 
@@ -184,10 +226,21 @@ def object_stores(opts: Options, root: Path) -> Iterator[dict[str, Callable[[str
             sw_client = s3_client(
                 endpoint.endpoint_url, endpoint.region, endpoint.access_key, endpoint.secret_key
             )
-            factories["SeaweedFS S3"] = lambda prefix: S3ObjectStore(sw_client, sw_bucket, prefix)
+            creds = {"AWS_ACCESS_KEY_ID": endpoint.access_key, "AWS_SECRET_ACCESS_KEY": endpoint.secret_key}
+            targets["SeaweedFS S3"] = StoreTarget(
+                lambda prefix: S3ObjectStore(sw_client, sw_bucket, prefix),
+                s3_settings(endpoint.endpoint_url, sw_bucket, creds),
+            )
         if "local" in wanted:
-            factories["local dir"] = lambda prefix: LocalObjectStore(root / "objects", prefix)
-        yield factories
+            targets["local dir"] = StoreTarget(
+                lambda prefix: LocalObjectStore(root / "objects", prefix),
+                lambda prefix: {
+                    "MEMORY_ARCHIVE_OBJECT_STORE": "local",
+                    "MEMORY_ARCHIVE_LOCAL_ROOT": str(root / "objects"),
+                    "MEMORY_ARCHIVE_PREFIX": prefix,
+                },
+            )
+        yield targets
 
 
 def ensure_bucket(client: Any, bucket: str) -> None:
@@ -245,6 +298,67 @@ def run_batched(
         "batches": batches,
         "steps": dict(steps),
         "bytes_written": bytes_written,
+    }
+
+
+def run_sharded(
+    db_url: str, store_settings: dict[str, str], state_dir: Path, *, shards: int
+) -> dict[str, Any]:
+    """`shards` concurrent `memory-archive archive --until-drained --shard i/N` processes over the whole
+    backlog: the CLI a user runs, the offline summarizer and the hashing embedder at DIM, every other
+    setting its default. Their time includes each process's start."""
+    from .shards import memory_archive_command
+
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MEMORY_ARCHIVE_", "DAGSTER_")) and k != "DATABASE_URL"
+    }
+    env = (
+        base
+        | store_settings
+        | {
+            "DATABASE_URL": db_url,
+            "MEMORY_ARCHIVE_STATE_DIR": str(state_dir),
+            "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(DIM),
+        }
+    )
+    cmd = [memory_archive_command(), "archive", "--until-drained"]
+    with stopwatch() as total:
+        procs = [
+            subprocess.Popen(
+                [*cmd, "--shard", f"{i}/{shards}"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(shards)
+        ]
+        outs = [p.communicate(timeout=3600) for p in procs]
+    with bench_connect(db_url) as conn:  # what the backups hold: the archive rows record each size
+        row = conn.execute(
+            "SELECT coalesce(sum(backup_size_bytes), 0) AS b FROM archived_memories"
+        ).fetchone()
+    archived = failed = batches = 0
+    for p, (out, err) in zip(procs, outs, strict=True):
+        if p.returncode != 0:
+            raise RuntimeError(f"`{' '.join(p.args[1:])}` exited {p.returncode}:\n{err[-2000:]}")
+        for line in out.strip().splitlines():
+            batch = json.loads(line)
+            archived += batch["archived"]
+            failed += batch["failed"]
+            batches += 1
+    return {
+        "seconds": total[0],
+        "archived": archived,
+        "failed": failed,
+        "batches": batches,
+        "shards": shards,
+        "steps": {},
+        "bytes_written": int(row["b"]),
     }
 
 
@@ -499,28 +613,40 @@ def run(opts: Options) -> Report:
                 with stopwatch() as load_t:
                     load_backlog(conn, n)
             results: dict[str, dict[str, Any]] = {}
-            for store_name, make_store in stores.items():
+            for store_name, target in stores.items():
                 for method in METHODS:
                     db = f"{method}_{'local' if store_name == 'local dir' else 's3'}_{n}"
                     run_url = server.clone(tmpl, db)
-                    store = make_store(f"{db}-{uuid.uuid4().hex[:6]}")
-                    # The baselines archive the backlog's first `cap` memories; the batched run all of it.
-                    want = n if method == "batched" else min(n, cap)
+                    prefix = f"{db}-{uuid.uuid4().hex[:6]}"
+                    store = target.make(prefix)
+                    # The baselines archive the backlog's first `cap` memories; the batched runs all of it.
+                    want = n if method in ("batched", "sharded") else min(n, cap)
                     with bench_connect(run_url, prepare=True) as conn:
                         load_start = loadavg()
+                        busy_start = machine_busy_s()
                         with rss_sampler() as rss:
-                            res = (
-                                run_naive(conn, store, limit=want)
-                                if method == "naive"
-                                else run_batched(
+                            if method == "naive":
+                                res = run_naive(conn, store, limit=want)
+                            elif method == "sharded":
+                                res = run_sharded(
+                                    run_url, target.settings(prefix), root / f"state-{db}", shards=SHARDS
+                                )
+                            else:
+                                res = run_batched(
                                     conn,
                                     store,
                                     key=db,
                                     packs=method == "batched",
                                     limit=None if want == n else want,
                                 )
-                            )
+                        busy = machine_busy_s() - busy_start
                         res |= {
+                            # CPU the run cost the machine per memory; cores / that = the rate at which
+                            # this machine's CPUs would all be busy: what overlapping work could reach.
+                            "machine_cpu_ms_per_memory": busy * 1000 / max(res["archived"], 1),
+                            "cpu_ceiling_per_s": (os.cpu_count() or 1)
+                            * max(res["archived"], 1)
+                            / max(busy, 1e-9),
                             "peak_rss_mib": rss["peak_mib"],
                             "rss_growth_mib": rss["growth_mib"],
                             "load_start": load_start,
@@ -555,6 +681,8 @@ def _summary(report: Report) -> None:
         store_name = next(iter(fig["runs"]))  # S3 when it ran: stores are listed S3 first
         naive, batched = fig["runs"][store_name]["naive"], fig["runs"][store_name]["batched"]
         lone = fig["runs"][store_name]["batched_lone"]
+        sharded = fig["runs"][store_name]["sharded"]
+        sharded_rate = ratio(sharded["archived"], sharded["seconds"])
         rate, naive_rate = (
             ratio(batched["archived"], batched["seconds"]),
             ratio(naive["archived"], naive["seconds"]),
@@ -565,6 +693,12 @@ def _summary(report: Report) -> None:
             "rate_per_s": rate,
             "naive_rate_per_s": naive_rate,
             "ratio_vs_naive": ratio(rate, naive_rate),
+            "machine_cpu_ms_per_memory": batched["machine_cpu_ms_per_memory"],
+            "cpu_ceiling_per_s": batched["cpu_ceiling_per_s"],
+            "cpu_ceiling_ratio_vs_naive": ratio(batched["cpu_ceiling_per_s"], naive_rate),
+            "sharded_rate_per_s": sharded_rate,
+            "sharded_ratio_vs_naive": ratio(sharded_rate, naive_rate),
+            "shards": sharded["shards"],
             "no_packs_rate_per_s": ratio(lone["archived"], lone["seconds"]),
             "no_packs_ratio_vs_naive": ratio(ratio(lone["archived"], lone["seconds"]), naive_rate),
             "restore_rate_per_s": fig["bulk_restore"]["per_s"] if "bulk_restore" in fig else None,
@@ -598,6 +732,9 @@ def _summary(report: Report) -> None:
                 "batched memories/s",
                 "naive memories/s",
                 "ratio vs naive",
+                "machine CPU ms/memory (batched)",
+                "CPU ceiling memories/s (ratio vs naive)",
+                f"{SHARDS} shard processes memories/s (ratio vs naive)",
                 "no packs memories/s",
                 "restores/s (after VACUUM (ANALYZE))",
                 "peak RSS MiB (batched)",
@@ -611,6 +748,9 @@ def _summary(report: Report) -> None:
                     r["rate_per_s"],
                     r["naive_rate_per_s"],
                     r["ratio_vs_naive"],
+                    r["machine_cpu_ms_per_memory"],
+                    f"{r['cpu_ceiling_per_s']:.0f} ({r['cpu_ceiling_ratio_vs_naive']:.2f}×)",
+                    f"{r['sharded_rate_per_s']:.0f} ({r['sharded_ratio_vs_naive']:.2f}×)",
                     r["no_packs_rate_per_s"],
                     r["restore_rate_per_s"],
                     r["peak_rss_mib"],
@@ -622,7 +762,10 @@ def _summary(report: Report) -> None:
             ],
             f"Machine: {os.cpu_count()} CPUs, load average {report.machine.get('loadavg_at_start')} at the start "
             "(1, 5, 15 min): other jobs share it. Baseline: the naive one-memory loop on the same backlog, store "
-            "and run. Restores: restore_archives (bulk). Peak RSS: this process, sampled every 50 ms; growth = peak less "
+            "and run. Machine CPU: every core's busy time during the batched run (this process, Postgres, "
+            "SeaweedFS and anything else running) per memory archived; the CPU ceiling is the CPU count divided by "
+            "it, the rate at which every core would be busy, which no overlap of the run's stages can pass on this "
+            "machine. Restores: restore_archives (bulk). Peak RSS: this process, sampled every 50 ms; growth = peak less "
             "the RSS at the run's start (under `bench all` the process holds earlier benchmarks' state; "
             "`bench memory` measures a fresh process).",
         ),
@@ -646,12 +789,14 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
                     per_s,
                     ratio(per_s, ratio(naive["archived"], naive["seconds"])),
                     res["bytes_written"] / max(res["archived"], 1),
+                    res["machine_cpu_ms_per_memory"],
                 ]
             )
         figures["runs"][store_name] = {
             "naive": naive,
             "batched": batched,
             "batched_lone": results[f"{store_name}|batched_lone"],
+            "sharded": results[f"{store_name}|sharded"],
             "speedup": ratio(naive["seconds"], batched["seconds"]),
         }
     report.tables.append(
@@ -665,12 +810,16 @@ def _tables(report: Report, n: int, results: dict[str, dict[str, Any]], load_s: 
                 "memories/s",
                 "throughput vs naive",
                 "backup bytes/memory",
+                "machine CPU ms/memory",
             ],
             rows,
             "Baseline: the naive loop (read, summarize, embed, put + verify, one transaction per memory) on the same "
             f"backlog and store. Each run ends with exactly the memories it archived gone from hot (checked); "
             f"the naive and no-packs runs archive the first {report.params['baseline']:,} of a larger backlog "
-            "(their rate is per memory; same database size), the batched run all of it.",
+            "(their rate is per memory; same database size), the batched runs all of it. The sharded run is "
+            f"{SHARDS} concurrent `memory-archive archive --until-drained --shard i/{SHARDS}` processes (the CLI, "
+            "offline summarizer and hashing embedder, defaults otherwise; each process's start included): the "
+            "pipeline of run_batch in one process per core.",
         )
     )
     step_names = ["select", "read", "summarize", "embed", "backup", "commit", "claim + gate"]

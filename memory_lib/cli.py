@@ -262,6 +262,7 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
         "memory-archive -v archive --limit 100",
         "memory-archive archive --batch-key nightly-2026-01-31   # rerun: takes the batch over",
         "memory-archive archive --shard 0/2 & memory-archive archive --shard 1/2   # two workers",
+        "memory-archive archive --until-drained --shard 0/2 & memory-archive archive --until-drained --shard 1/2",
     )
 )
 @click.option(
@@ -276,45 +277,62 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
     show_default=True,
     help="i/n: only the users of shard i of n (stable hash of user_id); run n of them at once to scale out.",
 )
+@click.option(
+    "--until-drained",
+    is_flag=True,
+    help="Run batch after batch (a JSON line each) until one claims less than a full batch, or one fails: "
+    "a backlog drained by one process per shard.",
+)
 @click.pass_context
 @_guarded
-def archive(ctx: click.Context, batch_key: str | None, limit: int | None, shard: str) -> None:
+def archive(
+    ctx: click.Context, batch_key: str | None, limit: int | None, shard: str, until_drained: bool
+) -> None:
     """Archive one batch of eligible memories through the whole pipeline (pause, fidelity and gate included)."""
     part = Shard.parse(shard)  # before connecting: bad input writes nothing
+    if until_drained and batch_key is not None:
+        # Each batch of a drain gets its own key; a drain killed midway is resumed by running it again
+        # (its open attempts are taken over at once: the holder's pid is dead).
+        _fail(f"--batch-key {batch_key!r}: not with --until-drained, whose batches each get their own key")
     _preflight(_settings(ctx), llm=True)
-    now = datetime.now(UTC)
-    key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}{part.batch_suffix()}"
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
-        report = run_batch(
-            conn,
-            services,
-            settings.archival,
-            batch_key=key,
-            as_of=now,
-            actor="cli",
-            limit=limit,
-            workers=settings.llm.max_concurrency,
-            holder=Holder.this_process(f"cli:{key}", track_pid=True),
-            shard=part,
-        )
-        claim = report.claim
-        _emit(
-            {
-                "batch_key": key,
-                "shard": str(part),
-                "claimed": claim.claimed if claim else 0,
-                "taken_over": claim.taken_over if claim else 0,
-                "archived": report.status.archived,
-                "failed": report.status.failed,
-                "failed_by_step": report.status.failed_by_step,
-                "gate_passed": report.gate_passed,
-                "ok": report.ok,
-                "problem": report.problem,
-                "stalled": report.stalled,
-                "why": report.why,
-            }
-        )
+        full = limit if limit is not None else settings.archival.batch_size
+        while True:
+            now = datetime.now(UTC)
+            key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}{part.batch_suffix()}"
+            report = run_batch(
+                conn,
+                services,
+                settings.archival,
+                batch_key=key,
+                as_of=now,
+                actor="cli",
+                limit=limit,
+                workers=settings.llm.max_concurrency,
+                holder=Holder.this_process(f"cli:{key}", track_pid=True),
+                shard=part,
+            )
+            claim = report.claim
+            claimed = claim.claimed if claim else 0
+            _emit(
+                {
+                    "batch_key": key,
+                    "shard": str(part),
+                    "claimed": claimed,
+                    "taken_over": claim.taken_over if claim else 0,
+                    "archived": report.status.archived,
+                    "failed": report.status.failed,
+                    "failed_by_step": report.status.failed_by_step,
+                    "gate_passed": report.gate_passed,
+                    "ok": report.ok,
+                    "problem": report.problem,
+                    "stalled": report.stalled,
+                    "why": report.why,
+                }
+            )
+            if not (until_drained and report.ok and claimed >= max(full, 1)):
+                break
     if report.paused is not None and report.paused.paused and claim is None:
         _fail(report.paused.describe(), EXIT_PAUSED)
     if not report.ok:

@@ -60,6 +60,34 @@ def test_archive_and_restore_from_the_shell(env, capsys):
     assert counts["h"] + counts["a"] == 12 and counts["a"] == 5 - restored["restored"]
 
 
+def test_archive_until_drained_runs_batches_until_one_is_not_full(env, monkeypatch, capsys):
+    """A drain: batch after batch, each with its own key and JSON line, until a batch claims less than a
+    full batch; every eligible memory ends archived, once. A fixed --batch-key is refused first."""
+    conn = connect(env)
+    now = __import__("datetime").datetime.now(__import__("datetime").UTC)
+    memories = make_memories(
+        12, dim=TEST_DIM, age_days=400, embedding_model=HashingEmbedder(TEST_DIM).model, now=now
+    )
+    insert_memories(conn, memories, actor="test")
+    monkeypatch.setenv("MEMORY_ARCHIVE_ARCHIVAL__BATCH_SIZE", "5")
+    assert main(["archive", "--until-drained", "--batch-key", "fixed"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch-key 'fixed'" in err and "--until-drained" in err
+    assert conn.execute("SELECT count(*) AS n FROM archival_batches").fetchone()["n"] == 0  # nothing written
+    assert main(["archive", "--until-drained"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert [(r["claimed"], r["archived"], r["ok"]) for r in lines] == [
+        (5, 5, True),
+        (5, 5, True),
+        (2, 2, True),
+    ]
+    assert len({r["batch_key"] for r in lines}) == 3
+    counts = conn.execute(
+        "SELECT (SELECT count(*) FROM memories) h, (SELECT count(DISTINCT original_id) FROM archived_memories) a"
+    ).fetchone()
+    assert (counts["h"], counts["a"]) == (0, 12)
+
+
 def test_bad_settings_exit_with_a_message(env, monkeypatch, capsys):
     monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", "999")
     assert main(["stats"]) == 2

@@ -97,12 +97,15 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
         ("S3", "naive loop (baseline)"),
         ("S3", "run_batch × 500"),
         ("S3", "run_batch × 500, no packs (one object per memory)"),
+        ("S3", "memory-archive archive --until-drained × 2 shards (a process each)"),
         ("local", "naive loop (baseline)"),
         ("local", "run_batch × 500"),
         ("local", "run_batch × 500, no packs (one object per memory)"),
+        ("local", "memory-archive archive --until-drained × 2 shards (a process each)"),
     ]
     for r in throughput:  # the baselines archive the backlog's first 50 (and leave the rest hot: checked)
-        assert r["archived"] == (n if r["method"] == "run_batch × 500" else 50)
+        drains = r["method"] == "run_batch × 500" or r["method"].startswith("memory-archive")
+        assert r["archived"] == (n if drains else 50)
         assert finite_positive(r["memories/s"]) and finite_positive(r["throughput vs naive"])
         assert r["backup bytes/memory"] > 1536 * 4  # the float32 embedding as JSON decimals, at least
     steps = rows(data, "Archival: share of time per step")
@@ -131,9 +134,17 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
         "no_packs_rate_per_s",
         "restore_rate_per_s",
         "peak_rss_mib",
+        "machine_cpu_ms_per_memory",
+        "cpu_ceiling_per_s",
+        "sharded_rate_per_s",
     ):
         assert finite_positive(fig[key]), key
     assert fig["ratio_vs_naive"] == pytest.approx(fig["rate_per_s"] / fig["naive_rate_per_s"])
+    # the ceiling is the cores' rate: every core busy at the measured CPU cost per memory
+    assert fig["cpu_ceiling_per_s"] == pytest.approx(
+        fig["load"]["cpu_count"] * 1000 / fig["machine_cpu_ms_per_memory"], rel=1e-6
+    )
+    assert all(finite_positive(r["machine CPU ms/memory"]) for r in throughput)
     assert 0 <= fig["rss_growth_mib"] <= fig["peak_rss_mib"]
     assert fig["load"]["cpu_count"] >= 1 and len(fig["load"]["loadavg_end"]) == 3
     assert fig["machine"]["nproc"] >= 1
