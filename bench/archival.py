@@ -68,6 +68,7 @@ from .common import (
     bench_connect,
     bench_server,
     build_index,
+    cli_env,
     copy_hot,
     demo_texts,
     drop_index,
@@ -309,22 +310,7 @@ def run_sharded(
     setting its default. Their time includes each process's start."""
     from .shards import memory_archive_command
 
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MEMORY_ARCHIVE_", "DAGSTER_")) and k != "DATABASE_URL"
-    }
-    env = (
-        base
-        | store_settings
-        | {
-            "DATABASE_URL": db_url,
-            "MEMORY_ARCHIVE_STATE_DIR": str(state_dir),
-            "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
-            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
-            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(DIM),
-        }
-    )
+    env = cli_env(db_url, store_settings, state_dir, dim=DIM)
     cmd = [memory_archive_command(), "archive", "--until-drained"]
     with stopwatch() as total:
         procs = [

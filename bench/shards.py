@@ -56,6 +56,7 @@ from .common import (
     bench_connect,
     bench_server,
     build_index,
+    cli_env,
     copy_hot,
     demo_texts,
     drop_index,
@@ -286,29 +287,19 @@ def s3_target(opts: Options, root: Path) -> Iterator[S3Target]:
 
 
 def child_env(db_url: str, s3: S3Target, prefix: str, state_dir: Path) -> dict[str, str]:
-    """This process's environment without memory-archive or Dagster settings, plus: the clone's
-    database, the offline summarizer and hashing embedder at 1536-d, S3 at `prefix`. Nothing else set:
-    every other setting is its default."""
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MEMORY_ARCHIVE_", "DAGSTER_")) and k != "DATABASE_URL"
-    }
-    return (
-        base
-        | s3.env
+    """bench.common.cli_env for the clone's database with S3 at `prefix`."""
+    return cli_env(
+        db_url,
+        s3.env
         | {
-            "DATABASE_URL": db_url,
-            "MEMORY_ARCHIVE_STATE_DIR": str(state_dir),
-            "MEMORY_ARCHIVE_SUMMARIZER": "extractive",
-            "MEMORY_ARCHIVE_EMBEDDER": "hashing",
-            "MEMORY_ARCHIVE_EMBEDDING_DIM": str(DIM),
             "MEMORY_ARCHIVE_OBJECT_STORE": "s3",
             "MEMORY_ARCHIVE_BUCKET": s3.bucket,
             "MEMORY_ARCHIVE_PREFIX": prefix,
             "MEMORY_ARCHIVE_S3_ENDPOINT_URL": s3.endpoint_url,
             "AWS_REGION": "us-east-1",
-        }
+        },
+        state_dir,
+        dim=DIM,
     )
 
 
