@@ -32,7 +32,7 @@ from memory_lib.storage.db import migrate_database
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.explain import base_name, hot_search_plan
-from tests.support.factories import NOW, make_memories
+from tests.support.factories import NOW, make_memories, parcel_rows
 
 USERS = ("ann", "ben", "cyd", "dot", "eve")
 
@@ -213,19 +213,8 @@ def test_a_large_users_search_reads_only_its_partition(conn):
     a user index and sorted). That filter prunes no partition, so on partitioned tiers the walk reads the
     user's partition, found by the search's session settings: one partition's graph, not every one's."""
     partitioning.ensure(conn, 4)
-    rng = np.random.default_rng(3)
-    rows = []
-    for i in range(EXACT_MAX + 200):  # above EXACT_MAX: the search's graph walk is the branch taken
-        v = rng.normal(size=TEST_DIM).astype(np.float32)
-        rows.append(
-            {
-                "user_id": "big",
-                "content": f"Parcel {i} delivered to the depot",
-                "embedding": v / np.linalg.norm(v),
-                "embedding_model": HashingEmbedder(TEST_DIM).model,
-                "created_at": NOW - timedelta(hours=i),
-            }
-        )
+    # above EXACT_MAX: the search's graph walk is the branch taken
+    rows = parcel_rows(EXACT_MAX + 200, seed=3, dim=TEST_DIM, now=NOW, user_of=lambda i: "big")
     insert_memories(conn, rows, actor="test", now=NOW)
     conn.execute("ANALYZE memories")
     home = conn.execute(

@@ -73,6 +73,26 @@ def make_memories(
     return out
 
 
+def parcel_rows(n: int, *, seed: int, dim: int, now: datetime, user_of: Any) -> list[dict[str, Any]]:
+    """n memories "Parcel i delivered to the depot" of user `user_of(i)`, one hour apart back from `now`,
+    each with a random unit vector from `seed` (labelled as the hashing embedder's): rows for
+    insert_memories whose vectors no text query predicts, for plan tests."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        v = rng.normal(size=dim).astype(np.float32)
+        rows.append(
+            {
+                "user_id": user_of(i),
+                "content": f"Parcel {i} delivered to the depot",
+                "embedding": v / np.linalg.norm(v),
+                "embedding_model": HashingEmbedder(dim).model,
+                "created_at": now - timedelta(hours=i),
+            }
+        )
+    return rows
+
+
 def services(store: ObjectStore, dim: int) -> ArchivalServices:
     return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=dim), store)
 
