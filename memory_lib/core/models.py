@@ -61,6 +61,17 @@ def as_float32_embedding(value: Any, *, field: str = "embedding", dim: int | Non
     return arr
 
 
+def _holds_nul(value: Any) -> bool:
+    """Whether a NUL character is in any string (key or value) of a JSON value."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(v) for v in value)
+    return False
+
+
 def _json_storable(field: str, value: dict[str, Any]) -> dict[str, Any]:
     """What jsonb can hold: JSON without NaN/infinity, no NUL character, valid Unicode."""
     if not isinstance(value, dict):
@@ -69,7 +80,7 @@ def _json_storable(field: str, value: dict[str, Any]) -> dict[str, Any]:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field, value, f"is not JSON-serializable without NaN: {exc}") from None
-    if "\\u0000" in text:
+    if "\\u0000" in text and _holds_nul(value):  # the text test alone also matches a "\\u0000" string
         raise InvalidInputError(field, value, "contains a NUL character (jsonb cannot store it)")
     v.storable(field, json.dumps(value, ensure_ascii=False))
     return value

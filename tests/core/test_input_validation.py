@@ -293,3 +293,16 @@ def _try_insert(conn, memories) -> BaseException | None:
     except BaseException as exc:  # noqa: BLE001 - handed to the test thread
         return exc
     return None
+
+
+def test_metadata_naming_the_nul_escape_is_stored_and_a_real_nul_is_refused(conn):
+    """A backslash followed by "u0000" is text (a coding agent's note about JSON escapes): stored as given.
+    Only a NUL character itself, which jsonb cannot hold, is refused."""
+    escape = {"snippet": "\\u0000 ends a C string", "\\u0000": ["a \\u0000 key"]}
+    [memory] = make_memories(1, dim=TEST_DIM, metadata=escape)
+    [memory_id] = insert_memories(conn, [memory], actor="test")
+    row = conn.execute("SELECT metadata FROM memories WHERE id = %s", (memory_id,)).fetchone()
+    assert row["metadata"] == escape
+    with pytest.raises(InvalidInputError) as info:
+        insert_memories(conn, make_memories(1, dim=TEST_DIM, seed=5, metadata={"k": ["v\x00"]}), actor="test")
+    assert info.value.field == "metadata"
