@@ -55,6 +55,7 @@ from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.lifecycle.eligibility import select_eligible
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer, SummaryInput, extract_key_entities
+from memory_lib.storage import packs
 from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
 from memory_lib.storage.store import MEMORY_COLUMNS
 
@@ -348,18 +349,18 @@ def run_sharded(
     }
 
 
-_NAIVE_INSERT = """
+_NAIVE_INSERT = f"""
     INSERT INTO archived_memories (
         original_id, user_id, summary, summary_embedding, summary_embedding_model, key_entities,
         original_domain, original_category, original_embedding_model, original_updated_at,
         original_superseded_by, importance_score, access_count, last_accessed_at, archived_at,
-        original_created_at, archive_reason, storage_ref, storage_verified, backup_sha256,
+        original_created_at, archive_reason, backup_object, storage_verified, backup_sha256,
         backup_size_bytes, backup_version_id, summary_model, summarizer_kind, summary_input_tokens,
         summary_output_tokens, summary_cost_usd)
     VALUES (%(id)s, %(user_id)s, %(summary)s, %(vec)s::vector::halfvec, %(emb_model)s, %(entities)s,
             %(domain)s, %(category)s, %(embedding_model)s, %(updated_at)s, %(superseded_by)s,
             %(importance_score)s, %(access_count)s, %(last_accessed_at)s, %(archived_at)s, %(created_at)s,
-            %(reason)s, %(ref)s, true, %(sha)s, %(size)s, %(version)s, %(summary_model)s, %(kind)s,
+            %(reason)s, {packs.object_of_sql("%(user_id)s", "%(ref)s")}, true, %(sha)s, %(size)s, %(version)s, %(summary_model)s, %(kind)s,
             %(in_tok)s, %(out_tok)s, %(cost)s)"""
 
 
@@ -399,6 +400,7 @@ def run_naive(
             )  # put verifies before returning (S3: the echoed SHA256)
             t4 = time.perf_counter()
             with conn.transaction():
+                conn.execute(packs.RECORD_OBJECTS_SQL, {"users": [row["user_id"]], "refs": [obj.ref]})
                 conn.execute(
                     _NAIVE_INSERT,
                     {

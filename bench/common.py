@@ -449,7 +449,6 @@ _ARCHIVED_COPY = [
     ("archived_at", "timestamptz"),
     ("original_created_at", "timestamptz"),
     ("archive_reason", "text"),
-    ("storage_ref", "text"),
     ("storage_verified", "bool"),
     ("backup_sha256", "text"),
     ("backup_size_bytes", "int8"),
@@ -461,40 +460,54 @@ _ARCHIVED_COPY = [
 def copy_archived(
     conn: psycopg.Connection, rows: Iterable[HotRow], *, model: str, archived_at: datetime
 ) -> int:
-    """Binary COPY of archive rows (summary = the row's content) for search latency fixtures."""
+    """Binary COPY of archive rows (summary = the row's content) for search latency fixtures. Their
+    backups are not read: each user's rows name one fixture object (backup_objects)."""
     n = 0
-    with (
-        conn.transaction(),
-        conn.cursor() as cur,
-        cur.copy(
-            f"COPY archived_memories ({', '.join(c for c, _ in _ARCHIVED_COPY)}) FROM STDIN WITH (FORMAT BINARY)"
-        ) as copy,
-    ):
-        copy.set_types([t for _, t in _ARCHIVED_COPY])
-        for r in rows:
-            copy.write_row(
-                (
-                    r.id,
-                    r.user_id,
-                    r.content,
-                    HalfVector(r.embedding),
-                    model,
-                    r.category,
-                    model,
-                    r.created_at,
-                    r.importance_score,
-                    archived_at,
-                    r.created_at,
-                    "force_age",
-                    f"bench://fixture/{r.id}.json",
-                    True,
-                    hashlib.sha256(r.id.bytes).hexdigest(),
-                    4096,
-                    "bench-fixture",
-                    "bench-fixture",
-                )
+    columns = ", ".join(c for c, _ in _ARCHIVED_COPY)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(
+            f"CREATE TEMP TABLE archived_copy ON COMMIT DROP AS SELECT {columns} FROM archived_memories WITH NO DATA"
+        )
+        with cur.copy(f"COPY archived_copy ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            n = _copy_archived_rows(copy, rows, model=model, archived_at=archived_at)
+        cur.execute(
+            """INSERT INTO backup_objects (user_id, ref)
+               SELECT DISTINCT user_id, 'bench://fixture/' || user_id FROM archived_copy ON CONFLICT DO NOTHING"""
+        )
+        cur.execute(
+            f"""INSERT INTO archived_memories ({columns}, backup_object)
+                SELECT {", ".join("c." + c for c, _ in _ARCHIVED_COPY)}, o.id FROM archived_copy c
+                JOIN backup_objects o ON o.user_id = c.user_id AND o.ref = 'bench://fixture/' || c.user_id"""
+        )
+    return n
+
+
+def _copy_archived_rows(copy: Any, rows: Iterable[HotRow], *, model: str, archived_at: datetime) -> int:
+    n = 0
+    copy.set_types([t for _, t in _ARCHIVED_COPY])
+    for r in rows:
+        copy.write_row(
+            (
+                r.id,
+                r.user_id,
+                r.content,
+                HalfVector(r.embedding),
+                model,
+                r.category,
+                model,
+                r.created_at,
+                r.importance_score,
+                archived_at,
+                r.created_at,
+                "force_age",
+                True,
+                hashlib.sha256(r.id.bytes).hexdigest(),
+                4096,
+                "bench-fixture",
+                "bench-fixture",
             )
-            n += 1
+        )
+        n += 1
     return n
 
 

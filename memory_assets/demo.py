@@ -465,9 +465,9 @@ def main(argv: list[str] | None = None) -> int:
             " the demo's memories are one sentence long)"
         )
         rows = conn.execute(
-            """SELECT DISTINCT ON (user_id) original_id, user_id, archive_reason, original_created_at, summary,
-                      storage_ref, backup_sha256
-               FROM archived_memories ORDER BY user_id, original_created_at LIMIT 4"""
+            f"""SELECT DISTINCT ON (a.user_id) a.original_id, a.user_id, a.archive_reason, a.original_created_at,
+                       a.summary, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256
+                FROM archived_memories a ORDER BY a.user_id, a.original_created_at LIMIT 4"""
         ).fetchall()
         for r in rows:
             doc = BackupObject.from_json_bytes(store.read_ref(r["storage_ref"], r["backup_sha256"]))

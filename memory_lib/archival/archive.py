@@ -828,23 +828,33 @@ _COMMIT_INSERT = """
         original_id, user_id, summary, summary_embedding, summary_embedding_model, key_entities,
         original_domain, original_category, original_embedding_model, original_updated_at,
         original_superseded_by, importance_score, access_count, last_accessed_at, archived_at,
-        original_created_at, archive_reason, storage_ref, storage_verified, backup_sha256,
+        original_created_at, archive_reason, backup_object, backup_offset, storage_verified, backup_sha256,
         backup_size_bytes, backup_version_id, schema_version, summary_model, summarizer_kind,
         summary_input_tokens, summary_output_tokens, summary_cost_usd, metadata, original_dedupe_key)
     SELECT m.id, m.user_id, a.summary, a.summary_embedding, a.summary_embedding_model,
            coalesce(a.key_entities, '{}'), m.domain, m.category, m.embedding_model, m.updated_at,
            m.superseded_by, m.importance_score, m.access_count, m.last_accessed_at, a.backup_archived_at,
-           m.created_at, a.archive_reason, a.backup_ref, true, a.backup_sha256, a.backup_size_bytes,
+           m.created_at, a.archive_reason, o.id, backup_member_offset(a.backup_ref), true, a.backup_sha256,
+           a.backup_size_bytes,
            a.backup_version_id, 1, a.summary_model, a.summarizer_kind, coalesce(a.input_tokens, 0),
            coalesce(a.output_tokens, 0), coalesce(a.cost_usd, 0),
            -- the model's typed entities and domain guess live on with the row: checkpoints are pruned.
-           -- Not the backup's key: storage_ref holds it (~90 B a row, a fifth of the 384-d budget).
+           -- Not the batch's pack key: the backup object's ref holds it, once per object.
            jsonb_build_object('batch_key', a.batch_key)
              || jsonb_strip_nulls(jsonb_build_object('summary_entities', a.summary_entities,
                                                      'domain_guess', a.domain_guess)),
            m.dedupe_key
     FROM archival_attempts a JOIN memories m ON m.id = a.memory_id AND m.user_id = a.user_id
+         JOIN backup_objects o ON o.ref = backup_object_ref(a.backup_ref) AND o.user_id = a.user_id
     WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
+"""
+# Before _COMMIT_INSERT, in its transaction: the backup objects its rows will name, each recorded once.
+_COMMIT_OBJECTS = """
+    INSERT INTO backup_objects (user_id, ref)
+    SELECT DISTINCT a.user_id, backup_object_ref(a.backup_ref) FROM archival_attempts a
+    WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
+    ORDER BY 1, 2
+    ON CONFLICT (ref, user_id) DO NOTHING
 """
 
 
@@ -982,7 +992,10 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
                 stale.append(mid)
         if ready:
             params = {"batch": batch_key, "users": users, "ids": ready}
-            conn.execute(_COMMIT_INSERT, params)
+            conn.execute(_COMMIT_OBJECTS, params)
+            inserted = conn.execute(_COMMIT_INSERT, params).rowcount
+            if inserted != len(ready):
+                raise IntegrityError(f"batch {batch_key} commit", f"{len(ready)} archive rows", f"{inserted}")
             conn.execute(
                 """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
                    SELECT a.memory_id, a.user_id, 'archived', %(actor)s,

@@ -17,6 +17,7 @@ from ..core.errors import IntegrityError
 from ..core.models import BackupObject, sha256_hex, to_float32
 from ..core.rows import Conn, Row
 from ..core.statuses import AttemptStatus, Step
+from ..storage import packs
 from ..storage.objectstore import ObjectStore
 from ..storage.store import fetch_memories
 from .archive import StepResult, backup_still_matches, record_failure, return_to_status, run_parallel
@@ -103,9 +104,9 @@ def verify_backups(
     archived = {
         r["original_id"]: r
         for r in conn.execute(
-            """SELECT original_id, user_id, importance_score, original_created_at, archived_at, archive_reason,
-                      storage_ref, backup_sha256, backup_size_bytes
-               FROM archived_memories WHERE user_id = ANY(%s) AND original_id = ANY(%s)""",
+            f"""SELECT a.original_id, a.user_id, a.importance_score, a.original_created_at, a.archived_at,
+                       a.archive_reason, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes
+               FROM archived_memories a WHERE a.user_id = ANY(%s) AND a.original_id = ANY(%s)""",
             (users, ids),
         ).fetchall()
     }

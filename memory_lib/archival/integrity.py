@@ -57,7 +57,7 @@ def integrity_report(conn: Conn, batch_keys: Sequence[str]) -> IntegrityReport:
     memories the batches did not touch were checked by the nights that moved them: every move (commit,
     re-promotion, restore) is one transaction, and one archive row per memory is a unique key."""
     row = conn.execute(
-        """SELECT
+        f"""SELECT
             (SELECT count(*) FROM archived_memories a
                JOIN memories m ON m.id = a.original_id AND m.user_id = a.user_id
               WHERE a.metadata->>'batch_key' = ANY(%(keys)s)) AS both_tiers,
@@ -78,7 +78,7 @@ def integrity_report(conn: Conn, batch_keys: Sequence[str]) -> IntegrityReport:
                JOIN archived_memories a ON a.original_id = t.memory_id AND a.user_id = t.user_id
               WHERE t.batch_key = ANY(%(keys)s) AND t.status = 'archived'
                 AND a.metadata->>'batch_key' = t.batch_key
-                AND (a.backup_sha256 <> t.backup_sha256 OR a.storage_ref <> t.backup_ref)) AS mismatched_records,
+                AND (a.backup_sha256 <> t.backup_sha256 OR {packs.ref_sql("a")} <> t.backup_ref)) AS mismatched_records,
             (SELECT count(*) FROM archived_memories a WHERE a.metadata->>'batch_key' = ANY(%(keys)s)) AS archived
         """,
         {"keys": list(batch_keys), "open": list(OPEN_STATUSES)},
@@ -116,18 +116,20 @@ def orphaned_backups(
         known |= {
             refs[r["storage_ref"]]
             for r in conn.execute(
-                "SELECT storage_ref FROM archived_memories WHERE original_id = ANY(%s)", (ids,)
+                f"SELECT {packs.ref_sql('a')} AS storage_ref FROM archived_memories a WHERE a.original_id = ANY(%s)",
+                (ids,),
             ).fetchall()
             if r["storage_ref"] in refs
         }
-    # A pack's members' rows name it by "<pack ref>#bytes=...": one scan, as sweeps are rare.
+    # A pack is recorded while an archive row names its backup object (a row per object, kept after the
+    # last member was restored or forgotten: that no longer records the pack).
     pack_refs = {store.ref_for(k): k for k in keys if k not in known and packs.is_pack_key(k)}
     if pack_refs:
         known |= {
             pack_refs[r["ref"]]
             for r in conn.execute(
-                "SELECT DISTINCT split_part(storage_ref, '#', 1) AS ref FROM archived_memories"
-                " WHERE split_part(storage_ref, '#', 1) = ANY(%s)",
+                """SELECT o.ref FROM backup_objects o WHERE o.ref = ANY(%s) AND EXISTS
+                       (SELECT 1 FROM archived_memories a WHERE a.backup_object = o.id AND a.user_id = o.user_id)""",
                 (list(pack_refs),),
             ).fetchall()
         }
@@ -269,9 +271,9 @@ def prune_archived_attempts(conn: Conn, batch_key: str) -> int:
     """
     with conn.transaction():
         pruned = conn.execute(
-            """DELETE FROM archival_attempts t USING archived_memories a
+            f"""DELETE FROM archival_attempts t USING archived_memories a
                WHERE t.batch_key = %s AND t.status = 'archived' AND a.original_id = t.memory_id AND a.user_id = t.user_id
-                 AND a.backup_sha256 = t.backup_sha256 AND a.storage_ref = t.backup_ref""",
+                 AND a.backup_sha256 = t.backup_sha256 AND {packs.ref_sql("a")} = t.backup_ref""",
             (batch_key,),
         ).rowcount
         if pruned:
@@ -310,8 +312,8 @@ def verify_committed(
     `sample_max`): closes the race where an object is deleted between commit's verify and its
     transaction. Bucket versioning and object lock prevent that race; this check detects it."""
     rows = conn.execute(
-        """SELECT storage_ref, backup_sha256, backup_size_bytes FROM archived_memories
-           WHERE metadata->>'batch_key' = ANY(%s)""",
+        f"""SELECT {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes FROM archived_memories a
+           WHERE a.metadata->>'batch_key' = ANY(%s)""",
         (list(batch_keys),),
     ).fetchall()
     sample = rows if len(rows) <= sample_max else random.sample(rows, sample_max)
@@ -360,8 +362,11 @@ def recover_from_versions(conn: Conn, store: ObjectStore, refs: Sequence[str]) -
     if not refs:
         return set()
     rows = conn.execute(
-        "SELECT storage_ref, backup_sha256, backup_version_id FROM archived_memories WHERE storage_ref = ANY(%s)",
-        (list(refs),),
+        """SELECT backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) AS storage_ref, a.backup_sha256,
+                  a.backup_version_id
+           FROM backup_objects o JOIN archived_memories a ON a.backup_object = o.id AND a.user_id = o.user_id
+           WHERE o.ref = ANY(%s) AND backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) = ANY(%s)""",
+        (sorted({store.ref_for(store.key_from_ref(r)) for r in refs}), list(refs)),
     ).fetchall()
     restored: dict[tuple[str, str], bool] = {}
     put_back = []

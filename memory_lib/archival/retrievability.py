@@ -38,6 +38,7 @@ from ..core.validation import utc_now
 from ..llm.summarize import split_sentences
 from ..retrieval.search import search_plan
 from ..retrieval.types import SearchRequest
+from ..storage import packs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,8 +51,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights"]
 
-_SAMPLE_SQL = """
-    SELECT a.id AS archive_id, a.original_id, a.user_id, a.storage_ref, a.backup_sha256
+_SAMPLE_SQL = f"""
+    SELECT a.id AS archive_id, a.original_id, a.user_id, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256
     FROM archived_memories a
     WHERE a.metadata ->> 'batch_key' = %(batch_key)s AND a.original_superseded_by IS NULL
     ORDER BY md5(a.original_id::text), a.original_id

@@ -56,6 +56,12 @@ _ERASED: dict[str, str] = {
     "archived_memories": "original_id",
     "memories": "id",
 }
+# Erased by forget after the archive rows: the user's backup objects no archive row names any more
+# (all of them, for the whole user; a pack rewritten without a forgotten memory, for one).
+_OBJECTS: dict[str, str] = {"backup_objects": "forget: the user's backup objects no archive row names"}
+_OBJECTS_SQL = """
+    DELETE FROM backup_objects o WHERE o.user_id = %(user_id)s
+       AND NOT EXISTS (SELECT 1 FROM archived_memories a WHERE a.user_id = o.user_id AND a.backup_object = o.id)"""
 # Kept, without content: table -> why.
 _RETAINED: dict[str, str] = {
     "memory_events": "the audit log: the user's events redacted (ids and sha256 only) and a tombstone each",
@@ -82,7 +88,7 @@ _STATISTICS: dict[str, str] = {
 def erased_tables() -> dict[str, str]:
     """Every table forget deletes a user's rows from (table -> its memory id column, or the hook that
     erases it). Add new ones here."""
-    return _ERASED | _CONSOLIDATED | _STATISTICS
+    return _ERASED | _OBJECTS | _CONSOLIDATED | _STATISTICS
 
 
 def retained_tables() -> dict[str, str]:
@@ -141,8 +147,9 @@ _USER_IDS_SQL = """
     UNION SELECT memory_id FROM archival_attempts WHERE user_id = %(user_id)s
     UNION SELECT memory_id FROM memory_retention WHERE user_id = %(user_id)s
     UNION SELECT memory_id FROM memory_events WHERE user_id = %(user_id)s"""
-_REFS_SQL = """
-    SELECT storage_ref AS ref FROM archived_memories WHERE user_id = %(user_id)s AND original_id = ANY(%(ids)s)
+_REFS_SQL = f"""
+    SELECT {packs.ref_sql("a")} AS ref FROM archived_memories a
+          WHERE a.user_id = %(user_id)s AND a.original_id = ANY(%(ids)s)
     UNION SELECT backup_ref FROM archival_attempts
           WHERE user_id = %(user_id)s AND memory_id = ANY(%(ids)s) AND backup_ref IS NOT NULL
     UNION SELECT details ->> 'storage_ref' FROM memory_events
@@ -368,9 +375,11 @@ def _pack_neighbours_plan(store: ObjectStore, request: Row) -> Plan[dict[str, li
         "rowcount",
     )
     rows = yield Sql(
-        """SELECT original_id, storage_ref, backup_sha256 FROM archived_memories
-           WHERE user_id = %(user_id)s AND NOT (original_id = ANY(%(ids)s)) AND storage_ref LIKE ANY(%(like)s)""",
-        {"user_id": user, "ids": ids, "like": [_like_prefix(store.ref_for(k)) + "#%" for k in sorted(keys)]},
+        """SELECT a.original_id, backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) AS storage_ref,
+                  a.backup_sha256
+           FROM backup_objects o JOIN archived_memories a ON a.user_id = o.user_id AND a.backup_object = o.id
+           WHERE o.user_id = %(user_id)s AND o.ref = ANY(%(refs)s) AND NOT (a.original_id = ANY(%(ids)s))""",
+        {"user_id": user, "ids": ids, "refs": [store.ref_for(k) for k in sorted(keys)]},
         "all",
     )
     out: dict[str, list[Row]] = {}
@@ -381,10 +390,6 @@ def _pack_neighbours_plan(store: ObjectStore, request: Row) -> Plan[dict[str, li
     return out
 
 
-def _like_prefix(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 def _moved_plan(
     user: str, keep: dict[str, list[Row]], moved: dict[str, dict[uuid.UUID, packs.StoredMember]]
 ) -> Plan[int]:
@@ -392,11 +397,15 @@ def _moved_plan(
     pointing at the old one: a re-run changes nothing twice)."""
     n = 0
     for key, rows in keep.items():
+        refs = [moved[key][r["original_id"]].ref for r in rows]
+        yield Sql(packs.RECORD_OBJECTS_SQL, {"users": [user] * len(refs), "refs": refs}, "rowcount")
         for r in rows:
             new = moved[key][r["original_id"]]
             n += yield Sql(
-                """UPDATE archived_memories SET storage_ref = %(new)s, backup_version_id = %(version)s
-                   WHERE user_id = %(user_id)s AND original_id = %(id)s AND storage_ref = %(old)s""",
+                f"""UPDATE archived_memories a
+                    SET backup_object = {packs.object_of_sql("a.user_id", "%(new)s")},
+                        backup_offset = backup_member_offset(%(new)s), backup_version_id = %(version)s
+                    WHERE a.user_id = %(user_id)s AND a.original_id = %(id)s AND {packs.ref_sql("a")} = %(old)s""",
                 {
                     "new": new.ref,
                     "version": new.object.version_id,
@@ -443,6 +452,7 @@ def _rows_plan(
             {"user_id": user, "ids": ids},
             "rowcount",
         )
+    counts["backup_objects"] = yield Sql(_OBJECTS_SQL, {"user_id": user}, "rowcount")
     consolidated = yield from drop_from_consolidation_plan(user, ids, whole_user=target is None)
     counts |= {f"consolidation.{k}": v for k, v in consolidated.items()}
     redacted = yield Sql(
@@ -513,8 +523,9 @@ def _unrecorded_plan(store: ObjectStore, user: str, mine: list[str], untagged: l
         return []
     rows = yield Sql(
         """SELECT backup_key AS key, NULL AS ref, user_id FROM archival_attempts WHERE backup_key = ANY(%(keys)s)
-           UNION SELECT NULL, split_part(storage_ref, '#', 1), user_id FROM archived_memories
-                 WHERE split_part(storage_ref, '#', 1) = ANY(%(refs)s)""",
+           UNION SELECT NULL, o.ref, o.user_id FROM backup_objects o
+                 WHERE o.ref = ANY(%(refs)s) AND EXISTS
+                       (SELECT 1 FROM archived_memories a WHERE a.user_id = o.user_id AND a.backup_object = o.id)""",
         {"keys": list(refs.values()), "refs": list(refs)},
         "all",
     )

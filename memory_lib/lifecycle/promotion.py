@@ -36,6 +36,7 @@ from ..core.locks import USER_LOCK_SQL
 from ..core.models import BackupObject, sha256_hex
 from ..core.plans import EmbedText, GetVerified, Plan, Sql, run_plan
 from ..retrieval.associations import LINK_USES_SQL
+from ..storage import packs
 from ..storage.space import SHAPE_SQL
 from ..storage.store import MEMORY_COLUMNS
 from ..write.write_path import event
@@ -71,12 +72,14 @@ class RestoreOutcome:
 
 # --------------------------------------------------------------------------- SQL
 
-LOCK_ARCHIVE_SQL = (
-    "SELECT * FROM archived_memories WHERE user_id = %(user_id)s AND id = %(archive_id)s FOR UPDATE"
-)
-LOCK_ARCHIVE_BY_ORIGINAL_SQL = (
-    "SELECT * FROM archived_memories WHERE user_id = %(user_id)s AND original_id = %(original_id)s FOR UPDATE"
-)
+# An archive row as every move reads it: its columns and its backup's ref (storage_ref).
+ARCHIVE_ROW = f"a.*, {packs.ref_sql('a')} AS storage_ref"
+LOCK_ARCHIVE_SQL = f"""
+    SELECT {ARCHIVE_ROW} FROM archived_memories a
+    WHERE a.user_id = %(user_id)s AND a.id = %(archive_id)s FOR UPDATE OF a"""
+LOCK_ARCHIVE_BY_ORIGINAL_SQL = f"""
+    SELECT {ARCHIVE_ROW} FROM archived_memories a
+    WHERE a.user_id = %(user_id)s AND a.original_id = %(original_id)s FOR UPDATE OF a"""
 HOT_BY_ID_SQL = "SELECT id, content FROM memories WHERE user_id = %(user_id)s AND id = %(id)s"
 # An archive id that was promoted or restored: the memory it became, when still hot.
 PROMOTED_FROM_SQL = """

@@ -28,7 +28,7 @@ from ..storage import packs
 from ..storage.objectstore import ObjectStore
 from ..storage.space import SHAPE_SQL
 from .pause import set_pause
-from .promotion import restore_many_rows_plan, restore_plan, verified_backup
+from .promotion import ARCHIVE_ROW, restore_many_rows_plan, restore_plan, verified_backup
 
 
 @dataclass(frozen=True)
@@ -200,8 +200,8 @@ LOCK_USERS_SQL = """
     SELECT count(pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || u, 0))) AS n
     FROM unnest(%(users)s::text[]) AS u"""
 # Each (user_id, original_id) pair exactly: a row of another user with the same original_id is not read.
-LOCK_GROUP_SQL = """
-    SELECT a.* FROM archived_memories a
+LOCK_GROUP_SQL = f"""
+    SELECT {ARCHIVE_ROW} FROM archived_memories a
     JOIN unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, original_id)
       ON a.user_id = t.user_id AND a.original_id = t.original_id
     ORDER BY a.id FOR UPDATE OF a"""
@@ -348,8 +348,9 @@ def _restore_archives(
         archives = {
             r["original_id"]: r
             for r in conn.execute(
-                """SELECT original_id, user_id, storage_ref, backup_sha256 FROM archived_memories
-                   WHERE original_id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR user_id = %(u)s)""",
+                f"""SELECT a.original_id, a.user_id, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256
+                    FROM archived_memories a
+                    WHERE a.original_id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR a.user_id = %(u)s)""",
                 {"ids": ids, "u": user_id},
             ).fetchall()
         }
@@ -388,10 +389,12 @@ def _restore_archives(
         cursor: tuple[datetime, uuid.UUID] | None = None
         while True:
             page = conn.execute(
-                """SELECT user_id, original_id, archived_at, storage_ref, backup_sha256 FROM archived_memories
-                   WHERE (%(u)s::text IS NULL OR user_id = %(u)s)
-                     AND (%(c_at)s::timestamptz IS NULL OR (archived_at, original_id) > (%(c_at)s, %(c_id)s))
-                   ORDER BY archived_at, original_id LIMIT %(n)s""",
+                f"""SELECT a.user_id, a.original_id, a.archived_at, {packs.ref_sql("a")} AS storage_ref,
+                           a.backup_sha256
+                    FROM archived_memories a
+                    WHERE (%(u)s::text IS NULL OR a.user_id = %(u)s)
+                      AND (%(c_at)s::timestamptz IS NULL OR (a.archived_at, a.original_id) > (%(c_at)s, %(c_id)s))
+                    ORDER BY a.archived_at, a.original_id LIMIT %(n)s""",
                 {
                     "u": user_id,
                     "c_at": cursor[0] if cursor else None,

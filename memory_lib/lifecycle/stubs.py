@@ -53,7 +53,8 @@ def stub_text(summary: str) -> str:
 _LAST_USE = "greatest(a.archived_at, coalesce(a.last_expanded_at, a.archived_at), coalesce(a.last_accessed_at, a.archived_at))"
 
 _DUE_SQL = f"""
-    SELECT a.id, a.user_id, a.original_id, a.storage_ref, a.backup_sha256, a.backup_size_bytes, a.backup_version_id
+    SELECT a.id, a.user_id, a.original_id, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes,
+           a.backup_version_id
     FROM archived_memories a
     WHERE a.stubbed_at IS NULL AND a.id > %(after)s AND {shard_filter("a.user_id")}
       AND a.original_category <> ALL(%(exempt)s) AND {_LAST_USE} <= %(cutoff)s
@@ -65,7 +66,7 @@ _STUB_SQL = f"""
         UPDATE archived_memories a SET summary_bits = NULL, stubbed_at = %(as_of)s
         WHERE a.id = ANY(%(ids)s) AND a.stubbed_at IS NULL
           AND a.original_category <> ALL(%(exempt)s) AND {_LAST_USE} <= %(cutoff)s
-        RETURNING a.id, a.user_id, a.original_id, a.storage_ref, a.backup_version_id
+        RETURNING a.id, a.user_id, a.original_id, {packs.ref_sql("a")} AS storage_ref, a.backup_version_id
     )
     INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
     SELECT s.original_id, s.user_id, 'stubbed', %(actor)s,
@@ -193,7 +194,7 @@ def verify_stub_backups(
 ) -> StubBackups:
     """Read-only: HEAD the backup of every stub of `shard`'s users (a stub's only full copy)."""
     rows = conn.execute(
-        f"""SELECT a.storage_ref, a.backup_sha256, a.backup_size_bytes, a.backup_version_id
+        f"""SELECT {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes, a.backup_version_id
             FROM archived_memories a WHERE a.stubbed_at IS NOT NULL AND {shard_filter("a.user_id")}
             ORDER BY a.id""",
         shard.params(),
@@ -213,11 +214,11 @@ def verify_stub_backups(
 _STUB_SUMMARY_SQL = """
     SELECT summary FROM archived_memories
     WHERE user_id = %(user_id)s AND id = %(archive_id)s AND stubbed_at IS NOT NULL"""
-_RESTORE_VECTOR_SQL = """
-    UPDATE archived_memories SET summary_embedding = %(embedding)s::vector::halfvec, stubbed_at = NULL,
+_RESTORE_VECTOR_SQL = f"""
+    UPDATE archived_memories a SET summary_embedding = %(embedding)s::vector::halfvec, stubbed_at = NULL,
            summary_embedding_model = %(model)s
-    WHERE user_id = %(user_id)s AND id = %(archive_id)s AND stubbed_at IS NOT NULL
-    RETURNING original_id, storage_ref"""
+    WHERE a.user_id = %(user_id)s AND a.id = %(archive_id)s AND a.stubbed_at IS NOT NULL
+    RETURNING a.original_id, {packs.ref_sql("a")} AS storage_ref"""
 
 
 def stub_summary_plan(user_id: str, archive_id: uuid.UUID) -> Plan[str | None]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..storage.packs import ref_sql
 from . import warm
 
 if TYPE_CHECKING:
@@ -312,11 +313,11 @@ def archived_search_sql(arm: VectorArm, *, include_superseded: bool = False) -> 
 
 
 # A stub shows its stub text (memory_lib.lifecycle.stubs.stub_text); its full-text entry is the whole summary's.
-ARCHIVED_SELECT = """a.original_id AS memory_id, a.id AS archive_id, a.user_id,
+ARCHIVED_SELECT = f"""a.original_id AS memory_id, a.id AS archive_id, a.user_id,
            CASE WHEN a.stubbed_at IS NULL THEN a.summary ELSE '[archived] ' || left(a.summary, 200) END AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
-           a.storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk,
+           {ref_sql("a")} AS storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk,
            a.original_superseded_by AS superseded_by"""
 ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both

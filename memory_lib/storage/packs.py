@@ -32,6 +32,34 @@ from ..core.errors import IntegrityError, ObjectNotFoundError
 from ..core.models import sha256_hex
 from .objectstore import ObjectStore, StoredObject
 
+
+def ref_sql(row: str = "a") -> str:
+    """SQL for the storage_ref of the archive row aliased `row`: its backup object's ref (backup_objects,
+    by number), plus the member's byte range when the backup is a pack member. backup_ref() composes it in
+    objectstore's form (migration 023); the object is read by its key, so the statement stays on one user."""
+    return (
+        f"backup_ref((SELECT o.ref FROM backup_objects o WHERE o.id = {row}.backup_object"
+        f" AND o.user_id = {row}.user_id), {row}.backup_offset, {row}.backup_size_bytes)"
+    )
+
+
+# Records the objects of (user_id, ref) pairs, once each; then an archive row takes an object's number with
+# OBJECT_OF_SQL and a member's offset with backup_member_offset(ref). Sorted: two writers recording the
+# same objects take their locks in one order.
+RECORD_OBJECTS_SQL = """
+    INSERT INTO backup_objects (user_id, ref)
+    SELECT DISTINCT t.user_id, backup_object_ref(t.ref) FROM unnest(%(users)s::text[], %(refs)s::text[]) AS t(user_id, ref)
+    ORDER BY 1, 2
+    ON CONFLICT (ref, user_id) DO NOTHING"""
+
+
+def object_of_sql(user: str, ref: str) -> str:
+    """SQL for the number of the backup object holding `ref` (SQL expressions) of `user`."""
+    return (
+        f"(SELECT o.id FROM backup_objects o WHERE o.ref = backup_object_ref({ref}) AND o.user_id = {user})"
+    )
+
+
 PACK_MAX_BYTES = 8 * 1024 * 1024  # a larger group is split: one PUT stays small enough to retry cheaply
 SUFFIX = ".jsonl"
 

@@ -26,7 +26,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
-from tests.support.backups import members_sharing
+from tests.support.backups import ARCHIVE_REFS_SQL, members_sharing
 from tests.support.factories import NOW, make_memories
 
 N = 20
@@ -132,9 +132,7 @@ def test_a_night_whose_audit_fails_keeps_its_checkpoint_rows(conn, local_store, 
     lost: list[str] = []
 
     def audit_after_loss(conn_, store, batch_key, **kw):
-        ref = conn_.execute(
-            "SELECT storage_ref FROM archived_memories ORDER BY original_id LIMIT 1"
-        ).fetchone()
+        ref = conn_.execute(f"{ARCHIVE_REFS_SQL} ORDER BY a.original_id LIMIT 1").fetchone()
         lost.append(ref["storage_ref"])
         store.delete(store.key_from_ref(ref["storage_ref"]))
         return integrity.audit_batch(conn_, store, batch_key, **kw)
@@ -156,8 +154,13 @@ def test_pruning_keeps_a_row_its_archive_row_does_not_confirm(conn, local_store)
     backup_batch(conn, "night", local_store, CRITERIA)
     commit_batch(conn, "night", local_store, CRITERIA, actor="test")
     odd = conn.execute(
-        "UPDATE archived_memories SET storage_ref = storage_ref || '.moved' "
-        "WHERE original_id = (SELECT min(original_id::text)::uuid FROM archived_memories) RETURNING original_id"
+        """WITH one AS (SELECT min(original_id::text)::uuid AS id FROM archived_memories),
+                moved AS (INSERT INTO backup_objects (user_id, ref)
+                          SELECT a.user_id, o.ref || '.moved' FROM archived_memories a, one, backup_objects o
+                          WHERE a.original_id = one.id AND o.id = a.backup_object AND o.user_id = a.user_id
+                          RETURNING id, user_id)
+           UPDATE archived_memories a SET backup_object = moved.id FROM moved, one
+           WHERE a.original_id = one.id AND a.user_id = moved.user_id RETURNING a.original_id"""
     ).fetchone()["original_id"]
     assert integrity.prune_archived_attempts(conn, "night") == N - 1
     kept = conn.execute("SELECT memory_id, status FROM archival_attempts").fetchall()

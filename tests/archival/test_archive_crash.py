@@ -17,7 +17,7 @@ from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
-from tests.support.backups import object_refs
+from tests.support.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, object_refs
 from tests.support.factories import NOW, make_memories, services
 
 # SIGKILLs and daemons: minutes each; `pytest -m "not slow"` is the quick inner loop.
@@ -84,7 +84,7 @@ def _run_child_and_kill(db_url: str, root: Path, slow_put_after: int, wait_for: 
 
 def _check_invariants(conn, store, ids) -> None:
     hot = {r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()}
-    archived = {r["original_id"]: r for r in conn.execute("SELECT * FROM archived_memories").fetchall()}
+    archived = {r["original_id"]: r for r in conn.execute(ARCHIVE_ROWS_SQL).fetchall()}
     assert hot.isdisjoint(archived)
     assert hot | set(archived) == set(ids)
     for original_id, row in archived.items():
@@ -142,8 +142,6 @@ def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point
     )
     assert report.status.archived == N and report.status.failed == 0
     _check_invariants(conn, store, ids)
-    archived = [
-        r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()
-    ]
+    archived = [r["storage_ref"] for r in conn.execute(ARCHIVE_REFS_SQL).fetchall()]
     assert {store.ref_for(k) for k in store.list()} == object_refs(store, archived) and len(archived) == N
     assert not list(root.rglob("*.tmp*"))  # no half-written files left behind

@@ -17,7 +17,7 @@ from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer
 from memory_lib.storage.objectstore import ObjectStore, StoredObject
 from memory_lib.storage.store import insert_memories, tier_stats
 from tests.conftest import TEST_DIM
-from tests.support.backups import backup_ref, object_refs, tamper
+from tests.support.backups import ARCHIVE_REFS_SQL, backup_ref, object_refs, tamper
 from tests.support.factories import NOW, make_memories
 from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
 
@@ -87,7 +87,7 @@ def _assert_exactly_once(conn, store, expected_total: int) -> None:
     assert row["hot"] + row["archived"] == expected_total
     assert row["both_tiers"] == 0
     # Every archive row has its verified object; every object belongs to an archive row or an attempt record.
-    refs = {r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()}
+    refs = {r["storage_ref"] for r in conn.execute(ARCHIVE_REFS_SQL).fetchall()}
     recorded = {
         r["backup_ref"]
         for r in conn.execute(
@@ -166,9 +166,7 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
     stats = tier_stats(conn)
     assert (stats.hot, stats.archived) == (0, N)
     _assert_exactly_once(conn, local_store, N)
-    archived = {
-        r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()
-    }
+    archived = {r["storage_ref"] for r in conn.execute(ARCHIVE_REFS_SQL).fetchall()}
     assert {local_store.ref_for(k) for k in local_store.list()} == object_refs(local_store, archived)
     events = conn.execute(
         "SELECT count(*) AS n, count(DISTINCT memory_id) AS d FROM memory_events WHERE event_type = 'archived'"

@@ -6,6 +6,7 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.lifecycle.restore import archived_ids, restore_archive
+from memory_lib.storage.packs import ref_sql
 from memory_lib.storage.store import insert_memories, tier_stats
 from tests.support.factories import NOW, make_memories, services, snapshot
 
@@ -32,8 +33,8 @@ def test_thousand_memories_round_trip_through_s3(make_conn, s3_store):
 
     # Every archive row's sha256 is the sha256 of the stored object and of the original's canonical form.
     rows = conn.execute(
-        "SELECT original_id, storage_ref, backup_sha256, backup_size_bytes, archived_at, archive_reason,"
-        " storage_verified FROM archived_memories"
+        f"SELECT a.original_id, {ref_sql('a')} AS storage_ref, a.backup_sha256, a.backup_size_bytes, a.archived_at,"
+        " a.archive_reason, a.storage_verified FROM archived_memories a"
     ).fetchall()
     # Three users' memories of two nights: one pack per user and night (memory_lib.storage.packs), nothing else.
     assert keys == {s3_store.key_from_ref(r["storage_ref"]) for r in rows} and len(keys) == 6

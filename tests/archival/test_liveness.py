@@ -186,9 +186,7 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
             )
             store = LocalObjectStore(root, prefix="memory-archive")
             sweep = sweep_orphans(c, store)
-            objects = c.execute(
-                "SELECT count(DISTINCT split_part(storage_ref, '#', 1)) AS n FROM archived_memories"
-            )
+            objects = c.execute("SELECT count(DISTINCT (user_id, backup_object)) AS n FROM archived_memories")
             assert (
                 sweep.listed == objects.fetchone()["n"] > 0 and sweep.orphans == []
             )  # lone backups and packs

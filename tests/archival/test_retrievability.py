@@ -21,8 +21,9 @@ from memory_lib.archival.retrievability import first_sentence, probe_night
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.lifecycle import pause
 from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.storage.packs import ref_sql
 from tests.conftest import TEST_DIM
-from tests.support.backups import edit_content
+from tests.support.backups import ARCHIVE_REFS_SQL, edit_content
 from tests.support.dagster_helpers import END, last_night, load_history
 
 NIGHT = last_night()
@@ -119,8 +120,7 @@ def test_an_unreadable_backup_is_a_miss_not_a_crashed_probe(conn, db_url, store_
     # The probe samples in a fixed order: damage the first sampled memory's backup (a member of a pack:
     # its neighbours stay readable).
     gone = conn.execute(
-        "SELECT original_id, storage_ref FROM archived_memories WHERE metadata ->> 'batch_key' = %s "
-        "ORDER BY md5(original_id::text), original_id LIMIT 1",
+        f"{ARCHIVE_REFS_SQL} WHERE a.metadata ->> 'batch_key' = %s ORDER BY md5(a.original_id::text), a.original_id LIMIT 1",
         (key,),
     ).fetchone()
     edit_content(store, gone["storage_ref"])
@@ -171,10 +171,10 @@ def _supersede_archived(conn, key: str, *, first: int | None = None) -> set[str]
     """Mark the night's archive rows as superseded originals (the `first` in the probe's sample order, or
     all); returns their storage refs."""
     rows = conn.execute(
-        """UPDATE archived_memories a SET original_superseded_by = gen_random_uuid()
+        f"""UPDATE archived_memories a SET original_superseded_by = gen_random_uuid()
            WHERE a.original_id IN (SELECT original_id FROM archived_memories WHERE metadata ->> 'batch_key' = %s
                                    ORDER BY md5(original_id::text), original_id LIMIT %s)
-           RETURNING a.storage_ref""",
+           RETURNING {ref_sql("a")} AS storage_ref""",
         (key, first),
     ).fetchall()
     return {r["storage_ref"] for r in rows}

@@ -43,6 +43,7 @@ from memory_lib.storage.objectstore import LocalObjectStore, object_store_from_s
 from memory_lib.storage.store import insert_memories
 from memory_lib.write.write_path import add_plan, prepare_memory
 from tests.conftest import TEST_DIM
+from tests.support.backups import ARCHIVE_ROWS_SQL
 from tests.support.factories import make_memories
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -133,7 +134,7 @@ def world(databases, tmp_path_factory) -> World:
     assert report.gate_passed and report.status.failed == 0
     for kind in kinds:
         arch = w.conn.execute(
-            "SELECT * FROM archived_memories WHERE original_id = %s", (w.original_ids[kind],)
+            f"{ARCHIVE_ROWS_SQL} WHERE a.original_id = %s", (w.original_ids[kind],)
         ).fetchone()
         w.archive_ids[kind] = arch["id"]
         if kind == "good":

@@ -29,7 +29,7 @@ from memory_lib.core.models import BackupObject
 from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.lifecycle import restore
 from tests.conftest import TEST_DIM
-from tests.support.backups import members_sharing
+from tests.support.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, members_sharing
 from tests.support.dagster_helpers import table_fingerprint
 from tests.support.slow_path import (
     NIGHT,
@@ -57,7 +57,7 @@ def test_partition_archives_and_rows_objects_and_events_agree(conn, db_url, hist
         "tiers_consistent": (True, "ERROR"),
     }
     meta = materialized(result)
-    archived = conn.execute("SELECT * FROM archived_memories").fetchall()
+    archived = conn.execute(ARCHIVE_ROWS_SQL).fetchall()
     assert meta["archive_rows"]["archived"] == len(archived) == meta["archival_candidates"]["claimed"] > 0
     assert meta["archive_backups"]["bytes_written"] == sum(r["backup_size_bytes"] for r in archived)
     store = s3_store_resource.get_store()
@@ -375,7 +375,7 @@ def test_a_run_killed_between_backups_and_archive_rows_resumes_exactly_once(conn
         == archived
     )
     assert integrity.orphaned_backups(conn, store) == []
-    rows = conn.execute("SELECT storage_ref FROM archived_memories").fetchall()
+    rows = conn.execute(ARCHIVE_REFS_SQL).fetchall()
     assert set(integrity.backup_keys(store)) == {store.key_from_ref(r["storage_ref"]) for r in rows}
 
 
@@ -493,9 +493,9 @@ def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url,
     recorded = next(e for e in first.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
     # The last by the retrievability probe's order (md5 of the id; it reads the first 10): the probe
     # would fail the step on a missing backup before the check could run.
-    ref = conn.execute(
-        "SELECT storage_ref FROM archived_memories ORDER BY md5(original_id::text) DESC LIMIT 1"
-    ).fetchone()["storage_ref"]
+    ref = conn.execute(f"{ARCHIVE_REFS_SQL} ORDER BY md5(a.original_id::text) DESC LIMIT 1").fetchone()[
+        "storage_ref"
+    ]
     lib_store = store.get_store()
     lost = members_sharing(conn, lib_store, ref)  # the object is a pack: all of its members go with it
     lib_store.delete(lib_store.key_from_ref(ref))

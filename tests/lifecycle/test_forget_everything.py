@@ -29,6 +29,7 @@ from memory_lib.storage.object_versions import list_versions, read_version
 from memory_lib.storage.objectstore import S3ObjectStore
 from memory_lib.storage.store import fetch_memories, insert_memories
 from tests.conftest import TEST_DIM
+from tests.support.backups import ARCHIVE_REFS_SQL
 from tests.support.factories import NOW, make_memories
 
 USERS = tuple(f"user-{c}" for c in "abcdefgh")
@@ -153,10 +154,7 @@ def test_forget_after_a_killed_pack_write_leaves_no_byte_of_the_user(
 
     # Orphans of other users left by the dead run: sweep --remove purges every version, not a marker.
     assert main(["sweep", "--remove"]) == 0
-    recorded = {
-        store.key_from_ref(r["storage_ref"])
-        for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()
-    }
+    recorded = {store.key_from_ref(r["storage_ref"]) for r in conn.execute(ARCHIVE_REFS_SQL).fetchall()}
     assert {v.key for v in list_versions(store, packs.packs_prefix(store))} == recorded
     conn.close()
 
@@ -308,7 +306,7 @@ def test_the_nightly_audit_puts_back_a_backup_lost_after_verification(
 
     store = versioned_store
     report, key = _archive_with_a_loss_at_commit(conn, store, monkeypatch, overwrite=overwrite)
-    rows = conn.execute("SELECT storage_ref, backup_sha256 FROM archived_memories").fetchall()
+    rows = conn.execute(ARCHIVE_REFS_SQL).fetchall()
     hit = [r for r in rows if store.key_from_ref(r["storage_ref"]) == key]
     assert len(rows) == 40 and hit
     audit = recorded_audit(conn, "night-1")

@@ -18,6 +18,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.objectstore import LocalObjectStore
 from tests.conftest import TEST_DIM
+from tests.support.backups import ARCHIVE_ROWS_SQL
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -44,9 +45,7 @@ def _archive(conn, store, *, batch_key: str | None = None, as_of: datetime = NOW
 def _archived_memory(conn, store, client, user_id: str = "u1", text: str = ORIGINAL):
     added = client.add(user_id, text, importance=0.1, tags=["plans"], now=OLD)
     _archive(conn, store)
-    row = conn.execute(
-        "SELECT * FROM archived_memories WHERE original_id = %s", (added.memory_id,)
-    ).fetchone()
+    row = conn.execute(f"{ARCHIVE_ROWS_SQL} WHERE a.original_id = %s", (added.memory_id,)).fetchone()
     assert row is not None
     return added.memory_id, row
 

@@ -22,6 +22,7 @@ from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingE
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import check_schema, connect, migrate_database
 from tests.conftest import TEST_DIM
+from tests.support.backups import ARCHIVE_REFS_SQL
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -399,9 +400,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
     conn = connect(db_url)
     _history(conn, local_store)
     old, new = HashingEmbedder(TEST_DIM), HashingEmbedder(96)
-    arch = conn.execute(
-        "SELECT original_id, storage_ref, backup_sha256 FROM archived_memories ORDER BY id"
-    ).fetchall()
+    arch = conn.execute(f"{ARCHIVE_REFS_SQL} ORDER BY a.id").fetchall()
     backups = [local_store.read_ref(a["storage_ref"], a["backup_sha256"]) for a in arch]
     # Before the flip a restore reuses the backup's vector, as ever.
     _client(conn, local_store, old).restore("u1", original_id=arch[0]["original_id"])

@@ -24,6 +24,7 @@ from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from tests.conftest import TEST_DIM
+from tests.support.backups import ARCHIVE_ROWS_SQL
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)  # the test history's archival time
@@ -57,11 +58,11 @@ def _archive_all(conn, store) -> None:
 
 
 def _row(conn, archive_id) -> dict:
-    return conn.execute("SELECT * FROM archived_memories WHERE id = %s", (archive_id,)).fetchone()
+    return conn.execute(f"{ARCHIVE_ROWS_SQL} WHERE a.id = %s", (archive_id,)).fetchone()
 
 
 def _arch_of(conn, memory_id) -> dict:
-    return conn.execute("SELECT * FROM archived_memories WHERE original_id = %s", (memory_id,)).fetchone()
+    return conn.execute(f"{ARCHIVE_ROWS_SQL} WHERE a.original_id = %s", (memory_id,)).fetchone()
 
 
 def _events(conn, event_type: str) -> list[tuple]:

@@ -26,14 +26,17 @@ USERS, MONTHS, PER_MONTH = 5, 12, 100  # u1's May is 100 of 6,000 archive rows
 # Archive rows straight in SQL (the archival pipeline is tested elsewhere): PER_MONTH a month for each
 # user over the 12 months to September 2025, each with its own summary vector (the 007 trigger keeps its bits).
 _FILL = f"""
+    WITH objects AS (INSERT INTO backup_objects (user_id, ref)
+                     SELECT 'u' || u, 's3://b/' || u FROM generate_series(1, {USERS}) u RETURNING id, user_id)
     INSERT INTO archived_memories (
         original_id, user_id, summary, summary_embedding, summary_embedding_model, original_category,
         original_embedding_model, original_updated_at, importance_score, archived_at, original_created_at,
-        archive_reason, storage_ref, backup_sha256, backup_size_bytes, summary_model, summarizer_kind)
+        archive_reason, backup_object, backup_sha256, backup_size_bytes, summary_model, summarizer_kind)
     SELECT gen_random_uuid(), 'u' || u, 'Went kayaking with Tiago on the river, trip ' || i || ' of month ' || mo,
            (SELECT array_agg(sin(i * 7.1 + u * 3.3 + mo + d))::float4[]
             FROM generate_series(1, {TEST_DIM}) d)::vector::halfvec,
-           'hashing', 'episodic', 'hashing', t, 0.1, now(), t, 'force_age', 's3://b/' || u || '/' || mo || '/' || i,
+           'hashing', 'episodic', 'hashing', t, 0.1, now(), t, 'force_age',
+           (SELECT o.id FROM objects o WHERE o.user_id = 'u' || u),
            repeat('a', 64), 100, 'extractive', 'extractive'
     FROM generate_series(1, {USERS}) u, generate_series(0, {MONTHS - 1}) mo, generate_series(1, {PER_MONTH}) i,
          LATERAL (SELECT timestamptz '2024-10-01 00:00+00' + make_interval(months => mo)

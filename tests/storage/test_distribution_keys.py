@@ -152,7 +152,7 @@ STATEMENT_ALLOWLIST: dict[str, str] = {
     r"WHERE batch_key = %s AND memory_id = %s": "a step's checkpoint, keyed by (batch_key, memory_id)",
     r"FROM archival_attempts a WHERE a.batch_key = %s AND a.status = %s": "a step's work: one batch, all its users",
     r"FROM archival_attempts\s+WHERE batch_key = %s AND status IN": "the night's fidelity check: one batch",
-    r"FROM archived_memories\s+WHERE metadata->>'batch_key' = ANY": "the night's backup check: one batch, all its users",
+    r"FROM archived_memories a\s+WHERE a.metadata->>'batch_key' = ANY": "the night's backup check: one batch, all its users",
     r"FROM archival_attempts a JOIN llm_batches b": "stalled provider batches: a report across users",
 }
 

@@ -328,3 +328,72 @@ def test_a_role_without_create_on_the_schema_is_told_what_to_grant(limited_role)
         "the role CREATE on the database and on schema public"
     )
     assert _tables(admin_url) == set()
+
+
+# --------------------------------------------------------------------------- 023: backup objects by number
+
+_ARCHIVE_ROW = """
+    INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding, summary_embedding_model,
+        original_category, original_embedding_model, original_updated_at, importance_score, archived_at,
+        original_created_at, archive_reason, storage_ref, backup_sha256, backup_size_bytes, summary_model,
+        summarizer_kind)
+    VALUES (gen_random_uuid(), %(user)s, 'a trip to Lisbon', '[1,0,0,0]', 'm', 'episodic', 'm', now(), 0.2,
+            now(), now(), 'force_age', %(ref)s, repeat('b', 64), %(size)s, 's', 'extractive')"""
+_PACK = "s3://bucket/memory-archive/packs/u=ab/night-1/" + "c" * 64 + ".jsonl"
+
+
+def _before_023(empty_database, tmp_path) -> None:
+    before = tmp_path / "sql"
+    before.mkdir()
+    for f in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        if f.name < "023":
+            (before / f.name).write_text(f.read_text())
+    migrate(empty_database, embedding_dim=4, directory=before)
+
+
+def test_archive_rows_keep_their_backup_refs_when_refs_move_to_backup_objects(empty_database, tmp_path):
+    """Migration 023 over archive rows: pack members of two users and a lone backup. Each object's ref is
+    stored once per user, and every row's storage_ref composes back to exactly what it was."""
+    from memory_lib.storage.packs import ref_sql
+
+    _before_023(empty_database, tmp_path)
+    rows = [
+        ("u1", f"{_PACK}#bytes=0-99", 100),
+        ("u1", f"{_PACK}#bytes=101-350", 250),
+        ("u2", f"{_PACK}#bytes=0-9", 10),  # the same ref under another user: an object of that user's
+        ("u2", "s3://bucket/memory-archive/memories/0b1c.json", 4096),
+    ]
+    with psycopg.connect(empty_database, autocommit=True) as c:
+        for user, ref, size in rows:
+            c.execute(_ARCHIVE_ROW, {"user": user, "ref": ref, "size": size})
+    assert migrate(empty_database, embedding_dim=4) == ["023_backup_objects"]
+    with psycopg.connect(empty_database, autocommit=True) as c:
+        objects = c.execute("SELECT user_id, ref FROM backup_objects ORDER BY 1, 2").fetchall()
+        composed = c.execute(
+            f"SELECT a.user_id, {ref_sql('a')}, a.backup_size_bytes FROM archived_memories a ORDER BY 1, 2"
+        ).fetchall()
+        columns = {
+            r[0]
+            for r in c.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'archived_memories'::regclass"
+            )
+        }
+    assert objects == sorted(
+        [("u1", _PACK), ("u2", _PACK), ("u2", "s3://bucket/memory-archive/memories/0b1c.json")]
+    )
+    assert composed == sorted(rows)
+    assert "storage_ref" not in columns
+
+
+def test_a_ref_that_would_not_compose_back_stops_the_migration_and_changes_nothing(empty_database, tmp_path):
+    """A member range that does not span the row's backup size cannot be stored as an offset: the migration
+    fails, naming the ref, and the rows keep their storage_ref."""
+    _before_023(empty_database, tmp_path)
+    bad = f"{_PACK}#bytes=0-99"
+    with psycopg.connect(empty_database, autocommit=True) as c:
+        c.execute(_ARCHIVE_ROW, {"user": "u1", "ref": bad, "size": 50})
+    with pytest.raises(psycopg.Error, match="does not compose back"):
+        migrate(empty_database, embedding_dim=4)
+    with psycopg.connect(empty_database, autocommit=True) as c:
+        assert c.execute("SELECT storage_ref FROM archived_memories").fetchone()[0] == bad
+        assert c.execute("SELECT to_regclass('backup_objects')").fetchone()[0] is None

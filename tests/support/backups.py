@@ -6,7 +6,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
+from memory_lib.lifecycle.promotion import ARCHIVE_ROW
 from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore
+from memory_lib.storage.packs import ref_sql
+
+# Every archive row's backup ref, as the product composes it (backup_objects, migration 023).
+# Whole archive rows with their storage_ref, as every move reads them.
+ARCHIVE_ROWS_SQL = f"SELECT {ARCHIVE_ROW} FROM archived_memories a"
+ARCHIVE_REFS_SQL = f"SELECT a.original_id, a.user_id, {ref_sql('a')} AS storage_ref, a.backup_sha256 FROM archived_memories a"
 
 
 def object_refs(store: ObjectStore, refs: Iterable[str]) -> set[str]:
@@ -17,7 +24,7 @@ def object_refs(store: ObjectStore, refs: Iterable[str]) -> set[str]:
 def backup_ref(conn, memory_id: uuid.UUID) -> str:
     """A memory's backup ref: from its archive row, else from its archival attempt."""
     row = conn.execute(
-        """SELECT coalesce((SELECT storage_ref FROM archived_memories WHERE original_id = %(id)s),
+        f"""SELECT coalesce((SELECT {ref_sql("a")} FROM archived_memories a WHERE a.original_id = %(id)s),
                            (SELECT backup_ref FROM archival_attempts WHERE memory_id = %(id)s)) AS ref""",
         {"id": memory_id},
     ).fetchone()
@@ -28,7 +35,7 @@ def backup_ref(conn, memory_id: uuid.UUID) -> str:
 def members_sharing(conn, store: ObjectStore, ref: str) -> int:
     """How many archived memories' backups live in the object holding `ref`."""
     key = store.key_from_ref(ref)
-    refs = [r["storage_ref"] for r in conn.execute("SELECT storage_ref FROM archived_memories").fetchall()]
+    refs = [r["storage_ref"] for r in conn.execute(ARCHIVE_REFS_SQL).fetchall()]
     return sum(store.key_from_ref(r) == key for r in refs)
 
 
