@@ -202,6 +202,9 @@ def test_forgetting_one_member_rewrites_its_pack_without_it(conn, versioned_stor
     assert len(kept) == PER_USER - 1 and forgotten not in {r["original_id"] for r in kept}
     new_keys = {store.key_from_ref(r["storage_ref"]) for r in kept}
     assert len(new_keys) == 1 and old_key not in new_keys
+    # The rows' backup object is the rewritten pack's; the old pack's record went with its last member.
+    objects = conn.execute("SELECT ref FROM backup_objects WHERE user_id = 'alice'").fetchall()
+    assert [store.key_from_ref(o["ref"]) for o in objects] == list(new_keys)
     assert [v for v in list_versions(store, old_key) if v.key == old_key] == []  # every version gone
     assert not any(b"4417-secret" in data for data in _bucket_bytes(store))
     for r in kept:  # the neighbours are intact where they now live
