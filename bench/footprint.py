@@ -43,7 +43,9 @@ from .common import (
 from .representations import Representation, int8_codes, variants
 
 NAME = "footprint"
-DEFAULT_SIZES = (2000,)
+# Two sizes: every index has pages of its own (a metapage, a root, GIN's pending list) that a small table
+# pays per row; the growth table gives what each further memory costs.
+DEFAULT_SIZES = (2000, 20000)
 SMOKE_SIZES = (150,)
 DIMS = (1536, 384)
 
@@ -99,19 +101,24 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
             conn.execute("VACUUM FULL ANALYZE archived_memories")
             conn.execute("VACUUM FULL ANALYZE archival_attempts")
             conn.execute("VACUUM FULL ANALYZE memory_events")
+            conn.execute("VACUUM FULL ANALYZE backup_objects")
             arch = relation_bytes(conn, "archived_memories")
+            objects = relation_bytes(conn, "backup_objects")  # one row per backup object: its ref
             arch_idx = index_bytes(conn, "archived_memories")
             attempts = relation_bytes(conn, "archival_attempts")
             events_all = relation_bytes(conn, "memory_events")
             backup = conn.execute(
                 "SELECT sum(backup_size_bytes) AS total, avg(backup_size_bytes) AS mean FROM archived_memories"
             ).fetchone()
+            # objects the rows point to: lone backups and packs (memory_lib.storage.packs)
             recorded = conn.execute(
-                "SELECT count(DISTINCT split_part(storage_ref, '#', 1)) AS n FROM archived_memories"
-            ).fetchone()["n"]  # objects the rows point to: lone backups and packs (memory_lib.storage.packs)
+                "SELECT count(DISTINCT (user_id, backup_object)) AS n FROM archived_memories"
+            ).fetchone()["n"]
             files = [p for p in (root / f"objects-{dim}").rglob("*") if p.suffix in (".json", ".jsonl")]
             on_disk = sum(p.stat().st_size for p in files)
-            reps = representation_bytes(conn, dim, n)  # last: it rewrites archived_memories
+            reps = representation_bytes(
+                conn, dim, n, objects["total"] / n
+            )  # last: it rewrites archived_memories
     finally:
         server.drop(name)
     return {
@@ -121,6 +128,7 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
         "hot_indexes": _per(hot_idx, n),
         "archived": _per(arch, n),
         "archived_indexes": _per(arch_idx, n),
+        "backup_objects": _per(objects, n),
         "archival_attempts": _per(attempts, n),
         "memory_events_before": _per(events_hot, n),
         "memory_events_after": _per(events_all, n),
@@ -130,8 +138,9 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
             "objects_recorded": recorded,
             "files_bytes_per_memory": on_disk / n,
         },
-        "saving_pct": 100 * (1 - arch["total"] / hot["total"]),
-        "saving_pct_with_attempts": 100 * (1 - (arch["total"] + attempts["total"]) / hot["total"]),
+        "saving_pct": 100 * (1 - (arch["total"] + objects["total"]) / hot["total"]),
+        "saving_pct_with_attempts": 100
+        * (1 - (arch["total"] + objects["total"] + attempts["total"]) / hot["total"]),
         "representations": reps,
     }
 
@@ -145,18 +154,18 @@ def run(opts: Options) -> Report:
             results = [measure_dim(server, root, dim, n) for dim in DIMS]
             rows = []
             for r in results:
-                h, a, t = r["hot"], r["archived"], r["archival_attempts"]
+                h, a, o, t = r["hot"], r["archived"], r["backup_objects"], r["archival_attempts"]
                 rows.append(
                     [r["dim"], "hot memory (baseline)", h["heap"], h["toast"], h["indexes"], h["total"], 0.0]
                 )
                 rows.append(
                     [
                         r["dim"],
-                        "archived memory",
-                        a["heap"],
-                        a["toast"],
-                        a["indexes"],
-                        a["total"],
+                        "archived memory (archived_memories + backup_objects)",
+                        a["heap"] + o["heap"],
+                        a["toast"] + o["toast"],
+                        a["indexes"] + o["indexes"],
+                        a["total"] + o["total"],
                         r["saving_pct"],
                     ]
                 )
@@ -167,7 +176,7 @@ def run(opts: Options) -> Report:
                         t["heap"],
                         t["toast"],
                         t["indexes"],
-                        a["total"] + t["total"],
+                        a["total"] + o["total"] + t["total"],
                         r["saving_pct_with_attempts"],
                     ]
                 )
@@ -177,7 +186,8 @@ def run(opts: Options) -> Report:
                     ["dim", "row", "heap", "TOAST", "indexes", "total", "saving vs hot %"],
                     rows,
                     "Baseline: the same memories while hot (memories: row, vector in TOAST, HNSW + btree + GIN indexes). "
-                    "Archived = archived_memories (summary, bit summary vector, its HNSW). Saving = 1 - archived / "
+                    "Archived = archived_memories (summary, bit summary vector, its HNSW) and its share of "
+                    "backup_objects (one row per backup object, a pack's ref stored once). Saving = 1 - archived / "
                     "hot. The third row adds what archival_attempts keeps per archived memory after the run: its "
                     "checkpoint rows are pruned once the night's tier audit passes (migration 010), so what is left "
                     "is the empty table and its indexes.",
@@ -229,6 +239,8 @@ def run(opts: Options) -> Report:
                 )
             )
             report.figures[str(n)] = results
+        if len(sizes) > 1:
+            _growth_table(report, sizes)
         recall = locomo_recall(server, root, opts)
     report.figures["locomo"] = recall
     last = report.figures[str(sizes[-1])]
@@ -245,6 +257,55 @@ def run(opts: Options) -> Report:
     }
     report.figures["default_representation"] = default
     return report
+
+
+def _growth_table(report: Report, sizes: list[int]) -> None:
+    """What each further memory costs: the bytes added between the two largest sizes, per memory added."""
+    a, b = sizes[-2], sizes[-1]
+    rows = []
+    growth: dict[str, dict[str, float]] = {}
+    for dim in DIMS:
+        small = next(r for r in report.figures[str(a)] if r["dim"] == dim)
+        large = next(r for r in report.figures[str(b)] if r["dim"] == dim)
+
+        def added(r: dict[str, Any]) -> float:
+            return r["hot"]["total"] * r["n"], (r["archived"]["total"] + r["backup_objects"]["total"]) * r[
+                "n"
+            ]
+
+        (h0, a0), (h1, a1) = added(small), added(large)
+        hot, arch = (h1 - h0) / (b - a), (a1 - a0) / (b - a)
+        growth[str(dim)] = {"hot": hot, "archived": arch, "ratio": arch / hot}
+        rows.append(
+            [
+                dim,
+                small["hot"]["total"],
+                large["hot"]["total"],
+                hot,
+                large["archived"]["total"] + large["backup_objects"]["total"],
+                arch,
+                100 * arch / hot,
+            ]
+        )
+    report.figures["growth"] = growth
+    report.tables.append(
+        Table(
+            f"Bytes per memory as the tables grow ({a:,} to {b:,} memories)",
+            [
+                "dim",
+                f"hot at {a:,}",
+                f"hot at {b:,}",
+                "hot, each memory added",
+                f"archived at {b:,}",
+                "archived, each memory added",
+                "archived / hot added %",
+            ],
+            rows,
+            "Each memory added = (bytes at the larger size - bytes at the smaller) / memories added: the pages "
+            "every index has whatever its size (metapage, root, GIN pending list) drop out. Archived includes "
+            "backup_objects.",
+        )
+    )
 
 
 def _representation_table(report: Report, results: list[dict[str, Any]], recall: dict[str, Any]) -> None:
@@ -332,12 +393,13 @@ def drop_variant(conn: psycopg.Connection) -> None:
         conn.execute(f"ALTER TABLE archived_memories DROP COLUMN IF EXISTS {col}")
 
 
-def representation_bytes(conn: psycopg.Connection, dim: int, n: int) -> dict[str, float]:
-    """Total Postgres bytes per archived memory (table + TOAST + indexes) under each representation."""
+def representation_bytes(conn: psycopg.Connection, dim: int, n: int, objects: float) -> dict[str, float]:
+    """Total Postgres bytes per archived memory (table + TOAST + indexes, and its share of backup_objects,
+    `objects` bytes per memory) under each representation."""
 
     def total() -> float:
         conn.execute("VACUUM FULL ANALYZE archived_memories")
-        return relation_bytes(conn, "archived_memories")["total"] / n
+        return relation_bytes(conn, "archived_memories")["total"] / n + objects
 
     rows = conn.execute("SELECT id, summary FROM archived_memories ORDER BY id").fetchall()
     ids = [r["id"] for r in rows]
