@@ -354,13 +354,13 @@ _NAIVE_INSERT = f"""
         original_id, user_id, summary, summary_embedding, summary_embedding_model, key_entities,
         original_domain, original_category, original_embedding_model, original_updated_at,
         original_superseded_by, importance_score, access_count, last_accessed_at, archived_at,
-        original_created_at, archive_reason, backup_object, storage_verified, backup_sha256,
+        original_created_at, archive_reason, backup_object, storage_verified, backup_digest,
         backup_size_bytes, backup_version_id, summary_model, summarizer_kind, summary_input_tokens,
         summary_output_tokens, summary_cost_usd)
     VALUES (%(id)s, %(user_id)s, %(summary)s, %(vec)s::vector::halfvec, %(emb_model)s, %(entities)s,
             %(domain)s, %(category)s, %(embedding_model)s, %(updated_at)s, %(superseded_by)s,
             %(importance_score)s, %(access_count)s, %(last_accessed_at)s, %(archived_at)s, %(created_at)s,
-            %(reason)s, {packs.object_of_sql("%(user_id)s", "%(ref)s")}, true, %(sha)s, %(size)s, %(version)s, %(summary_model)s, %(kind)s,
+            %(reason)s, {packs.object_of_sql("%(user_id)s", "%(ref)s")}, true, decode(%(sha)s, 'hex'), %(size)s, %(version)s, %(summary_model)s, %(kind)s,
             %(in_tok)s, %(out_tok)s, %(cost)s)"""
 
 

@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = conn.execute(
             f"""SELECT DISTINCT ON (a.user_id) a.original_id, a.user_id, a.archive_reason, a.original_created_at,
-                       a.summary, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256
+                       a.summary, {packs.backup_sql("a")}
                 FROM archived_memories a ORDER BY a.user_id, a.original_created_at LIMIT 4"""
         ).fetchall()
         for r in rows:

@@ -105,7 +105,7 @@ def verify_backups(
         r["original_id"]: r
         for r in conn.execute(
             f"""SELECT a.original_id, a.user_id, a.importance_score, a.original_created_at, a.archived_at,
-                       a.archive_reason, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes
+                       a.archive_reason, {packs.backup_sql("a")}, a.backup_size_bytes
                FROM archived_memories a WHERE a.user_id = ANY(%s) AND a.original_id = ANY(%s)""",
             (users, ids),
         ).fetchall()

@@ -78,7 +78,8 @@ def integrity_report(conn: Conn, batch_keys: Sequence[str]) -> IntegrityReport:
                JOIN archived_memories a ON a.original_id = t.memory_id AND a.user_id = t.user_id
               WHERE t.batch_key = ANY(%(keys)s) AND t.status = 'archived'
                 AND a.metadata->>'batch_key' = t.batch_key
-                AND (a.backup_sha256 <> t.backup_sha256 OR {packs.ref_sql("a")} <> t.backup_ref)) AS mismatched_records,
+                AND (a.backup_digest <> decode(t.backup_sha256, 'hex') OR {packs.ref_sql("a")} <> t.backup_ref))
+                AS mismatched_records,
             (SELECT count(*) FROM archived_memories a WHERE a.metadata->>'batch_key' = ANY(%(keys)s)) AS archived
         """,
         {"keys": list(batch_keys), "open": list(OPEN_STATUSES)},
@@ -273,7 +274,7 @@ def prune_archived_attempts(conn: Conn, batch_key: str) -> int:
         pruned = conn.execute(
             f"""DELETE FROM archival_attempts t USING archived_memories a
                WHERE t.batch_key = %s AND t.status = 'archived' AND a.original_id = t.memory_id AND a.user_id = t.user_id
-                 AND a.backup_sha256 = t.backup_sha256 AND {packs.ref_sql("a")} = t.backup_ref""",
+                 AND a.backup_digest = decode(t.backup_sha256, 'hex') AND {packs.ref_sql("a")} = t.backup_ref""",
             (batch_key,),
         ).rowcount
         if pruned:
@@ -312,7 +313,7 @@ def verify_committed(
     `sample_max`): closes the race where an object is deleted between commit's verify and its
     transaction. Bucket versioning and object lock prevent that race; this check detects it."""
     rows = conn.execute(
-        f"""SELECT {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes FROM archived_memories a
+        f"""SELECT {packs.backup_sql("a")}, a.backup_size_bytes FROM archived_memories a
            WHERE a.metadata->>'batch_key' = ANY(%s)""",
         (list(batch_keys),),
     ).fetchall()
@@ -362,7 +363,8 @@ def recover_from_versions(conn: Conn, store: ObjectStore, refs: Sequence[str]) -
     if not refs:
         return set()
     rows = conn.execute(
-        """SELECT backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) AS storage_ref, a.backup_sha256,
+        """SELECT backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) AS storage_ref,
+                  encode(a.backup_digest, 'hex') AS backup_sha256,
                   a.backup_version_id
            FROM backup_objects o JOIN archived_memories a ON a.backup_object = o.id AND a.user_id = o.user_id
            WHERE o.ref = ANY(%s) AND backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) = ANY(%s)""",

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 __all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights"]
 
 _SAMPLE_SQL = f"""
-    SELECT a.id AS archive_id, a.original_id, a.user_id, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256
+    SELECT a.id AS archive_id, a.original_id, a.user_id, {packs.backup_sql("a")}
     FROM archived_memories a
     WHERE a.metadata ->> 'batch_key' = %(batch_key)s AND a.original_superseded_by IS NULL
     ORDER BY md5(a.original_id::text), a.original_id

@@ -170,7 +170,7 @@ _TOMBSTONE_SQL = """
         SELECT id AS memory_id, content_sha256, NULL::text AS backup_sha256, 'hot' AS tier
         FROM memories WHERE user_id = %(user_id)s AND id = ANY(%(ids)s)
         UNION ALL
-        SELECT original_id, NULL, backup_sha256, 'archived'
+        SELECT original_id, NULL, encode(backup_digest, 'hex'), 'archived'
         FROM archived_memories WHERE user_id = %(user_id)s AND original_id = ANY(%(ids)s)
     ), targets AS (SELECT unnest(%(ids)s::uuid[]) AS memory_id)
     SELECT t.memory_id, max(f.content_sha256) AS content_sha256, max(f.backup_sha256) AS backup_sha256,
@@ -376,7 +376,7 @@ def _pack_neighbours_plan(store: ObjectStore, request: Row) -> Plan[dict[str, li
     )
     rows = yield Sql(
         """SELECT a.original_id, backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) AS storage_ref,
-                  a.backup_sha256
+                  encode(a.backup_digest, 'hex') AS backup_sha256
            FROM backup_objects o JOIN archived_memories a ON a.user_id = o.user_id AND a.backup_object = o.id
            WHERE o.user_id = %(user_id)s AND o.ref = ANY(%(refs)s) AND NOT (a.original_id = ANY(%(ids)s))""",
         {"user_id": user, "ids": ids, "refs": [store.ref_for(k) for k in sorted(keys)]},

@@ -72,8 +72,8 @@ class RestoreOutcome:
 
 # --------------------------------------------------------------------------- SQL
 
-# An archive row as every move reads it: its columns and its backup's ref (storage_ref).
-ARCHIVE_ROW = f"a.*, {packs.ref_sql('a')} AS storage_ref"
+# An archive row as every move reads it: its columns and its backup (storage_ref, backup_sha256).
+ARCHIVE_ROW = f"a.*, {packs.backup_sql('a')}"
 LOCK_ARCHIVE_SQL = f"""
     SELECT {ARCHIVE_ROW} FROM archived_memories a
     WHERE a.user_id = %(user_id)s AND a.id = %(archive_id)s FOR UPDATE OF a"""

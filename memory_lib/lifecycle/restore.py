@@ -348,7 +348,7 @@ def _restore_archives(
         archives = {
             r["original_id"]: r
             for r in conn.execute(
-                f"""SELECT a.original_id, a.user_id, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256
+                f"""SELECT a.original_id, a.user_id, {packs.backup_sql("a")}
                     FROM archived_memories a
                     WHERE a.original_id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR a.user_id = %(u)s)""",
                 {"ids": ids, "u": user_id},
@@ -389,8 +389,7 @@ def _restore_archives(
         cursor: tuple[datetime, uuid.UUID] | None = None
         while True:
             page = conn.execute(
-                f"""SELECT a.user_id, a.original_id, a.archived_at, {packs.ref_sql("a")} AS storage_ref,
-                           a.backup_sha256
+                f"""SELECT a.user_id, a.original_id, a.archived_at, {packs.backup_sql("a")}
                     FROM archived_memories a
                     WHERE (%(u)s::text IS NULL OR a.user_id = %(u)s)
                       AND (%(c_at)s::timestamptz IS NULL OR (a.archived_at, a.original_id) > (%(c_at)s, %(c_id)s))

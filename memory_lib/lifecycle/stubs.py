@@ -53,7 +53,7 @@ def stub_text(summary: str) -> str:
 _LAST_USE = "greatest(a.archived_at, coalesce(a.last_expanded_at, a.archived_at), coalesce(a.last_accessed_at, a.archived_at))"
 
 _DUE_SQL = f"""
-    SELECT a.id, a.user_id, a.original_id, {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes,
+    SELECT a.id, a.user_id, a.original_id, {packs.backup_sql("a")}, a.backup_size_bytes,
            a.backup_version_id
     FROM archived_memories a
     WHERE a.stubbed_at IS NULL AND a.id > %(after)s AND {shard_filter("a.user_id")}
@@ -194,7 +194,7 @@ def verify_stub_backups(
 ) -> StubBackups:
     """Read-only: HEAD the backup of every stub of `shard`'s users (a stub's only full copy)."""
     rows = conn.execute(
-        f"""SELECT {packs.ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes, a.backup_version_id
+        f"""SELECT {packs.backup_sql("a")}, a.backup_size_bytes, a.backup_version_id
             FROM archived_memories a WHERE a.stubbed_at IS NOT NULL AND {shard_filter("a.user_id")}
             ORDER BY a.id""",
         shard.params(),

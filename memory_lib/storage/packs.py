@@ -43,6 +43,12 @@ def ref_sql(row: str = "a") -> str:
     )
 
 
+def backup_sql(row: str = "a") -> str:
+    """SQL for the backup of the archive row aliased `row` as readers take it: `storage_ref` (ref_sql) and
+    `backup_sha256`, the 32 bytes the row keeps (backup_digest, migration 024) as 64 hex digits."""
+    return f"{ref_sql(row)} AS storage_ref, encode({row}.backup_digest, 'hex') AS backup_sha256"
+
+
 # Records the objects of (user_id, ref) pairs, once each; then an archive row takes an object's number with
 # OBJECT_OF_SQL and a member's offset with backup_member_offset(ref). Sorted: two writers recording the
 # same objects take their locks in one order.

@@ -6,7 +6,7 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.lifecycle.restore import archived_ids, restore_archive
-from memory_lib.storage.packs import ref_sql
+from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import insert_memories, tier_stats
 from tests.support.factories import NOW, make_memories, services, snapshot
 
@@ -33,7 +33,7 @@ def test_thousand_memories_round_trip_through_s3(make_conn, s3_store):
 
     # Every archive row's sha256 is the sha256 of the stored object and of the original's canonical form.
     rows = conn.execute(
-        f"SELECT a.original_id, {ref_sql('a')} AS storage_ref, a.backup_sha256, a.backup_size_bytes, a.archived_at,"
+        f"SELECT a.original_id, {backup_sql('a')}, a.backup_size_bytes, a.archived_at,"
         " a.archive_reason, a.storage_verified FROM archived_memories a"
     ).fetchall()
     # Three users' memories of two nights: one pack per user and night (memory_lib.storage.packs), nothing else.

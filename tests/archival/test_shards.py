@@ -26,7 +26,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import S3ObjectStore
-from memory_lib.storage.packs import ref_sql
+from memory_lib.storage.packs import backup_sql
 from tests.conftest import TEST_DIM
 from tests.support.dagster_helpers import last_night, load_history, table_fingerprint
 from tests.support.slow_path import SLOW_PATH_DEFS, resources
@@ -95,7 +95,7 @@ def _users_of(conn, ids: set) -> set:
 def _assert_exactly_once(conn, store: S3ObjectStore, before_hot: set, eligible: set) -> list[dict]:
     """Every eligible memory archived once (hot xor archived), nothing else touched, one verified object each."""
     archived = conn.execute(
-        f"SELECT a.original_id, {ref_sql('a')} AS storage_ref, a.backup_sha256, a.metadata FROM archived_memories a"
+        f"SELECT a.original_id, {backup_sql('a')}, a.metadata FROM archived_memories a"
     ).fetchall()
     ids = [r["original_id"] for r in archived]
     assert len(ids) == len(set(ids))

@@ -279,9 +279,9 @@ def test_checks_fail_on_dangling_or_cross_user_provenance(conn, history):
         """WITH o AS (INSERT INTO backup_objects (user_id, ref) VALUES ('u9', 'x') RETURNING id)
         INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding, summary_embedding_model,
         original_category, original_embedding_model, original_updated_at, importance_score, archived_at, original_created_at,
-        archive_reason, backup_object, backup_sha256, backup_size_bytes, summary_model, summarizer_kind)
+        archive_reason, backup_object, backup_digest, backup_size_bytes, summary_model, summarizer_kind)
         VALUES (gen_random_uuid(), 'u9', 'Ada met Maya.', %s, 'm', 'episodic', 'm', now(), 0.1, now(), '2024-02-03', 'force_age',
-                (SELECT id FROM o), repeat('a', 64), 1, 'm', 'k')""",
+                (SELECT id FROM o), sha256(''), 1, 'm', 'k')""",
         (EMB.embed(["Ada met Maya."])[0].astype("float16"),),
     )
     assert [(r["user_id"], r["month"]) for r in missing_digests(conn)] == [("u9", date(2024, 2, 1))]

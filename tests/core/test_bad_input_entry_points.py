@@ -145,8 +145,8 @@ def world(databases, tmp_path_factory) -> World:
         data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         store.put(key, data, sha256_hex(data))
         w.conn.execute(
-            "UPDATE archived_memories SET backup_sha256 = %s, backup_size_bytes = %s WHERE id = %s",
-            (sha256_hex(data), len(data), arch["id"]),
+            "UPDATE archived_memories SET backup_digest = %s, backup_size_bytes = %s WHERE id = %s",
+            (bytes.fromhex(sha256_hex(data)), len(data), arch["id"]),
         )
     yield w
     w.conn.close()

@@ -31,13 +31,13 @@ _FILL = f"""
     INSERT INTO archived_memories (
         original_id, user_id, summary, summary_embedding, summary_embedding_model, original_category,
         original_embedding_model, original_updated_at, importance_score, archived_at, original_created_at,
-        archive_reason, backup_object, backup_sha256, backup_size_bytes, summary_model, summarizer_kind)
+        archive_reason, backup_object, backup_digest, backup_size_bytes, summary_model, summarizer_kind)
     SELECT gen_random_uuid(), 'u' || u, 'Went kayaking with Tiago on the river, trip ' || i || ' of month ' || mo,
            (SELECT array_agg(sin(i * 7.1 + u * 3.3 + mo + d))::float4[]
             FROM generate_series(1, {TEST_DIM}) d)::vector::halfvec,
            'hashing', 'episodic', 'hashing', t, 0.1, now(), t, 'force_age',
            (SELECT o.id FROM objects o WHERE o.user_id = 'u' || u),
-           repeat('a', 64), 100, 'extractive', 'extractive'
+           sha256(''), 100, 'extractive', 'extractive'
     FROM generate_series(1, {USERS}) u, generate_series(0, {MONTHS - 1}) mo, generate_series(1, {PER_MONTH}) i,
          LATERAL (SELECT timestamptz '2024-10-01 00:00+00' + make_interval(months => mo)
                          + make_interval(hours => i * 7) AS t) ts"""

@@ -20,7 +20,7 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage import packs
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.objectstore import S3ObjectStore
-from memory_lib.storage.packs import ref_sql
+from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import fetch_memories, insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.factories import NOW, make_memories
@@ -46,7 +46,7 @@ def _history(n_packed_users: int = 2, singles: int = 3) -> list[dict]:
 
 def _rows(conn, user: str | None = None) -> list[dict]:
     return conn.execute(
-        f"""SELECT a.original_id, a.user_id, {ref_sql("a")} AS storage_ref, a.backup_sha256, a.backup_size_bytes
+        f"""SELECT a.original_id, a.user_id, {backup_sql("a")}, a.backup_size_bytes
             FROM archived_memories a WHERE %(u)s::text IS NULL OR a.user_id = %(u)s ORDER BY a.original_id""",
         {"u": user},
     ).fetchall()

@@ -352,8 +352,9 @@ def _before_023(empty_database, tmp_path) -> None:
 
 
 def test_archive_rows_keep_their_backup_refs_when_refs_move_to_backup_objects(empty_database, tmp_path):
-    """Migration 023 over archive rows: pack members of two users and a lone backup. Each object's ref is
-    stored once per user, and every row's storage_ref composes back to exactly what it was."""
+    """Migrations 023 and 024 over archive rows: pack members of two users and a lone backup. Each object's
+    ref is stored once per user, every row's storage_ref composes back to exactly what it was, and its
+    sha256 is kept as its 32 bytes."""
     from memory_lib.storage.packs import ref_sql
 
     _before_023(empty_database, tmp_path)
@@ -366,12 +367,13 @@ def test_archive_rows_keep_their_backup_refs_when_refs_move_to_backup_objects(em
     with psycopg.connect(empty_database, autocommit=True) as c:
         for user, ref, size in rows:
             c.execute(_ARCHIVE_ROW, {"user": user, "ref": ref, "size": size})
-    assert migrate(empty_database, embedding_dim=4) == ["023_backup_objects"]
+    assert migrate(empty_database, embedding_dim=4) == ["023_backup_objects", "024_backup_digest"]
     with psycopg.connect(empty_database, autocommit=True) as c:
         objects = c.execute("SELECT user_id, ref FROM backup_objects ORDER BY 1, 2").fetchall()
         composed = c.execute(
             f"SELECT a.user_id, {ref_sql('a')}, a.backup_size_bytes FROM archived_memories a ORDER BY 1, 2"
         ).fetchall()
+        digests = {r[0] for r in c.execute("SELECT backup_digest FROM archived_memories")}
         columns = {
             r[0]
             for r in c.execute(
@@ -382,7 +384,8 @@ def test_archive_rows_keep_their_backup_refs_when_refs_move_to_backup_objects(em
         [("u1", _PACK), ("u2", _PACK), ("u2", "s3://bucket/memory-archive/memories/0b1c.json")]
     )
     assert composed == sorted(rows)
-    assert "storage_ref" not in columns
+    assert "storage_ref" not in columns and "backup_sha256" not in columns
+    assert digests == {bytes.fromhex("b" * 64)}  # 024: the sha256's 32 bytes, not its 64 hex digits
 
 
 def test_a_ref_that_would_not_compose_back_stops_the_migration_and_changes_nothing(empty_database, tmp_path):

@@ -8,12 +8,12 @@ from collections.abc import Iterable
 
 from memory_lib.lifecycle.promotion import ARCHIVE_ROW
 from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore
-from memory_lib.storage.packs import ref_sql
+from memory_lib.storage.packs import backup_sql, ref_sql
 
 # Every archive row's backup ref, as the product composes it (backup_objects, migration 023).
 # Whole archive rows with their storage_ref, as every move reads them.
 ARCHIVE_ROWS_SQL = f"SELECT {ARCHIVE_ROW} FROM archived_memories a"
-ARCHIVE_REFS_SQL = f"SELECT a.original_id, a.user_id, {ref_sql('a')} AS storage_ref, a.backup_sha256 FROM archived_memories a"
+ARCHIVE_REFS_SQL = f"SELECT a.original_id, a.user_id, {backup_sql('a')} FROM archived_memories a"
 
 
 def object_refs(store: ObjectStore, refs: Iterable[str]) -> set[str]:
