@@ -50,7 +50,7 @@ def backup_sql(row: str = "a") -> str:
 
 
 # Records the objects of (user_id, ref) pairs, once each; then an archive row takes an object's number with
-# OBJECT_OF_SQL and a member's offset with backup_member_offset(ref). Sorted: two writers recording the
+# object_of_sql and a member's offset with backup_member_offset(ref). Sorted: two writers recording the
 # same objects take their locks in one order.
 RECORD_OBJECTS_SQL = """
     INSERT INTO backup_objects (user_id, ref)

@@ -316,14 +316,10 @@ def test_the_migration_keeps_existing_rows_and_repairs_what_the_new_keys_check(e
     """Migration 022 over a populated database: every row stays, a ledger row without a user takes its
     memory's (or the empty user id), a link use recorded under another user takes its archive row's,
     and the re-pointed foreign keys still cascade."""
-    from memory_lib.storage.db import MIGRATIONS_DIR, migrate
+    from memory_lib.storage.db import migrate
+    from tests.support.migrations import migrate_before
 
-    before = tmp_path / "sql"
-    before.mkdir()
-    for f in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        if f.name < "022":
-            (before / f.name).write_text(f.read_text())
-    migrate(empty_database, embedding_dim=4, directory=before)
+    migrate_before(empty_database, "022", tmp_path)
     with psycopg.connect(empty_database, autocommit=True, row_factory=dict_row) as c:
         hot = c.execute(
             """INSERT INTO memories (user_id, content, content_sha256, embedding, embedding_model, embedding_dim)

@@ -9,6 +9,7 @@ import pytest
 
 from memory_lib.core.errors import SchemaError
 from memory_lib.storage.db import MIGRATIONS_DIR, migrate
+from tests.support.migrations import migrate_before
 
 
 def _tables(url: str) -> set[str]:
@@ -342,22 +343,13 @@ _ARCHIVE_ROW = """
 _PACK = "s3://bucket/memory-archive/packs/u=ab/night-1/" + "c" * 64 + ".jsonl"
 
 
-def _before_023(empty_database, tmp_path) -> None:
-    before = tmp_path / "sql"
-    before.mkdir()
-    for f in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        if f.name < "023":
-            (before / f.name).write_text(f.read_text())
-    migrate(empty_database, embedding_dim=4, directory=before)
-
-
 def test_archive_rows_keep_their_backup_refs_when_refs_move_to_backup_objects(empty_database, tmp_path):
     """Migrations 023 and 024 over archive rows: pack members of two users and a lone backup. Each object's
     ref is stored once per user, every row's storage_ref composes back to exactly what it was, and its
     sha256 is kept as its 32 bytes."""
     from memory_lib.storage.packs import ref_sql
 
-    _before_023(empty_database, tmp_path)
+    migrate_before(empty_database, "023", tmp_path)
     rows = [
         ("u1", f"{_PACK}#bytes=0-99", 100),
         ("u1", f"{_PACK}#bytes=101-350", 250),
@@ -391,7 +383,7 @@ def test_archive_rows_keep_their_backup_refs_when_refs_move_to_backup_objects(em
 def test_a_ref_that_would_not_compose_back_stops_the_migration_and_changes_nothing(empty_database, tmp_path):
     """A member range that does not span the row's backup size cannot be stored as an offset: the migration
     fails, naming the ref, and the rows keep their storage_ref."""
-    _before_023(empty_database, tmp_path)
+    migrate_before(empty_database, "023", tmp_path)
     bad = f"{_PACK}#bytes=0-99"
     with psycopg.connect(empty_database, autocommit=True) as c:
         c.execute(_ARCHIVE_ROW, {"user": "u1", "ref": bad, "size": 50})
