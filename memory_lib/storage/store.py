@@ -269,15 +269,18 @@ class TierStats:
 
 
 def tier_stats(conn: Conn, user_id: str | None = None) -> TierStats:
-    """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes)."""
+    """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes), summed over its
+    partitions when the tiers are partitioned (a partitioned table has no storage of its own)."""
     if user_id is not None:
         user_id = validation.user(user_id)
     where = "WHERE user_id = %(u)s" if user_id else ""
     row = conn.execute(
         f"""SELECT (SELECT count(*) FROM memories {where}) AS hot,
                    (SELECT count(*) FROM archived_memories {where}) AS archived,
-                   pg_total_relation_size('memories') AS hot_bytes,
-                   pg_total_relation_size('archived_memories') AS archived_bytes""",
+                   (SELECT sum(pg_total_relation_size(relid))::bigint
+                    FROM pg_partition_tree('memories')) AS hot_bytes,
+                   (SELECT sum(pg_total_relation_size(relid))::bigint
+                    FROM pg_partition_tree('archived_memories')) AS archived_bytes""",
         {"u": user_id},
     ).fetchone()
     assert row is not None  # a SELECT without FROM returns exactly one row

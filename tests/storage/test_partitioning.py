@@ -29,7 +29,7 @@ from memory_lib.retrieval.sql import (
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.storage import partitioning
 from memory_lib.storage.db import migrate_database
-from memory_lib.storage.store import insert_memories
+from memory_lib.storage.store import insert_memories, tier_stats
 from tests.conftest import TEST_DIM
 from tests.support.explain import base_name, hot_search_plan
 from tests.support.factories import NOW, make_memories, parcel_rows
@@ -186,6 +186,23 @@ def test_the_setting_converts_on_migrate_and_bad_values_are_named(db_url):
     with pytest.raises(Exception, match="USER_PARTITIONS"):
         Settings.from_env({"MEMORY_ARCHIVE_USER_PARTITIONS": "0"})
     assert Settings.from_env({"MEMORY_ARCHIVE_USER_PARTITIONS": "16"}).user_partitions == 16
+
+
+def test_tier_bytes_are_their_partitions_bytes(conn, local_store):
+    """What a night reports for each tier's table (tier_stats: the Dagster UI's hot_table_bytes and
+    archive_table_bytes) counts every partition: a partitioned table has no storage of its own."""
+    _populate(conn, local_store)
+    partitioning.ensure(conn, 4)
+    stats = tier_stats(conn)
+    on_disk = {
+        t: sum(
+            conn.execute("SELECT pg_total_relation_size(%s::regclass) AS b", (p,)).fetchone()["b"]
+            for p in partitioning.partitions_of(conn, t)
+        )
+        for t in ("memories", "archived_memories")
+    }
+    assert stats.hot_bytes == on_disk["memories"] > 0
+    assert stats.archived_bytes == on_disk["archived_memories"] > 0
 
 
 def test_a_night_of_many_users_lands_in_their_partitions(conn, local_store):
