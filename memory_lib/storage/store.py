@@ -277,9 +277,11 @@ def tier_stats(conn: Conn, user_id: str | None = None) -> TierStats:
     row = conn.execute(
         f"""SELECT (SELECT count(*) FROM memories {where}) AS hot,
                    (SELECT count(*) FROM archived_memories {where}) AS archived,
-                   (SELECT sum(pg_total_relation_size(relid))::bigint
+                   -- A plain table has no partition tree: then its own size.
+                   (SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size('memories'))::bigint
                     FROM pg_partition_tree('memories')) AS hot_bytes,
-                   (SELECT sum(pg_total_relation_size(relid))::bigint
+                   (SELECT coalesce(sum(pg_total_relation_size(relid)),
+                                    pg_total_relation_size('archived_memories'))::bigint
                     FROM pg_partition_tree('archived_memories')) AS archived_bytes""",
         {"u": user_id},
     ).fetchone()

@@ -191,14 +191,18 @@ def test_the_setting_converts_on_migrate_and_bad_values_are_named(db_url):
 def test_tier_bytes_are_their_partitions_bytes(conn, local_store):
     """What a night reports for each tier's table (tier_stats: the Dagster UI's hot_table_bytes and
     archive_table_bytes) counts every partition: a partitioned table has no storage of its own."""
-    _populate(conn, local_store)
+    _populate(conn, local_store)  # plain tables
+
+    def size(relation: str) -> int:
+        return conn.execute("SELECT pg_total_relation_size(%s::regclass) AS b", (relation,)).fetchone()["b"]
+
+    stats = tier_stats(conn)
+    assert (stats.hot_bytes, stats.archived_bytes) == (size("memories"), size("archived_memories"))
+    assert stats.hot_bytes > 0 and stats.archived_bytes > 0
     partitioning.ensure(conn, 4)
     stats = tier_stats(conn)
     on_disk = {
-        t: sum(
-            conn.execute("SELECT pg_total_relation_size(%s::regclass) AS b", (p,)).fetchone()["b"]
-            for p in partitioning.partitions_of(conn, t)
-        )
+        t: sum(size(p) for p in partitioning.partitions_of(conn, t))
         for t in ("memories", "archived_memories")
     }
     assert stats.hot_bytes == on_disk["memories"] > 0
