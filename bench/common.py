@@ -462,7 +462,6 @@ def copy_archived(
 ) -> int:
     """Binary COPY of archive rows (summary = the row's content) for search latency fixtures. Their
     backups are not read: each user's rows name one fixture object (backup_objects)."""
-    n = 0
     columns = ", ".join(c for c, _ in _ARCHIVED_COPY)
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(

@@ -129,6 +129,8 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
         "archived": _per(arch, n),
         "archived_indexes": _per(arch_idx, n),
         "backup_objects": _per(objects, n),
+        # What an archived memory costs in all: its row and indexes, and its share of backup_objects.
+        "archived_total": (arch["total"] + objects["total"]) / n,
         "archival_attempts": _per(attempts, n),
         "memory_events_before": _per(events_hot, n),
         "memory_events_after": _per(events_all, n),
@@ -165,7 +167,7 @@ def run(opts: Options) -> Report:
                         a["heap"] + o["heap"],
                         a["toast"] + o["toast"],
                         a["indexes"] + o["indexes"],
-                        a["total"] + o["total"],
+                        r["archived_total"],
                         r["saving_pct"],
                     ]
                 )
@@ -176,7 +178,7 @@ def run(opts: Options) -> Report:
                         t["heap"],
                         t["toast"],
                         t["indexes"],
-                        a["total"] + o["total"] + t["total"],
+                        r["archived_total"] + t["total"],
                         r["saving_pct_with_attempts"],
                     ]
                 )
@@ -268,13 +270,9 @@ def _growth_table(report: Report, sizes: list[int]) -> None:
         small = next(r for r in report.figures[str(a)] if r["dim"] == dim)
         large = next(r for r in report.figures[str(b)] if r["dim"] == dim)
 
-        def added(r: dict[str, Any]) -> float:
-            return r["hot"]["total"] * r["n"], (r["archived"]["total"] + r["backup_objects"]["total"]) * r[
-                "n"
-            ]
-
-        (h0, a0), (h1, a1) = added(small), added(large)
-        hot, arch = (h1 - h0) / (b - a), (a1 - a0) / (b - a)
+        # Bytes in all at each size, per memory added between them.
+        hot = (large["hot"]["total"] * b - small["hot"]["total"] * a) / (b - a)
+        arch = (large["archived_total"] * b - small["archived_total"] * a) / (b - a)
         growth[str(dim)] = {"hot": hot, "archived": arch, "ratio": arch / hot}
         rows.append(
             [
@@ -282,7 +280,7 @@ def _growth_table(report: Report, sizes: list[int]) -> None:
                 small["hot"]["total"],
                 large["hot"]["total"],
                 hot,
-                large["archived"]["total"] + large["backup_objects"]["total"],
+                large["archived_total"],
                 arch,
                 100 * arch / hot,
             ]

@@ -268,6 +268,15 @@ class TierStats:
         return self.hot + self.archived
 
 
+def _table_bytes_sql(table: str) -> str:
+    """SQL for a tier table's bytes on disk: its partitions' (a partitioned table has no storage of its
+    own), or, for a plain table, which has no partition tree, its own."""
+    return (
+        f"(SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size('{table}'))::bigint"
+        f" FROM pg_partition_tree('{table}'))"
+    )
+
+
 def tier_stats(conn: Conn, user_id: str | None = None) -> TierStats:
     """Row counts per tier and each table's bytes on disk (heap + TOAST + indexes), summed over its
     partitions when the tiers are partitioned (a partitioned table has no storage of its own)."""
@@ -277,12 +286,8 @@ def tier_stats(conn: Conn, user_id: str | None = None) -> TierStats:
     row = conn.execute(
         f"""SELECT (SELECT count(*) FROM memories {where}) AS hot,
                    (SELECT count(*) FROM archived_memories {where}) AS archived,
-                   -- A plain table has no partition tree: then its own size.
-                   (SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size('memories'))::bigint
-                    FROM pg_partition_tree('memories')) AS hot_bytes,
-                   (SELECT coalesce(sum(pg_total_relation_size(relid)),
-                                    pg_total_relation_size('archived_memories'))::bigint
-                    FROM pg_partition_tree('archived_memories')) AS archived_bytes""",
+                   {_table_bytes_sql("memories")} AS hot_bytes,
+                   {_table_bytes_sql("archived_memories")} AS archived_bytes""",
         {"u": user_id},
     ).fetchone()
     assert row is not None  # a SELECT without FROM returns exactly one row
