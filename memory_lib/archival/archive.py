@@ -848,14 +848,6 @@ _COMMIT_INSERT = """
          JOIN backup_objects o ON o.ref = backup_object_ref(a.backup_ref) AND o.user_id = a.user_id
     WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
 """
-# Before _COMMIT_INSERT, in its transaction: the backup objects its rows will name, each recorded once.
-_COMMIT_OBJECTS = """
-    INSERT INTO backup_objects (user_id, ref)
-    SELECT DISTINCT a.user_id, backup_object_ref(a.backup_ref) FROM archival_attempts a
-    WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s) AND a.status = 'backed_up'
-    ORDER BY 1, 2
-    ON CONFLICT (ref, user_id) DO NOTHING
-"""
 
 
 def commit_batch(
@@ -972,7 +964,8 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
         meta = {
             r["memory_id"]: r
             for r in conn.execute(
-                """SELECT memory_id, archive_reason, backup_archived_at, backup_sha256, backup_row_xmin
+                """SELECT memory_id, user_id, archive_reason, backup_archived_at, backup_ref, backup_sha256,
+                          backup_row_xmin
                    FROM archival_attempts
                    WHERE batch_key = %s AND user_id = ANY(%s) AND memory_id = ANY(%s) AND status = 'backed_up'""",
                 (batch_key, users, ids),
@@ -992,7 +985,14 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
                 stale.append(mid)
         if ready:
             params = {"batch": batch_key, "users": users, "ids": ready}
-            conn.execute(_COMMIT_OBJECTS, params)
+            # The backup objects the archive rows will name, each recorded once.
+            conn.execute(
+                packs.RECORD_OBJECTS_SQL,
+                {
+                    "users": [meta[m]["user_id"] for m in ready],
+                    "refs": [meta[m]["backup_ref"] for m in ready],
+                },
+            )
             inserted = conn.execute(_COMMIT_INSERT, params).rowcount
             if inserted != len(ready):
                 raise IntegrityError(f"batch {batch_key} commit", f"{len(ready)} archive rows", f"{inserted}")
