@@ -41,10 +41,11 @@ from ..core.errors import (
     SummarizationError,
     embedding_mismatch_reason,
 )
-from ..core.locks import lock_users
+from ..core.locks import backups_in_flight, lock_users
 from ..core.models import BackupObject, sha256_hex
 from ..core.rows import Conn, Row
 from ..core.statuses import AttemptStatus, Step
+from ..lifecycle.forget import forgetting
 from ..llm import batches
 from ..llm.embedding import Embedder, embedder_from_settings
 from ..llm.ledger import LedgerEntry, record_usage
@@ -704,6 +705,17 @@ def embed_batch(
     return result
 
 
+def _drop_forgotten(conn: Conn, batch_key: str, users: list[str], ids: list[uuid.UUID]) -> None:
+    """Memories an open forget request covers leave the batch: their attempts go, as forget's own rows
+    step would delete them (a user's erasure is no archival failure, and the gate does not count it)."""
+    n = conn.execute(
+        """DELETE FROM archival_attempts
+           WHERE batch_key = %s AND user_id = ANY(%s) AND memory_id = ANY(%s) AND status = 'embedded'""",
+        (batch_key, users, ids),
+    ).rowcount
+    log.info("backup of %s: %d memories left the batch, being forgotten", batch_key, n)
+
+
 def backup_batch(
     conn: Conn,
     batch_key: str,
@@ -719,106 +731,119 @@ def backup_batch(
     started = time.monotonic()
     deadline = _start_step(conn, batch_key, criteria)
     todo = _pending(conn, batch_key, AttemptStatus.EMBEDDED, ", a.claimed_at")
-    originals = fetch_memories(
-        conn, [r["memory_id"] for r in todo], users=(r["user_id"] for r in todo), with_xmin=True
-    )
-    started_before = conn.execute(
-        """UPDATE archival_batches b SET backup_started_at = coalesce(b.backup_started_at, now())
-           FROM (SELECT backup_started_at FROM archival_batches WHERE batch_key = %s) AS before
-           WHERE b.batch_key = %s RETURNING before.backup_started_at AS at""",
-        (batch_key, batch_key),
-    ).fetchone()
-    try:
-        if started_before is not None and started_before["at"] is not None:
-            integrity.purge_unrecorded_packs(
-                conn, batch_key, object_store, sorted({r["user_id"] for r in todo})
-            )
-    except Exception as exc:  # hygiene, not this night's work: the puts below report a store that is down
-        log.warning(
-            "backup of %s: could not look for a dead run's packs (%s); `sweep` removes them later",
-            batch_key,
-            exc,
+    users = sorted({r["user_id"] for r in todo})
+    # Under the users' backup locks (memory_lib.core.locks) from before the originals are read until
+    # their checkpoints: a forget of one of them waits, and what an open forget covers is not put.
+    with backups_in_flight(conn, users):
+        forgotten = forgetting(conn, users)
+        dropped = [a["memory_id"] for a in todo if forgotten(a["user_id"], a["memory_id"])]
+        if dropped:
+            _drop_forgotten(conn, batch_key, users, dropped)
+            todo = [a for a in todo if not forgotten(a["user_id"], a["memory_id"])]
+        originals = fetch_memories(
+            conn, [r["memory_id"] for r in todo], users=(r["user_id"] for r in todo), with_xmin=True
         )
-
-    def archived_at(attempt: Row) -> datetime:
-        # The claim's time, not the clock's: a re-run after a crash writes the same bytes, so the same
-        # pack key, and a dead run's pack is overwritten rather than left beside the new one.
-        return (now or attempt["claimed_at"]).astimezone(UTC)
-
-    def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
-        stored, row_xmin, at = outcome
-        return (
-            stored.object.key,
-            stored.ref,
-            stored.sha256,
-            stored.size,
-            stored.object.version_id,
-            at,
-            row_xmin,
-            batch_key,
-            mid,
-        )
-
-    def saved(outcome: Any) -> None:
-        result.bytes_written += outcome[0].size
-
-    checkpoints = _Checkpoints(
-        conn,
-        batch_key,
-        Step.BACKUP,
-        """UPDATE archival_attempts
-           SET status = 'backed_up', backup_key = %s, backup_ref = %s, backup_sha256 = %s,
-               backup_size_bytes = %s, backup_version_id = %s, backup_archived_at = %s,
-               backup_row_xmin = %s, error = NULL, failed_step = NULL, updated_at = now()
-           WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
-        params,
-        criteria,
-        result,
-        saved,
-    )
-    when: dict[uuid.UUID, datetime] = {}
-    by_user: dict[str, list[Row]] = {}
-    for attempt in todo:
-        by_user.setdefault(attempt["user_id"], []).append(attempt)
-
-    def units() -> Iterator[packs.Unit]:
-        """One user's objects at a time, in the order plan_units gives for the whole batch (so a re-run
-        writes the same packs): run_parallel puts each user's while the next user's are serialized."""
-        for user_id, attempts in by_user.items():
-            members: list[tuple[str, packs.Member]] = []
-            for attempt in attempts:
-                row = originals.get(attempt["memory_id"])
-                try:
-                    if row is None:
-                        raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
-                    at = archived_at(attempt)
-                    doc = BackupObject.from_row(row, archived_at=at, archive_reason=attempt["archive_reason"])
-                    data = doc.to_json_bytes()  # serialized once: later steps compare row versions, not bytes
-                except Exception as exc:  # this memory only
-                    checkpoints.add(attempt["memory_id"], exc)
-                    continue
-                members.append((user_id, packs.Member(row["id"], data, sha256_hex(data))))
-                when[row["id"]] = at
-            yield from packs.plan_units(
-                object_store, batch_key, members, min_members=criteria.pack_min_members
-            )
-
-    def backup(unit: packs.Unit) -> list[packs.StoredMember]:
-        return packs.put_unit(object_store, unit)
-
-    for unit, outcome in run_parallel(backup, units(), workers, deadline=deadline):
-        # A unit's members are checkpointed in one transaction: a pack is recorded whole or not at all.
-        with checkpoints.together():
-            for i, member in enumerate(unit.members):
-                stored = outcome if isinstance(outcome, BaseException) else outcome[i]
-                mid = member.memory_id
-                checkpoints.add(
-                    mid,
-                    stored
-                    if isinstance(stored, BaseException)
-                    else (stored, originals[mid]["row_xmin"], when[mid]),
+        started_before = conn.execute(
+            """UPDATE archival_batches b SET backup_started_at = coalesce(b.backup_started_at, now())
+               FROM (SELECT backup_started_at FROM archival_batches WHERE batch_key = %s) AS before
+               WHERE b.batch_key = %s RETURNING before.backup_started_at AS at""",
+            (batch_key, batch_key),
+        ).fetchone()
+        try:
+            if started_before is not None and started_before["at"] is not None:
+                integrity.purge_unrecorded_packs(
+                    conn, batch_key, object_store, sorted({r["user_id"] for r in todo})
                 )
-    checkpoints.flush()
+        except Exception as exc:  # hygiene, not this night's work: the puts below report a store that is down
+            log.warning(
+                "backup of %s: could not look for a dead run's packs (%s); `sweep` removes them later",
+                batch_key,
+                exc,
+            )
+
+        def archived_at(attempt: Row) -> datetime:
+            # The claim's time, not the clock's: a re-run after a crash writes the same bytes, so the same
+            # pack key, and a dead run's pack is overwritten rather than left beside the new one.
+            return (now or attempt["claimed_at"]).astimezone(UTC)
+
+        def params(mid: uuid.UUID, outcome: Any) -> tuple[Any, ...]:
+            stored, row_xmin, at = outcome
+            return (
+                stored.object.key,
+                stored.ref,
+                stored.sha256,
+                stored.size,
+                stored.object.version_id,
+                at,
+                row_xmin,
+                batch_key,
+                mid,
+            )
+
+        def saved(outcome: Any) -> None:
+            result.bytes_written += outcome[0].size
+
+        checkpoints = _Checkpoints(
+            conn,
+            batch_key,
+            Step.BACKUP,
+            """UPDATE archival_attempts
+               SET status = 'backed_up', backup_key = %s, backup_ref = %s, backup_sha256 = %s,
+                   backup_size_bytes = %s, backup_version_id = %s, backup_archived_at = %s,
+                   backup_row_xmin = %s, error = NULL, failed_step = NULL, updated_at = now()
+               WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
+            params,
+            criteria,
+            result,
+            saved,
+        )
+        when: dict[uuid.UUID, datetime] = {}
+        by_user: dict[str, list[Row]] = {}
+        for attempt in todo:
+            by_user.setdefault(attempt["user_id"], []).append(attempt)
+
+        def units() -> Iterator[packs.Unit]:
+            """One user's objects at a time, in the order plan_units gives for the whole batch (so a re-run
+            writes the same packs): run_parallel puts each user's while the next user's are serialized."""
+            for user_id, attempts in by_user.items():
+                members: list[tuple[str, packs.Member]] = []
+                for attempt in attempts:
+                    row = originals.get(attempt["memory_id"])
+                    try:
+                        if row is None:
+                            raise NotFoundError(f"memory {attempt['memory_id']} no longer exists")
+                        at = archived_at(attempt)
+                        doc = BackupObject.from_row(
+                            row, archived_at=at, archive_reason=attempt["archive_reason"]
+                        )
+                        data = (
+                            doc.to_json_bytes()
+                        )  # serialized once: later steps compare row versions, not bytes
+                    except Exception as exc:  # this memory only
+                        checkpoints.add(attempt["memory_id"], exc)
+                        continue
+                    members.append((user_id, packs.Member(row["id"], data, sha256_hex(data))))
+                    when[row["id"]] = at
+                yield from packs.plan_units(
+                    object_store, batch_key, members, min_members=criteria.pack_min_members
+                )
+
+        def backup(unit: packs.Unit) -> list[packs.StoredMember]:
+            return packs.put_unit(object_store, unit)
+
+        for unit, outcome in run_parallel(backup, units(), workers, deadline=deadline):
+            # A unit's members are checkpointed in one transaction: a pack is recorded whole or not at all.
+            with checkpoints.together():
+                for i, member in enumerate(unit.members):
+                    stored = outcome if isinstance(outcome, BaseException) else outcome[i]
+                    mid = member.memory_id
+                    checkpoints.add(
+                        mid,
+                        stored
+                        if isinstance(stored, BaseException)
+                        else (stored, originals[mid]["row_xmin"], when[mid]),
+                    )
+        checkpoints.flush()
     result.seconds = time.monotonic() - started
     return result
 

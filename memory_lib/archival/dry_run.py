@@ -14,6 +14,7 @@ from datetime import datetime
 
 from ..core.config import ArchivalCriteria
 from ..core.errors import IntegrityError, InvalidInputError, MemoryArchiveError
+from ..core.locks import backups_in_flight
 from ..core.models import BackupObject, sha256_hex, to_float32
 from ..core.pricing import (
     DEFAULT_PRICES,
@@ -26,8 +27,10 @@ from ..core.pricing import (
 )
 from ..core.rows import Conn, Row
 from ..lifecycle.eligibility import eligible_counts, sample_eligible
+from ..lifecycle.forget import forgetting
 from ..llm.summarize import Summary, SummaryInput
 from ..storage.objectstore import ObjectStore
+from ..storage.store import fetch_memories
 from .archive import ArchivalServices, run_parallel
 from .fidelity import differences
 
@@ -163,9 +166,19 @@ def dry_run(
     if texts:
         services.embedder.embed(texts)
     t_embed = time.monotonic() - t1
-    trip = _scratch_round_trip(
-        services.object_store, rows, as_of, scratch_token or secrets.token_hex(6), workers
-    )
+    users = sorted({r["user_id"] for r in rows})
+    # Scratch copies are bytes of the user's too: written under the backup locks, like backups
+    # (memory_lib.core.locks), and only of memories still hot and not being forgotten.
+    with backups_in_flight(conn, users):
+        forgotten = forgetting(conn, users)
+        hot = fetch_memories(conn, [r["id"] for r in rows], users=users)
+        trip = _scratch_round_trip(
+            services.object_store,
+            [r for r in rows if r["id"] in hot and not forgotten(r["user_id"], r["id"])],
+            as_of,
+            scratch_token or secrets.token_hex(6),
+            workers,
+        )
 
     eligible = sum(by_reason.values())
     n = max(len(samples), 1)

@@ -17,11 +17,25 @@ forget archive rows to delete). Claims (memory_lib.archival.claims) take no user
 LOCKED, so they never wait while holding a lock.
 
 No lock is held across a network call to an LLM or embedder: those run before the transaction.
+
+One more lock, outside that order, so that forget cannot be outrun by a backup in flight: the archival
+backup step (and the dry run's scratch copies) hold each of their users' *backup lock* shared
+(`backups_in_flight`, a session-scoped advisory lock) from before they read the originals until their
+checkpoints are written, and put nothing of a memory that is gone or that an open forget request
+covers (`memory_lib.lifecycle.forget.forgetting`).
+Forget records its request and, in the same transaction, takes the user's backup lock exclusively
+(`WAIT_FOR_BACKUPS_SQL`), before it lists the user's objects: every backup that read the user's rows
+before the request existed has put and checkpointed its objects by then (so forget finds them), and
+every later one sees the request. Forget takes it before any other lock of its transaction, so
+while it waits it holds nothing a backup could need.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
+
+import psycopg
 
 from .rows import Conn
 
@@ -29,7 +43,32 @@ from .rows import Conn
 USER_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || %(user_id)s, 0))"
 
 
+_BACKUP_KEY = "hashtextextended('memory_lib.backup:' || %(user_id)s, 0)"
+# Taken first in forget's transaction that records its request: waits for the user's backups in flight.
+WAIT_FOR_BACKUPS_SQL = f"SELECT pg_advisory_xact_lock({_BACKUP_KEY})"
+
+
 def lock_users(conn: Conn, user_ids: Iterable[str]) -> None:
     """Take the write lock of each user, in ascending order (inside the caller's transaction)."""
     for user in sorted(set(user_ids)):
         conn.execute(USER_LOCK_SQL, {"user_id": user})
+
+
+@contextlib.contextmanager
+def backups_in_flight(conn: Conn, user_ids: Iterable[str]) -> Iterator[None]:
+    """Hold each user's backup lock shared (ascending user_id) on `conn`'s session until the block
+    ends: a forget of one of these users waits for the block before it lists the user's objects.
+    Session-scoped, so the block's own transactions may commit inside it; a process that dies
+    releases it with its connection."""
+    users = sorted(set(user_ids))
+    taken: list[str] = []
+    try:
+        for user in users:
+            conn.execute(f"SELECT pg_advisory_lock_shared({_BACKUP_KEY})", {"user_id": user})
+            taken.append(user)
+        yield
+    finally:
+        # A lost connection has released them already; its error is the one worth raising.
+        with contextlib.suppress(psycopg.OperationalError):
+            for user in reversed(taken):
+                conn.execute(f"SELECT pg_advisory_unlock_shared({_BACKUP_KEY})", {"user_id": user})

@@ -2,13 +2,16 @@
 
 Order, so that a run killed at any point is completed by running it again (same user, same memory):
 
-1. A `forget_requests` row is recorded (committed) with the manifest: the memory ids it covers and the
-   backup object keys that can hold their bytes, recorded by a row or not: the keys their rows name,
-   the lone backups named by their ids, and the packs found by listing the user's pack folder in every
-   version (memory_lib.storage.packs). For one memory, a pack there that no row records is read to see
-   whether it holds the memory; for a whole user, every pack there is taken, and a pack written before
-   owner tags that no row records is read to see whose it is. An unfinished request of the same scope
-   is resumed, not doubled.
+1. A `forget_requests` row is recorded (committed) after the user's archival backups in flight have
+   finished (the backup lock, memory_lib.core.locks): from then on no backup step puts anything of the
+   memories it covers (`forgetting`), and whatever one put before is recorded or listed. Then its
+   manifest: the memory ids it covers and the backup object keys that can hold their bytes, recorded
+   by a row or not: the keys their rows name, the lone backups named by their ids, and the packs found
+   by listing the user's pack folder in every version (memory_lib.storage.packs). For one memory, a
+   pack there that no row records is read to see whether it holds the memory; for a whole user, every
+   pack there is taken, and a pack written before owner tags that no row records is read to see whose
+   it is. An unfinished request of the same scope is resumed, not doubled; a user or memory that a
+   finished request forgot, with nothing of theirs written since, is `already_forgotten`.
 2. Objects: every version and delete marker of each key is deleted (memory_lib.storage.object_versions), and the
    dry run's scratch copies of those memories. Status 'objects_deleted'.
 3. Rows, in one transaction under the user's write lock (memory_lib.core.locks): the memories are
@@ -41,7 +44,7 @@ from psycopg.types.json import Jsonb
 from ..consolidation.monthly import drop_from_consolidation_plan
 from ..core import validation
 from ..core.errors import InvalidInputError, NotFoundError
-from ..core.locks import USER_LOCK_SQL
+from ..core.locks import USER_LOCK_SQL, WAIT_FOR_BACKUPS_SQL
 from ..core.plans import Call, Flow, Plan, RunPlan, Sql, drive, drive_async, run_plan
 from ..core.rows import AsyncConn, Conn, Row
 from ..storage import packs
@@ -101,11 +104,11 @@ class ForgetResult:
     request_id: uuid.UUID
     user_id: str
     memory_id: uuid.UUID | None  # None: the whole user
-    memory_ids: tuple[uuid.UUID, ...]  # every memory (and superseded version) forgotten
+    memory_ids: tuple[uuid.UUID, ...]  # every memory (and superseded version) this call forgot
     object_versions_deleted: int
     rows_deleted: dict[str, int]
     resumed: bool = False  # an unfinished earlier request was completed
-    already_forgotten: bool = False  # nothing was left to do: a finished request covered it
+    already_forgotten: bool = False  # nothing was left to do: a finished request (request_id) covered it
 
 
 # --------------------------------------------------------------------------- SQL
@@ -146,7 +149,15 @@ _USER_IDS_SQL = """
     UNION SELECT original_id FROM archived_memories WHERE user_id = %(user_id)s
     UNION SELECT memory_id FROM archival_attempts WHERE user_id = %(user_id)s
     UNION SELECT memory_id FROM memory_retention WHERE user_id = %(user_id)s
-    UNION SELECT memory_id FROM memory_events WHERE user_id = %(user_id)s"""
+    UNION (SELECT memory_id FROM memory_events WHERE user_id = %(user_id)s
+           GROUP BY memory_id HAVING NOT bool_or(event_type = 'forgotten'))"""
+_DONE_FOR_USER_SQL = """
+    SELECT * FROM forget_requests WHERE user_id = %(user_id)s AND status = 'done'
+    ORDER BY completed_at DESC LIMIT 1"""
+# Open requests of these users: what the archival backup step must not put (see `forgetting`).
+_FORGETTING_SQL = """
+    SELECT user_id, memory_id, memory_ids FROM forget_requests
+    WHERE user_id = ANY(%(users)s) AND status <> 'done'"""
 _REFS_SQL = f"""
     SELECT {packs.ref_sql("a")} AS ref FROM archived_memories a
           WHERE a.user_id = %(user_id)s AND a.original_id = ANY(%(ids)s)
@@ -220,6 +231,12 @@ def forget_steps(
                 keys.add(store.key_from_ref(ref))
         return sorted(keys)
 
+    # The request first, once the user's backups in flight are done (memory_lib.core.locks): from its
+    # commit no archival backup puts these memories, and the listing below sees what one put before.
+    opened = yield RunPlan(_open_plan(user, target, who, when, keys_for))
+    if isinstance(opened, ForgetResult):
+        return opened
+    resumed = opened[1]
     # Packs no row may record (a run killed between put and checkpoint): listed, and read when the
     # listing cannot tell whose they are or which memories they hold.
     mine, untagged = yield Call(lambda: _listed_packs(store, user, untagged=target is None))
@@ -241,10 +258,11 @@ def forget_steps(
         )
         return sorted(set(keys_for(wanted, refs)) | extra)
 
+    # The manifest, with what the listing found (the open request is resumed: ids and keys merged).
     opened = yield RunPlan(_open_plan(user, target, who, when, with_found))
-    if isinstance(opened, ForgetResult):
+    if isinstance(opened, ForgetResult):  # a concurrent forget finished it meanwhile
         return opened
-    request, resumed = opened
+    request = opened[0]
     versions = 0
     if request["status"] == "pending":
         # A pack also holding memories not forgotten is rewritten without these first (memory_lib.storage.packs).
@@ -268,6 +286,16 @@ def forget_steps(
         dict(done["rows_deleted"]),
         resumed=resumed,
     )
+
+
+def forgetting(conn: Conn, user_ids: Iterable[str]) -> Callable[[str, uuid.UUID], bool]:
+    """Whether an open (unfinished) forget request of these users covers a (user_id, memory id): the
+    archival backup step asks under the users' backup locks (memory_lib.core.locks) and puts nothing
+    it covers, so no backup is written after forget has listed the user's objects."""
+    rows = conn.execute(_FORGETTING_SQL, {"users": sorted(set(user_ids))}).fetchall()
+    whole = {r["user_id"] for r in rows if r["memory_id"] is None}
+    some = {(r["user_id"], i) for r in rows if r["memory_id"] is not None for i in r["memory_ids"]}
+    return lambda user, memory_id: user in whole or (user, memory_id) in some
 
 
 def run_forget(conn: Conn, steps: Steps) -> ForgetResult:
@@ -315,6 +343,9 @@ def _open_plan(
     now: datetime,
     keys_for: Callable[[Iterable[uuid.UUID], Iterable[str]], list[str]],
 ) -> Plan[tuple[Row, bool] | ForgetResult]:
+    # The backup lock before the user's write lock (memory_lib.core.locks): wait for the user's
+    # archival backups in flight; the request this transaction records stops the later ones.
+    yield Sql(WAIT_FOR_BACKUPS_SQL, {"user_id": user}, "one")
     yield Sql(USER_LOCK_SQL, {"user_id": user}, "one")
     if target is not None:
         # An unfinished request covering it first: its rows may already be gone.
@@ -325,12 +356,15 @@ def _open_plan(
             done = yield Sql(_DONE_FOR_MEMORY_SQL, {"user_id": user, "id": target}, "one")
             if done is None:
                 raise NotFoundError(f"no memory {target} for user_id={user!r}")
-            return ForgetResult(
-                done["id"], user, target, tuple(done["memory_ids"]), 0, {}, already_forgotten=True
-            )
+            return ForgetResult(done["id"], user, target, (), 0, {}, already_forgotten=True)
         target = found["memory_id"]
     request = yield Sql(_OPEN_SQL, {"user_id": user, "memory_id": target}, "one")
     ids = yield from _scope_ids(user, target)
+    if request is None and target is None and not ids:
+        # Nothing of the user is left (a forgotten memory's redacted events and tombstone do not count).
+        done = yield Sql(_DONE_FOR_USER_SQL, {"user_id": user}, "one")
+        if done is not None:
+            return ForgetResult(done["id"], user, None, (), 0, {}, already_forgotten=True)
     if request is not None:
         ids = sorted(set(ids) | set(request["memory_ids"]))
     refs = yield Sql(_REFS_SQL, {"user_id": user, "ids": ids}, "all")

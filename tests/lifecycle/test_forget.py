@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -24,12 +25,20 @@ from memory_lib.consolidation.digests import ExtractiveDigestBuilder
 from memory_lib.consolidation.facts import RuleFactExtractor
 from memory_lib.consolidation.monthly import consolidate_month
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
-from memory_lib.lifecycle.forget import erased_tables, remaining, retained_tables, user_id_tables
+from memory_lib.core.plans import RunPlan, run_plan
+from memory_lib.lifecycle.forget import (
+    erased_tables,
+    forget_steps,
+    remaining,
+    retained_tables,
+    user_id_tables,
+)
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.storage import packs
 from memory_lib.storage.db import connect
 from memory_lib.storage.object_versions import list_versions
-from memory_lib.storage.objectstore import S3ObjectStore
+from memory_lib.storage.objectstore import S3ObjectStore, StoredObject
 from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -179,7 +188,8 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
     assert request["status"] == "done" and request["completed_at"] is not None
 
     again = client.forget_user("u1", now=NOW)  # idempotent: nothing more to delete, no new tombstone
-    assert again.rows_deleted.get("memories") == 0 and again.object_versions_deleted == 0
+    assert again.already_forgotten and again.request_id == result.request_id
+    assert again.rows_deleted == {} and again.object_versions_deleted == 0
     assert conn.execute(
         "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
     ).fetchone()["n"] == len(ids["u1"])
@@ -251,6 +261,136 @@ def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, 
     assert client.forget("u1", first).already_forgotten
 
 
+def test_forget_user_twice_the_second_finds_nothing_left(conn, local_store):
+    client = _client(conn, local_store)
+    ids = [
+        client.add("u1", f"u1 note {i} about the garden", importance=0.1, now=OLD).memory_id for i in range(3)
+    ]
+    _archive(conn, local_store)
+    first = client.forget_user("u1")
+    assert set(first.memory_ids) == set(ids) and not first.already_forgotten
+
+    again = client.forget_user("u1")
+
+    assert again.already_forgotten and again.request_id == first.request_id
+    assert again.memory_ids == () and again.rows_deleted == {} and again.object_versions_deleted == 0
+    requests = conn.execute("SELECT count(*) AS n FROM forget_requests WHERE user_id = 'u1'").fetchone()
+    assert requests["n"] == 1
+    # Memories written after the forget are a new forget's business.
+    later = client.add("u1", "u1 starts over with a new note", now=NOW).memory_id
+    third = client.forget_user("u1")
+    assert not third.already_forgotten and third.memory_ids == (later,)
+
+
+class _PausedPuts(S3ObjectStore):
+    """The same bucket, but every put waits for `go` once it has said `entered`."""
+
+    def __init__(self, store: S3ObjectStore):
+        super().__init__(store.client, store.bucket, prefix=store.prefix)
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def put(self, key: str, data: bytes, sha256: str) -> StoredObject:
+        self.entered.set()
+        assert self.go.wait(120), "the test never let the put go"
+        return super().put(key, data, sha256)
+
+
+def _in_thread(fn, out: dict, name: str) -> threading.Thread:
+    def run():
+        try:
+            out[name] = fn()
+        except BaseException as exc:  # re-raised by the test
+            out[name] = exc
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
+
+
+def test_forget_user_cannot_be_outrun_by_a_backup_in_flight(db_url, versioned_store):
+    """The night's backup step has read u1's rows and its put is paused: forget_user waits for it, and
+    when it says done nothing of u1 is left in any table or object version."""
+    store = versioned_store
+    with connect(db_url) as conn:
+        client = _client(conn, store)
+        for user in ("u1", "u2"):
+            for i in range(4):
+                client.add(user, f"{user} note {i}: the spare key is under pot {i}", importance=0.1, now=OLD)
+    paused = _PausedPuts(store)
+    out: dict = {}
+
+    def night():
+        with connect(db_url) as c:
+            services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), paused)
+            return run_batch(c, services, ArchivalCriteria(), batch_key="race", as_of=NOW, actor="test")
+
+    def forget():
+        with connect(db_url) as c:
+            return _client(c, store).forget_user("u1")
+
+    archiving = _in_thread(night, out, "night")
+    try:
+        assert paused.entered.wait(120), "the backup step never put"
+        forgetting = _in_thread(forget, out, "forget")
+        forgetting.join(3)
+        assert forgetting.is_alive(), (
+            f"forget returned while a backup of u1 was in flight: {out.get('forget')}"
+        )
+    finally:
+        paused.go.set()
+        archiving.join(300)
+    forgetting.join(300)
+    for name in ("night", "forget"):
+        if isinstance(out.get(name), BaseException):
+            raise out[name]
+    assert not out["forget"].already_forgotten and len(out["forget"].memory_ids) == 4
+    with connect(db_url) as conn:
+        assert remaining(conn, store, "u1").clean
+        assert not list_versions(store, packs.owner_prefix(store, "u1"))
+        archived = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u2'").fetchone()
+        assert archived["n"] == 4  # the other user's night went on
+
+
+def test_a_backup_puts_nothing_of_a_user_being_forgotten(db_url, versioned_store):
+    """A forget that recorded its request and then died: the night's backup step leaves that user's
+    memories out (not failed: the gate passes) and writes no object for them; the forget, run again,
+    finishes."""
+    store = versioned_store
+    with connect(db_url) as conn:
+        client = _client(conn, store)
+        for user in ("u1", "u2"):
+            for i in range(3):
+                client.add(user, f"{user} note {i}: the bike lock code is {i}{i}{i}", importance=0.1, now=OLD)
+        steps = forget_steps(store, "u1", None, actor="died")
+        first = next(steps)
+        assert isinstance(first, RunPlan)
+        run_plan(conn, first.plan)  # the request is recorded; the process dies here
+        steps.close()
+        assert (
+            conn.execute("SELECT status FROM forget_requests WHERE user_id = 'u1'").fetchone()["status"]
+            == "pending"
+        )
+
+        services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+        report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
+
+        assert report.gate_passed and report.status.failed == 0
+        assert not list_versions(store, packs.owner_prefix(store, "u1"))
+        hot = conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1'").fetchone()
+        assert hot["n"] == 3  # left hot for the forget: no archive row, no attempt
+        assert not conn.execute("SELECT 1 FROM archival_attempts WHERE user_id = 'u1'").fetchall()
+        assert not conn.execute("SELECT 1 FROM archived_memories WHERE user_id = 'u1'").fetchall()
+        assert (
+            conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u2'").fetchone()["n"]
+            == 3
+        )
+
+        result = client.forget_user("u1")
+
+        assert result.resumed and len(result.memory_ids) == 3
+        assert remaining(conn, store, "u1").clean
+
+
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys
@@ -276,13 +416,14 @@ _KILLER = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_after,status", [(6, "pending"), (8, "rows_deleted")])
+@pytest.mark.parametrize("kill_after,status", [(7, "pending"), (9, "rows_deleted")])
 def test_a_killed_forget_user_is_completed_by_running_it_again(
     db_url, seaweed, versioned_store, kill_after, status
 ):
-    """Killed after its objects are deleted but before its rows (step 6: the purge, after the bucket's
-    listing, the unrecorded packs' plan and read, the open and the pack plan), or after its rows but
-    before the final sweep (step 8): the next forget_user resumes the same request and completes it."""
+    """Killed after its objects are deleted but before its rows (step 7: the purge, after the request,
+    the bucket's listing, the unrecorded packs' plan and read, the manifest and the pack plan), or after
+    its rows but before the final sweep (step 9): the next forget_user resumes the same request and
+    completes it."""
     store = versioned_store
     with connect(db_url) as conn:
         ids = _seed(conn, store)
