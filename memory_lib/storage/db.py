@@ -37,6 +37,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
+from pydantic import SecretStr
 
 from ..core.config import Settings
 from ..core.errors import EmbeddedServerError, MissingExtensionError, SchemaError
@@ -480,12 +481,15 @@ def ensure_database(server_url: str, name: str, *, create: bool = True) -> str:
     return make_conninfo(server_url, dbname=name)
 
 
-def connect(url: str, *, autocommit: bool = True, register: bool = True) -> Conn:
-    """A psycopg 3 connection returning dict rows, with pgvector types registered.
+def connect(url: str | SecretStr, *, autocommit: bool = True, register: bool = True) -> Conn:
+    """A psycopg 3 connection returning dict rows, with pgvector types registered. `url` is a
+    `postgresql://` URL or libpq string, or `Settings.database_url` itself (a SecretStr).
 
     Autocommit by default: memory_lib opens every transaction explicitly with `conn.transaction()`,
     so no statement is left inside an implicit transaction that nobody commits.
     """
+    if isinstance(url, SecretStr):
+        url = url.get_secret_value()
     conn = psycopg.connect(url, autocommit=autocommit, row_factory=dict_row)
     if register:
         try:
