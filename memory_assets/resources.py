@@ -52,7 +52,9 @@ class DatabaseResource(dg.ConfigurableResource):
     Each run process opens the database at setup and releases its hold on the embedded server at
     teardown (the server stops when its last holder leaves). Setup checks the schema read-only
     (memory_lib.storage.db.check_schema, a few catalog queries) and migrates only when that check fails, so a
-    run on an up-to-date database takes no migration lock and runs no DDL.
+    run on an up-to-date database takes no migration lock and runs no DDL. It migrates as the role of its
+    database URL, so on your own Postgres that is the role that owns the schema (docs/how-to/postgres.md,
+    "Which role migrates").
     """
 
     database_url: str | None = Field(default=None, description="postgresql:// URL; unset: embedded server.")
