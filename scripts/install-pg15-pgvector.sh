@@ -1,38 +1,31 @@
 #!/usr/bin/env bash
 # Debian's PostgreSQL 15 with pgvector, for the test that runs docs/how-to/postgres.md's DBA steps on a
 # server set up the way a user's is (tests/packaging/test_docs.py). Debian 12 ships postgresql-15 but no
-# pgvector package for it, so pgvector's own Debian source package (from Debian 13) is built here against
-# postgresql-server-dev-15 and installed into PostgreSQL 15. Needs root; does nothing when both are there.
+# pgvector for it (users take PGDG's postgresql-15-pgvector): pgvector 0.8.6 (>= 0.8.4, which fixed HNSW
+# index corruption during vacuum) comes from the shared Citus kit's binaries, built against Debian's
+# PostgreSQL 15.20 headers. Only pgvector's files are taken, not Citus. Needs root; does nothing when
+# PostgreSQL 15 already has pgvector 0.8.6.
 set -euo pipefail
 PG=15
+MIN_PG=15.20
+VECTOR=0.8.6
 BIN=/usr/lib/postgresql/$PG/bin
-if [ -x "$BIN/initdb" ] && [ -f "/usr/share/postgresql/$PG/extension/vector.control" ]; then
-    echo "PostgreSQL $PG with pgvector: already installed"
+EXT=/usr/share/postgresql/$PG/extension
+KIT="$(cd "$(dirname "$0")/.." && pwd)/../shared/tools/citus/citus-13.2.2-pgvector-$VECTOR-pg15-amd64.tar.gz"
+
+have_vector=$(awk -F"'" '/default_version/ {print $2}' "$EXT/vector.control" 2>/dev/null || true)
+if [ -x "$BIN/initdb" ] && [ "$have_vector" = "$VECTOR" ]; then
+    echo "PostgreSQL $PG with pgvector $VECTOR: already installed"
     exit 0
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "postgresql-$PG" "postgresql-server-dev-$PG" dpkg-dev make gcc >/dev/null
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-chmod 755 "$work"  # apt downloads as its own user
-# The Debian mirror this machine is set up with, with Debian 13's source index in a private apt state
-# (the machine's own sources stay as they are).
-mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-if [ -z "$mirror" ]; then
-    mirror=$(awk '$1 == "deb" && $2 !~ /^\[/ {print $2; exit}' /etc/apt/sources.list)
+[ -f "$KIT" ] || { echo "install-pg15-pgvector: $KIT is missing (../shared/tools/citus)" >&2; exit 1; }
+have_pg=$("$BIN/postgres" --version 2>/dev/null | awk '{print $3}' || true)
+if [ -z "$have_pg" ] || ! printf '%s\n%s\n' "$MIN_PG" "$have_pg" | sort -V -C; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "postgresql-$PG" >/dev/null
+    # Debian starts a default cluster on 5432; the test starts its own server.
+    pg_ctlcluster "$PG" main stop >/dev/null 2>&1 || true
 fi
-mkdir -p "$work/lists/partial"
-echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main" >"$work/sources.list"
-apt_private=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-    -o "Dir::State::Lists=$work/lists")
-apt-get "${apt_private[@]}" update -qq
-mkdir "$work/src" && chown _apt "$work/src" 2>/dev/null || true
-(cd "$work/src" && apt-get "${apt_private[@]}" source --download-only -qq pgvector)
-# apt checked the files against the signed source index; dpkg-source need not look for a keyring
-dpkg-source --no-check -x "$work"/src/pgvector_*.dsc "$work/pgvector" >/dev/null
-# OPTFLAGS empty: no -march=native, the build runs on any x86-64 (as Debian's own packages are built).
-make -s -C "$work/pgvector" PG_CONFIG="$BIN/pg_config" OPTFLAGS="" with_llvm=no
-make -s -C "$work/pgvector" PG_CONFIG="$BIN/pg_config" with_llvm=no install
-echo "PostgreSQL $PG with pgvector $(awk -F"'" '/default_version/ {print $2}' "/usr/share/postgresql/$PG/extension/vector.control"): installed"
+tar -xzf "$KIT" -C / "usr/lib/postgresql/$PG/lib/vector.so" --wildcards "usr/share/postgresql/$PG/extension/vector*"
+echo "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') with pgvector $VECTOR: installed"
