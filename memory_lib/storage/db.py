@@ -603,8 +603,9 @@ def _privilege_error(conn: Conn, step: str, exc: psycopg.Error) -> SchemaError:
     reason = exc.diag.message_primary or " ".join(str(exc).split())
     return SchemaError(
         f'{step} needs a privilege role "{conn.info.user}" lacks in database "{conn.info.dbname}" '
-        f"({reason}): run `memory-archive migrate` as the database owner, or grant the role CREATE on the "
-        "database and on schema public"
+        f"({reason}): run `memory-archive migrate` as the role that owns the schema, the one the application "
+        f'connects as; or grant "{conn.info.user}" CREATE on the database and on schema public (the DBA '
+        "steps in docs/how-to/postgres.md)"
     )
 
 

@@ -325,8 +325,9 @@ def test_a_role_without_create_on_the_schema_is_told_what_to_grant(limited_role)
         migrate(role_url, embedding_dim=32)
     assert str(caught.value) == (
         f'creating table schema_migrations needs a privilege role "{role}" lacks in database "{dbname}" '
-        "(permission denied for schema public): run `memory-archive migrate` as the database owner, or grant "
-        "the role CREATE on the database and on schema public"
+        "(permission denied for schema public): run `memory-archive migrate` as the role that owns the schema, "
+        f'the one the application connects as; or grant "{role}" CREATE on the database and on schema public '
+        "(the DBA steps in docs/how-to/postgres.md)"
     )
     assert _tables(admin_url) == set()
 
