@@ -11,6 +11,10 @@ API key is refused before anything is claimed or written. Exit status, one meani
   3  archival is paused
   4  a component is unavailable: database unreachable, object store or LLM outage; retry later
 
+Who acted, one rule for every command: each event and pause record a command writes (archive, restore,
+unsupersede, pause set, pause clear) names the actor `cli:<operator>`, the operator being `--operator`,
+by default your login name (`_actor` below; docs/reference/cli.md).
+
 Errors are one line on stderr and name this command's flags (`--user-id`, not the library's or Dagster's
 `user_id`). Logs go to stderr, quiet by default (`-v` for progress, `-vv` for debug). Every command's
 `--help` ends with examples.
@@ -85,6 +89,30 @@ _FLAGS = {
     "reason": "--reason",
     "actor": "--operator",
 }
+
+
+def _login() -> str:
+    """The login name, the operator when --operator is not given."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no LOGNAME/USER variable and no passwd entry (some containers)
+        return "unknown"
+
+
+ACTOR_PREFIX = "cli:"
+_OPERATOR = click.option(
+    "--operator",
+    default=_login,
+    show_default="your login name",
+    help="Who runs this: its events and the pause history record the actor cli:<operator>.",
+)
+
+
+def _actor(operator: str) -> str:
+    """The one actor rule of this CLI: every record a command writes names `cli:<operator>`. Checked
+    before anything is read or written (a blank --operator is exit 2)."""
+    limit = validation.MAX_LABEL_CHARS - len(ACTOR_PREFIX)
+    return ACTOR_PREFIX + validation.text("actor", operator, max_chars=limit).strip()
 
 
 def _examples(*lines: str) -> str:
@@ -283,13 +311,20 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
     help="Run batch after batch (a JSON line each) until one claims less than a full batch, or one fails: "
     "a backlog drained by one process per shard.",
 )
+@_OPERATOR
 @click.pass_context
 @_guarded
 def archive(
-    ctx: click.Context, batch_key: str | None, limit: int | None, shard: str, until_drained: bool
+    ctx: click.Context,
+    batch_key: str | None,
+    limit: int | None,
+    shard: str,
+    until_drained: bool,
+    operator: str,
 ) -> None:
     """Archive one batch of eligible memories through the whole pipeline (pause, fidelity and gate included)."""
     part = Shard.parse(shard)  # before connecting: bad input writes nothing
+    actor = _actor(operator)
     if until_drained and batch_key is not None:
         # Each batch of a drain gets its own key; a drain killed midway is resumed by running it again
         # (its open attempts are taken over at once: the holder's pid is dead).
@@ -307,7 +342,7 @@ def archive(
                 settings.archival,
                 batch_key=key,
                 as_of=now,
-                actor="cli",
+                actor=actor,
                 limit=limit,
                 workers=settings.llm.max_concurrency,
                 holder=Holder.this_process(f"cli:{key}", track_pid=True),
@@ -355,10 +390,15 @@ def archive(
     is_flag=True,
     help="Every archive (of --user-id when given); pauses archival first.",
 )
+@_OPERATOR
 @click.pass_context
 @_guarded
 def restore(
-    ctx: click.Context, user_id: str | None, original_id: tuple[uuid.UUID, ...], all_archives: bool
+    ctx: click.Context,
+    user_id: str | None,
+    original_id: tuple[uuid.UUID, ...],
+    all_archives: bool,
+    operator: str,
 ) -> None:
     """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup.
     Choose what: --all, --user-id, or --original-id (repeatable; with --user-id, that user's)."""
@@ -367,13 +407,14 @@ def restore(
         _fail("choose what to restore: --all, --user-id USER, or --original-id UUID (repeatable)")
     if all_archives and original_id:
         _fail("--all restores every archive (of --user-id when given): leave out --original-id")
+    actor = _actor(operator)
     _preflight(_settings(ctx))
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
         report = restore_archives(
             conn,
             services.object_store,
-            actor="cli",
+            actor=actor,
             all_archives=all_archives and user_id is None,
             user_id=user_id,
             original_ids=list(original_id) or None,
@@ -428,13 +469,15 @@ def sweep(ctx: click.Context, remove: bool) -> None:
 )
 @click.option("--user-id", help="Only this user's memories.")
 @click.option("--apply", is_flag=True, help="Make them live again (default: a dry run that writes nothing).")
+@_OPERATOR
 @click.pass_context
 @_guarded
-def unsupersede(ctx: click.Context, user_id: str | None, apply: bool) -> None:
+def unsupersede(ctx: click.Context, user_id: str | None, apply: bool, operator: str) -> None:
     """List the memories add's former near-duplicate rule superseded (hidden from search); --apply makes
     them live again, one 'updated' event each, except those whose text a live memory already holds."""
+    actor = _actor(operator)
     with _connection(ctx) as (_, conn):
-        report = unsupersede_memories(conn, user_id=user_id, apply=apply, actor="cli")
+        report = unsupersede_memories(conn, user_id=user_id, apply=apply, actor=actor)
         _emit(report.to_json())
 
 
@@ -462,9 +505,6 @@ def pause_show(ctx: click.Context) -> None:
         _emit({"paused": state.paused, "describe": state.describe(), "history": pause_history(conn, limit=5)})
 
 
-_OPERATOR = click.option("--operator", default=getpass.getuser, show_default="your login", help="Who.")
-
-
 @pause.command("set", epilog=_examples(_PAUSE_EXAMPLES[1]))
 @click.option("--reason", required=True, help="Why (kept in the pause history).")
 @_OPERATOR
@@ -472,8 +512,9 @@ _OPERATOR = click.option("--operator", default=getpass.getuser, show_default="yo
 @_guarded
 def pause_set(ctx: click.Context, reason: str, operator: str) -> None:
     """Pause archival: every batch and night does nothing until it is cleared."""
+    actor = _actor(operator)
     with _connection(ctx) as (_, conn):
-        state = set_pause(conn, reason=reason, actor=operator)
+        state = set_pause(conn, reason=reason, actor=actor)
         _emit({"paused": state.paused, "describe": state.describe()})
 
 
@@ -484,8 +525,9 @@ def pause_set(ctx: click.Context, reason: str, operator: str) -> None:
 @_guarded
 def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:
     """Resume archival."""
+    actor = _actor(operator)
     with _connection(ctx) as (_, conn):
-        state = clear_pause(conn, reason=reason, actor=operator)
+        state = clear_pause(conn, reason=reason, actor=actor)
         _emit({"paused": state.paused, "describe": state.describe()})
 
 

@@ -1,8 +1,11 @@
-"""The command line against a real database: migrate, stats, archive, restore."""
+"""The command line against a real database: migrate, stats, archive, restore, pause; its errors and
+the actor it records."""
 
 from __future__ import annotations
 
+import getpass
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -92,3 +95,40 @@ def test_bad_settings_exit_with_a_message(env, monkeypatch, capsys):
     monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_DIM", "999")
     assert main(["stats"]) == 2
     assert "created with embedding_dim=64, settings have embedding.dim=999" in capsys.readouterr().err
+
+
+def _archived(conn, n: int, capsys, *, seed: int = 0) -> None:
+    """n old memories (alice and bob in turn), archived by `memory-archive archive`."""
+    memories = make_memories(n, dim=TEST_DIM, age_days=400, now=datetime.now(UTC), seed=seed)
+    insert_memories(conn, memories, actor="test")
+    assert main(["archive", "--limit", str(n)]) == 0
+    assert _json(capsys)["archived"] == n
+
+
+def test_every_command_records_one_actor_cli_and_the_operator(env, capsys):
+    """archive, restore --all (and the pause it sets), pause clear, restore --operator: cli:<login> by
+    default, cli:<--operator> when given, in memory_events and the pause history alike; a blank
+    --operator is refused naming the flag."""
+    conn = connect(env)
+    by_login = f"cli:{getpass.getuser()}"
+    _archived(conn, 4, capsys)
+    assert main(["restore", "--all"]) == 0
+    assert _json(capsys)["archival_paused"] is True
+    assert main(["pause", "show"]) == 0
+    assert f"archival paused by {by_login} at " in _json(capsys)["describe"]
+    assert main(["pause", "clear", "--reason", "rollback done"]) == 0
+    _archived(conn, 2, capsys, seed=1)
+    assert main(["restore", "--user-id", "alice", "--operator", "ops"]) == 0
+    events = conn.execute(
+        "SELECT event_type, actor, count(*) AS n FROM memory_events WHERE actor <> 'test'"
+        " GROUP BY 1, 2 ORDER BY 1, 2"
+    ).fetchall()
+    assert {(e["event_type"], e["actor"], e["n"]) for e in events} == {
+        ("archived", by_login, 6),
+        ("restored", by_login, 4),
+        ("restored", "cli:ops", 1),
+    }
+    pauses = conn.execute("SELECT action, actor FROM archival_pause_events ORDER BY id").fetchall()
+    assert [(p["action"], p["actor"]) for p in pauses] == [("paused", by_login), ("cleared", by_login)]
+    assert main(["pause", "set", "--reason", "outage", "--operator", "\u200b"]) == 2
+    assert "invalid --operator '\\u200b'" in capsys.readouterr().err

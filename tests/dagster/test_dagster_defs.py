@@ -241,7 +241,9 @@ def test_pause_cli_sets_shows_and_clears(db_url):
         )
 
     out = cli("set", "--reason", "provider outage", "--operator", "ops")
-    assert out.returncode == 0 and "archival paused by ops" in out.stdout and "provider outage" in out.stdout
+    assert (
+        out.returncode == 0 and "archival paused by cli:ops" in out.stdout and "provider outage" in out.stdout
+    )
     assert "provider outage" in cli("status").stdout
     cleared = cli("clear", "--reason", "provider back", "--operator", "ops")
     assert cleared.returncode == 0 and json.loads(cleared.stdout)["describe"] == "archival is running"
