@@ -84,7 +84,7 @@ def set_pause(
                VALUES ('paused', %s, %s, %s, %s)""",
             (reason, actor, batch_key, Jsonb(details or {})),
         )
-    log.error("archival paused by %s: %s", actor, reason)
+    log.info("archival paused by %s: %s", actor, reason)
     return _pause_row(conn)
 
 
@@ -116,7 +116,7 @@ def clear_pause(conn: Conn, *, reason: str, actor: str) -> PauseState:
                 ),
             ),
         )
-    log.warning("archival pause cleared by %s: %s", actor, reason)
+    log.info("archival pause cleared by %s: %s", actor, reason)
     return _pause_row(conn)
 
 

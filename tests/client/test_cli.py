@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 from datetime import UTC, datetime
 
 import pytest
@@ -103,6 +104,18 @@ def _archived(conn, n: int, capsys, *, seed: int = 0) -> None:
     insert_memories(conn, memories, actor="test")
     assert main(["archive", "--limit", str(n)]) == 0
     assert _json(capsys)["archived"] == n
+
+
+def test_pause_set_and_clear_log_at_info(env, capsys, caplog):
+    caplog.set_level(logging.DEBUG, logger="memory_lib")
+    assert main(["pause", "set", "--reason", "storage migration", "--operator", "ops"]) == 0
+    assert main(["pause", "clear", "--reason", "migration done", "--operator", "ops"]) == 0
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "memory_lib.lifecycle.pause"]
+    assert logged == [
+        ("INFO", "archival paused by cli:ops: storage migration"),
+        ("INFO", "archival pause cleared by cli:ops: migration done"),
+    ]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_every_command_records_one_actor_cli_and_the_operator(env, capsys):
