@@ -25,7 +25,6 @@ from __future__ import annotations
 import getpass
 import json
 import logging
-import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -44,6 +43,7 @@ from .core import validation
 from .core.config import Settings
 from .core.errors import (
     ConfigError,
+    DatabaseConnectionError,
     DeadlineExceeded,
     EmbeddedServerError,
     EmbeddingError,
@@ -62,7 +62,14 @@ from .lifecycle.pause import clear_pause, pause_history, pause_status, set_pause
 from .lifecycle.restore import restore_archives
 from .llm.batches import submission_stats
 from .preflight import preflight
-from .storage.db import migrate_database, open_database, open_ready_database
+from .storage.db import (
+    DATABASE_REFUSED,
+    describe_database,
+    migrate_database,
+    naming_the_database,
+    open_database,
+    open_ready_database,
+)
 from .storage.store import tier_stats
 from .write.unsupersede import unsupersede as unsupersede_memories
 
@@ -71,11 +78,6 @@ EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED, EXIT_UNAVAILABLE = 1, 2, 3, 4
 log = logging.getLogger(__name__)
 
 _UNAVAILABLE = (ObjectStoreError, SummarizationError, EmbeddingError, EmbeddedServerError, DeadlineExceeded)
-
-# Postgres refusing the connection's settings (not an outage): wrong role, password, database or pg_hba rule.
-_DATABASE_REFUSED = re.compile(
-    r'password authentication failed|role "[^"]*" does not exist|database "[^"]*" does not exist|no pg_hba\.conf entry'
-)
 
 
 # The library's field names (InvalidInputError.field, also Dagster's config names) as this CLI's flags.
@@ -149,6 +151,8 @@ def _connection(ctx: click.Context) -> Iterator[tuple[Settings, Conn]]:
 def exit_code(exc: BaseException) -> int:
     """The exit status of an error that ended a command (see the module docstring). Configuration wins
     over the component it concerns: a missing bucket is an ObjectStoreConfigError, exit 2, not 4."""
+    if isinstance(exc, DatabaseConnectionError):
+        return EXIT_INPUT if exc.refused else EXIT_UNAVAILABLE
     if isinstance(exc, IntegrityError | ObjectNotFoundError):
         return EXIT_FAILED  # stored data failed its check or is gone: the run failed, nothing shown as valid
     if isinstance(exc, ConfigError | InvalidInputError | SchemaError):
@@ -156,7 +160,7 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, _UNAVAILABLE):
         return EXIT_UNAVAILABLE
     if isinstance(exc, psycopg.OperationalError):
-        return EXIT_INPUT if _DATABASE_REFUSED.search(str(exc)) else EXIT_UNAVAILABLE
+        return EXIT_INPUT if DATABASE_REFUSED.search(str(exc)) else EXIT_UNAVAILABLE
     return EXIT_INPUT
 
 
@@ -171,10 +175,15 @@ def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
             _fail(_flag_message(exc), exit_code(exc))
         except MemoryArchiveError as exc:
             _fail(str(exc), exit_code(exc))
-        except psycopg.OperationalError as exc:
+        except psycopg.OperationalError as exc:  # not while connecting (DatabaseConnectionError): mid-command
             code = exit_code(exc)
+            root = click.get_current_context(silent=True)
+            settings = root.find_root().obj if root is not None else None
+            where = f" of {describe_database(settings)}" if isinstance(settings, Settings) else ""
             what = (
-                "the database refused these settings" if code == EXIT_INPUT else "cannot reach the database"
+                f"the database{where} refused these settings"
+                if code == EXIT_INPUT
+                else f"cannot reach the database{where}"
             )
             _fail(f"{what}: {' '.join(str(exc).split())[:300]}", code)
 
@@ -236,7 +245,7 @@ def _preflight(settings: Settings, *, llm: bool = False) -> None:
 def migrate_cmd(ctx: click.Context) -> None:
     """Create or upgrade the schema (the only command that changes it; a database keeps its dim)."""
     settings = _settings(ctx)
-    with open_database(settings, create=True) as db:
+    with open_database(settings, create=True) as db, naming_the_database(settings):
         _emit(
             {
                 "applied": migrate_database(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import psycopg
+
 
 class MemoryArchiveError(Exception):
     """Base class for every error memory_lib raises on purpose."""
@@ -82,6 +84,20 @@ class ConfigError(MemoryArchiveError, ValueError):
     def __init__(self, message: str, *, variable: str | None = None, value: object = None):
         self.variable = variable
         self.value = value
+        super().__init__(message)
+
+
+class DatabaseConnectionError(MemoryArchiveError, psycopg.OperationalError):
+    """The database a setting names could not be connected to. The message names the setting
+    (DATABASE_URL) with its host, port and dbname, never the password, then the server's or libpq's
+    reason. `refused`: the server answered and refused these settings (password, role, database, pg_hba
+    rule: fix them); otherwise it could not be reached (retry later). Also a psycopg.OperationalError,
+    what a failed connection raised before."""
+
+    def __init__(self, message: str, *, setting: str, target: dict[str, str], refused: bool):
+        self.setting = setting
+        self.target = target  # host, port, dbname: what was given of them
+        self.refused = refused
         super().__init__(message)
 
 

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -40,7 +41,7 @@ from psycopg.rows import dict_row
 from pydantic import SecretStr
 
 from ..core.config import Settings
-from ..core.errors import EmbeddedServerError, MissingExtensionError, SchemaError
+from ..core.errors import DatabaseConnectionError, EmbeddedServerError, MissingExtensionError, SchemaError
 from ..core.rows import Conn, Row
 from . import partitioning
 
@@ -708,9 +709,10 @@ def prepare_database(settings: Settings, *, embedding_dim: int | None = None) ->
     existing one keeps its dim). For `memory-archive migrate`, the Dagster resource and the demo."""
     db = open_database(settings, create=True)
     try:
-        migrate_database(
-            db.url, embedding_dim or settings.embedding.dim, user_partitions=settings.user_partitions
-        )
+        with naming_the_database(settings):
+            migrate_database(
+                db.url, embedding_dim or settings.embedding.dim, user_partitions=settings.user_partitions
+            )
     except BaseException:
         db.close()
         raise
@@ -720,14 +722,68 @@ def prepare_database(settings: Settings, *, embedding_dim: int | None = None) ->
 def open_ready_database(settings: Settings) -> Database:
     """Open the database of `settings` for a library client: no DDL, no migration lock, nothing created.
     Raises SchemaError (run `memory-archive migrate`) unless every shipped migration is applied and
-    the database was created with settings.embedding.dim."""
+    the database was created with settings.embedding.dim, and DatabaseConnectionError (naming
+    DATABASE_URL's host, port and dbname) when its server cannot be connected to."""
     db = open_database(settings, create=False)
     try:
-        check_schema(db.url, embedding_dim=settings.embedding.dim)
+        with naming_the_database(settings):
+            check_schema(db.url, embedding_dim=settings.embedding.dim)
     except BaseException:
         db.close()
         raise
     return db
+
+
+# Postgres refusing the connection's settings (not an outage): wrong role, password, database or pg_hba rule.
+DATABASE_REFUSED = re.compile(
+    r'password authentication failed|role "[^"]*" does not exist|database "[^"]*" does not exist|no pg_hba\.conf entry'
+)
+_TARGET_KEYS = ("host", "port", "dbname")
+
+
+def database_target(url: str) -> dict[str, str]:
+    """The host, port and dbname a connection URL names (those it gives; never the password)."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return {}
+    return {k: str(info[k]) for k in _TARGET_KEYS if info.get(k)}
+
+
+def describe_database(settings: Settings) -> str:
+    """Which database `settings` name, in words for an error: the setting and where it points."""
+    if settings.database_url is None:
+        return f"the embedded server in {settings.embedded_pg_dir} (under MEMORY_ARCHIVE_STATE_DIR)"
+    target = database_target(settings.database_url.get_secret_value())
+    where = " ".join(f"{k}={target.get(k, '(libpq default)')}" for k in _TARGET_KEYS)
+    return f"DATABASE_URL ({where})"
+
+
+@contextlib.contextmanager
+def naming_the_database(settings: Settings) -> Iterator[None]:
+    """A failed connection to DATABASE_URL's server becomes DatabaseConnectionError naming the setting
+    and its host, port and dbname (never the password), refused or unreachable. A server error with
+    its own SQLSTATE (a lock timeout, a cancelled query) is not a failed connection and passes as it is."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        if settings.database_url is None or type(exc) is not psycopg.OperationalError:
+            raise
+        url = settings.database_url.get_secret_value()
+        cause = " ".join(str(exc).split())
+        password = conninfo_to_dict(url).get("password")
+        if password:
+            cause = cause.replace(str(password), "***")
+        refused = bool(DATABASE_REFUSED.search(cause))
+        where = describe_database(settings)
+        message = (
+            f"the database of {where} refused these settings"
+            if refused
+            else f"cannot reach the database of {where}"
+        )
+        raise DatabaseConnectionError(
+            f"{message}: {cause[:300]}", setting="DATABASE_URL", target=database_target(url), refused=refused
+        ) from exc
 
 
 _CORE_TABLES = ("memories", "archived_memories", "memory_events", "memory_archive_settings")

@@ -6,10 +6,14 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import socket
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
+from memory_lib import MemoryClient, Settings, errors
 from memory_lib.cli import main
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.db import connect
@@ -104,6 +108,40 @@ def _archived(conn, n: int, capsys, *, seed: int = 0) -> None:
     insert_memories(conn, memories, actor="test")
     assert main(["archive", "--limit", str(n)]) == 0
     assert _json(capsys)["archived"] == n
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_database_names_the_setting_host_port_and_dbname(env, monkeypatch, capsys):
+    port = _closed_port()
+    url = f"postgresql://archiver:s3cret-pw@127.0.0.1:{port}/memdb?connect_timeout=2"
+    monkeypatch.setenv("DATABASE_URL", url)
+    where = f"DATABASE_URL (host=127.0.0.1 port={port} dbname=memdb)"
+    for command in (["stats"], ["migrate"], ["pause", "show"]):
+        assert main(command) == 4, command
+        err = capsys.readouterr().err
+        assert f"cannot reach the database of {where}: " in err, err
+        assert "s3cret-pw" not in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(errors.DatabaseConnectionError) as info:
+        MemoryClient.from_settings(Settings.from_env())
+    assert (info.value.setting, info.value.refused) == ("DATABASE_URL", False)
+    assert info.value.target == {"host": "127.0.0.1", "port": str(port), "dbname": "memdb"}
+    assert isinstance(info.value, psycopg.OperationalError)  # what a failed connection raised before
+    assert "s3cret-pw" not in str(info.value) and where in str(info.value)
+
+
+def test_a_database_that_refuses_the_settings_names_them(env, monkeypatch, capsys):
+    monkeypatch.setenv("DATABASE_URL", make_conninfo(env, dbname="no_such_db"))
+    assert main(["stats"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "the database of DATABASE_URL (host=" in err and "dbname=no_such_db) refused these settings: " in err
+    )
+    assert 'database "no_such_db" does not exist' in err
 
 
 def test_pause_set_and_clear_log_at_info(env, capsys, caplog):
