@@ -59,7 +59,7 @@ from .core.rows import Conn
 from .core.shards import Shard
 from .lifecycle.eligibility import eligible_counts
 from .lifecycle.pause import clear_pause, pause_history, pause_status, set_pause
-from .lifecycle.restore import restore_archives
+from .lifecycle.restore import RestoreReport, originals_of_archives, restore_archives
 from .llm.batches import submission_stats
 from .preflight import preflight
 from .storage.db import (
@@ -386,13 +386,25 @@ def archive(
 @cli.command(
     epilog=_examples(
         "memory-archive restore --original-id 0b7e6a52-3c1d-4f0e-9a51-6f1d2e8c4b90",
+        "memory-archive restore --archive-id 5d0c2f4e-8a1b-4c3d-9e7f-1a2b3c4d5e6f   # an id search returned",
         "memory-archive restore --user-id alice               # every archive of alice",
         "memory-archive restore --all --user-id alice         # the same, archival paused first",
         "memory-archive restore --all                         # everything; archival paused first",
     )
 )
 @click.option("--user-id", help="Only this user's archives.")
-@click.option("--original-id", type=click.UUID, multiple=True, help="One memory (repeatable).")
+@click.option(
+    "--original-id",
+    type=click.UUID,
+    multiple=True,
+    help="One memory by its own id, its original_id (repeatable).",
+)
+@click.option(
+    "--archive-id",
+    type=click.UUID,
+    multiple=True,
+    help="One archived memory by its archive id, what search and expand return (repeatable).",
+)
 @click.option(
     "--all",
     "all_archives",
@@ -406,29 +418,44 @@ def restore(
     ctx: click.Context,
     user_id: str | None,
     original_id: tuple[uuid.UUID, ...],
+    archive_id: tuple[uuid.UUID, ...],
     all_archives: bool,
     operator: str,
 ) -> None:
     """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup.
-    Choose what: --all, --user-id, or --original-id (repeatable; with --user-id, that user's)."""
+    Choose what: --all, --user-id, --original-id or --archive-id (repeatable; with --user-id, that user's)."""
     # The CLI's own words before the library's (whose message names Dagster's config: all=true, ...).
-    if not (all_archives or user_id is not None or original_id):
-        _fail("choose what to restore: --all, --user-id USER, or --original-id UUID (repeatable)")
-    if all_archives and original_id:
-        _fail("--all restores every archive (of --user-id when given): leave out --original-id")
+    if not (all_archives or user_id is not None or original_id or archive_id):
+        _fail(
+            "choose what to restore: --all, --user-id USER, --original-id UUID or --archive-id UUID (repeatable)"
+        )
+    if all_archives and (original_id or archive_id):
+        _fail(
+            "--all restores every archive (of --user-id when given): leave out --original-id and --archive-id"
+        )
     actor = _actor(operator)
     _preflight(_settings(ctx))
     with _connection(ctx) as (settings, conn):
         services = ArchivalServices.from_settings(settings)
-        report = restore_archives(
-            conn,
-            services.object_store,
-            actor=actor,
-            all_archives=all_archives and user_id is None,
-            user_id=user_id,
-            original_ids=list(original_id) or None,
-            pause_archival=all_archives,
+        originals, unknown = (
+            originals_of_archives(conn, archive_id, user_id=user_id) if archive_id else ([], [])
         )
+        wanted = list(dict.fromkeys([*original_id, *originals]))
+        if archive_id and not wanted:  # none of the archive ids names an archive: nothing to restore
+            report = RestoreReport()
+        else:
+            report = restore_archives(
+                conn,
+                services.object_store,
+                actor=actor,
+                all_archives=all_archives and user_id is None,
+                user_id=user_id,
+                original_ids=wanted or None,
+                pause_archival=all_archives,
+            )
+        report.requested += len(unknown)
+        report.not_found += len(unknown)
+        report.errors[:0] = unknown
         _emit(
             {
                 "requested": report.requested,

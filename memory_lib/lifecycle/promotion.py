@@ -87,6 +87,19 @@ PROMOTED_FROM_SQL = """
     WHERE e.user_id = %(user_id)s AND e.event_type IN ('promoted', 'restored')
       AND e.details ->> 'archive_id' = %(archive_id)s
     ORDER BY e.occurred_at DESC LIMIT 1"""
+# An id of the other kind: an archive id (archived_memories.id, what search and expand return) given as
+# an original_id, or a memory's own id given as an archive id (restore says which it is).
+ORIGINAL_OF_ARCHIVE_SQL = """
+    SELECT original_id FROM archived_memories
+    WHERE id = %(id)s AND (%(u)s::text IS NULL OR user_id = %(u)s) LIMIT 1"""
+IS_MEMORY_ID_SQL = """
+    SELECT EXISTS (SELECT 1 FROM archived_memories
+                   WHERE original_id = %(id)s AND (%(u)s::text IS NULL OR user_id = %(u)s))
+        OR EXISTS (SELECT 1 FROM memories WHERE id = %(id)s AND (%(u)s::text IS NULL OR user_id = %(u)s)) AS found"""
+AN_ARCHIVE_ID = (
+    "that is an archive id (what search and expand return), not an original_id; its original_id is {}"
+)
+AN_ORIGINAL_ID = "that is a memory's original_id, not an archive id: restore it by original_id"
 BUMP_EXPANSION_SQL = """
     UPDATE archived_memories SET expansion_count = expansion_count + 1,
            last_expanded_at = greatest(coalesce(last_expanded_at, %(now)s), %(now)s)
@@ -364,6 +377,9 @@ def restore_plan(
             hot = yield Sql(PROMOTED_FROM_SQL, {"user_id": user_id, "archive_id": str(archive_id)}, "one")
             if hot is not None:
                 return RestoreOutcome(user_id, hot["id"], archive_id, False)
+            other = yield Sql(IS_MEMORY_ID_SQL, {"id": archive_id, "u": user_id}, "one")
+            if other is not None and other["found"]:
+                raise NotFoundError(f"archive_id={archive_id}: {AN_ORIGINAL_ID} (user_id={user_id!r})")
             raise NotFoundError(f"no archived memory id={archive_id} for user_id={user_id!r}")
     else:
         original_id = validation.uuid_value("original_id", original_id)
@@ -374,6 +390,11 @@ def restore_plan(
             hot = yield Sql(HOT_BY_ID_SQL, {"user_id": user_id, "id": original_id}, "one")
             if hot is not None:
                 return RestoreOutcome(user_id, original_id, None, False)
+            other = yield Sql(ORIGINAL_OF_ARCHIVE_SQL, {"id": original_id, "u": user_id}, "one")
+            if other is not None:
+                raise NotFoundError(
+                    f"original_id={original_id}: {AN_ARCHIVE_ID.format(other['original_id'])} (user_id={user_id!r})"
+                )
             raise NotFoundError(f"no archived memory original_id={original_id} for user_id={user_id!r}")
     doc = yield from _verified_original(arch)
     yield from restore_rows_plan(arch, doc, event_type="restored", actor=actor, now=now)

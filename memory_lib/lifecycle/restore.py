@@ -28,7 +28,16 @@ from ..storage import packs
 from ..storage.objectstore import ObjectStore
 from ..storage.space import SHAPE_SQL
 from .pause import set_pause
-from .promotion import ARCHIVE_ROW, restore_many_rows_plan, restore_plan, verified_backup
+from .promotion import (
+    AN_ARCHIVE_ID,
+    AN_ORIGINAL_ID,
+    ARCHIVE_ROW,
+    IS_MEMORY_ID_SQL,
+    ORIGINAL_OF_ARCHIVE_SQL,
+    restore_many_rows_plan,
+    restore_plan,
+    verified_backup,
+)
 
 
 @dataclass(frozen=True)
@@ -373,13 +382,7 @@ def _restore_archives(
                 if owner is None:
                     report.requested += 1
                     report.not_found += 1
-                    _note(
-                        report,
-                        _named(
-                            oid,
-                            "no archived or hot memory" + (f" for user_id={user_id!r}" if user_id else ""),
-                        ),
-                    )
+                    _note(report, _not_found(conn, oid, user_id))
                 else:
                     members.append((owner, oid))
             restore(members)  # committed: what progress reports is durable
@@ -432,6 +435,49 @@ def _check_selection(
         except ValueError:
             raise InvalidInputError(f"original_ids[{i}]", value, "is not a UUID") from None
     return list(dict.fromkeys(ids))
+
+
+ARCHIVES_BY_ID_SQL = """
+    SELECT id, original_id FROM archived_memories
+    WHERE id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR user_id = %(u)s)"""
+
+
+def _for_user(user_id: str | None) -> str:
+    return f" for user_id={user_id!r}" if user_id else ""
+
+
+def _not_found(conn: Conn, oid: uuid.UUID, user_id: str | None) -> str:
+    """Why `oid`, given as an original_id, names no memory; an archive id is named as one, with its original."""
+    row = conn.execute(ORIGINAL_OF_ARCHIVE_SQL, {"id": oid, "u": user_id}).fetchone()
+    if row is not None:
+        return _named(oid, AN_ARCHIVE_ID.format(row["original_id"]))
+    return _named(oid, "no archived or hot memory" + _for_user(user_id))
+
+
+def originals_of_archives(
+    conn: Conn, archive_ids: Sequence[uuid.UUID | str], *, user_id: str | None = None
+) -> tuple[list[uuid.UUID], list[str]]:
+    """The original_ids of archived memories given by archive id (archived_memories.id, what search and
+    expand return), for restore_archives(original_ids=...); and a report line for each archive id that
+    names no archived memory (of `user_id` when given), saying what it is instead."""
+    ids = list(
+        dict.fromkeys(validation.uuid_value(f"archive_ids[{i}]", a) for i, a in enumerate(archive_ids))
+    )
+    user = None if user_id is None else validation.user(user_id)
+    found = {r["id"]: r["original_id"] for r in conn.execute(ARCHIVES_BY_ID_SQL, {"ids": ids, "u": user})}
+    unknown: list[str] = []
+    for aid in ids:
+        if aid in found:
+            continue
+        is_memory = conn.execute(IS_MEMORY_ID_SQL, {"id": aid, "u": user}).fetchone()
+        if is_memory is not None and is_memory["found"]:
+            why = AN_ORIGINAL_ID
+        else:
+            why = (
+                "no archived memory has this archive id" + _for_user(user) + " (restored, or never archived)"
+            )
+        unknown.append(f"archive_id={aid}: {why}")
+    return [found[a] for a in ids if a in found], unknown
 
 
 def _named(oid: uuid.UUID, message: str) -> str:

@@ -7,6 +7,7 @@ import getpass
 import json
 import logging
 import socket
+import uuid
 from datetime import UTC, datetime
 
 import psycopg
@@ -142,6 +143,56 @@ def test_a_database_that_refuses_the_settings_names_them(env, monkeypatch, capsy
         "the database of DATABASE_URL (host=" in err and "dbname=no_such_db) refused these settings: " in err
     )
     assert 'database "no_such_db" does not exist' in err
+
+
+def test_restore_names_an_archive_id_given_as_an_original_id_and_takes_it_as_archive_id(env, capsys):
+    conn = connect(env)
+    _archived(conn, 4, capsys)
+    arch = conn.execute(
+        "SELECT id, original_id, user_id FROM archived_memories WHERE user_id = 'alice' ORDER BY id LIMIT 1"
+    ).fetchone()
+
+    def archived() -> int:
+        return conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+
+    # An archive id (what search and expand return) given as --original-id: said so, with its original.
+    assert main(["restore", "--original-id", str(arch["id"])]) == 1
+    out = _json(capsys)
+    assert (out["requested"], out["restored"], out["not_found"]) == (1, 0, 1)
+    assert out["errors"] == [
+        f"original_id={arch['id']}: that is an archive id (what search and expand return), not an "
+        f"original_id; its original_id is {arch['original_id']}"
+    ]
+    assert archived() == 4
+    # Of another user: not found for that user, and never "every archive of bob".
+    assert main(["restore", "--user-id", "bob", "--archive-id", str(arch["id"])]) == 1
+    out = _json(capsys)
+    assert (out["restored"], out["not_found"]) == (0, 1)
+    assert out["errors"] == [
+        f"archive_id={arch['id']}: no archived memory has this archive id for user_id='bob' "
+        "(restored, or never archived)"
+    ]
+    assert archived() == 4
+    # --archive-id restores it.
+    assert main(["restore", "--archive-id", str(arch["id"])]) == 0
+    out = _json(capsys)
+    assert (out["requested"], out["restored"], out["not_found"], out["errors"]) == (1, 1, 0, [])
+    assert archived() == 3
+    hot = conn.execute("SELECT user_id FROM memories WHERE id = %s", (arch["original_id"],)).fetchone()
+    assert hot == {"user_id": "alice"}
+    # A memory's own id given as --archive-id: said so; an unknown id: said so.
+    unknown = uuid.uuid4()
+    assert main(["restore", "--archive-id", str(arch["original_id"]), "--archive-id", str(unknown)]) == 1
+    out = _json(capsys)
+    assert (out["requested"], out["restored"], out["not_found"]) == (2, 0, 2)
+    assert out["errors"] == [
+        f"archive_id={arch['original_id']}: that is a memory's original_id, not an archive id: restore it "
+        "by original_id",
+        f"archive_id={unknown}: no archived memory has this archive id (restored, or never archived)",
+    ]
+    assert archived() == 3
+    assert main(["restore", "--all", "--archive-id", str(unknown)]) == 2
+    assert "--archive-id" in capsys.readouterr().err
 
 
 def test_pause_set_and_clear_log_at_info(env, capsys, caplog):

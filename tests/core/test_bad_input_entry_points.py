@@ -643,6 +643,30 @@ def test_restore_of_an_unknown_original_id_names_the_field(world):
     assert world.state() == before
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_restore_of_an_id_of_the_wrong_kind_says_what_it_is(world, flavour):
+    """An archive id (what search and expand return) given as original_id, and a memory's own id given
+    as archive_id: NotFoundError saying which kind of id it is, nothing written."""
+    before = world.state()
+    archive_id, original_id, hot = world.archive_ids["good"], world.original_ids["good"], _hot(world)
+    with pytest.raises(NotFoundError) as info:
+        _call(world, flavour, lambda c: c.restore("u1", original_id=archive_id))
+    assert str(info.value) == (
+        f"original_id={archive_id}: that is an archive id (what search and expand return), not an "
+        f"original_id; its original_id is {original_id} (user_id='u1')"
+    )
+    for memory_id in (original_id, hot):  # archived and hot memories' own ids
+        with pytest.raises(NotFoundError) as info:
+            _call(world, flavour, lambda c, m=memory_id: c.restore("u1", archive_id=m))
+        assert str(info.value) == (
+            f"archive_id={memory_id}: that is a memory's original_id, not an archive id: restore it by "
+            "original_id (user_id='u1')"
+        )
+    with pytest.raises(NotFoundError, match=f"no archived memory original_id={archive_id} for user_id='u2'"):
+        world.client().restore("u2", original_id=archive_id)  # another user's archive id: not named
+    assert world.state() == before
+
+
 # --------------------------------------------------------------------------- the local object store's root
 
 
