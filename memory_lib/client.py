@@ -16,6 +16,7 @@ to share a client between threads or tasks.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -32,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from .core import validation
 from .core.config import ContextBudget, Settings
-from .core.errors import InvalidInputError
+from .core.errors import InvalidInputError, UnknownParameterError
 from .core.plans import Call, Flow, Plan, RunPlan, drive, drive_async, query_vector
 from .core.rows import AsyncConn, Conn
 from .core.validation import SearchParams, normalize_tags, utc_now
@@ -560,6 +561,7 @@ class _Flows:
         max_tokens: int | None,
         **search_kwargs: Any,
     ) -> Flow[AssembledContext]:
+        _check_keywords("build_context", search_kwargs, _SEARCH_KEYWORDS, also=_CONTEXT_KEYWORDS)
         p = self._parts
         turns, items = p.context_inputs(recent_turns, summaries, budget, counter, max_tokens)
         with span("memory_archive.build_context"):
@@ -695,6 +697,7 @@ class MemoryClient(_Flows):
         embedder and object store; close() releases them."""
         from .storage.db import open_ready_database
 
+        _check_keywords("from_settings", kwargs, _CLIENT_KEYWORDS)  # before a database is opened
         settings = settings or Settings.from_env()
         db = open_ready_database(settings)
         try:
@@ -702,13 +705,18 @@ class MemoryClient(_Flows):
         except BaseException:
             db.close()
             raise
-        client = cls(
-            pool,
-            embedder=kwargs.pop("embedder", None) or embedder_from_settings(settings.embedding),
-            object_store=kwargs.pop("object_store", None) or object_store_from_settings(settings),
-            settings=settings,
-            **kwargs,
-        )
+        try:
+            client = cls(
+                pool,
+                embedder=kwargs.pop("embedder", None) or embedder_from_settings(settings.embedding),
+                object_store=kwargs.pop("object_store", None) or object_store_from_settings(settings),
+                settings=settings,
+                **kwargs,
+            )
+        except BaseException:
+            pool.close()
+            db.close()
+            raise
         client._owned = [pool, db]
         return client
 
@@ -1019,10 +1027,15 @@ class AsyncMemoryClient(_Flows):
     @classmethod
     async def connect(cls, url: str, **kwargs: Any) -> AsyncMemoryClient:
         """A client over a new, opened pool to `url` (migrated already: SchemaError otherwise); close() closes it."""
+        _check_keywords("connect", kwargs, _CLIENT_KEYWORDS)  # before a pool is opened
         await asyncio.to_thread(check_schema, url)
         pool = async_connection_pool(url)
         await pool.open(wait=True)
-        client = cls(pool, **kwargs)
+        try:
+            client = cls(pool, **kwargs)
+        except BaseException:
+            await pool.close()
+            raise
         client._owned_pool = pool
         return client
 
@@ -1031,6 +1044,7 @@ class AsyncMemoryClient(_Flows):
         """Like MemoryClient.from_settings: the migrated database of `settings`, checked, never changed."""
         from .storage.db import open_ready_database
 
+        _check_keywords("from_settings", kwargs, _CLIENT_KEYWORDS)  # before a database is opened
         settings = settings or Settings.from_env()
         db = await asyncio.to_thread(open_ready_database, settings)
         try:
@@ -1296,6 +1310,23 @@ class AsyncMemoryClient(_Flows):
                 cursor=cursor,
             )
         )
+
+
+# The keywords a method passes on (build_context to search, from_settings and connect to the client's
+# constructor): an unknown one is refused naming the public method, never the internal one it reaches.
+_SEARCH_KEYWORDS = frozenset(list(inspect.signature(_Flows._search).parameters)[3:])  # after user_id, query
+_CONTEXT_KEYWORDS = frozenset(["recent_turns", "budget", "summaries", "counter", "max_tokens"])
+_CLIENT_KEYWORDS = frozenset(list(inspect.signature(MemoryClient.__init__).parameters)[2:])  # after conn
+
+
+def _check_keywords(
+    method: str, given: Mapping[str, Any], known: frozenset[str], *, also: frozenset[str] = frozenset()
+) -> None:
+    """UnknownParameterError (an InvalidInputError and a TypeError) for a keyword `method` does not take;
+    `also`: its own parameters, offered as suggestions too."""
+    for name, value in given.items():
+        if name not in known:
+            raise UnknownParameterError(method, name, value, known | also)
 
 
 def _ids(ids: Sequence[uuid.UUID | SearchHit]) -> list[uuid.UUID]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 import psycopg
 
 
@@ -20,6 +23,17 @@ class InvalidInputError(MemoryArchiveError, ValueError):
         if len(shown) > 80:
             shown = shown[:77] + "..."
         super().__init__(f"invalid {field}={shown}: {reason}")
+
+
+class UnknownParameterError(InvalidInputError, TypeError):
+    """A keyword argument the method does not take: the message names the parameter and the public
+    method (never an internal one). Also a TypeError, what Python raises for an unknown keyword."""
+
+    def __init__(self, method: str, name: str, value: object, known: Iterable[str]):
+        self.method = method
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        super().__init__(name, value, f"{method}() has no parameter {name!r}{hint}")
 
 
 class EmbeddingMismatchError(InvalidInputError):

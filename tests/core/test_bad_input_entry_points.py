@@ -29,7 +29,13 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.core.config import ArchivalCriteria, ObjectStoreConfig, RetrievalConfig, Settings
-from memory_lib.core.errors import ConfigError, IntegrityError, InvalidInputError, NotFoundError
+from memory_lib.core.errors import (
+    ConfigError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    UnknownParameterError,
+)
 from memory_lib.core.models import sha256_hex
 from memory_lib.core.plans import run_plan
 from memory_lib.core.validation import MAX_QUERY_CHARS
@@ -320,6 +326,11 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
         "limit",
         lambda c, w: c.build_context("u1", "cortado", limit=-1),
     ),
+    (
+        "build_context: an unknown keyword limt=3",
+        "limt",
+        lambda c, w: c.build_context("u1", "cortado", ["hi"], limt=3, record_access=True),
+    ),
     ("expand: archive_id not a UUID", "archive_id", lambda c, w: c.expand("u1", "not-a-uuid")),
     (
         "expand: now without an offset",
@@ -557,6 +568,25 @@ LIBRARY_ROWS += [
 ]
 
 
+LIBRARY_ROWS += [
+    (
+        "MemoryClient.from_settings: an unknown keyword",
+        "actr",
+        lambda w: MemoryClient.from_settings(Settings(database_url=w.url), actr="ops"),
+    ),
+    (
+        "AsyncMemoryClient.from_settings: an unknown keyword",
+        "actr",
+        lambda w: asyncio.run(AsyncMemoryClient.from_settings(Settings(database_url=w.url), actr="ops")),
+    ),
+    (
+        "AsyncMemoryClient.connect: an unknown keyword",
+        "embeder",
+        lambda w: asyncio.run(AsyncMemoryClient.connect(w.url, embeder=HashingEmbedder(TEST_DIM))),
+    ),
+]
+
+
 @pytest.mark.parametrize(("name", "field", "call"), LIBRARY_ROWS, ids=[r[0] for r in LIBRARY_ROWS])
 def test_library_entry_points_refuse_bad_input_and_write_nothing(world, name, field, call):
     before = world.state()
@@ -603,6 +633,21 @@ def test_the_good_archive_still_expands_and_a_caller_item_with_an_aware_time_pac
     assert item.created_at == datetime(2025, 1, 1, tzinfo=UTC)
     context = client.build_context("u1", "cortado", ["hello"], summaries=[item], now=NOW)
     assert any(b.text == "Earlier summary" for b in context.blocks)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_an_unknown_keyword_names_the_public_method_never_an_internal_one(world, flavour):
+    with pytest.raises(UnknownParameterError) as info:
+        _call(world, flavour, lambda c: c.build_context("u1", "cortado", limt=3))
+    assert (
+        str(info.value) == "invalid limt=3: build_context() has no parameter 'limt' (did you mean 'limit'?)"
+    )
+    assert isinstance(info.value, TypeError)  # what Python raises for an unknown keyword
+    assert "_search" not in str(info.value) and "_Flows" not in str(info.value)
+    with pytest.raises(
+        UnknownParameterError, match=r"build_context\(\) has no parameter 'sumaries' .*'summaries'"
+    ):
+        _call(world, flavour, lambda c: c.build_context("u1", "cortado", sumaries=["x"]))
 
 
 def test_a_date_string_in_search_filters_is_refused_naming_the_field():
