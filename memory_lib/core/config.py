@@ -50,6 +50,7 @@ from pydantic_settings import (
 
 from .errors import ConfigError
 from .pricing import DEFAULT_PRICES, ModelPrice
+from .validation import as_invalid_input
 
 # allow_inf_nan=False: "inf" or "nan" from the environment is refused by every float bound.
 _STRICT = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
@@ -304,6 +305,18 @@ class ContextBudget(BaseModel):
     snippets: int = Field(1500, ge=0)
     reserve: int = Field(1500, ge=0)
     near_duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0, description="Word overlap that drops a block.")
+
+    def __init__(self, **data: Any) -> None:
+        """Built by a caller (build_context's `budget`): a bad value raises InvalidInputError naming
+        budget.<field> and the value, like any other argument, never pydantic's ValidationError."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise as_invalid_input(exc, prefix="budget.") from None
+
+    # Only a direct call runs the __init__ above (pydantic-settings marks BaseSettings.__init__ the same
+    # way): as the `context` section of Settings it is validated like every section (ConfigError).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @model_validator(mode="after")
     def _parts_fit(self) -> ContextBudget:

@@ -28,7 +28,13 @@ from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
 from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.core.config import ArchivalCriteria, ObjectStoreConfig, RetrievalConfig, Settings
+from memory_lib.core.config import (
+    ArchivalCriteria,
+    ContextBudget,
+    ObjectStoreConfig,
+    RetrievalConfig,
+    Settings,
+)
 from memory_lib.core.errors import (
     ConfigError,
     IntegrityError,
@@ -330,6 +336,11 @@ CLIENT_ROWS: list[tuple[str, str, Callable[[Any, World], Any]]] = [
         "build_context: an unknown keyword limt=3",
         "limt",
         lambda c, w: c.build_context("u1", "cortado", ["hi"], limt=3, record_access=True),
+    ),
+    (
+        "build_context: a budget with total=-1",
+        "budget.total",
+        lambda c, w: c.build_context("u1", "cortado", ["hi"], ContextBudget(total=-1), record_access=True),
     ),
     ("expand: archive_id not a UUID", "archive_id", lambda c, w: c.expand("u1", "not-a-uuid")),
     (
@@ -648,6 +659,20 @@ def test_an_unknown_keyword_names_the_public_method_never_an_internal_one(world,
         UnknownParameterError, match=r"build_context\(\) has no parameter 'sumaries' .*'summaries'"
     ):
         _call(world, flavour, lambda c: c.build_context("u1", "cortado", sumaries=["x"]))
+
+
+def test_a_context_budget_with_a_bad_value_is_our_error_naming_the_field():
+    """Built by a caller, ContextBudget raises InvalidInputError (never pydantic's ValidationError); as
+    a settings section, the variable is named (ConfigError)."""
+    with pytest.raises(InvalidInputError) as info:
+        ContextBudget(total=-1)
+    assert (info.value.field, info.value.value) == ("budget.total", -1)
+    assert str(info.value) == "invalid budget.total=-1: Input should be greater than or equal to 0"
+    with pytest.raises(InvalidInputError, match=r"^invalid budget=.*more than total=100"):
+        ContextBudget(total=100)
+    with pytest.raises(ConfigError, match=r"MEMORY_ARCHIVE_CONTEXT__TOTAL='-1' \(context.total\)"):
+        Settings.from_env({"MEMORY_ARCHIVE_CONTEXT__TOTAL": "-1"})
+    assert ContextBudget(total=9000).total == Settings(context={"total": 9000}).context.total == 9000
 
 
 def test_a_date_string_in_search_filters_is_refused_naming_the_field():
