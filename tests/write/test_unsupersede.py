@@ -4,6 +4,7 @@ those superseded on purpose (update), another user's, or one whose text a live m
 
 from __future__ import annotations
 
+import getpass
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -157,5 +158,8 @@ def test_the_cli_dry_run_by_default_one_user_then_apply(cli_env, conn, client, c
     applied = run("--apply", "--user-id", "u2")
     assert (applied["unsuperseded"], applied["kept"], list(applied["by_user"])) == (1, 1, ["u2"])
     assert _superseded_by(conn, code) is None and _superseded_by(conn, keep) == live
-    assert run("--apply")["unsuperseded"] == 1 and _superseded_by(conn, keep) is None
+    assert run("--apply", "--operator", "ops")["unsuperseded"] == 1 and _superseded_by(conn, keep) is None
     assert run("--apply")["unsuperseded"] == 0 and _events(conn) == events + 2
+    # The CLI's one actor rule: cli:<operator>, by default the login name.
+    written = conn.execute("SELECT actor FROM memory_events ORDER BY id DESC LIMIT 2").fetchall()
+    assert [r["actor"] for r in written] == ["cli:ops", f"cli:{getpass.getuser()}"]
