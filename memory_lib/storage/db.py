@@ -771,9 +771,10 @@ def naming_the_database(settings: Settings) -> Iterator[None]:
             raise
         url = settings.database_url.get_secret_value()
         cause = " ".join(str(exc).split())
-        password = conninfo_to_dict(url).get("password")
-        if password:
-            cause = cause.replace(str(password), "***")
+        password = str(conninfo_to_dict(url).get("password") or "")
+        # libpq never quotes the password; masked all the same, when long enough to tell from other words.
+        if len(password) >= 4:
+            cause = cause.replace(password, "***")
         refused = bool(DATABASE_REFUSED.search(cause))
         where = describe_database(settings)
         message = (
