@@ -14,6 +14,14 @@ or, never in an exempt category (`core` by default), one of:
   whatever `exempt_categories` says (memory_lib.lifecycle.retention keeps the score and the streak).
 Two liveness rules sit on top: a memory held by an open attempt is not claimed twice, and a memory
 released after `max_attempts` failures stays hot until it changes.
+
+A restore is a use and a new start: a memory brought back from the archive (a restore of one memory,
+of a user's or of all, or a re-promotion: `memories.restored_at`, set by
+promotion.restore_many_rows_plan, sql/025) has its age and its time since its last use counted from
+its last restore when that is later (SINCE_SQL, LAST_USE_SQL). So the night after a restore finds it
+ineligible, whatever pause is set or not, and it is archived again only when the criteria above,
+counted from the restore, say so. The retention score counts from the same instant (retention.py uses
+TOUCHED_SQL).
 """
 
 from __future__ import annotations
@@ -63,13 +71,18 @@ def criteria_params(criteria: ArchivalCriteria, as_of: datetime, shard: Shard = 
 # shard 0/1; a custom plan folds the branch that is off away.
 # Retention: a streak at the floor that began early enough, with no access since it began — decay is
 # monotone between accesses, so it is still at the floor at `as_of` even if tonight was not scored.
-# Superseded before the end of the night and not used since: a superseded memory re-promoted by its
-# expansions (memory_lib.lifecycle.promotion, an access each) is not sent straight back.
+# Superseded before the end of the night and not used since (a restore or a re-promotion counts as a
+# use): a superseded memory brought back from the archive is not sent straight back.
 # Expired before the end of the night, used or not (a TTL is not extended by reads). A restored or
 # re-promoted memory comes back without its TTL (restores write MEMORY_COLUMNS), so it is not sent back.
+# The one rule for restores (module docstring), in these three expressions; `m` is the hot row. A
+# restore leaves the archived columns as they were, so its instant is a column of its own.
+SINCE_SQL = "greatest(m.created_at, m.restored_at)"  # in the hot tier since (greatest() skips NULLs)
+LAST_USE_SQL = "greatest(m.last_accessed_at, m.restored_at)"  # NULL: never used, never restored
+TOUCHED_SQL = f"coalesce({LAST_USE_SQL}, m.created_at)"  # what the retention score decays from
 TTL_EXPIRED_SQL = "(m.expires_at <= %(as_of)s)"
-SUPERSEDED_SQL = """(m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s
-                      AND (m.last_accessed_at IS NULL OR m.last_accessed_at <= m.updated_at))"""
+SUPERSEDED_SQL = f"""(m.superseded_by IS NOT NULL AND m.updated_at <= %(as_of)s
+                      AND coalesce({LAST_USE_SQL} <= m.updated_at, true))"""
 ELIGIBLE_SQL = f"""
     FROM memories m
     WHERE NOT m.pinned
@@ -77,14 +90,14 @@ ELIGIBLE_SQL = f"""
       AND ({TTL_EXPIRED_SQL} OR m.category <> ALL(%(exempt)s) AND (
            {SUPERSEDED_SQL}
            OR (%(policy)s::text = 'adr004'
-               AND m.created_at <= %(min_cutoff)s
-               AND (m.importance_score <= %(max_imp)s OR m.created_at <= %(force_cutoff)s)
+               AND {SINCE_SQL} <= %(min_cutoff)s
+               AND (m.importance_score <= %(max_imp)s OR {SINCE_SQL} <= %(force_cutoff)s)
                AND NOT (m.access_count > %(max_access)s AND m.last_accessed_at >= %(recent_cutoff)s))
            OR (%(policy)s::text = 'retention'
                AND m.category <> ALL(%(retention_exempt)s)
                AND EXISTS (SELECT 1 FROM memory_retention r
                            WHERE r.user_id = m.user_id AND r.memory_id = m.id AND r.floor_since <= %(floor_cutoff)s
-                             AND coalesce(m.last_accessed_at, m.created_at) <= r.floor_since))))
+                             AND {TOUCHED_SQL} <= r.floor_since))))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a
                       WHERE a.memory_id = m.id AND a.user_id = m.user_id AND a.status = ANY(%(open_statuses)s))
       AND NOT EXISTS (SELECT 1 FROM archival_attempts a

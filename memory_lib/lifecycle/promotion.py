@@ -128,12 +128,13 @@ DUE_FOR_PROMOTION_SQL = """
     GROUP BY a.id, a.user_id HAVING count(*) >= %(needed)s
     ORDER BY a.id LIMIT %(limit)s"""
 # restore_many_rows_plan: the statement heads, then one VALUES row per memory (parameters suffixed _i).
-RESTORE_INSERT_SQL = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES\n"
+# restored_at: the restore is a use and a new start for the archival criteria (sql/025, eligibility.py).
+RESTORE_INSERT_SQL = f"INSERT INTO memories ({MEMORY_COLUMNS}, restored_at) VALUES\n"
 _RESTORE_ROW = (
     "(%(id_{i})s, %(user_id_{i})s, %(content_{i})s, %(content_sha256_{i})s, %(embedding_{i})s, "
     "%(embedding_model_{i})s, %(embedding_dim_{i})s, %(entity_links_{i})s, %(metadata_{i})s, %(domain_{i})s, "
     "%(category_{i})s, %(importance_score_{i})s, %(access_count_{i})s, %(last_accessed_at_{i})s, "
-    "%(created_at_{i})s, %(updated_at_{i})s, false, %(superseded_by_{i})s, %(dedupe_key_{i})s)"
+    "%(created_at_{i})s, %(updated_at_{i})s, false, %(superseded_by_{i})s, %(dedupe_key_{i})s, %(restored_at)s)"
 )
 # The archive rows by their exact (user_id, id) pairs: never another user's row with the same id.
 DELETE_ARCHIVES_SQL = """
@@ -145,6 +146,15 @@ RESTORE_EVENTS_SQL = (
 _RESTORE_EVENT_ROW = (
     "(%(memory_id_{i})s, %(user_id_{i})s, %(event_type)s, %(actor)s, %(now)s, %(details_{i})s)"
 )
+# The rule for a restored memory's backup: kept, and recorded by the audit event of the restore or
+# re-promotion that kept it (details.storage_ref, written by restore_many_rows_plan) until forget, which
+# deletes the object, redacts the event. Of the object refs given (%s: backup_objects.ref's form), those
+# so recorded; the index memory_events_kept_backups (sql/025) serves it. The refs name objects, not
+# users: like every lookup from the bucket's keys to rows, it cannot filter by user_id.
+KEPT_BACKUPS_SQL = """
+    SELECT DISTINCT backup_object_ref(e.details ->> 'storage_ref') AS ref FROM memory_events e
+    WHERE e.event_type IN ('restored', 'promoted') AND NOT e.details ? 'redacted'
+      AND backup_object_ref(e.details ->> 'storage_ref') = ANY(%s)"""
 ACCESS_HOT_SQL = """
     UPDATE memories SET access_count = access_count + 1,
            last_accessed_at = greatest(coalesce(last_accessed_at, %(now)s), %(now)s)
@@ -217,13 +227,20 @@ def restore_many_rows_plan(
     caller's transaction rolls back: a memory is never in both tiers. Any failure fails them all; a
     caller that wants one memory's failure to spare the others retries them one by one (restore.py).
 
+    Every path back to hot (restore of one, many or all, re-promotion by expansion or by the nightly
+    sweep) comes through here, so every one follows the same two rules: the row's columns are the
+    archived ones exactly, and `restored_at` is `now` (a restore is a use and a new start: the archival
+    criteria count from it, memory_lib.lifecycle.eligibility). The backup object is kept, recorded by the
+    audit event written here (details.storage_ref and sha256): the orphan sweep and forget follow that
+    record (memory_lib.archival.integrity.orphaned_backups, memory_lib.lifecycle.forget).
+
     A backup whose vector is of another embedding space than the active one (archived before a
     re-embedding flip) comes back with its text re-embedded by the runner's embedder (EmbedText); the
     backup object stays as it is."""
     if not items:
         return
     shape = yield Sql(SHAPE_SQL, {}, "one")
-    params: dict[str, Any] = {}
+    params: dict[str, Any] = {"restored_at": now}
     rows: list[str] = []
     for i, (arch, doc) in enumerate(items):
         embedding, model = doc.embedding_array(), arch["original_embedding_model"]

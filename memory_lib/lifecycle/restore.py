@@ -5,6 +5,11 @@ verified against the recorded sha256; the statements are promotion.restore_plan'
 re-promotion and the async client. Many (restore_archives) go by groups: each group's backups verified
 one by one, then its verified members moved in three multi-row statements (promotion.restore_many_rows_plan,
 the same code); a group whose statements fail is retried one memory at a time.
+
+Every restore follows the same two rules (promotion.restore_many_rows_plan): the memory stays hot until
+the archival criteria, counted from the restore, select it again (a restore is a use and a new start:
+memories.restored_at, memory_lib.lifecycle.eligibility); and its backup object is kept, recorded by the
+'restored' audit event, so the orphan sweep does not count it and forget deletes it.
 """
 
 from __future__ import annotations
@@ -61,11 +66,13 @@ def restore_archive(
     """Bring one archived memory back to `memories` exactly as it was, in one transaction.
 
     The backup is verified against the sha256 recorded at archival before anything is written.
-    Restoring a memory that is already hot is a no-op. The backup object is kept: it is the record
-    of what was archived, and the next archival overwrites it. A backup whose vector is of another
-    embedding space than the active one (archived before a re-embedding flip) needs `embedder`, the
-    active space's: the text is re-embedded, the backup left as it is. (The statements are
-    promotion.restore_plan's, shared with re-promotion and the async client.)
+    Restoring a memory that is already hot is a no-op. Every archived column comes back as it was;
+    `restored_at` is `now`, so the memory stays hot until the archival criteria, counted from `now`,
+    select it again. The backup object is kept: it is the record of what was archived, recorded as
+    such by the 'restored' event (the orphan sweep skips it, forget deletes it). A backup whose vector
+    is of another embedding space than the active one (archived before a re-embedding flip) needs
+    `embedder`, the active space's: the text is re-embedded, the backup left as it is. (The statements
+    are promotion.restore_plan's, shared with re-promotion and the async client.)
     """
     plan = restore_plan(
         user_id, archive_id=archive_id, original_id=original_id, actor=actor, now=now or datetime.now(UTC)
@@ -161,8 +168,10 @@ def restore_archives(
 ) -> RestoreReport:
     """Restore archived memories to `memories`: all, one user's, or the listed original ids.
 
-    Restoring everything pauses archival first (unless `pause_archival=False`): otherwise the next
-    night would archive again what was just restored. Clear the pause when the rollback is done.
+    Every memory restored stays hot until the archival criteria, counted from its restore, select it
+    again (restore_archive), paused or not. Restoring everything also pauses archival first (unless
+    `pause_archival=False`): the nights then archive nothing at all, the memories never archived
+    included, until the pause is cleared when the rollback is done.
 
     The memories go by groups of `commit_every`, one transaction per group (a group never spans a
     chunk). In a group, the users' write locks are taken ascending and the archive rows locked in id
@@ -336,7 +345,7 @@ def _restore_archives(
     if all_archives if pause_archival is None else pause_archival:
         set_pause(
             conn,
-            reason="bulk restore in progress: nights would re-archive what it restores",
+            reason="bulk restore (rollback) in progress: archival waits until the pause is cleared",
             actor=actor,
             details={"restore": "all" if all_archives else "selection"},
         )

@@ -2,7 +2,8 @@
 
     R = max(floor_c, 0.5 ** (days since last access / (half_life_c * (1 + retrieval_boost * ln(1 + accesses)))))
 
-`days since last access` counts from coalesce(last_accessed_at, created_at) to the end of the night;
+`days since last access` counts from the last use, a restore or a re-promotion counting as one (else
+from creation: eligibility.TOUCHED_SQL, the rule for restores), to the end of the night;
 floors and half-lives are per category (config.RetentionConfig, defaults: core floor 0.60).
 
 Between accesses R only falls, so a memory's whole future follows from its inputs (category, last
@@ -41,7 +42,7 @@ from typing import Any, NamedTuple
 from ..core.config import RetentionConfig
 from ..core.rows import Conn, Row
 from ..core.shards import ALL, Shard, shard_filter
-from .eligibility import RETENTION_EXEMPT
+from .eligibility import RETENTION_EXEMPT, TOUCHED_SQL
 
 CATEGORIES = ("episodic", "semantic", "procedural", "core")
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -77,9 +78,9 @@ WITH c AS (
     SELECT * FROM unnest(%(cats)s::text[], %(half)s::float8[], %(floors)s::float8[]) AS c(category, half_life, floor)
 ), s AS (
     SELECT m.user_id, m.id, m.created_at, m.category, m.access_count, c.floor, r.marks,
-           coalesce(m.last_accessed_at, m.created_at) AS touched,
+           {TOUCHED_SQL} AS touched,
            c.half_life * (1.0 + %(boost)s * ln(1.0 + m.access_count)) AS h,
-           CASE WHEN r.last_touched_at = coalesce(m.last_accessed_at, m.created_at)
+           CASE WHEN r.last_touched_at = {TOUCHED_SQL}
                      AND r.access_count = m.access_count AND r.category = m.category
                 THEN coalesce(r.scored_as_of, %(as_of)s) ELSE %(as_of)s END AS seen
     FROM memory_retention r

@@ -124,8 +124,9 @@ def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
     _archive(conn, store)  # the old notes and the superseded cortado go to the archive
     for user in ("u1", "u2"):
         assert client.get(user, ids[user][0]).tier == "archived"
-        assert client.restore(user, original_id=ids[user][0]).restored
-    _archive(conn, store, as_of=NOW + timedelta(days=1))  # the restored note again: a second backup version
+        assert client.restore(user, original_id=ids[user][0], now=NOW).restored
+    # The restored note again, once the criteria counted from its restore select it: a second backup version.
+    _archive(conn, store, as_of=NOW + timedelta(days=91))
     _consolidate(conn, OLD, NOW)  # monthly digests (and facts) of both users' months
     for user in ("u1", "u2"):
         assert _derived(conn, user, ids[user][0])["memory_digests"] == 1

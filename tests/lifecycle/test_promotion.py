@@ -146,15 +146,18 @@ def test_rule_is_configurable(conn, local_store):
 
 
 def test_a_memory_archived_again_starts_counting_from_zero(conn, local_store):
-    client = _client(conn, local_store)
+    client = _client(conn, local_store, window_days=365)  # the earlier expansions stay in the window
     memory_id, arch = _archived_memory(conn, local_store, client)
     for day in (0, 1, 2):
         client.expand("u1", arch["id"], now=NOW + timedelta(days=day))
     assert _is_hot(conn, memory_id)
+    # Re-promoted on day 2: the criteria count its age from then (a re-promotion is a restore).
     _archive(conn, local_store, batch_key="night-2", as_of=NOW + timedelta(days=3))
+    assert _is_hot(conn, memory_id)
+    _archive(conn, local_store, batch_key="night-93", as_of=NOW + timedelta(days=93))
     again = conn.execute("SELECT id FROM archived_memories WHERE original_id = %s", (memory_id,)).fetchone()
     assert again is not None and again["id"] != arch["id"]
-    exp = client.expand("u1", again["id"], now=NOW + timedelta(days=4))
+    exp = client.expand("u1", again["id"], now=NOW + timedelta(days=94))
     assert exp.expansions_in_window == 1 and not exp.promoted  # the three earlier ones were of the old row
 
 

@@ -17,7 +17,9 @@ class RollbackConfig(dg.Config):
     all: bool = False
     user_id: str | None = None
     original_ids: list[str] = []
-    pause_archival: bool | None = None  # unset: pause when restoring all, so nights do not re-archive them
+    # Unset: pause archival when restoring all (no night archives anything until the pause is cleared).
+    # Paused or not, a restored memory stays hot until the criteria, counted from its restore, select it.
+    pause_archival: bool | None = None
     operator: str = "rollback-job"
 
 
