@@ -481,7 +481,8 @@ def restore(
 @click.pass_context
 @_guarded
 def sweep(ctx: click.Context, remove: bool) -> None:
-    """Report backup objects that no attempt or archive row records (a run killed between put and checkpoint)."""
+    """Report backup objects that no attempt, archive row or restore records (a run killed between put and
+    checkpoint). A restore keeps its memory's backup, recorded by its audit event: never an orphan."""
     _preflight(_settings(ctx))
     with _connection(ctx) as (settings, conn):
         store = ArchivalServices.from_settings(settings).object_store

@@ -17,6 +17,7 @@ from ..core.errors import IntegrityError, ObjectNotFoundError
 from ..core.models import to_float32
 from ..core.rows import Conn, Row
 from ..core.statuses import OPEN_STATUSES
+from ..lifecycle.promotion import KEPT_BACKUPS_SQL
 from ..storage import packs
 from ..storage.object_versions import list_versions, make_current, purge
 from ..storage.objectstore import ObjectStore, StoredObject
@@ -99,7 +100,12 @@ def backup_keys(store: ObjectStore) -> list[str]:
 def orphaned_backups(
     conn: Conn, store: ObjectStore, prefix: str | None = None, *, keys: list[str] | None = None
 ) -> list[str]:
-    """Backup objects no archival attempt records (a crash between put and checkpoint, repaired by a re-run)."""
+    """Backup objects nothing records (a crash between put and checkpoint, repaired by a re-run).
+
+    Recorded: by an archival attempt (its checkpoint), by an archive row (its backup object), or, for
+    the backup a restore or re-promotion kept, by that move's audit event until forget redacts it
+    (promotion.KEPT_BACKUPS_SQL). So a clean restore leaves no orphan, and a forgotten memory's backup
+    left behind is one."""
     if keys is None:
         keys = list(store.list(prefix)) if prefix is not None else backup_keys(store)
     if not keys:
@@ -133,6 +139,14 @@ def orphaned_backups(
                        (SELECT 1 FROM archived_memories a WHERE a.backup_object = o.id AND a.user_id = o.user_id)""",
                 (list(pack_refs),),
             ).fetchall()
+        }
+    # A restored memory's backup, lone or a pack, is kept on record by its restore's event.
+    kept_refs = {store.ref_for(k): k for k in keys if k not in known}
+    if kept_refs:
+        known |= {
+            kept_refs[r["ref"]]
+            for r in conn.execute(KEPT_BACKUPS_SQL, (list(kept_refs),)).fetchall()
+            if r["ref"] in kept_refs
         }
     return [k for k in keys if k not in known]
 
@@ -424,7 +438,8 @@ def sweep_orphans(conn: Conn, store: ObjectStore, *, remove: bool = False) -> Sw
 
     An orphan comes from a run killed between an object's put and its checkpoint. It is removed only
     when its memory is hot and in no open attempt (the next archival writes it again) or gone from
-    both tiers; an object an archive row points to is never an orphan. Removal purges every version
+    both tiers; an object an archive row points to is never an orphan, nor is the backup a restore or
+    re-promotion kept (recorded by its audit event: orphaned_backups). Removal purges every version
     and delete marker of the key (memory_lib.storage.object_versions): a delete alone would leave the bytes in
     a noncurrent version on a versioned bucket.
     """
