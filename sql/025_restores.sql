@@ -9,6 +9,17 @@
 -- only by the restore's INSERT (memory_lib.lifecycle.promotion.restore_many_rows_plan), never updated.
 ALTER TABLE memories ADD COLUMN restored_at timestamptz;
 
+-- A memory restored or re-promoted before this migration is hot since its last such event: a rollback
+-- under way (restored, archival paused) stays rolled back when the pause is cleared. Its retention row
+-- is computed again (the triggers watch the inputs they know, and this is a new one).
+UPDATE memories m SET restored_at = e.at
+  FROM (SELECT user_id, memory_id, max(occurred_at) AS at FROM memory_events
+         WHERE event_type IN ('restored', 'promoted') GROUP BY user_id, memory_id) e
+ WHERE m.user_id = e.user_id AND m.id = e.memory_id;
+UPDATE memory_retention r SET pending = true, marks = r.marks + 1
+  FROM memories m
+ WHERE m.user_id = r.user_id AND m.id = r.memory_id AND m.restored_at IS NOT NULL;
+
 -- 2. A restore keeps the memory's backup object (its pack may hold other members, which stay archived):
 -- the restore's audit event ('restored' or 'promoted', details.storage_ref and sha256) is its record.
 -- The orphan sweep counts an object such an event names as recorded (memory_lib.archival.integrity),

@@ -360,7 +360,7 @@ def test_archive_rows_keep_their_backup_refs_when_refs_move_to_backup_objects(em
     with psycopg.connect(empty_database, autocommit=True) as c:
         for user, ref, size in rows:
             c.execute(_ARCHIVE_ROW, {"user": user, "ref": ref, "size": size})
-    assert migrate(empty_database, embedding_dim=4) == ["023_backup_objects", "024_backup_digest"]
+    assert migrate(empty_database, embedding_dim=4)[:2] == ["023_backup_objects", "024_backup_digest"]
     with psycopg.connect(empty_database, autocommit=True) as c:
         objects = c.execute("SELECT user_id, ref FROM backup_objects ORDER BY 1, 2").fetchall()
         composed = c.execute(
@@ -393,3 +393,47 @@ def test_a_ref_that_would_not_compose_back_stops_the_migration_and_changes_nothi
     with psycopg.connect(empty_database, autocommit=True) as c:
         assert c.execute("SELECT storage_ref FROM archived_memories").fetchone()[0] == bad
         assert c.execute("SELECT to_regclass('backup_objects')").fetchone()[0] is None
+
+
+def test_memories_restored_before_migration_025_count_from_their_last_restore(empty_database, tmp_path):
+    """025 over existing rows: a hot memory restored or re-promoted earlier gets its last such event's
+    time as restored_at (its retention row marked for recomputation); one never archived keeps NULL."""
+    from datetime import timedelta
+
+    from memory_lib.storage.db import connect
+    from memory_lib.storage.store import insert_memories
+    from tests.support.factories import NOW, make_memories
+
+    migrate_before(empty_database, "025", tmp_path)
+    memories = make_memories(3, dim=4, users=("u1",))
+    events = [
+        (memories[0]["id"], "restored", NOW - timedelta(days=9)),
+        (memories[0]["id"], "restored", NOW - timedelta(days=2)),  # restored twice: the last one counts
+        (memories[1]["id"], "promoted", NOW - timedelta(days=5)),
+        (memories[2]["id"], "expanded", NOW - timedelta(days=1)),  # not a return to hot
+    ]
+    with connect(empty_database) as c:
+        insert_memories(c, memories, actor="test")
+        c.execute(  # as a night before the upgrade left them: computed, none pending
+            """UPDATE memory_retention SET pending = false, category = 'episodic', last_touched_at = created_at,
+                      access_count = 0, floor = 0.02, scored_as_of = %s""",
+            (NOW,),
+        )
+        for memory_id, kind, at in events:
+            c.execute(
+                """INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
+                   VALUES (%s, 'u1', %s, 'test', %s, '{}')""",
+                (memory_id, kind, at),
+            )
+    assert migrate(empty_database, embedding_dim=4) == ["025_restores"]
+    with connect(empty_database) as c:
+        rows = c.execute(
+            """SELECT m.id, m.restored_at, r.pending FROM memories m
+               JOIN memory_retention r ON r.user_id = m.user_id AND r.memory_id = m.id"""
+        ).fetchall()
+    got = {r["id"]: (r["restored_at"], r["pending"]) for r in rows}
+    assert got == {
+        memories[0]["id"]: (NOW - timedelta(days=2), True),
+        memories[1]["id"]: (NOW - timedelta(days=5), True),
+        memories[2]["id"]: (None, False),
+    }
