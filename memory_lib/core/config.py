@@ -90,7 +90,11 @@ class ArchivalCriteria(BaseModel):
 
     model_config = _STRICT
 
-    min_age_days: int = Field(90, ge=0, description="Only memories at least this old are candidates.")
+    min_age_days: int = Field(
+        90,
+        ge=0,
+        description="Only memories at least this old are candidates (age from creation, or from the last restore).",
+    )
     max_importance_score: float = Field(0.3, ge=0.0, le=1.0, description="Importance at or below this.")
     max_recent_access_count: int = Field(
         2, ge=0, description="A memory used more than this often within the recent window stays hot."
