@@ -423,7 +423,9 @@ def restore(
     operator: str,
 ) -> None:
     """Bring archived memories back to the hot tier, byte-exact, each after verifying its backup.
-    Choose what: --all, --user-id, --original-id or --archive-id (repeatable; with --user-id, that user's)."""
+    Choose what: --all, --user-id, --original-id or --archive-id (repeatable; with --user-id, that user's).
+    They stay hot until the archival criteria, counted from the restore, select them again; their backups
+    are kept."""
     # The CLI's own words before the library's (whose message names Dagster's config: all=true, ...).
     if not (all_archives or user_id is not None or original_id or archive_id):
         _fail(
