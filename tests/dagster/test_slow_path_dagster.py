@@ -428,9 +428,7 @@ def test_rollback_job_restores_byte_exact_and_is_idempotent(conn, db_url, histor
     assert (meta["restored"], meta["failed"], meta["archival_paused"]) == (len(ids), 0, True)
     assert count(conn, "SELECT count(*) AS n FROM archived_memories") == 0
     assert integrity.exact_rows(conn, ids) == {i: before[i] for i in ids}
-    assert pause_switch.pause_status(
-        conn
-    ).paused  # restoring all pauses archival until an operator clears it
+    assert pause_switch.pause_status(conn).paused  # restoring all pauses archival until an operator clears it
     events = count(conn, "SELECT count(*) AS n FROM memory_events WHERE event_type = 'restored'")
     assert events == len(ids)
 
