@@ -6,7 +6,10 @@ A batch goes through checkpointed steps, each recorded per memory in `archival_a
     claim -> summarize -> embed summary -> back up original (put + verify) -> commit
 
 `commit` is one transaction per chunk that, for each memory, re-checks that the backup still
-matches the live row, inserts the archive row, deletes the original and writes the audit event.
+matches the live row, inserts the archive row, deletes the original and writes the audit event. A
+backup that no bucket version keeps (a local store, a bucket without versioning) is verified in the
+object store inside that transaction, before the original is deleted: one gone since the backup step
+leaves its memory hot, to be backed up again, never an archive row without its backup.
 A failure at any step leaves the memory hot with the error recorded; running the step again
 retries it. Killing the process anywhere loses at most in-flight work: every step is idempotent.
 Every step renews its batch's lease when it starts and stops starting work at its deadline
@@ -59,6 +62,7 @@ from ..llm.summarize import (
     summarizer_from_settings,
 )
 from ..storage import packs
+from ..storage.object_versions import kept_version
 from ..storage.objectstore import ObjectStore, object_store_from_settings
 from ..storage.store import MEMORY_COLUMNS, ROW_XMIN, fetch_memories, store_shape
 from . import integrity
@@ -888,7 +892,18 @@ def commit_batch(
     """Replace each backed-up original by its archive row, in one transaction per chunk.
 
     Before deleting, the backup is verified in object storage and the live row is re-serialized:
-    if the memory changed since its backup, it goes back to be backed up again instead.
+    if the memory changed since its backup, it goes back to be backed up again instead. Where the
+    backup is verified is the rule that keeps every archive row's original:
+
+    * a backup that no bucket version keeps (a local store, a bucket without versioning) is verified
+      inside its chunk's transaction, after the rows are locked and before the originals are deleted
+      (_commit_chunk). One deleted or changed since the backup step fails its memories at step
+      'verify': they stay hot and go back to be backed up again. Never an archive row without it.
+    * a backup a bucket version keeps is verified first, outside any lock; one deleted or overwritten
+      after that is put back from its version by the audit after commit (integrity.audit_batch).
+
+    Either way each backup object is checked once per chunk holding its members (a HEAD for a lone
+    backup or a whole pack, packs.verify_members): the chunks keep an object's members together.
     """
     result = StepResult(Step.COMMIT)
     started = time.monotonic()
@@ -897,31 +912,19 @@ def commit_batch(
         conn,
         batch_key,
         AttemptStatus.BACKED_UP,
-        ", a.backup_key, a.backup_ref, a.backup_sha256, a.backup_size_bytes",
+        ", a.backup_key, a.backup_ref, a.backup_sha256, a.backup_size_bytes, a.backup_version_id",
     )
     by_key: dict[str, list[Row]] = {}
+    ready: list[Row] = []  # verified here, or (no version kept) to be verified under the locks
     for a in todo:
-        by_key.setdefault(a["backup_key"], []).append(a)
+        if kept_version(a["backup_version_id"]):
+            by_key.setdefault(a["backup_key"], []).append(a)
+        else:
+            ready.append(a)
 
     def verify(key: str) -> list[BaseException | None]:
-        """Per attempt of this object: None when its backup is there as recorded. A lone backup is
-        one HEAD; a pack is one HEAD too when the store's checksum of it is the sha256 its name
-        carries (packs.verify_members), else one GET with every member's bytes checked."""
-        group = by_key[key]
-        if all(object_store.locate(a["backup_ref"])[1] is None for a in group):
-            out: list[BaseException | None] = []
-            for a in group:
-                try:
-                    object_store.verify(key, a["backup_sha256"], a["backup_size_bytes"])
-                    out.append(None)
-                except Exception as exc:
-                    out.append(exc)
-            return out
-        return packs.verify_members(
-            object_store, [(a["backup_ref"], a["backup_sha256"]) for a in group], workers=1
-        )
+        return _verify_object(object_store, key, by_key[key])
 
-    verified: list[Row] = []
     for key, outcome in run_parallel(verify, list(by_key), workers, deadline=deadline):
         outcomes = [outcome] * len(by_key[key]) if isinstance(outcome, BaseException) else outcome
         for attempt, problem in zip(by_key[key], outcomes, strict=True):
@@ -930,22 +933,95 @@ def commit_batch(
                 record_failure(conn, batch_key, attempt["memory_id"], Step.VERIFY, problem, criteria, result)
                 return_to_status(conn, batch_key, attempt["memory_id"], AttemptStatus.EMBEDDED)
             else:
-                verified.append(attempt)
-    verified.sort(key=lambda a: a["memory_id"])
-    for i in range(0, len(verified), chunk_size):
-        chunk = verified[i : i + chunk_size]
+                ready.append(attempt)
+    # A user's memories together, a backup object's members together: a chunk locks few users, and
+    # an object spans as few chunks (so checks under the lock) as it can.
+    ready.sort(key=lambda a: (a["user_id"], a["backup_key"], a["memory_id"]))
+
+    def commit(chunk: list[Row], workers: int) -> None:
+        missing = _commit_chunk(
+            conn,
+            batch_key,
+            chunk,
+            actor,
+            result,
+            object_store=object_store,
+            workers=workers,
+            deadline=deadline,
+        )
+        for mid, problem in missing:  # not archived: hot, and backed up again by the next run
+            result.processed += 1
+            record_failure(conn, batch_key, mid, Step.VERIFY, problem, criteria, result)
+            return_to_status(conn, batch_key, mid, AttemptStatus.EMBEDDED)
+
+    for i in range(0, len(ready), chunk_size):
+        chunk = ready[i : i + chunk_size]
         try:
-            _commit_chunk(conn, batch_key, chunk, actor, result)
+            commit(chunk, workers)
         except psycopg.Error:
             # One bad row must not block its chunk: retry one memory per transaction.
             for attempt in chunk:
                 try:
-                    _commit_chunk(conn, batch_key, [attempt], actor, result)
+                    commit([attempt], 1)
                 except psycopg.Error as exc:
                     result.processed += 1
                     record_failure(conn, batch_key, attempt["memory_id"], Step.COMMIT, exc, criteria, result)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _verify_object(store: ObjectStore, key: str, group: Sequence[Row]) -> list[BaseException | None]:
+    """Per attempt of `group` (attempts whose backup is in the object `key`): None when its backup is
+    there as recorded, else why not. A lone backup is one HEAD; a pack is one HEAD too when the
+    store's checksum of it is the sha256 its name carries (packs.verify_members), else one GET with
+    every member's bytes checked."""
+    if all(store.locate(a["backup_ref"])[1] is None for a in group):
+        out: list[BaseException | None] = []
+        for a in group:
+            try:
+                store.verify(key, a["backup_sha256"], a["backup_size_bytes"])
+                out.append(None)
+            except Exception as exc:
+                out.append(exc)
+        return out
+    return packs.verify_members(store, [(a["backup_ref"], a["backup_sha256"]) for a in group], workers=1)
+
+
+# The checks under the user locks stop waiting after this (or at the step's deadline): a store that
+# stops answering fails the chunk's unchecked memories (they stay hot) instead of holding the users'
+# writes for its own timeouts and retries (object_store.*: up to minutes).
+LOCKED_VERIFY_SECONDS = 10.0
+
+
+def _verify_unkept(
+    store: ObjectStore, attempts: Sequence[Row], workers: int, deadline: float | None
+) -> dict[uuid.UUID, BaseException]:
+    """Verify the backups among `attempts` that no bucket version keeps (nothing could put them back
+    after commit), one check per object (a HEAD for a lone backup or a whole pack), in parallel:
+    memory id -> why its backup is not there as recorded, for those that fail."""
+    by_key: dict[str, list[Row]] = {}
+    for a in attempts:
+        if not kept_version(a["backup_version_id"]):
+            by_key.setdefault(a["backup_key"], []).append(a)
+    if not by_key:
+        return {}
+
+    def verify(key: str) -> list[BaseException | None]:
+        return _verify_object(store, key, by_key[key])
+
+    failed: dict[uuid.UUID, BaseException] = {}
+    locked_until = time.monotonic() + LOCKED_VERIFY_SECONDS
+    until = locked_until if deadline is None else min(deadline, locked_until)
+    for key, outcome in run_parallel(verify, list(by_key), workers, deadline=until):
+        if isinstance(outcome, DeadlineExceeded) and until == locked_until:
+            outcome = DeadlineExceeded(
+                f"the object store did not answer within {LOCKED_VERIFY_SECONDS:g} s under the write locks"
+            )
+        outcomes = [outcome] * len(by_key[key]) if isinstance(outcome, BaseException) else outcome
+        for a, problem in zip(by_key[key], outcomes, strict=True):
+            if problem is not None:
+                failed[a["memory_id"]] = problem
+    return failed
 
 
 def backup_still_matches(row: Row, attempt: Row) -> bool:
@@ -970,7 +1046,24 @@ def return_to_status(conn: Conn, batch_key: str, memory_id: uuid.UUID, status: s
     )
 
 
-def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, result: StepResult) -> None:
+def _commit_chunk(
+    conn: Conn,
+    batch_key: str,
+    chunk: list[Row],
+    actor: str,
+    result: StepResult,
+    *,
+    object_store: ObjectStore,
+    workers: int = 8,
+    deadline: float | None = None,
+) -> list[tuple[uuid.UUID, BaseException]]:
+    """Archive the chunk's memories whose backup still matches the live row, in one transaction.
+
+    Invariant: no archive row is committed whose backup was not found as recorded after the rows were
+    locked, unless a bucket version keeps its bytes (integrity.recover_from_versions puts that back).
+    Those the check does not find are left untouched (hot, attempt still backed up) and returned, with
+    why, for the caller to record and send back to be backed up again.
+    """
     ids = [a["memory_id"] for a in chunk]
     users = sorted({a["user_id"] for a in chunk})  # every statement names the users: one shard each
     with conn.transaction():
@@ -989,8 +1082,8 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
         meta = {
             r["memory_id"]: r
             for r in conn.execute(
-                """SELECT memory_id, user_id, archive_reason, backup_archived_at, backup_ref, backup_sha256,
-                          backup_row_xmin
+                """SELECT memory_id, user_id, archive_reason, backup_archived_at, backup_key, backup_ref,
+                          backup_sha256, backup_size_bytes, backup_version_id, backup_row_xmin
                    FROM archival_attempts
                    WHERE batch_key = %s AND user_id = ANY(%s) AND memory_id = ANY(%s) AND status = 'backed_up'""",
                 (batch_key, users, ids),
@@ -1008,6 +1101,12 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
                 ready.append(mid)
             else:
                 stale.append(mid)
+        # Verified here, under the user and row locks and before any original is deleted: a backup
+        # deleted or overwritten after an earlier check would leave an archive row without its
+        # original, with no version to put back (a network call under the lock, bounded:
+        # memory_lib.core.locks).
+        missing = _verify_unkept(object_store, [meta[m] for m in ready], workers, deadline)
+        ready = [m for m in ready if m not in missing]
         if ready:
             params = {"batch": batch_key, "users": users, "ids": ready}
             # The backup objects the archive rows will name, each recorded once.
@@ -1059,6 +1158,7 @@ def _commit_chunk(conn: Conn, batch_key: str, chunk: list[Row], actor: str, resu
             )
     result.processed += len(ready) + len(gone)
     result.succeeded += len(ready)
+    return list(missing.items())
 
 
 # --------------------------------------------------------------------------- batch views

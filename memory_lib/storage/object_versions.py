@@ -117,11 +117,18 @@ def read_version(store: ObjectStore, version: ObjectVersion) -> bytes:
     raise TypeError(f"{type(store).__name__} cannot read object versions: erasure needs a local or S3 store")
 
 
+def kept_version(version_id: str | None) -> bool:
+    """Whether a put's `version_id` names a version the bucket keeps when the key is deleted or
+    overwritten (versioning Enabled when it was written). None (a local store, a bucket without
+    versioning) and S3's "null" (versioning Suspended: the next write of the key replaces it) do not."""
+    return bool(version_id) and version_id != "null"
+
+
 def make_current(store: ObjectStore, key: str, version_id: str) -> bool:
     """Copy the stored version `version_id` of `key` on top, as its current version (the bytes of a
     backup deleted or overwritten after it was verified). False when the store keeps no versions or
     that version is gone."""
-    if not isinstance(store, S3ObjectStore) or not version_id or version_id == "null":
+    if not isinstance(store, S3ObjectStore) or not kept_version(version_id):
         return False
     if not any(
         v.key == key and v.version_id == version_id and not v.delete_marker for v in list_versions(store, key)

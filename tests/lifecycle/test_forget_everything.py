@@ -281,7 +281,7 @@ def _archive_with_a_loss_at_commit(conn, store, monkeypatch, *, overwrite: bool)
     inner = archive._commit_chunk
     lost: list[str] = []
 
-    def commit_chunk(conn_, batch_key, chunk, actor, result):
+    def commit_chunk(conn_, batch_key, chunk, actor, result, **kwargs):
         if not lost:
             key = chunk[0]["backup_key"]
             if overwrite:
@@ -289,7 +289,7 @@ def _archive_with_a_loss_at_commit(conn, store, monkeypatch, *, overwrite: bool)
             else:
                 store.delete(key)
             lost.append(key)
-        return inner(conn_, batch_key, chunk, actor, result)
+        return inner(conn_, batch_key, chunk, actor, result, **kwargs)
 
     monkeypatch.setattr(archive, "_commit_chunk", commit_chunk)
     insert_memories(conn, make_memories(40, dim=TEST_DIM, users=("alice", "bob")), actor="test")
@@ -316,11 +316,27 @@ def test_the_nightly_audit_puts_back_a_backup_lost_after_verification(
         assert sha256_hex(store.read_ref(r["storage_ref"], r["backup_sha256"])) == r["backup_sha256"]
 
 
-def test_without_versioning_a_lost_backup_is_reported_not_recovered(conn, s3_store, monkeypatch):
+@pytest.mark.parametrize("overwrite", [False, True], ids=["deleted", "overwritten"])
+def test_without_versioning_a_backup_lost_before_commit_keeps_its_memories_hot(
+    conn, s3_store, monkeypatch, overwrite
+):
+    """No version to put back: commit checks the backup again under its locks, so the memories whose
+    object went are not archived (they stay hot, the failure recorded at 'verify') and no archive row
+    names the lost object; the audit finds every committed backup in place."""
+    from memory_lib.archival.archive import batch_status
     from memory_lib.archival.integrity import recorded_audit
 
-    report, key = _archive_with_a_loss_at_commit(conn, s3_store, monkeypatch, overwrite=False)
+    report, key = _archive_with_a_loss_at_commit(conn, s3_store, monkeypatch, overwrite=overwrite)
+    rows = conn.execute(ARCHIVE_REFS_SQL).fetchall()
+    assert rows and not [r for r in rows if s3_store.key_from_ref(r["storage_ref"]) == key]
+    hot = conn.execute(
+        "SELECT memory_id FROM archival_attempts WHERE backup_key = %s AND status = 'embedded'", (key,)
+    ).fetchall()
+    assert len(rows) + len(hot) == 40
+    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == len(hot)
+    assert batch_status(conn, "night-1").failed_by_step == {"verify": len(hot)}
     audit = recorded_audit(conn, "night-1")
-    assert audit is not None and not audit.passed and not report.ok
-    assert audit.committed.recovered == [] and audit.committed.missing
-    assert all(s3_store.key_from_ref(ref) == key for ref in audit.committed.missing)
+    assert audit is not None and audit.passed and audit.committed.recovered == []
+    assert not report.ok  # a whole pack failed: the gate holds the night (its error rate)
+    for r in rows:
+        assert sha256_hex(s3_store.read_ref(r["storage_ref"], r["backup_sha256"])) == r["backup_sha256"]
