@@ -24,8 +24,8 @@ from .storage.objectstore import LOCAL_ROOT_FIELD, LOCAL_ROOT_VARIABLE, local_ro
 
 BUCKET_SETTING = "MEMORY_ARCHIVE_BUCKET (object_store.bucket)"
 UNVERSIONED = (
-    "without versioning, an object deleted or overwritten between a backup's verification and the deletion "
-    "of its original cannot be recovered by the nightly integrity check"
+    "without versioning, a backup deleted or overwritten after its memory was archived cannot be recovered "
+    "by the nightly integrity check, and commit checks each backup under the users' write locks"
 )
 
 

@@ -236,10 +236,11 @@ class TierAudit:
 
 
 # Backups HEADed by the post-commit audit, per batch: every one up to 1,000, a random 1,000 above.
-# Every backup was already read back in full (fidelity) and HEADed just before its original was
-# deleted (commit): this audit looks for what happened in between (an object deleted during commit, a
-# lifecycle rule, the wrong bucket). A smaller sample would save requests but miss a single lost
-# object most of the time, and one lost original is what the product promises never happens.
+# Every backup was already read back in full (fidelity) and HEADed by commit (under the locks, just
+# before its original was deleted, when no bucket version keeps it): this audit looks for what
+# happened since (an object of a versioned bucket deleted during commit, a lifecycle rule, the wrong
+# bucket). A smaller sample would save requests but miss a single lost object most of the time, and
+# one lost original is what the product promises never happens.
 AUDIT_SAMPLE = 1000
 
 
@@ -324,8 +325,10 @@ def verify_committed(
     workers: int = 8,
 ) -> CommittedBackups:
     """HEAD the backup of each archive row these batches committed (a random sample above
-    `sample_max`): closes the race where an object is deleted between commit's verify and its
-    transaction. Bucket versioning and object lock prevent that race; this check detects it."""
+    `sample_max`). Commit verifies a backup no bucket version keeps under its locks, before deleting
+    the original; a versioned one before its transaction, so an object deleted in between is found
+    here (and put back by recover_from_versions). What neither prevents, a backup deleted after its
+    commit, is found here too."""
     rows = conn.execute(
         f"""SELECT {packs.backup_sql("a")}, a.backup_size_bytes FROM archived_memories a
            WHERE a.metadata->>'batch_key' = ANY(%s)""",
@@ -372,8 +375,8 @@ def recover_from_versions(conn: Conn, store: ObjectStore, refs: Sequence[str]) -
     verification (the verify -> commit race: the original is gone, so the backup is the only copy).
     On a versioned bucket the verified bytes are still the version the row recorded
     (`backup_version_id`): that version is copied on top, then each member is read back against its
-    sha256. Returns the refs recovered; without versioning there is nothing to recover from (the
-    preflight warns about it)."""
+    sha256. Returns the refs recovered; without versioning there is nothing to recover from (commit
+    verifies such backups under its locks instead, and the preflight warns about the bucket)."""
     if not refs:
         return set()
     rows = conn.execute(

@@ -17,6 +17,12 @@ forget archive rows to delete). Claims (memory_lib.archival.claims) take no user
 LOCKED, so they never wait while holding a lock.
 
 No lock is held across a network call to an LLM or embedder: those run before the transaction.
+One network call does run under the locks, on purpose: the archival commit verifies the backups that
+no bucket version keeps (a local store, a bucket without versioning) after locking the chunk's users
+and rows and before deleting the originals, since a check made before the locks could be out of date
+when the original goes. It is one HEAD per backup object of the chunk, in parallel, given up after
+`archive.LOCKED_VERIFY_SECONDS` (the chunk's unchecked memories then stay hot): a user's writes wait
+for it at most that long, once per chunk holding the user's memories.
 
 One more lock, outside that order, so that forget cannot be outrun by a backup in flight: the archival
 backup step (and the dry run's scratch copies) hold each of their users' *backup lock* shared
