@@ -39,9 +39,9 @@ BUILDER = ExtractiveDigestBuilder()
 RULES = RuleFactExtractor()
 
 
-def _archive(conn, store, key: str = "n1") -> None:
+def _archive(conn, store, key: str = "n1", as_of: datetime = END) -> None:
     services = ArchivalServices(ExtractiveSummarizer(), EMB, store)
-    report = run_batch(conn, services, ArchivalCriteria(), batch_key=key, as_of=END, actor="test")
+    report = run_batch(conn, services, ArchivalCriteria(), batch_key=key, as_of=as_of, actor="test")
     assert report.gate_passed and report.archived > 0
 
 
@@ -244,7 +244,13 @@ def test_a_change_to_a_covered_memory_rebuilds_and_nothing_else_writes(conn, his
     conn.execute("UPDATE memories SET superseded_by = NULL WHERE id = %s", (archived["original_id"],))
     again()
     before = _digest(conn, user, 2, month)["source_fingerprint"]
-    _archive(conn, local_store, key="n2")
+    # A restore is a new start: the restored memory is archived again once the criteria, counted from
+    # the restore (the database clock), select it; a night past the force-age limit does.
+    _archive(conn, local_store, key="n2", as_of=datetime.now(UTC) + timedelta(days=400))
+    assert conn.execute(
+        "SELECT 1 FROM archived_memories WHERE user_id = %s AND original_id = %s",
+        (user, archived["original_id"]),
+    ).fetchone()
     assert again().status == "built" and _digest(conn, user, 2, month)["source_fingerprint"] != before
 
 
