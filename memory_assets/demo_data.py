@@ -6,8 +6,9 @@ go cold (low importance, rarely used), a minority stays warm, a few are core fac
 The same arguments always give the same memories (ids, text, timestamps and scores).
 
 The world holds together, so the facts consolidation extracts from it do not contradict each other:
-each person has one birthday (a reminder comes a few days before it each year) and, in a user's life,
-one role (manager, doctor, dentist, accountant, mentor, colleague, friend, sibling); a user's city, team
+each person has one birthday (a reminder comes a few days before it each year; the manager's is on the
+team calendar from the first day) and, in a user's life, one role (manager, doctor, dentist, accountant,
+mentor, cousin, colleague, friend); the manager's work is the team's first project; a user's city, team
 and manager change only by a memory that states the change and names the old value ("Ada moved to Porto
 from Lisbon ..."), never by two memories that disagree; preferences, allergies and savings rules stay the
 same; release versions only go up; a book is read page by page, then finished. The sentences come from
@@ -493,6 +494,7 @@ def _standup(rng: random.Random, w: _Life, ts: datetime) -> str:
 
 
 def _review(rng: random.Random, w: _Life, ts: datetime) -> str:
+    c = rng.choice(w.cast["colleague"] + [w.one("manager")])
     return _pick(
         rng,
         [
@@ -501,9 +503,9 @@ def _review(rng: random.Random, w: _Life, ts: datetime) -> str:
             "{name} left {n} comments on {c}'s PR #{pr}, mostly about {concern}.",
             "PR #{pr} ({change}) got merged after {name} and {c} paired on it for {h} hours.",
         ],
-        c=rng.choice(w.cast["colleague"] + [w.one("manager")]),
+        c=c,
         pr=rng.randint(1000, 9999),
-        p=rng.choice(w.projects),
+        p=w.projects[0] if c == w.one("manager") else rng.choice(w.projects),  # the manager leads the first
         wd=rng.choice(WEEKDAYS),
         name=w.name,
         change=rng.choice(CHANGES_SHIPPED),
@@ -572,7 +574,7 @@ def _one_on_one(rng: random.Random, w: _Life, ts: datetime) -> str:
         item=rng.choice(
             ["a conference ticket", "a team dinner", "a monitor", "train tickets", "a book order"]
         ),
-        p=rng.choice(w.projects),
+        p=w.projects[0],
     )
 
 
@@ -932,11 +934,12 @@ def _core_facts(w: _Life) -> list[str]:
 
 
 def _birthdays(rng: random.Random, lives: dict[str, _Life], first: date, last: date, seed: int) -> dict:
-    """The day each birthday reminder comes, a few days before the birthday, once a year per person."""
+    """The day each birthday reminder comes, a few days before the birthday, once a year per person (the
+    manager's birthday is on the team calendar from the first day instead)."""
     due: dict[date, list[tuple[str, str]]] = {}
     for u, w in lives.items():
-        for people in w.cast.values():
-            for person in people:
+        for role, people in w.cast.items():
+            for person in people if role != "manager" else []:
                 month, day = birthday(person, seed)
                 lead = rng.randint(1, 6)
                 for year in range(first.year, last.year + 2):
@@ -944,6 +947,12 @@ def _birthdays(rng: random.Random, lives: dict[str, _Life], first: date, last: d
                     if first <= when <= last:
                         due.setdefault(when, []).append((u, person))
     return due
+
+
+def _team_calendar(rng: random.Random, w: _Life, seed: int) -> str:
+    manager = w.one("manager")
+    month, day = birthday(manager, seed)
+    return f"{manager}'s birthday is on {date(2000, month, day):%B} {day}; the {w.team} team signs a card the week before."
 
 
 def _birthday_text(rng: random.Random, w: _Life, person: str, seed: int) -> str:
@@ -1024,6 +1033,17 @@ def generate_history(
                     lambda ts, w=lives[u], p=person: _birthday_text(rng, w, p, seed),
                 )
             )
+        if day == 0:
+            for u in user_ids:
+                planned.append(
+                    (
+                        u,
+                        "work",
+                        "episodic",
+                        rng.uniform(0.1, 0.3),
+                        lambda ts, w=lives[u]: _team_calendar(rng, w, seed),
+                    )
+                )
         changing = [u for u, d in change_day.items() if d == day]
         for u in changing:
             planned.append((u, "profile", "semantic", 0.9, lambda ts, w=lives[u]: _change(rng, w, ts)))
