@@ -107,17 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     first_night = (history_end - timedelta(days=args.days - criteria.min_age_days + 1)).date()
     # The partitions are built at import from the environment: start them at the first eligible night.
     os.environ["MEMORY_ARCHIVE_PARTITION_START"] = first_night.isoformat()
-    # The generated history repeats a few dozen sentence templates thousands of times, one slot changed
-    # ("... pull request #6851 ..."): probed by its first sentence, a memory often loses its top-10 place
-    # to a near-twin with another number. The demo says so and probes 10 a night against a 0.5 floor
-    # (defaults 50 and 0.9); retrieval on real conversations is measured by `python -m bench locomo`.
-    probe_env = {
-        "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_SAMPLE_SIZE": "10",
-        "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_FLOOR": "0.5",
-    }
-    os.environ.update(probe_env)
     demo_settings = {
-        **probe_env,
         "MEMORY_ARCHIVE_PARTITION_START": first_night.isoformat(),
         "MEMORY_ARCHIVE_EMBEDDED_DB": DEMO_DB,
         "MEMORY_ARCHIVE_EMBEDDING_DIM": str(args.dim),
@@ -128,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "MEMORY_ARCHIVE_STATE_DIR": str(state),
     }
     timezone = Settings.from_env().slow_path.timezone
+    retrieval = Settings.from_env().retrieval  # the retrievability gate's sample and floor: the defaults
     from memory_lib.archival.nights import night_as_of
 
     zone_today = datetime.now(UTC).astimezone(ZoneInfo(timezone)).date()
@@ -278,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
 
         _section(f"Backfill {first_night} .. {last_night}: a Dagster backfill run by the daemon")
         print(
-            "retrievability probe: 10 archived memories a night, floor 0.5 (defaults 50 and 0.9): the generated "
-            "history's near-identical templated sentences make a first-sentence probe find twins"
+            f"retrievability probe: up to {retrieval.retrievability_sample_size} archived memories a night, each "
+            f"searched by its first sentence; at least {100 * retrieval.retrievability_floor:.0f}% must be in the "
+            "top 10"
         )
         # The daemon, its code server and the runs get the demo's settings (demo.env), not DATABASE_URL.
         env = demo_env(dict(os.environ))

@@ -12,6 +12,7 @@ one line, so a line added, dropped or reworded on either side fails the test. Bl
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -128,3 +129,70 @@ def test_demo_prints_the_documented_sample(demo: DemoRun) -> None:
     assert not problems, "\n".join(problems[:10])
     # Nothing but the demo's own lines: no third-party warning on stderr.
     assert "Warning" not in proc.stderr, proc.stderr[-3000:]
+
+
+# The facts section: "who is X?" and one line per fact, "subject predicate object (from …, still valid|until …; …)".
+_FACT_LINE = re.compile(
+    r"- (.+?) (has manager|birthday|lives in|works on team|works at|is|works with) (.+?) \(from "
+)
+_SINGLE_VALUED = ("has manager", "birthday", "lives in", "works on team", "works at")
+
+
+def printed_contradictions(output: list[str]) -> list[str]:
+    """What the demo's printed facts say against each other: two birthdays of one person, two current
+    values of a single-valued attribute (lives in, has manager, ...), or the user's manager holding
+    another role for the same user ("X is doctor of Ada" and "Ada has manager X")."""
+    facts = [
+        (m.group(1), m.group(2), m.group(3), "still valid;" in line)
+        for line in output
+        if (m := _FACT_LINE.match(line.strip()))
+    ]
+    problems = []
+    for (subject, predicate), group in itertools.groupby(
+        sorted((s, p, o, now) for s, p, o, now in facts if p in _SINGLE_VALUED), key=lambda f: f[:2]
+    ):
+        values = list(group)
+        if predicate == "birthday" and len({o for _, _, o, _ in values}) > 1:
+            problems.append(f"{subject} has {len(values)} birthdays")
+        elif sum(now for *_, now in values) > 1:
+            problems.append(f"{subject} {predicate}: {len(values)} current values")
+    managers = {(o, s) for s, p, o, _ in facts if p == "has manager"}  # (manager, of whom)
+    problems += [
+        f"{s} is {o} and {o.rsplit(' of ', 1)[-1]}'s manager"
+        for s, p, o, _ in facts
+        if p == "is" and " of " in o and (s, o.rsplit(" of ", 1)[-1]) in managers
+    ]
+    return problems
+
+
+def test_printed_contradictions_finds_what_the_demo_used_to_print() -> None:
+    """The facts an earlier demo printed: the manager was also the doctor and had four birthdays."""
+    earlier = [
+        "who is Sofia Lindqvist? (user-ada, answered from facts, with their sources)",
+        "  - Sofia Lindqvist is doctor of Ada (from 2026-07-03, still valid; 13 sources, 0 archived: …)",
+        "  - Ada has manager Sofia Lindqvist (from 2026-06-30, still valid; 1 source, 0 archived: …)",
+        "  - Sofia Lindqvist birthday 21 July 2026 (from 2026-06-30, until 2026-07-01; 1 source, 0 archived: …)",
+        "  - Sofia Lindqvist birthday 15 August 2026 (from 2026-07-01, until 2026-07-05; 1 source, 1 archived: …)",
+        "  - Ada lives in Lisbon (from 2026-06-30, still valid; 1 source, 0 archived: …)",
+        "  - Ada lives in Porto (from 2026-09-30, still valid; 1 source, 0 archived: …)",
+    ]
+    assert sorted(printed_contradictions(earlier)) == [
+        "Ada lives in: 2 current values",
+        "Sofia Lindqvist has 2 birthdays",
+        "Sofia Lindqvist is doctor of Ada and Ada's manager",
+    ]
+    coherent = [
+        "  - Ada has manager Rafael Costa (from 2026-07-02, still valid; 1 source, 0 archived: …)",
+        "  - Rafael Costa birthday November 19 (from 2026-07-02, still valid; 1 source, 1 archived: …)",
+        "  - Ada lives in Lisbon (from 2026-07-02, until 2026-09-21; 1 source, 0 archived: …)",
+        "  - Ada lives in Porto (from 2026-09-21, still valid; 1 source, 0 archived: …)",
+    ]
+    assert printed_contradictions(coherent) == []
+
+
+@pytest.mark.slow
+def test_the_demo_prints_no_contradicting_facts(demo: DemoRun) -> None:
+    assert demo.proc.returncode == 0, demo.proc.stdout[-3000:] + demo.proc.stderr[-3000:]
+    lines = demo.proc.stdout.splitlines()
+    assert any(_FACT_LINE.match(line.strip()) for line in lines), "the demo printed no facts"
+    assert printed_contradictions(lines) == []
