@@ -949,13 +949,13 @@ def _birthdays(rng: random.Random, lives: dict[str, _Life], first: date, last: d
     return due
 
 
-def _team_calendar(rng: random.Random, w: _Life, seed: int) -> str:
+def _team_calendar(rng: random.Random, w: _Life, ts: datetime, seed: int) -> str:
     manager = w.one("manager")
     month, day = birthday(manager, seed)
     return f"{manager}'s birthday is on {date(2000, month, day):%B} {day}; the {w.team} team signs a card the week before."
 
 
-def _birthday_text(rng: random.Random, w: _Life, person: str, seed: int) -> str:
+def _birthday_text(rng: random.Random, w: _Life, ts: datetime, person: str, seed: int) -> str:
     month, day = birthday(person, seed)
     when = f"{date(2000, month, day):%B} {day}"
     role = next(r for r, people in w.cast.items() if person in people)
@@ -1022,37 +1022,21 @@ def generate_history(
         day_start = start + timedelta(days=day)
         n = rng.randint(lo, hi)
         # Scheduled first (a birthday reminder, a user's change), then the day's routine.
-        planned: list[tuple[str, str, str, float, Callable[[datetime], str]]] = []
+        # (user, domain, category, importance, writer, the writer's arguments after rng, life, ts)
+        planned: list[tuple[str, str, str, float, Callable[..., str], tuple[object, ...]]] = []
         for u, person in reminders.get(day_start.date(), []):
-            planned.append(
-                (
-                    u,
-                    "personal",
-                    "episodic",
-                    rng.uniform(0.3, 0.6),
-                    lambda ts, w=lives[u], p=person: _birthday_text(rng, w, p, seed),
-                )
-            )
+            planned.append((u, "personal", "episodic", rng.uniform(0.3, 0.6), _birthday_text, (person, seed)))
         if day == 0:
             for u in user_ids:
-                planned.append(
-                    (
-                        u,
-                        "work",
-                        "episodic",
-                        rng.uniform(0.1, 0.3),
-                        lambda ts, w=lives[u]: _team_calendar(rng, w, seed),
-                    )
-                )
-        changing = [u for u, d in change_day.items() if d == day]
-        for u in changing:
-            planned.append((u, "profile", "semantic", 0.9, lambda ts, w=lives[u]: _change(rng, w, ts)))
+                planned.append((u, "work", "episodic", rng.uniform(0.1, 0.3), _team_calendar, (seed,)))
+        for u in [u for u, d in change_day.items() if d == day]:
+            planned.append((u, "profile", "semantic", 0.9, _change, ()))
         for i in range(n):
             # What is planned happens in the day's first hour: the rest of the day already sees a change.
             ts = day_start + timedelta(seconds=rng.randrange(3_600 if i < len(planned) else 86_400))
             if i < len(planned):
-                user, domain, category, importance, write = planned[i]
-                text = write(ts)
+                user, domain, category, importance, write, args = planned[i]
+                text = write(rng, lives[user], ts, *args)
                 importance = round(importance, 3)
             else:
                 user = rng.choice(user_ids)
