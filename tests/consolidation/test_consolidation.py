@@ -303,7 +303,8 @@ def test_forget_hooks_drop_then_rebuild(conn, history):
     user = "user-ada"
     rebuild_for_user(conn, user, builder=BUILDER, extractor=RULES, embedder=EMB)
     fact = conn.execute(
-        "SELECT * FROM memory_facts WHERE user_id = %s AND predicate = 'lives in'", (user,)
+        "SELECT * FROM memory_facts WHERE user_id = %s AND predicate = 'lives in' AND object = 'Lisbon'",
+        (user,),
     ).fetchone()
     [gone] = fact["source_memory_ids"]
     counts = drop_memory_from_consolidation(conn, user, gone)
