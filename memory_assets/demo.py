@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         "MEMORY_ARCHIVE_STATE_DIR": str(state),
     }
     timezone = Settings.from_env().slow_path.timezone
-    retrieval = Settings.from_env().retrieval  # the retrievability gate's sample and floor: the defaults
+    # The retrievability gate's sample and floor: the defaults, unless the environment sets them.
+    retrieval = Settings.from_env().retrieval
     from memory_lib.archival.nights import night_as_of
 
     zone_today = datetime.now(UTC).astimezone(ZoneInfo(timezone)).date()
