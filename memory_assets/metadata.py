@@ -43,23 +43,48 @@ def by_month(rows: Sequence[tuple[str, Sequence[int]]], limit: int = 40) -> list
 
 
 def tier_metadata(t: TierCounts, *, top: int = 10) -> dict[str, Any]:
-    """Tier totals as of a night (ints, plotted nightly) and a small per-user distribution: median and
-    max per user of each tier, users holding stubs, and the `top` users by memories as a table."""
-    users = list(t.by_user.values())
+    """Tiers at the end of the night t is of (retention.tier_counts: the night's own archival and stubs
+    included, whenever they ran), plotted nightly: hot memories, archived memories (every archive row,
+    stubs included: hot + archived is every memory) and, of the archived, the stubs; a small per-user
+    distribution (median and max per user of each), users holding stubs, and the `top` users by
+    memories as a table."""
+    users = {u: (v.hot, v.archived + v.stub, v.stub) for u, v in t.by_user.items()}
     meta: dict[str, Any] = {
         "hot_memories": t.hot,
-        "archived_memories": t.archived,
+        "archived_memories": t.archived + t.stub,
         "stub_memories": t.stub,
         "users": len(users),
-        "users_with_stubs": sum(1 for u in users if u.stub),
+        "users_with_stubs": sum(1 for _, _, stub in users.values() if stub),
     }
-    for tier in ("hot", "archived", "stub"):
-        values = sorted(getattr(u, tier) for u in users)
+    for i, tier in enumerate(("hot", "archived", "stub")):
+        values = sorted(v[i] for v in users.values())
         meta[f"{tier}_per_user_p50"] = float(statistics.median(values)) if values else 0.0
         meta[f"max_{tier}_per_user"] = values[-1] if values else 0
-    biggest = sorted(t.by_user.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:top]
-    meta["tiers_by_user"] = markdown_table(["user", "hot", "archived", "stub"], [[u, *v] for u, v in biggest])
+    biggest = sorted(users.items(), key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))[:top]
+    meta["tiers_by_user"] = markdown_table(
+        ["user", "hot", "archived (stubs included)", "of which stubs"], [[u, *v] for u, v in biggest]
+    )
     return meta
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB': a size as people read it (binary units)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def size_metadata(key: str, n: int, *, note: str = "") -> dict[str, Any]:
+    """A size in two entries: `key` (its unit in its name: hot_table_bytes), an int the UI plots, and the
+    same key with "bytes" as "size" (hot_table_size), the size as text with its unit, '12.3 MiB
+    (12,897,484 bytes)', then `note` when given (what the size is of, and when)."""
+    if "bytes" not in key:
+        raise ValueError(f"key={key!r}: a size's key names its unit, bytes")
+    text = f"{human_bytes(n)} ({n:,} bytes)" + (f"; {note}" if note else "")
+    return {key: int(n), key.replace("bytes", "size"): text}
 
 
 def store_location(store: ObjectStore) -> str:

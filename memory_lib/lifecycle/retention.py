@@ -279,9 +279,12 @@ class Tiers(NamedTuple):
 
 @dataclass
 class TierCounts:
-    """Memories per tier and user as of the end of a night, rebuilt from timestamps, so a night
-    counted later (a backfill) shows its own numbers: hot = created by then and not yet archived,
-    stub = stubbed by then (a stub expanded since counts as archived: its stubbed_at is cleared)."""
+    """Memories per tier and user at the end of a night, its own archival included, rebuilt from what
+    the rows record, so a night counted later (a backfill, a re-run) shows its own numbers:
+    an archive row made by an archival batch counts from the end of that batch's night (the batch's
+    as_of), whenever the batch ran; one made outside a batch counts from its archived_at. hot = created
+    by then and not archived by then; stub = stubbed by then (stubbed_at is the end of the night that
+    made the stub; a stub expanded since counts as archived: its stubbed_at is cleared)."""
 
     as_of: datetime
     by_user: dict[str, Tiers]
@@ -303,12 +306,17 @@ def tier_counts(conn: Conn, as_of: datetime) -> TierCounts:
     as_of = as_of.astimezone(UTC)
     rows = conn.execute(
         """WITH h AS (SELECT user_id, count(*) AS n FROM memories WHERE created_at <= %(t)s GROUP BY 1),
+                r AS (SELECT r.user_id, r.stubbed_at, r.original_created_at,
+                             coalesce(b.as_of, r.archived_at) AS archived_as_of
+                      FROM archived_memories r
+                      LEFT JOIN archival_batches b ON b.batch_key = r.metadata->>'batch_key'),
                 a AS (SELECT user_id,
-                             count(*) FILTER (WHERE archived_at <= %(t)s AND NOT coalesce(stubbed_at <= %(t)s, false))
-                                 AS archived,
+                             count(*) FILTER (WHERE archived_as_of <= %(t)s
+                                              AND NOT coalesce(stubbed_at <= %(t)s, false)) AS archived,
                              count(*) FILTER (WHERE stubbed_at <= %(t)s) AS stub,
-                             count(*) FILTER (WHERE archived_at > %(t)s AND original_created_at <= %(t)s) AS hot_then
-                      FROM archived_memories GROUP BY 1)
+                             count(*) FILTER (WHERE archived_as_of > %(t)s AND original_created_at <= %(t)s)
+                                 AS hot_then
+                      FROM r GROUP BY 1)
            SELECT user_id, coalesce(h.n, 0) + coalesce(a.hot_then, 0) AS hot, coalesce(a.archived, 0) AS archived,
                   coalesce(a.stub, 0) AS stub
            FROM h FULL JOIN a USING (user_id)""",

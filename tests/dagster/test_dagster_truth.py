@@ -5,6 +5,7 @@ Real runs against the embedded Postgres, a local object store and the fake LLM s
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 import yaml
 
 from memory_assets.defs.slow_path import assets, checks
+from memory_assets.defs.slow_path.retention import retention_scores
+from memory_assets.defs.slow_path.stubs import stub_conversions
 from memory_assets.resources import DatabaseResource, ObjectStoreResource, SummarizerResource
 from memory_lib.archival import nights
 from memory_lib.lifecycle import pause as pause_switch
@@ -100,9 +103,13 @@ def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, sto
     # Each night its own figures: they add up to the run, none carries the run's total.
     assert sum(seen["archived"]) == archived_in_run and archived_in_run not in seen["archived"]
     assert len(set(seen["claimed"])) > 1
-    # State after the run only on the run's last night.
-    assert "hot_memories" in per_partition(instance, dg.AssetKey("archive_rows"), run[-1].isoformat())[0]
-    assert "hot_memories" not in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())[0]
+    # Table sizes, which cannot be read as of a night, only on the run's last night, named as after the run.
+    last = per_partition(instance, dg.AssetKey("archive_rows"), run[-1].isoformat())[0]
+    assert "after the run of" in last["hot_table_size_after_run"]
+    assert (
+        "hot_table_bytes_after_run"
+        not in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())[0]
+    )
 
     # One check result per night, each with its partition, in the instance's check history too.
     evaluations = result.get_asset_check_evaluations()
@@ -170,6 +177,88 @@ def test_a_night_with_nothing_to_check_says_so(conn, db_url, store):
         assert e.partition == NIGHT.isoformat()
         assert e.metadata["nothing_to_check"].value is True
         assert e.description.startswith(checks.NOTHING), (e.check_name, e.description)
+
+
+_UNIT = re.compile(r"^(\d+ B|\d+\.\d (KiB|MiB|GiB|TiB)) \(([\d,]+) bytes\)")
+
+
+def _tiers_at_end_of(conn, night) -> tuple[int, int]:
+    """Hot and archived memories at the end of `night`, from the rows: an archive row counts from the
+    night of the batch that made it (whenever that batch ran)."""
+    as_of = nights.night_as_of(night, "UTC")
+    row = conn.execute(
+        """SELECT (SELECT count(*) FROM archived_memories a JOIN archival_batches b
+                   ON b.batch_key = a.metadata->>'batch_key' WHERE b.as_of <= %(t)s) AS archived,
+                  (SELECT count(*) FROM memories WHERE created_at <= %(t)s)
+                  + (SELECT count(*) FROM archived_memories WHERE original_created_at <= %(t)s) AS every""",
+        {"t": as_of},
+    ).fetchone()
+    return row["every"] - row["archived"], row["archived"]
+
+
+def test_a_backlog_in_two_runs_shows_each_nights_own_tiers_steps_and_sizes(
+    conn, db_url, history, store, instance
+):
+    """As the backfill policy splits a backlog: two runs of two nights each, every Slow Path asset.
+    Each night's page then says what its names say, for that night."""
+    backlog = [NIGHT - timedelta(days=3 - i) for i in range(4)]
+    every_asset = [retention_scores, *SLOW_PATH_DEFS, stub_conversions]
+    for run in (backlog[:2], backlog[2:]):
+        result = dg.materialize(
+            every_asset,
+            resources=resources(db_url, store, batch_size=40),
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": run[0].isoformat(),
+                "dagster/asset_partition_range_end": run[-1].isoformat(),
+            },
+        )
+        assert result.success
+    archived_before = 0
+    for night in backlog:
+        key = night.isoformat()
+        [scores] = per_partition(instance, dg.AssetKey("retention_scores"), key)
+        [summaries] = per_partition(instance, dg.AssetKey("memory_summaries"), key)
+        [backups] = per_partition(instance, dg.AssetKey("archive_backups"), key)
+        [rows] = per_partition(instance, dg.AssetKey("archive_rows"), key)
+        [stubbed] = per_partition(instance, dg.AssetKey("stub_conversions"), key)
+
+        # Tiers at the end of the night, its archival included: archive_rows and stub_conversions say the
+        # same, the rows agree, and the night adds exactly what it archived. retention_scores, which runs
+        # before any night of its run is archived, records no tiers and says whose scores it has.
+        hot, archived = _tiers_at_end_of(conn, night)
+        assert (rows["hot_memories"], rows["archived_memories"]) == (hot, archived)
+        assert (stubbed["hot_memories"], stubbed["archived_memories"], stubbed["stub_memories"]) == (
+            hot,
+            archived,
+            0,
+        )
+        assert rows["archived"] > 0 and archived == archived_before + rows["archived"]
+        archived_before = archived
+        assert not {"hot_memories", "archived_memories", "stub_memories"} & set(scores)
+        assert scores["scores_of"].startswith("the memories hot when this run scored them")
+        assert ("archive" in scores["scores_of"]) == (night not in (backlog[0], backlog[2]))
+
+        # memory_summaries: each step's own counts, never their sum.
+        assert "processed" not in summaries
+        assert summaries["summarize_processed"] == summaries["summarized"] + summaries["summarize_failed"]
+        assert (
+            summaries["summarized"]
+            == summaries["embed_processed"]
+            == summaries["embedded"]
+            == rows["archived"]
+        )
+        assert backups["processed"] == backups["objects_written"] == rows["archived"]
+
+        # Every size: an int with its unit in its name, and the same size as text with a unit.
+        sizes = {k: v for page in (backups, rows) for k, v in page.items() if "bytes" in k}
+        assert {"bytes_written", "backup_bytes_total"} <= set(sizes)
+        for k, n in sizes.items():
+            text = {**backups, **rows}[k.replace("bytes", "size")]
+            match = _UNIT.match(text)
+            assert match and int(match.group(3).replace(",", "")) == n > 0, (k, text)
+    last = per_partition(instance, dg.AssetKey("archive_rows"), backlog[-1].isoformat())[0]
+    assert "not as of this night" in last["hot_table_size_after_run"]
 
 
 # --------------------------------------------------------------------------- checks only read

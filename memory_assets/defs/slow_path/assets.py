@@ -6,8 +6,12 @@ archival_attempts), so there is no IO manager: a re-run resumes where the last o
 night already done does no new work.
 
 Per-night truth: every asset records one materialization per night with that night's own numbers
-(metadata.record_nights), also when a run covers a range of nights; state after the run (tier sizes,
-backlog, attempts) goes on the run's last night only.
+(metadata.record_nights), also when a run covers a range of nights. archive_rows records the tiers at
+the end of each night, its archival included (memory_lib.lifecycle.retention.tier_counts: an archive row
+counts from its batch's night, whenever the batch ran). What cannot be read as of a night (table
+sizes, backlog, attempts) goes on the run's last night only, named as after the run. memory_summaries
+records each of its two steps' counts (summarize, embed), never their sum. A size is an int whose
+name says bytes, with the same size as text with its unit beside it (metadata.size_metadata).
 
 Scale-out: a run tagged `memory-archive/shard: i/n` (partitions.SHARD_TAG) works on the users of shard
 i of n only, in its own batch per night, so n runs of one night archive concurrently. Its per-night
@@ -22,12 +26,12 @@ failure. The asset checks in checks.py only read: a check re-run from the UI cha
 
 import time
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypedDict
 
 import dagster as dg
 
-from memory_assets.metadata import counts, markdown_table, record_nights, store_location
+from memory_assets.metadata import counts, markdown_table, record_nights, size_metadata, store_location
 from memory_assets.resources import (
     ArchivalCriteriaResource,
     DatabaseResource,
@@ -37,12 +41,13 @@ from memory_assets.resources import (
     store_kind,
 )
 from memory_lib.archival import integrity, nights, pipeline, retrievability, stalls
+from memory_lib.archival.archive import StepResult
 from memory_lib.archival.claims import attempt_counts
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.pricing import OFFLINE_PER_1000, unknown_price, usd_per_1000
 from memory_lib.core.rows import Conn
 from memory_lib.core.shards import Shard
-from memory_lib.lifecycle import eligibility
+from memory_lib.lifecycle import eligibility, retention
 from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.llm import batches, ledger
 from memory_lib.llm.summarize import Summarizer
@@ -93,6 +98,27 @@ def _step_metadata(t: nights.StepTotals) -> dict[str, object]:
     if t.skipped:
         meta["paused_because"] = next(iter(t.skipped.values()))
     return meta
+
+
+def _two_step_metadata(t: nights.StepTotals, results: Sequence[StepResult]) -> dict[str, object]:
+    """memory_summaries' figures: each step's own (a memory goes through both, so the steps' counts
+    are not added up): summarize_processed memories taken up by the summarizer, of them summarized and
+    summarize_failed; embed_processed summaries taken up by the embedder (this run's and those
+    summarized by an earlier run of the night), of them embedded and embed_failed. failed and released
+    are memories (a memory fails or is released at one step at most)."""
+    step = {r.step: r for r in results}
+    summarize, embed = step.get("summarize"), step.get("embed")
+    meta = _step_metadata(t)
+    del meta["processed"]  # the two steps' sum: each memory twice
+    return {
+        "summarize_processed": summarize.processed if summarize else 0,
+        "summarized": summarize.succeeded if summarize else 0,
+        "summarize_failed": summarize.failed if summarize else 0,
+        "embed_processed": embed.processed if embed else 0,
+        "embedded": embed.succeeded if embed else 0,
+        "embed_failed": embed.failed if embed else 0,
+        **meta,
+    }
 
 
 def _llm_ledger_metadata(conn: Conn, batch_key: str, summarizer: Summarizer) -> dict[str, object]:
@@ -242,12 +268,10 @@ def memory_summaries(
             ).fetchall()
             by_night[night] = {
                 "shard": str(shard),
-                **_step_metadata(t),
-                "summarized": sum(r.succeeded for r in o.results if r.step == "summarize"),
+                **_two_step_metadata(t, o.results),
                 # Left claimed in a provider batch still running; the next run of the night collects them.
                 "waiting_in_llm_batch": t.waiting,
                 **_held_metadata(conn, o.batch_key),
-                "embedded": sum(r.succeeded for r in o.results if r.step == "embed"),
                 "summarizer": f"{llm.kind}:{llm.model}",
                 "embedder": emb.model,
                 **_llm_ledger_metadata(conn, o.batch_key, llm),
@@ -288,7 +312,7 @@ def archive_backups(
                 "shard": str(shard),
                 **_step_metadata(t),
                 "objects_written": t.succeeded,
-                "bytes_written": t.bytes_written,
+                **size_metadata("bytes_written", t.bytes_written, note="backups written this night"),
                 "store": store_location(store),
             }
             if not o.skipped:
@@ -381,7 +405,12 @@ def archive_rows(
                 meta |= _probe_retrievability(conn, o.batch_key, store, embedder, retrieval, unfindable)
                 meta |= {"stalled": stall.stalled, "held_by_llm_batches": sum(h.memories for h in stall.held)}
                 meta |= {"why": stall.why} if stall.why else {}
-            by_night[night] = _shard_meta(conn, night, shard) | meta | _archived_by(conn, o.batch_key)
+            by_night[night] = (
+                _shard_meta(conn, night, shard)
+                | meta
+                | _archived_by(conn, o.batch_key)
+                | _night_tiers(conn, night, shard)
+            )
         if unfindable:  # after the run's nights: the pause blocks the nights after this run
             pause_switch.set_pause(
                 conn,
@@ -392,11 +421,13 @@ def archive_rows(
                 details={"check": "archive_retrievable"},
             )
         stats = tier_stats(conn)
+    # Table sizes cannot be read as of a night: the run's last night gets them, named as after the run.
+    when = f"after the run of {run[0]}..{run[-1]}, at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC (not as of this night)"
     by_night[run[-1]] |= {
-        "hot_memories": stats.hot,
-        "archived_memories": stats.archived,
-        "hot_table_bytes": stats.hot_bytes,
-        "archive_table_bytes": stats.archived_bytes,
+        **size_metadata("hot_table_bytes_after_run", stats.hot_bytes, note=f"memories table {when}"),
+        **size_metadata(
+            "archive_table_bytes_after_run", stats.archived_bytes, note=f"archived_memories table {when}"
+        ),
     }
     _log_run(context, started, "committed")
     if failing or stalled:
@@ -485,6 +516,17 @@ def _shard_meta(conn: Conn, night: date, shard: Shard) -> dict[str, object]:
     }
 
 
+def _night_tiers(conn: Conn, night: date, shard: Shard) -> dict[str, object]:
+    """Hot and archived memories (stubs included) at the end of the night, its own archival included,
+    every user's (memory_lib.lifecycle.retention.tier_counts): the figures stub_conversions records for
+    the night too. The split of the archived into stubs is on stub_conversions, which runs after."""
+    t = retention.tier_counts(conn, nights.night_as_of(night, SLOW_PATH.timezone))
+    meta: dict[str, object] = {"hot_memories": t.hot, "archived_memories": t.archived + t.stub}
+    if not shard.is_all:
+        meta["tiers_of"] = "every user; other shards' runs of this night may not have committed yet"
+    return meta
+
+
 def _archived_by(conn: Conn, batch_key: str) -> dict[str, object]:
     reasons = conn.execute(
         """SELECT archive_reason, count(*) AS n, sum(backup_size_bytes) AS bytes FROM archived_memories
@@ -499,7 +541,11 @@ def _archived_by(conn: Conn, batch_key: str) -> dict[str, object]:
     return {
         "archived_total": sum(r["n"] for r in reasons),
         **counts("archived_total", {r["archive_reason"]: r["n"] for r in reasons}),
-        "backup_bytes_total": int(sum(r["bytes"] or 0 for r in reasons)),
+        **size_metadata(
+            "backup_bytes_total",
+            int(sum(r["bytes"] or 0 for r in reasons)),
+            note="the backups of the archive rows this night made",
+        ),
         "sample": markdown_table(
             ["original", "user", "reason", "summary"],
             [[str(r["original_id"])[:8], r["user_id"], r["archive_reason"], r["summary"]] for r in sample],

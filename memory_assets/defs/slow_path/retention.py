@@ -4,15 +4,19 @@ Thin: memory_lib.lifecycle.retention keeps the scores incrementally in SQL (a ni
 memories written, used or re-categorized since the last one, one statement per batch of users) and the
 streaks at the floor that policy `retention` archives on (memory_lib.lifecycle.eligibility). Each night records
 its own numbers (metadata.record_nights): the score distribution (quantiles, 0.1-wide buckets, per
-category) and the tiers per user as of the end of that night, so the UI plots them night by night.
+category), so the UI plots it night by night.
+
+No tier counts here: this step runs before the night's claim (in a run over several nights, before any
+of them is archived), so the tiers it could read are not the night's. The tiers at the end of each
+night are on archive_rows and stub_conversions, which run after the night's archival.
 """
 
 import time
-from datetime import date
+from datetime import date, timedelta
 
 import dagster as dg
 
-from memory_assets.metadata import markdown_table, record_nights, tier_metadata
+from memory_assets.metadata import markdown_table, record_nights
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
 from memory_lib.archival import nights
 from memory_lib.core.config import Settings
@@ -42,6 +46,17 @@ def _distribution_metadata(d: retention.Distribution) -> dict[str, object]:
     return meta
 
 
+def _population(night: date, run: list[date]) -> str:
+    """Which memories the night's distribution covers: the hot ones when the run scored them."""
+    text = "the memories hot when this run scored them, created by the end of the night"
+    if night != run[0]:
+        text += (
+            f"; this run scores {run[0]}..{run[-1]} before archiving any of them, so memories that "
+            f"its nights {run[0]}..{night - timedelta(days=1)} archive are among them"
+        )
+    return text
+
+
 @dg.asset(
     partitions_def=night_partitions,
     backfill_policy=backfill_policy,
@@ -65,8 +80,9 @@ def retention_scores(
     config = Settings.from_env().retention
     shard = run_shard(context)  # a shard run scores its own users; the distribution is every user's
     by_night: dict[date, dict[str, object]] = {}
+    in_run = run_nights(context)
     with database.connect() as conn:
-        for night in run_nights(context):
+        for night in in_run:
             as_of = nights.night_as_of(night, SLOW_PATH.timezone)
             run = retention.score(conn, as_of, config, timezone=SLOW_PATH.timezone, shard=shard)
             dist = retention.distribution(conn, as_of, cold_migration_days=criteria.cold_migration_days)
@@ -79,7 +95,7 @@ def retention_scores(
                 "statements": run.statements,
                 "duration_s": round(run.seconds, 2),
                 **_distribution_metadata(dist),
-                **tier_metadata(retention.tier_counts(conn, as_of)),
+                "scores_of": _population(night, in_run),
             }
     record_nights(context, by_night)
     ns = sorted(by_night)

@@ -3,8 +3,11 @@
 Thin: memory_lib.lifecycle.stubs verifies each backup (HEAD) and drops the summary vector of the rows whose
 backup is there as recorded, one transaction per batch, with a 'stubbed' audit event per row; a
 re-run changes nothing. A shard run converts its own users' rows. Each night records its own numbers
-(metadata.record_nights): rows stubbed, kept back (backup not verified), and the tiers as of the end
-of the night (hot / archived / stub, totals and per user).
+(metadata.record_nights): rows stubbed, kept back (backup not verified), and the tiers at the end of
+the night, its archival and stubs included (hot / archived / of them stubs, totals and per user, every
+user's: memory_lib.lifecycle.retention.tier_counts). It runs after archive_rows, so in a run over
+several nights every night of the run is archived before its tiers are read: they are the same
+figures archive_rows records for the night.
 
 The blocking check `stubs_backed_up` HEADs the backup of every stub (of the run's shard): a stub's
 original lives only there.
@@ -22,7 +25,7 @@ from memory_lib.archival import nights
 from memory_lib.core.config import Settings
 from memory_lib.lifecycle import retention, stubs
 
-from .assets import STORE_KIND
+from .assets import STORE_KIND, archive_rows
 from .checks import evaluation
 from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
 from .partitions import nights as night_partitions
@@ -35,7 +38,8 @@ from .partitions import nights as night_partitions
     owners=["team:memory-archive"],
     tags={"domain": "archival", "tier": "slow_path"},
     kinds={"postgres", STORE_KIND},
-    code_version="1",
+    code_version="2",
+    deps=[archive_rows],
 )
 def stub_conversions(
     context: dg.AssetExecutionContext, database: DatabaseResource, object_store: ObjectStoreResource
