@@ -1,7 +1,8 @@
 """The archival pause as state you can see, and the alerts.
 
 - `archival_pause_sensor` reads the pause every minute. Its tick says what is true now (Automation →
-  the sensor: "archival paused after night-... by ... at ...: why", or "archival is running"), and each
+  the sensor: "archival paused after night-... by ... at ...: why", or "archival is running": the
+  tick's skip reason, on its result in the tick list, and the tick's log), and each
   change of the pause is recorded as an observation of the asset `archival_pause` (metadata paused,
   actor, reason, batch_key, changed_at: its page keeps the history). A new pause is alerted.
 - `archival_failure_alert` (a run-failure sensor over this code location's jobs) alerts on every
@@ -86,7 +87,8 @@ def archival_pause_sensor(
                 }
             )
             status += f"; alert {sent}"
-            context.log.warning(status)
+    # The tick's skip reason (the tick list shows it on the tick's result) and its log ("View logs").
+    (context.log.warning if state.paused else context.log.info)(status)
     return dg.SensorResult(skip_reason=status, asset_events=events, cursor=json.dumps(seen))
 
 
