@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 if TYPE_CHECKING:  # imported lazily at run time (main imports memory_lib once settings are set)
+    import dagster as dg
+
     from memory_lib.core.rows import Conn
-    from memory_lib.llm.embedding import Embedder
     from memory_lib.retrieval.types import SearchHit, SearchResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     from memory_assets.defs.slow_path.partitions import BACKFILL_NIGHTS_PER_RUN
     from memory_assets.demo_data import generate_history
     from memory_assets.dev import DEMO_ENV, demo_env, prepare_dagster_home
-    from memory_assets.resources import DatabaseResource, ObjectStoreResource
+    from memory_assets.resources import (
+        DatabaseResource,
+        EmbedderResource,
+        ObjectStoreResource,
+        SummarizerResource,
+    )
     from memory_lib.archival import integrity
     from memory_lib.client import MemoryClient
     from memory_lib.core.models import BackupObject, NewMemory
@@ -283,7 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         instance.wipe_assets(
             [
                 dg.AssetKey(k)
-                for k in ("archival_candidates", "memory_summaries", "archive_backups", "archive_rows")
+                for k in (
+                    "retention_scores",
+                    "archival_candidates",
+                    "memory_summaries",
+                    "archive_backups",
+                    "archive_rows",
+                    "stub_conversions",
+                )
             ]
         )
         print(
@@ -483,7 +496,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"before archival: {expansion.content == probe['content']}; promoted to hot: {expansion.promoted}"
                 )
 
-        consolidated_ok = _consolidation(conn, embedder, timezone)
+        consolidated_ok = _consolidation(
+            conn,
+            instance,
+            {
+                "database": DatabaseResource(database_url=url),
+                "embedder": EmbedderResource(provider="hashing", dim=args.dim),
+                "summarizer": SummarizerResource(provider="extractive"),
+            },
+        )
 
         _section("Restore through the rollback job, compared byte for byte")
         archived_now = {
@@ -562,22 +583,70 @@ def _show_hits(result: SearchResult, memory_id: Any, shown: int = 3) -> SearchHi
     return None if rank is None else result.hits[rank]
 
 
-def _consolidation(conn: Conn, embedder: Embedder, timezone: str) -> bool:
-    """Level-2 and level-3 digests, facts and key moments of the whole history (offline builders, through
-    memory_lib, one call per month and year), the checks, and one "who is X?" answered from facts."""
-    from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_period
-    from memory_lib.consolidation.facts import RuleFactExtractor, who_is
-    from memory_lib.consolidation.monthly import check_provenance, consolidate_month, missing_digests
+def _consolidation(conn: Conn, instance: dg.DagsterInstance, resources: dict[str, Any]) -> bool:
+    """Level-2 and level-3 digests, facts and key moments through Dagster, as the monthly schedules run
+    them: consolidation_job for each month partition that has memories, then yearly_digests_job for
+    each of their years (offline builders, with the jobs' blocking checks), in `instance`, so the UI
+    shows them materialized; then the figures, and one "who is X?" answered from facts. Months
+    that are not partitions (before the first archival night's month, and the month in progress) are
+    named, not built."""
+    import dagster as dg
+
+    from memory_assets.defs.consolidation import assets as consolidation
+    from memory_assets.defs.consolidation import checks
+    from memory_assets.defs.consolidation.jobs import consolidation_job, yearly_job
+    from memory_assets.defs.consolidation.partitions import TIMEZONE, months, years
+    from memory_lib.consolidation.facts import who_is
     from memory_lib.consolidation.sources import user_months
 
-    _section("Consolidation: monthly and yearly digests, facts and key moments (offline builders)")
+    _section(
+        "Consolidation through Dagster: monthly and yearly digests, facts and key moments (offline builders)"
+    )
     t = time.monotonic()
-    builder, extractor = ExtractiveDigestBuilder(), RuleFactExtractor()
-    months = sorted({m for _, m in user_months(conn, tz=timezone)})
-    for month in months:
-        consolidate_month(conn, month, builder=builder, extractor=extractor, embedder=embedder, tz=timezone)
-    for year in sorted({m.year for m in months}):
-        build_period(conn, 3, months[0].replace(year=year), builder=builder, embedder=embedder, tz=timezone)
+    keys = [
+        consolidation.monthly_digests.key,
+        consolidation.yearly_digests.key,
+        consolidation.memory_facts.key,
+        consolidation.key_moments.key,
+    ]
+    # A new database: an earlier demo's digests no longer describe it.
+    instance.wipe_assets(keys)
+    defs = dg.Definitions(
+        assets=[
+            consolidation.monthly_digests,
+            consolidation.yearly_digests,
+            consolidation.memory_facts,
+            consolidation.key_moments,
+        ],
+        asset_checks=[
+            checks.monthly_digests_provenance,
+            checks.monthly_digests_fresh,
+            checks.yearly_digests_provenance,
+            checks.memory_facts_provenance,
+            checks.key_moments_provenance,
+        ],
+        jobs=[consolidation_job, yearly_job],
+        resources=resources,
+    )
+    with_memories = sorted({m for _, m in user_months(conn, tz=TIMEZONE)})
+    partitions = set(months.get_partition_keys())
+    built = [m for m in with_memories if m.isoformat() in partitions]
+    not_partitions = [m for m in with_memories if m.isoformat() not in partitions]
+    year_keys = sorted({str(m.year) for m in built} & set(years.get_partition_keys()))
+    runs: list[tuple[str, str, Any]] = []
+    for job, partition_keys in (
+        ("consolidation_job", [m.isoformat() for m in built]),
+        ("yearly_digests_job", year_keys),
+    ):
+        for key in partition_keys:
+            result = defs.resolve_job_def(job).execute_in_process(
+                partition_key=key, instance=instance, run_config=QUIET, raise_on_error=False
+            )
+            runs.append((job, key, result))
+    failed_checks = [
+        f"{e.check_name} {key}" for _, key, r in runs for e in r.get_asset_check_evaluations() if not e.passed
+    ]
+    failed_runs = [f"{job} {key}" for job, key, r in runs if not r.success]
     n = {
         r["t"]: r["n"]
         for r in conn.execute(
@@ -587,14 +656,23 @@ def _consolidation(conn: Conn, embedder: Embedder, timezone: str) -> bool:
            WHERE valid_to IS NOT NULL UNION ALL SELECT 'moments', count(*) FROM key_moments"""
         ).fetchall()
     }
-    problems, missing = check_provenance(conn), missing_digests(conn, builder=builder, tz=timezone)
     print(
-        f"{len(months)} months: {n['l2']} monthly and {n['l3']} yearly digests, {n['facts']} facts "
-        f"({n['closed']} closed by a newer value), {n['moments']} key moments in {time.monotonic() - t:.1f} s"
+        f"{_n(len(built), 'month')} ({', '.join(f'{m:%Y-%m}' for m in built) or 'none'}) by consolidation_job "
+        f"and {_n(len(year_keys), 'year')} ({', '.join(year_keys) or 'none'}) by yearly_digests_job, "
+        f"{_n(len(runs), 'run')} in the Dagster instance: {n['l2']} monthly and {n['l3']} yearly digests, "
+        f"{n['facts']} facts ({n['closed']} closed by a newer value), {n['moments']} key moments "
+        f"in {time.monotonic() - t:.1f} s"
     )
+    if not_partitions:
+        print(
+            f"not built: {', '.join(f'{m:%Y-%m}' for m in not_partitions)}, not month partitions (they start "
+            f"at the first archival night's month, {min(partitions, default='none')[:7]}, and the month in "
+            "progress becomes one when it ends)"
+        )
     print(
-        f"checks: provenance {'OK' if not problems else f'{len(problems)} problems'} (every source is an "
-        f"existing memory of the same user); freshness {'OK' if not missing else f'{len(missing)} months missing'}"
+        "checks (blocking, per partition): provenance and freshness "
+        + ("OK on every partition" if not failed_checks else f"FAILED: {', '.join(failed_checks[:10])}")
+        + (f"; runs failed: {', '.join(failed_runs)}" if failed_runs else "")
     )
     d = conn.execute(
         "SELECT user_id, summary FROM memory_digests WHERE level = 3 ORDER BY period_start, user_id LIMIT 1"
@@ -609,7 +687,7 @@ def _consolidation(conn: Conn, embedder: Embedder, timezone: str) -> bool:
         print(f"who is {who['object']}? ({who['user_id']}, answered from facts, with their sources)")
         for f in who_is(conn, who["user_id"], who["object"], limit=6):
             print("  - " + _fact_line(conn, who["user_id"], f))
-    return not problems and not missing
+    return bool(runs) and not failed_checks and not failed_runs
 
 
 def _fact_line(conn: Conn, user_id: str, fact: dict[str, Any], shown: int = 3) -> str:

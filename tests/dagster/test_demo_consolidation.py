@@ -1,16 +1,22 @@
 """The demo's consolidation section (memory_assets.demo._consolidation), run on the tests' small demo
-history: it builds digests and facts and prints one "who is …?" answer from facts whose every source is
-shown with its id and its tier. The full `make demo` takes minutes; this is the
-function it calls, on real Postgres after a real archival night."""
+history: it materializes the consolidation assets through Dagster (consolidation_job per month partition
+with memories, yearly_digests_job per year) in a real instance, so the UI shows them, and prints one
+"who is …?" answer from facts whose every source is shown with its id and its tier. The full
+`make demo` takes minutes; this is the function it calls, on real Postgres after a real archival night."""
 
 from __future__ import annotations
 
 import re
 import uuid
 
+import dagster as dg
+import pytest
+
 from memory_assets.demo import _consolidation
+from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
+from memory_lib.consolidation.sources import user_months
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.lifecycle.restore import restore_archive
 from memory_lib.llm.embedding import HashingEmbedder
@@ -34,10 +40,65 @@ def _tier(conn, user: str, memory_id: uuid.UUID) -> str:
     return "missing"
 
 
-def test_the_demo_answers_who_is_from_facts_with_each_sources_id_and_tier(conn, history, local_store, capsys):
+@pytest.fixture
+def instance(tmp_path):
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as inst:
+        yield inst
+
+
+def _resources(db_url: str) -> dict:
+    return {
+        "database": DatabaseResource(database_url=db_url),
+        "embedder": EmbedderResource(provider="hashing", dim=TEST_DIM),
+        "summarizer": SummarizerResource(provider="extractive"),
+    }
+
+
+def test_the_demo_consolidates_through_dagster_so_the_instance_shows_every_month(
+    conn, db_url, history, local_store, instance, capsys
+):
     services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").gate_passed
-    assert _consolidation(conn, EMB, "UTC") is True  # checks green
+    assert _consolidation(conn, instance, _resources(db_url)) is True
+    out = capsys.readouterr().out
+    months = sorted({m.isoformat() for _, m in user_months(conn, tz="UTC")})
+    assert len(months) >= 4 and f"{len(months)} months" in out, out
+    for asset in ("monthly_digests", "memory_facts", "key_moments"):
+        assert instance.get_materialized_partitions(dg.AssetKey(asset)) == set(months), asset
+    assert instance.get_materialized_partitions(dg.AssetKey("yearly_digests")) == {months[0][:4]}
+    # Runs of the jobs the schedules run, each with its blocking checks, all passed, in the instance.
+    runs = instance.get_run_records(dg.RunsFilter())
+    assert sorted(r.dagster_run.job_name for r in runs) == ["consolidation_job"] * len(months) + [
+        "yearly_digests_job"
+    ]
+    assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    fresh = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey("monthly_digests"), "monthly_digests_fresh"), limit=50
+    )
+    assert sorted(r.partition for r in fresh) == months
+    assert "checks (blocking, per partition): provenance and freshness OK on every partition" in out
+    # What the instance says matches the database: one digest per user and month built.
+    meta = (
+        instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("monthly_digests"), asset_partitions=[months[0]]),
+            limit=1,
+        )
+        .records[0]
+        .asset_materialization.metadata
+    )
+    digests = conn.execute(
+        "SELECT count(*) AS n FROM memory_digests WHERE level = 2 AND period_start = %s", (months[0],)
+    ).fetchone()["n"]
+    assert meta["built"].value == meta["users"].value == digests > 0
+
+
+def test_the_demo_answers_who_is_from_facts_with_each_sources_id_and_tier(
+    conn, db_url, history, local_store, instance, capsys
+):
+    services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
+    assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").gate_passed
+    assert _consolidation(conn, instance, _resources(db_url)) is True  # checks green
     first = capsys.readouterr().out
     who = re.search(
         r"^who is (.+)\? \((\S+), answered from facts, with their sources\)$", first, re.MULTILINE
@@ -54,7 +115,8 @@ def test_the_demo_answers_who_is_from_facts_with_each_sources_id_and_tier(conn, 
     )
     restore_archive(conn, local_store, user_id=user, original_id=archived_source, actor="test")
 
-    assert _consolidation(conn, EMB, "UTC") is True  # the month is rebuilt for the restore: still fresh
+    # The month is rebuilt for the restore: still fresh.
+    assert _consolidation(conn, instance, _resources(db_url)) is True
     out = capsys.readouterr().out
     lines = out[out.index(f"who is {name}?") :].splitlines()[1:]
     facts = [line for line in lines if line.startswith("  - ")]
