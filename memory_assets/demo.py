@@ -9,7 +9,9 @@
    one after another in date order) and prints each run's per-night results from the event log. The UI
    (`make dev`) then shows the backfill, slow_path_job's runs and the timeline.
 3. Prints the checks, the tiers and table sizes before/after, the objects written, a few archive rows,
-   the same search after archival with one expansion, the consolidation, and one memory restored
+   the same search after archival with one expansion, the consolidation (consolidation_job for each
+   month partition and yearly_digests_job for their years, run in the demo's Dagster instance so the UI
+   shows them; the months start at the history's first month), and one memory restored
    through the `rollback` job and compared byte for byte; then the backfill's final status (the daemon
    marks it on its next loop) and stops the daemon.
 Offline: extractive summaries and hashing embeddings, no network call. Stops the processes it started.
@@ -108,8 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     first_night = (history_end - timedelta(days=args.days - criteria.min_age_days + 1)).date()
     # The partitions are built at import from the environment: start them at the first eligible night.
     os.environ["MEMORY_ARCHIVE_PARTITION_START"] = first_night.isoformat()
+    # Consolidation's months start at the history's first month: the first nights archive its memories.
+    first_month = (history_end - timedelta(days=args.days)).date().replace(day=1)
+    os.environ["MEMORY_ARCHIVE_SLOW_PATH__CONSOLIDATION_START_DATE"] = first_month.isoformat()
     demo_settings = {
         "MEMORY_ARCHIVE_PARTITION_START": first_night.isoformat(),
+        "MEMORY_ARCHIVE_SLOW_PATH__CONSOLIDATION_START_DATE": first_month.isoformat(),
         "MEMORY_ARCHIVE_EMBEDDED_DB": DEMO_DB,
         "MEMORY_ARCHIVE_EMBEDDING_DIM": str(args.dim),
         "MEMORY_ARCHIVE_EMBEDDER": "hashing",
@@ -656,19 +662,25 @@ def _consolidation(conn: Conn, instance: dg.DagsterInstance, resources: dict[str
            WHERE valid_to IS NOT NULL UNION ALL SELECT 'moments', count(*) FROM key_moments"""
         ).fetchall()
     }
+
+    def span(keys: list[str]) -> str:
+        return f"{keys[0]}..{keys[-1]}" if keys else "none"
+
+    month_keys = [f"{m:%Y-%m}" for m in built]
     print(
-        f"{_n(len(built), 'month')} ({', '.join(f'{m:%Y-%m}' for m in built) or 'none'}) by consolidation_job "
-        f"and {_n(len(year_keys), 'year')} ({', '.join(year_keys) or 'none'}) by yearly_digests_job, "
-        f"{_n(len(runs), 'run')} in the Dagster instance: {n['l2']} monthly and {n['l3']} yearly digests, "
-        f"{n['facts']} facts ({n['closed']} closed by a newer value), {n['moments']} key moments "
-        f"in {time.monotonic() - t:.1f} s"
+        f"months {span(month_keys)} by {_n(len(month_keys), 'run')} of consolidation_job, years "
+        f"{span(year_keys)} by {_n(len(year_keys), 'run')} of yearly_digests_job, in the Dagster instance: "
+        f"{n['l2']} monthly and {n['l3']} yearly digests, {n['facts']} facts ({n['closed']} closed by a newer "
+        f"value), {n['moments']} key moments in {time.monotonic() - t:.1f} s"
     )
-    if not_partitions:
-        print(
-            f"not built: {', '.join(f'{m:%Y-%m}' for m in not_partitions)}, not month partitions (they start "
-            f"at the first archival night's month, {min(partitions, default='none')[:7]}, and the month in "
-            "progress becomes one when it ends)"
-        )
+    first = min(partitions, default="")
+    before = [f"{m:%Y-%m}" for m in not_partitions if m.isoformat() < first]
+    if before:
+        print(f"not built: {', '.join(before)}, before the first month partition {first[:7]}")
+    in_progress = datetime.now(UTC).astimezone(ZoneInfo(TIMEZONE)).date()
+    print(
+        f"the month in progress, {in_progress:%Y-%m}, becomes a partition when it ends (the monthly schedule)"
+    )
     print(
         "checks (blocking, per partition): provenance and freshness "
         + ("OK on every partition" if not failed_checks else f"FAILED: {', '.join(failed_checks[:10])}")

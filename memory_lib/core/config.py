@@ -513,6 +513,10 @@ class SlowPathConfig(BaseModel):
     partition_start_date: date | None = Field(
         None, description="First archival night (a daily partition); unset: the night of the oldest memory."
     )
+    consolidation_start_date: date | None = Field(
+        None,
+        description="First consolidation month (the month of this date); unset: the first archival night's month.",
+    )
     timezone: str = Field("UTC", description="IANA zone of the archival night and the schedule.")
     schedule_hour: int = Field(2, ge=0, le=23, description="Local hour the nightly run starts.")
     llm_pool: str = Field("llm_api", min_length=1, description="Dagster concurrency pool of LLM calls.")

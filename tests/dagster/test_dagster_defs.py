@@ -155,13 +155,20 @@ s = d.resolve_schedule_def("slow_path")
 tick = datetime.datetime(2026, 7, 10, 2, 0, tzinfo=zoneinfo.ZoneInfo("Europe/Lisbon"))
 req = s.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=tick)).run_requests
 p = d.resolve_assets_def("archive_rows").partitions_def
+m = d.resolve_assets_def("monthly_digests").partitions_def
+y = d.resolve_assets_def("yearly_digests").partitions_def
 print(s.execution_timezone, s.cron_schedule, req[0].partition_key, p.get_first_partition_key())
+print(m.get_first_partition_key(), y.get_first_partition_key())
 """
 
 
 def test_zone_and_start_come_from_the_environment(tmp_path):
     env = dict(
-        os.environ, MEMORY_ARCHIVE_TIMEZONE="Europe/Lisbon", MEMORY_ARCHIVE_PARTITION_START="2026-02-01"
+        os.environ,
+        MEMORY_ARCHIVE_TIMEZONE="Europe/Lisbon",
+        MEMORY_ARCHIVE_PARTITION_START="2026-02-01",
+        # Consolidation's months may start before the nights: at the month of this date.
+        MEMORY_ARCHIVE_SLOW_PATH__CONSOLIDATION_START_DATE="2025-11-15",
     )
     out = subprocess.run(
         [sys.executable, "-c", _PRINT_SCHEDULE],
@@ -172,7 +179,18 @@ def test_zone_and_start_come_from_the_environment(tmp_path):
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["Europe/Lisbon", "0", "2", "*", "*", "*", "2026-07-09", "2026-02-01"]
+    assert out.stdout.split() == [
+        "Europe/Lisbon",
+        "0",
+        "2",
+        "*",
+        "*",
+        "*",
+        "2026-07-09",
+        "2026-02-01",
+        "2025-11-01",
+        "2025",
+    ]
     bad = subprocess.run(
         [sys.executable, "-c", _PRINT_SCHEDULE],
         cwd=ROOT,
