@@ -127,7 +127,7 @@ def _child(argv: list[str]) -> int:
                 scored = retention.score(conn, as_of, RetentionConfig(), timezone="UTC")
             with stopwatch() as t_night:
                 done = adapters.archival_night(conn, services, criteria, night)
-            with stopwatch() as t_ui:  # what the retention asset reads for the night's metadata
+            with stopwatch() as t_ui:  # what the assets read for the night's metadata: scores, then tiers
                 retention.distribution(conn, as_of, cold_migration_days=criteria.cold_migration_days)
                 retention.tier_counts(conn, as_of)
             per_night.append(
