@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from memory_assets.metadata import counts, markdown_table
+from memory_assets.metadata import counts, markdown_table, size_metadata
 from memory_assets.resources import (
     ArchivalCriteriaResource,
     DatabaseResource,
@@ -84,7 +84,9 @@ def archival_dry_run(
             "round_trip_written": trip.written,
             "round_trip_faithful": trip.faithful,
             "round_trip_deleted": trip.deleted,
-            "round_trip_bytes": trip.bytes_written,
+            **size_metadata(
+                "round_trip_bytes", trip.bytes_written, note="the sample's backups, written and deleted"
+            ),
             **(
                 {
                     "round_trip_failures": markdown_table(
@@ -111,7 +113,11 @@ def archival_dry_run(
             "projected_input_tokens": p.input_tokens,
             "projected_output_tokens": p.output_tokens,
             "projected_hours": round(p.seconds / 3600, 2),
-            "projected_backup_bytes": p.bytes,
+            **size_metadata(
+                "projected_backup_bytes",
+                p.bytes,
+                note="every eligible memory's backup, at the sample's mean size",
+            ),
             "measured_seconds_per_memory": markdown_table(
                 ["step", "seconds"], [[k, f"{v:.4f}"] for k, v in p.seconds_per_memory.items()]
             ),

@@ -219,6 +219,8 @@ def archival_candidates(
             "eligible_after": sum(backlog.values()),
             **counts("eligible_after", dict.fromkeys(eligibility.REASONS, 0) | backlog),
             **{f"attempts_{k}": v for k, v in attempt_counts(conn).items()},
+            "backlog_read": f"eligible_after_*: as of the end of {run[-1]}, after this run's claims; attempts_*: "
+            f"every batch's open attempts, at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         }
     record_nights(context, by_night)
     _log_run(context, started, "claimed")

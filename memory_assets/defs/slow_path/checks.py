@@ -22,7 +22,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,  # not exported; AssetCheckResult fills it the same way
 )
 
-from memory_assets.metadata import markdown_table
+from memory_assets.metadata import markdown_table, size_metadata
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
 from memory_lib.archival import fidelity, gate, integrity, nights
 from memory_lib.core.rows import Conn, Row
@@ -113,7 +113,7 @@ def backups_round_trip(
                 "faithful": report.faithful,
                 "stale": report.stale,
                 "failed": len(failures),
-                "bytes_read": report.bytes_read,
+                **size_metadata("bytes_read", report.bytes_read, note="backups read back this night"),
                 "duration_s": round(report.seconds, 2),
                 "nothing_to_check": report.checked == 0 and not failures,
             }
