@@ -593,9 +593,9 @@ def _consolidation(conn: Conn, instance: dg.DagsterInstance, resources: dict[str
     """Level-2 and level-3 digests, facts and key moments through Dagster, as the monthly schedules run
     them: consolidation_job for each month partition that has memories, then yearly_digests_job for
     each of their years (offline builders, with the jobs' blocking checks), in `instance`, so the UI
-    shows them materialized; then the figures, and one "who is X?" answered from facts. Months
-    that are not partitions (before the first archival night's month, and the month in progress) are
-    named, not built."""
+    shows them materialized; then the figures, and one "who is X?" answered from facts. Months with
+    memories that are not partitions (before the first month partition) are named, not built; so is the
+    month in progress, which becomes a partition when it ends."""
     import dagster as dg
 
     from memory_assets.defs.consolidation import assets as consolidation
