@@ -328,6 +328,8 @@ def test_blocking_check_fails_when_a_stubs_backup_is_deleted(conn, db_url, local
     )
     [evaluation] = ok.get_asset_check_evaluations()
     assert ok.success and evaluation.passed and evaluation.metadata["stubs"].value == 1
+    # The bucket as checked now, on whichever night the result shows: its label says so.
+    assert evaluation.metadata["stubs_checked"].value.endswith("after this run (not as of this night)")
 
     ref = _arch_of(conn, added.memory_id)["storage_ref"]
     local_store.delete(local_store.key_from_ref(ref))

@@ -15,7 +15,7 @@ original lives only there.
 
 import time
 from collections.abc import Iterator
-from datetime import date
+from datetime import UTC, date, datetime
 
 import dagster as dg
 
@@ -84,9 +84,13 @@ def stubs_backed_up(
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
     """Every stub (of the run's shard) still has its backup: HEAD matches the recorded sha256, size and
     version id. Read-only; the result is the state now, reported on each night of the run."""
+    shard = run_shard(context)
     with database.connect() as conn:
-        report = stubs.verify_stub_backups(conn, object_store.get_store(), shard=run_shard(context))
+        report = stubs.verify_stub_backups(conn, object_store.get_store(), shard=shard)
     meta: dict[str, object] = {
+        # Every stub of the run's users now, whichever night this result is on.
+        "stubs_checked": f"every stub{'' if shard.is_all else f' of shard {shard}'} at "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, after this run (not as of this night)",
         "stubs": report.stubs,
         "backups_missing": len(report.missing),
         "backups_mismatched": len(report.mismatched),
