@@ -23,7 +23,7 @@ from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.storage.db import check_schema
 from tests.conftest import TEST_DIM
 from tests.support.backups import edit_content
-from tests.support.dagster_helpers import last_night, table_fingerprint
+from tests.support.dagster_helpers import last_night, range_tags, table_fingerprint
 from tests.support.slow_path import SLOW_PATH_DEFS, resources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,10 +73,7 @@ def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, sto
         SLOW_PATH_DEFS,
         resources=resources(db_url, store, batch_size=40),
         instance=instance,
-        tags={
-            "dagster/asset_partition_range_start": run[0].isoformat(),
-            "dagster/asset_partition_range_end": run[-1].isoformat(),
-        },
+        tags=range_tags(run),
     )
     assert result.success
     archived_in_run = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
@@ -132,10 +129,7 @@ def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_sta
 ):
     run = [NIGHT - timedelta(days=1), NIGHT]
     res = resources(db_url, store, batch_size=30)
-    tags = {
-        "dagster/asset_partition_range_start": run[0].isoformat(),
-        "dagster/asset_partition_range_end": run[-1].isoformat(),
-    }
+    tags = range_tags(run)
     upto_gate = [assets.archival_candidates, assets.memory_summaries, assets.archive_backups, *GATE_CHECKS]
     assert dg.materialize(upto_gate, resources=res, instance=instance, tags=tags).success
     # The second night's backups vanish between its gate and its commit.
@@ -208,10 +202,7 @@ def test_a_backlog_in_two_runs_shows_each_nights_own_tiers_steps_and_sizes(
             every_asset,
             resources=resources(db_url, store, batch_size=40),
             instance=instance,
-            tags={
-                "dagster/asset_partition_range_start": run[0].isoformat(),
-                "dagster/asset_partition_range_end": run[-1].isoformat(),
-            },
+            tags=range_tags(run),
         )
         assert result.success
     archived_before = 0

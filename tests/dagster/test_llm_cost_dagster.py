@@ -13,7 +13,7 @@ from memory_lib.archival import nights
 from memory_lib.core.config import DEFAULT_ANTHROPIC_MODEL
 from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
 from memory_lib.llm import ledger
-from tests.support.dagster_helpers import END
+from tests.support.dagster_helpers import END, range_tags
 from tests.support.slow_path import NIGHT, SLOW_PATH_DEFS, resources
 
 
@@ -40,10 +40,7 @@ def test_memory_summaries_records_each_nights_ledger_per_model(
         resources=resources(db_url, local_store_resource, summarizer=llm, batch_size=20),
         instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
-        tags={
-            "dagster/asset_partition_range_start": run_nights[0].isoformat(),
-            "dagster/asset_partition_range_end": run_nights[-1].isoformat(),
-        },
+        tags=range_tags(run_nights),
     )
     assert result.success
     by_night = {

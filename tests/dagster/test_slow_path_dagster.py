@@ -30,7 +30,7 @@ from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.lifecycle import restore
 from tests.conftest import TEST_DIM
 from tests.support.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, members_sharing
-from tests.support.dagster_helpers import table_fingerprint
+from tests.support.dagster_helpers import range_tags, table_fingerprint
 from tests.support.slow_path import (
     NIGHT,
     SLOW_PATH_DEFS,
@@ -142,10 +142,7 @@ def test_a_backfill_run_goes_through_its_nights_in_date_order_within_the_cap(
         resources=resources(db_url, local_store_resource, batch_size=15),
         instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
-        tags={
-            "dagster/asset_partition_range_start": run_nights[0].isoformat(),
-            "dagster/asset_partition_range_end": run_nights[-1].isoformat(),
-        },
+        tags=range_tags(run_nights),
     )
     assert result.success
     assert {e.partition for e in result.get_asset_materialization_events()} == {

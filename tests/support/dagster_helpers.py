@@ -63,6 +63,14 @@ def load_history(
     return insert_memories(conn, memories, actor="test-loader")
 
 
+def range_tags(nights: list[date]) -> dict[str, str]:
+    """The tags of one run over the nights from the first to the last (as a backfill launches it)."""
+    return {
+        "dagster/asset_partition_range_start": nights[0].isoformat(),
+        "dagster/asset_partition_range_end": nights[-1].isoformat(),
+    }
+
+
 def last_night(end: datetime = END) -> date:
     return (end - timedelta(days=1)).date()
 
