@@ -20,6 +20,7 @@ from memory_lib.storage import packs
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
+from tests.support.backups import bucket_bytes
 from tests.support.factories import NOW, make_memories
 
 CRITERIA = ArchivalCriteria()
@@ -93,16 +94,6 @@ def test_a_clean_restore_leaves_no_orphan_and_sweep_removes_nothing(conn, object
     assert integrity.sweep_orphans(conn, store).orphans == []
 
 
-def _bucket_bytes(store) -> list[bytes]:
-    """Every version of every object in the bucket, as bytes."""
-    out = []
-    for v in list_versions(store, ""):
-        if not v.delete_marker:
-            got = store.client.get_object(Bucket=store.bucket, Key=v.key, VersionId=v.version_id)
-            out.append(got["Body"].read())
-    return out
-
-
 def test_forget_deletes_kept_backups_and_then_a_copy_left_behind_is_an_orphan(conn, versioned_store):
     store = versioned_store
     ids = _seeded(conn, store)
@@ -118,7 +109,7 @@ def test_forget_deletes_kept_backups_and_then_a_copy_left_behind_is_an_orphan(co
     # One restored memory whose kept backup is a pack member: the pack is rewritten without it (its
     # archived neighbours move), the old pack deleted: its bytes are in no version of any object.
     forget_memory(conn, store, "pat", ids["pat"][0], actor="test")
-    assert not any(pat_bytes in data for data in _bucket_bytes(store))
+    assert not any(pat_bytes in data for data in bucket_bytes(store))
     assert [v for v in list_versions(store, pat_key) if v.key == pat_key] == []
     for original_id in ids["pat"][1:]:  # the neighbours still restore from where they moved
         restore_archive(conn, store, user_id="pat", original_id=original_id, actor="test")

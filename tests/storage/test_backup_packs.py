@@ -19,10 +19,10 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage import packs
 from memory_lib.storage.object_versions import list_versions
-from memory_lib.storage.objectstore import S3ObjectStore
 from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import fetch_memories, insert_memories
 from tests.conftest import TEST_DIM
+from tests.support.backups import bucket_bytes
 from tests.support.factories import NOW, make_memories
 
 CRITERIA = ArchivalCriteria()
@@ -179,16 +179,6 @@ def test_a_ref_names_a_byte_range_or_is_refused(s3_store):
             s3_store.locate(bad)
 
 
-def _bucket_bytes(store: S3ObjectStore) -> list[bytes]:
-    """Every version of every object in the bucket, as bytes."""
-    out = []
-    for v in list_versions(store, ""):
-        if not v.delete_marker:
-            got = store.client.get_object(Bucket=store.bucket, Key=v.key, VersionId=v.version_id)
-            out.append(got["Body"].read())
-    return out
-
-
 def test_forgetting_one_member_rewrites_its_pack_without_it(conn, versioned_store):
     store = versioned_store
     history = make_memories(PER_USER, dim=TEST_DIM, users=("alice",))
@@ -206,7 +196,7 @@ def test_forgetting_one_member_rewrites_its_pack_without_it(conn, versioned_stor
     objects = conn.execute("SELECT ref FROM backup_objects WHERE user_id = 'alice'").fetchall()
     assert [store.key_from_ref(o["ref"]) for o in objects] == list(new_keys)
     assert [v for v in list_versions(store, old_key) if v.key == old_key] == []  # every version gone
-    assert not any(b"4417-secret" in data for data in _bucket_bytes(store))
+    assert not any(b"4417-secret" in data for data in bucket_bytes(store))
     for r in kept:  # the neighbours are intact where they now live
         doc = BackupObject.from_json_bytes(store.read_ref(r["storage_ref"], r["backup_sha256"]))
         assert doc.original_id == r["original_id"]

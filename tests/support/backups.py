@@ -7,7 +7,8 @@ import uuid
 from collections.abc import Iterable
 
 from memory_lib.lifecycle.promotion import ARCHIVE_ROW
-from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore
+from memory_lib.storage.object_versions import list_versions
+from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore
 from memory_lib.storage.packs import backup_sql, ref_sql
 
 # Every archive row's backup ref, as the product composes it (backup_objects, migration 023).
@@ -63,3 +64,14 @@ def edit_content(store: LocalObjectStore, ref: str) -> None:
     at = data.index(b'"content":"', start, start + size) + len(b'"content":"')
     data[at : at + 1] = b"#" if data[at : at + 1] != b"#" else b"%"
     path.write_bytes(bytes(data))
+
+
+def bucket_bytes(store: S3ObjectStore) -> list[bytes]:
+    """Every version of every object in the bucket, as bytes: what a search for a forgotten memory's
+    bytes must come back empty from."""
+    out = []
+    for v in list_versions(store, ""):
+        if not v.delete_marker:
+            got = store.client.get_object(Bucket=store.bucket, Key=v.key, VersionId=v.version_id)
+            out.append(got["Body"].read())
+    return out
