@@ -6,7 +6,8 @@ memory_lib.preflight, as the Dagster resources do: a missing bucket, refused cre
 API key is refused before anything is claimed or written. Exit status, one meaning each:
 
   0  success
-  1  the run failed: its gate, nothing archived of what it claimed, a failed restore, a backup failing its check
+  1  the run failed: its gate, nothing archived of what it claimed, archived memories not findable, a failed
+     restore, a backup failing its check
   2  bad input or configuration (InvalidInputError, ConfigError incl. PreflightError, SchemaError), fix and rerun
   3  archival is paused
   4  a component is unavailable: database unreachable, object store or LLM outage; retry later
@@ -331,7 +332,8 @@ def archive(
     until_drained: bool,
     operator: str,
 ) -> None:
-    """Archive one batch of eligible memories through the whole pipeline (pause, fidelity and gate included)."""
+    """Archive one batch of eligible memories through the whole pipeline (pause, fidelity, gates, tier
+    audit and retrievability probe included)."""
     part = Shard.parse(shard)  # before connecting: bad input writes nothing
     actor = _actor(operator)
     if until_drained and batch_key is not None:
@@ -356,6 +358,7 @@ def archive(
                 workers=settings.llm.max_concurrency,
                 holder=Holder.this_process(f"cli:{key}", track_pid=True),
                 shard=part,
+                retrieval=settings.retrieval,
             )
             claim = report.claim
             claimed = claim.claimed if claim else 0

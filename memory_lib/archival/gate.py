@@ -12,11 +12,15 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..core.config import ArchivalCriteria
 from ..core.rows import Conn
+from ..lifecycle.pause import set_pause
 from .archive import BatchStatus, batch_status
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,3 +66,25 @@ def error_gate(
     assert row is not None  # an aggregate without GROUP BY returns exactly one row
     waiting = row["n"]
     return GateResult(batch_status(conn, batch_key), criteria.max_error_rate, after_commit, waiting)
+
+
+def gate_stage(
+    conn: Conn,
+    batch_key: str,
+    criteria: ArchivalCriteria,
+    *,
+    actor: str,
+    after_commit: bool = False,
+) -> GateResult:
+    """Decide the gate (error_gate) and pause archival when it fails."""
+    gate = error_gate(conn, batch_key, criteria, after_commit=after_commit)
+    if not gate.passed:
+        log.error("%s: originals of the failed memories kept, archival paused", gate.describe())
+        set_pause(
+            conn,
+            reason=gate.describe(),
+            actor=actor,
+            batch_key=batch_key,
+            details={"check": "error_rate_gate", "after_commit": after_commit},
+        )
+    return gate

@@ -1,5 +1,5 @@
 """Slow Path nights: partition "2026-03-14" is batch `night-2026-03-14`, claimed as of the end of that
-day in the configured time zone, and run through the stages of pipeline.py.
+day in the configured time zone, and run through the stages of pipeline.py (post-commit included).
 
 A night can be split over user shards (shards.py) run concurrently: shard 1 of 4 of that night is
 batch `night-2026-03-14-shard-1of4`, so each shard run claims, takes over and commits only its own
@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 
-from ..core.config import ArchivalCriteria, RetentionConfig
+from ..core.config import ArchivalCriteria, RetentionConfig, RetrievalConfig
 from ..core.errors import InvalidInputError
 from ..core.rows import Conn
 from ..core.shards import ALL, Shard
@@ -177,10 +177,17 @@ def run_night(
     workers: int = 4,
     shard: Shard = ALL,
     retention_config: RetentionConfig | None = None,
+    retrieval: RetrievalConfig | None = None,
 ) -> BatchReport:
-    """One partition night (of `shard`'s users) without Dagster, as the Dagster job runs it: the night's
-    retention scores (memory_lib.lifecycle.retention, with `retention_config` or the defaults), then
-    pipeline.run_batch on the shard's batch."""
+    """One partition night (of `shard`'s users) in this process, without Dagster: the night's retention
+    scores (memory_lib.lifecycle.retention, with `retention_config` or the defaults), then
+    pipeline.run_batch on the shard's batch, whose stages and post-commit stage (gate after commit, tier
+    audit, stall diagnosis, retrievability probe with `retrieval`, each with its pause) are those the
+    Dagster Slow Path's assets run for the night, retention_scores through archive_rows.
+
+    Not run here: the Dagster job's stub_conversions (memory_lib.lifecycle.stubs.convert) after
+    archive_rows. A Dagster run over several nights sets the retrievability pause once its nights are
+    done; a night run here is its own run, so it pauses right after its probe."""
     as_of = night_as_of(night, timezone)
     retention.score(conn, as_of, retention_config or RetentionConfig(), timezone=timezone, shard=shard)
     report = pipeline.run_batch(
@@ -192,6 +199,7 @@ def run_night(
         actor=actor,
         workers=workers,
         shard=shard,
+        retrieval=retrieval,
     )
     for o in report.outcomes:
         o.night = night

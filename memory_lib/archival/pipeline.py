@@ -1,15 +1,19 @@
 """The one archival pipeline, used by the CLI, the Dagster Slow Path and the bench:
 
-    claim → summarize → embed → back up → verify → fidelity → gate → commit → gate again
+    claim → summarize → embed → back up → verify → fidelity → gate → commit → post-commit
 
-Each stage checks the archival pause first (paused: it does nothing and records why), so every
-caller honours the pause. Dagster runs the stages as assets and checks; `run_batch` runs them in
-order in one process. The gate is decided by gate.error_gate alone. Invariants:
+where post-commit (post_commit.post_commit_stage) is the gate again, the tier audit, the stall
+diagnosis and the retrievability probe. Each stage checks the archival pause first (paused: it does
+nothing and records why), so every caller honours the pause. Dagster runs the stages as assets and
+checks (its archive_rows asset calls post_commit_stage itself); `run_batch` runs them in order in
+one process. The gate is decided by gate.error_gate alone. Invariants:
 * no original is deleted unless the batch's backups round-tripped and its error rate passed the gate;
-* a failed fidelity check or gate (before or after commit) pauses archival;
+* a failed fidelity check, gate (before or after commit), tier audit or retrievability probe pauses
+  archival;
 * a batch whose commit left it above the error rate, or that archived nothing of what it claimed,
-  or whose memories wait in a stalled LLM batch submission, is a failed run (BatchReport.ok is False,
-  with `problem` saying why);
+  or whose memories wait in a stalled LLM batch submission, or whose archive rows its own first
+  sentences no longer find (below RetrievalConfig.retrievability_floor), is a failed run
+  (BatchReport.ok is False, with `problem` saying why);
 * a batch that archived nothing or less than half of what it claimed says why (BatchReport.stalled,
   BatchReport.why: memory_lib.archival.stalls), whether or not that failed the run;
 * two runs of one batch take turns stage by stage (claims.working_on), so a night (or a night's
@@ -18,11 +22,10 @@ order in one process. The gate is decided by gate.error_gate alone. Invariants:
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-from ..core.config import ArchivalCriteria
+from ..core.config import ArchivalCriteria, RetrievalConfig
 from ..core.rows import Conn
 from ..core.shards import ALL, Shard
 from ..core.statuses import AttemptStatus, Step
@@ -34,10 +37,10 @@ from . import archive, stalls
 from .archive import ArchivalServices, BatchStatus, StepResult
 from .claims import ClaimResult, Holder, claim_batch, finish_batch, working_on
 from .fidelity import FidelityReport, reset_unfaithful_backups, verify_backups
-from .gate import GateResult, error_gate
-from .integrity import CommittedBackups, IntegrityReport, audit_batch
-
-log = logging.getLogger(__name__)
+from .gate import GateResult, error_gate, gate_stage
+from .integrity import CommittedBackups, IntegrityReport
+from .post_commit import post_commit_stage
+from .retrievability import NightRetrievability
 
 
 @dataclass
@@ -136,28 +139,6 @@ def fidelity_stage(
     return report
 
 
-def gate_stage(
-    conn: Conn,
-    batch_key: str,
-    criteria: ArchivalCriteria,
-    *,
-    actor: str,
-    after_commit: bool = False,
-) -> GateResult:
-    """Decide the gate (gate.error_gate) and pause archival when it fails."""
-    gate = error_gate(conn, batch_key, criteria, after_commit=after_commit)
-    if not gate.passed:
-        log.error("%s: originals of the failed memories kept, archival paused", gate.describe())
-        set_pause(
-            conn,
-            reason=gate.describe(),
-            actor=actor,
-            batch_key=batch_key,
-            details={"check": "error_rate_gate", "after_commit": after_commit},
-        )
-    return gate
-
-
 def commit_stage(
     conn: Conn,
     batch_key: str,
@@ -204,6 +185,7 @@ class BatchReport:
     committed: CommittedBackups | None = None
     paused: PauseState | None = None  # the pause that stopped or was set by this batch
     stall: stalls.Stall | None = None  # why the batch archived nothing or little, when it did
+    retrievability: NightRetrievability | None = None  # the probe after commit, when commit ran
 
     @property
     def claim(self) -> ClaimResult | None:
@@ -245,6 +227,8 @@ class BatchReport:
                 f"{self.batch_key}: {len(self.committed.missing)} committed backups missing, "
                 f"{len(self.committed.mismatched)} differ"
             )
+        if self.retrievability is not None and not self.retrievability.passed:
+            return self.retrievability.describe() + ": archived memories are not findable, archival paused"
         return None
 
     @property
@@ -274,8 +258,11 @@ def run_batch(
     io_workers: int = 16,
     holder: Holder | None = None,
     shard: Shard = ALL,
+    retrieval: RetrievalConfig | None = None,
 ) -> BatchReport:
-    """Run one batch (of `shard`'s users) through every stage in this process (see the module docstring).
+    """Run one batch (of `shard`'s users) through every stage in this process (see the module docstring),
+    the post-commit stage (post_commit.post_commit_stage) included, its retrievability probe searching
+    with `retrieval` (default RetrievalConfig()).
 
     `workers` bounds concurrent summaries (LLM calls); `io_workers` concurrent object requests (puts,
     read-backs, commit's HEADs): each waits on the network, not on the CPU.
@@ -295,19 +282,20 @@ def run_batch(
         report.gate = gate_stage(conn, batch_key, criteria, actor=actor)
     if report.fidelity.passed and report.gate is not None and report.gate.passed:
         outcomes.append(commit_stage(conn, batch_key, store, criteria, actor=actor, workers=io_workers))
-        report.gate = gate_stage(conn, batch_key, criteria, actor=actor, after_commit=True)
-        audit = audit_batch(conn, store, batch_key)  # kept on the batch for the tiers_consistent check
-        report.integrity, report.committed = audit.integrity, audit.committed
-        if not (report.integrity.passed and report.committed.passed):
-            set_pause(
-                conn,
-                reason=report.problem or "tier integrity failed",
-                actor=actor,
-                batch_key=batch_key,
-                details={"check": "tiers_consistent"},
-            )
+        after = post_commit_stage(
+            conn,
+            batch_key,
+            store,
+            services.embedder,
+            criteria,
+            retrieval or RetrievalConfig(),
+            actor=actor,
+        )
+        report.gate, report.stall, report.retrievability = after.gate, after.stall, after.retrievability
+        report.integrity, report.committed = after.audit.integrity, after.audit.committed
     report.status = archive.batch_status(conn, batch_key)
-    report.stall = stalls.diagnose(conn, batch_key, report.status)
+    if report.stall is None:  # no commit: diagnosed here (the post-commit stage did it otherwise)
+        report.stall = stalls.diagnose(conn, batch_key, report.status)
     if report.problem is not None:
         report.paused = pause_status(conn)
     return report

@@ -20,8 +20,9 @@ shard, read from the database right after the shard's own work on that night.
 
 Writes of the gates: archive_backups decides each night's gate before deletion (fidelity round trip,
 error rate) and, when it fails, sends unfaithful backups back and pauses archival (who/why/when in
-archival_pause); archive_rows decides the gate after commit and the tier integrity and pauses on a
-failure. The asset checks in checks.py only read: a check re-run from the UI changes nothing.
+archival_pause); archive_rows runs memory_lib.archival.post_commit after each night's commit (gate
+after commit, tier integrity, stall diagnosis, retrievability) and pauses on a failure. The asset
+checks in checks.py only read: a check re-run from the UI changes nothing.
 """
 
 import time
@@ -40,10 +41,10 @@ from memory_assets.resources import (
     SummarizerResource,
     store_kind,
 )
-from memory_lib.archival import integrity, nights, pipeline, retrievability, stalls
+from memory_lib.archival import nights, pipeline, post_commit, retrievability
 from memory_lib.archival.archive import StepResult
 from memory_lib.archival.claims import attempt_counts
-from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.config import ArchivalCriteria, Settings
 from memory_lib.core.pricing import OFFLINE_PER_1000, unknown_price, usd_per_1000
 from memory_lib.core.rows import Conn
 from memory_lib.core.shards import Shard
@@ -368,12 +369,13 @@ def archive_rows(
     reference), one transaction per chunk, with an 'archived' audit event. Runs only after the
     fidelity and error-rate checks passed; re-checks the gate and the pause per night itself.
 
-    After each night's commit: the gate again (over every step including verify and commit) and the
-    tier integrity (every memory in exactly one tier, every committed backup present). A failure
-    pauses archival; a night that failed the gate after commit fails the asset (the nights before it
-    are recorded as materialized: they did archive). Then the retrievability probe: a sample of the
-    night's searchable archive rows (superseded originals, hidden from search, are never sampled)
-    searched with their own first sentence (memory_lib.archival.retrievability), kept on
+    After each night's commit, the post-commit stage every caller runs
+    (memory_lib.archival.post_commit): the gate again (over every step including verify and commit)
+    and the tier integrity (every memory in exactly one tier, every committed backup present), a
+    failure of either pausing archival; a night that failed the gate after commit fails the asset (the
+    nights before it are recorded as materialized: they did archive). Then the retrievability probe: a
+    sample of the night's searchable archive rows (superseded originals, hidden from search, are never
+    sampled) searched with their own first sentence (memory_lib.archival.retrievability), kept on
     the batch for the archive_retrievable check; a night below the floor pauses archival once the
     run's nights are done (later nights and runs archive nothing until an operator clears it).
     Each night says whether it stalled and why (memory_lib.archival.stalls); a night whose memories wait in a
@@ -388,23 +390,31 @@ def archive_rows(
     by_night: dict[date, dict[str, Any]] = {}  # Dagster metadata values
     failing: list[tuple[date, str]] = []
     stalled: list[tuple[date, str]] = []  # gate passed, yet memories wait in a stalled LLM batch submission
-    unfindable: list[str] = []
+    probes: list[retrievability.NightRetrievability] = []
     with database.connect() as conn:
         for night in run:
             o = nights.commit_night(conn, night, store, criteria, shard=shard)
             t = nights.totals([o])
             meta: dict[str, Any] = {**_step_metadata(t), "archived": t.succeeded}
             if not o.skipped:
-                after = pipeline.gate_stage(
-                    conn, o.batch_key, criteria, actor=nights.ACTOR, after_commit=True
+                # The pause of an unfindable night waits for the run's last night (below).
+                after = post_commit.post_commit_stage(
+                    conn,
+                    o.batch_key,
+                    store,
+                    embedder.get_embedder(),
+                    criteria,
+                    retrieval,
+                    actor=nights.ACTOR,
+                    pause_retrievability=False,
                 )
-                stall = stalls.diagnose(conn, o.batch_key)
-                if not after.passed:
-                    failing.append((night, after.describe() + (f"; {stall.why}" if stall.why else "")))
+                stall = after.stall
+                if not after.gate.passed:
+                    failing.append((night, after.gate.describe() + (f"; {stall.why}" if stall.why else "")))
                 elif stall.failure:
                     stalled.append((night, stall.why or o.batch_key))
-                _audit_tiers(conn, o.batch_key, store)
-                meta |= _probe_retrievability(conn, o.batch_key, store, embedder, retrieval, unfindable)
+                probes.append(after.retrievability)
+                meta |= _retrievability_metadata(after.retrievability)
                 meta |= {"stalled": stall.stalled, "held_by_llm_batches": sum(h.memories for h in stall.held)}
                 meta |= {"why": stall.why} if stall.why else {}
             by_night[night] = (
@@ -413,15 +423,10 @@ def archive_rows(
                 | _archived_by(conn, o.batch_key)
                 | _night_tiers(conn, night, shard)
             )
-        if unfindable:  # after the run's nights: the pause blocks the nights after this run
-            pause_switch.set_pause(
-                conn,
-                reason=unfindable[0]
-                + (f" (+{len(unfindable) - 1} more nights)" if len(unfindable) > 1 else ""),
-                actor=nights.ACTOR,
-                batch_key=nights.batch_key_for(run[-1], shard),
-                details={"check": "archive_retrievable"},
-            )
+        # After the run's nights: the pause blocks the nights after this run.
+        post_commit.pause_unfindable(
+            conn, probes, actor=nights.ACTOR, batch_key=nights.batch_key_for(run[-1], shard)
+        )
         stats = tier_stats(conn)
     # Table sizes cannot be read as of a night: the run's last night gets them, named as after the run.
     when = f"after the run of {run[0]}..{run[-1]}, at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC (not as of this night)"
@@ -463,40 +468,12 @@ def archive_rows(
     yield dg.MaterializeResult()
 
 
-def _probe_retrievability(
-    conn: Conn,
-    batch_key: str,
-    store: ObjectStore,
-    embedder: EmbedderResource,
-    config: RetrievalConfig,
-    unfindable: list[str],
-) -> dict[str, object]:
-    """The night's retrievability, recorded for the check; a night below the floor is added to
-    `unfindable` (archive_rows pauses archival once the run's nights are done)."""
-    result = retrievability.probe_night(conn, embedder.get_embedder(), store, batch_key, config=config)
-    retrievability.record(conn, result)
-    if not result.passed:
-        unfindable.append(result.describe())
+def _retrievability_metadata(result: retrievability.NightRetrievability) -> dict[str, object]:
+    """The night's retrievability probe (kept on the batch for the archive_retrievable check)."""
     meta: dict[str, object] = {"retrievability_sampled": result.sampled}
     if result.share_found is not None:
         meta["retrievable_share"] = round(result.share_found, 4)
     return meta
-
-
-def _audit_tiers(conn: Conn, batch_key: str, store: ObjectStore) -> None:
-    """Tier integrity of a committed night, kept on the batch for the tiers_consistent check (which
-    reports it, read-only); a failure pauses archival (as run_batch does)."""
-    audit = integrity.audit_batch(conn, store, batch_key)
-    if audit.passed:
-        return
-    pause_switch.set_pause(
-        conn,
-        reason=f"{batch_key}: tier integrity failed: "
-        + ", ".join(f"{k}={v}" for k, v in audit.problems().items()),
-        actor=nights.ACTOR,
-        batch_key=batch_key,
-        details={"check": "tiers_consistent"},
-    )
 
 
 def _held_metadata(conn: Conn, batch_key: str) -> dict[str, object]:
