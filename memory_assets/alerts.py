@@ -15,17 +15,16 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-import dagster as dg
 from pydantic import Field
 
-from memory_lib.core.config import Settings
+from memory_assets.resources import UsesSettings
 
 
 class AlertDeliveryError(RuntimeError):
     """The webhook did not take the alert: the sensor's tick fails and retries on its next tick."""
 
 
-class AlertResource(dg.ConfigurableResource):
+class AlertResource(UsesSettings):
     """Sends an alert: `notify(alert)` POSTs the alert as JSON to the configured webhook.
 
     The alert is a dict with at least `text` (one line, what Slack shows) and `event`. Returns where it
@@ -35,7 +34,7 @@ class AlertResource(dg.ConfigurableResource):
     timeout_seconds: float = Field(default=10.0, gt=0, description="Per webhook request.")
 
     def webhook_url(self) -> str | None:
-        url = Settings.from_env().slow_path.alert_webhook_url
+        url = self.base_settings().slow_path.alert_webhook_url
         return url.get_secret_value() if url is not None else None
 
     def notify(self, alert: dict[str, Any]) -> str:

@@ -96,6 +96,47 @@ def demo_env(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+# How long pin_partition_start waits for the database: `make dev` must start without one too.
+CONNECT_TIMEOUT_S = 3
+
+
+def pin_partition_start(env: dict[str, str]) -> str | None:
+    """Set MEMORY_ARCHIVE_PARTITION_START in `env` to the night of the oldest memory (hot or archived,
+    memory_lib.archival.nights.oldest_night, in the configured zone) when it is unset, so the first
+    archival night is the history's and stays put as archival goes on; returns the value it set, or None.
+
+    This entry point reads the database once, before Dagster starts: the definitions themselves never
+    do (memory_assets.defs.slow_path.partitions). Nothing set with no DATABASE_URL and no running
+    embedded server, no memory, or a database not readable within CONNECT_TIMEOUT_S (said on stderr):
+    the definitions then start at today minus 7 days and say so."""
+    import psycopg
+
+    from memory_lib.archival.nights import oldest_night
+    from memory_lib.core.config import Settings
+    from memory_lib.core.errors import MemoryArchiveError
+    from memory_lib.storage.db import reachable_url
+
+    settings = Settings.from_env(env)
+    if settings.slow_path.partition_start_date is not None:
+        return None
+    url = reachable_url(settings)
+    if url is None:
+        return None
+    try:
+        night = oldest_night(url, settings.slow_path.timezone, connect_timeout=CONNECT_TIMEOUT_S)
+    except (psycopg.Error, MemoryArchiveError) as exc:
+        why = " ".join(str(exc).split())[:200]
+        print(
+            f"MEMORY_ARCHIVE_PARTITION_START not pinned: database not readable ({type(exc).__name__}: {why})",
+            file=sys.stderr,
+        )
+        return None
+    if night is None:
+        return None
+    env["MEMORY_ARCHIVE_PARTITION_START"] = night.isoformat()
+    return env["MEMORY_ARCHIVE_PARTITION_START"]
+
+
 def process_table() -> dict[int, tuple[int, float]]:
     """Every live process: pid -> (parent pid, start time); zombies left out. psutil when installed,
     else /proc (Linux)."""
@@ -210,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("MEMORY_ARCHIVE_STATE_DIR", str(state_dir()))
     if args.demo:
         env = demo_env(env)
+    if (start := pin_partition_start(env)) is not None:
+        print(f"MEMORY_ARCHIVE_PARTITION_START={start}  (the oldest memory's night)")
     home = prepare_dagster_home(env)
     # `dagster dev` warns on every start that `dg dev` supersedes it; dg comes from another package
     # (dagster-dg-cli) this project does not install, so the advice is noise here. Only that message.

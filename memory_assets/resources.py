@@ -1,7 +1,10 @@
-"""Dagster resources over memory_lib: Postgres, object store, summarizer, embedder, archival criteria.
+"""Dagster resources over memory_lib: settings, Postgres, object store, summarizer, embedder, archival criteria.
 
-Every field left unset (None) comes from `memory_lib.core.config.Settings.from_env()`, so the environment
-configures a deployment and Dagster config overrides single values. Merged values are validated by
+SettingsResource reads the environment (`memory_lib.core.config.Settings.from_env()`) once per run: at
+run time it is the only place memory_assets reads it (the definition-time values are in
+memory_assets.definition_time). Every other resource takes it as its `settings`, and every field left
+unset (None) comes from it, so the environment configures a deployment and Dagster config overrides
+single values. Merged values are validated by
 the pydantic models of memory_lib.core.config: a bad value fails the run at resource setup with an error
 naming the field. API keys and database passwords never go through Dagster config: SDK keys come from
 the environment, DATABASE_URL is bound as an EnvVar (the UI shows the variable's name, not its value).
@@ -13,7 +16,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
@@ -44,7 +47,59 @@ def _set_fields(resource: dg.ConfigurableResource, names: tuple[str, ...]) -> di
     return {n: getattr(resource, n) for n in names}
 
 
-class DatabaseResource(dg.ConfigurableResource):
+def _run_id(context: dg.InitResourceContext) -> str | None:
+    return context.run.run_id if context.run is not None else None
+
+
+class SettingsResource(dg.ConfigurableResource):
+    """memory-archive's Settings, read from the environment once per run and shared by every resource
+    of the run (the definitions bind one instance as each resource's `settings`).
+
+    Dagster sets a nested resource up once per resource that holds it, so the Settings read at a run's
+    first setup are kept by run id (`_BY_RUN`) and handed to the others: one read per run. Outside a
+    run (a resource method called directly), `get` reads the environment on first use and keeps it."""
+
+    _BY_RUN: ClassVar[dict[str, Settings]] = {}
+    _settings: Settings | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run_id = _run_id(context)
+        if run_id is None:
+            self._settings = Settings.from_env()
+            return
+        if run_id not in self._BY_RUN:
+            self._BY_RUN[run_id] = Settings.from_env()
+        self._settings = self._BY_RUN[run_id]
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if (run_id := _run_id(context)) is not None:
+            self._BY_RUN.pop(run_id, None)
+
+    def get(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.from_env()
+        return self._settings
+
+
+class UsesSettings(dg.ConfigurableResource):
+    """A resource whose unset fields come from a SettingsResource; without one (a resource built by hand,
+    as in tests) it keeps its own."""
+
+    settings: SettingsResource | None = Field(
+        default=None, description="The run's settings; unset: this resource reads its own."
+    )
+
+    _own_settings: SettingsResource | None = PrivateAttr(default=None)
+
+    def base_settings(self) -> Settings:
+        if self.settings is not None:
+            return self.settings.get()
+        if self._own_settings is None:
+            self._own_settings = SettingsResource()
+        return self._own_settings.get()
+
+
+class DatabaseResource(UsesSettings):
     """Postgres + pgvector: `database_url` (DATABASE_URL), else the embedded server under the state dir,
     database `embedded_database` (MEMORY_ARCHIVE_EMBEDDED_DB) — resolved by memory_lib.storage.db from the same
     Settings as the library and the CLI, with the fields set here on top.
@@ -71,12 +126,15 @@ class DatabaseResource(dg.ConfigurableResource):
     _db: Database | None = PrivateAttr(default=None)
     _url: str | None = PrivateAttr(default=None)
 
-    def settings(self) -> Settings:
+    def run_settings(self) -> Settings:
+        """The run's Settings with this resource's fields on top: what the database and the assets use."""
         fields = _set_fields(self, ("database_url", "embedded_database", "state_dir"))
-        return Settings.from_env(**{k: v for k, v in fields.items() if v})
+        overrides = {k: v for k, v in fields.items() if v}
+        base = self.base_settings()
+        return Settings(**(base.model_dump() | overrides)) if overrides else base
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        settings = self.settings()
+        settings = self.run_settings()
         db = open_database(settings, create=True)
         try:
             check_schema(db.url)
@@ -109,7 +167,7 @@ class DatabaseResource(dg.ConfigurableResource):
             conn.close()
 
 
-class ObjectStoreResource(dg.ConfigurableResource):
+class ObjectStoreResource(UsesSettings):
     """Where backups go: a local folder, or an S3-compatible bucket through dagster-aws's S3Resource
     (its endpoint_url reaches R2, MinIO or SeaweedFS). Unset fields come from settings.
 
@@ -131,7 +189,7 @@ class ObjectStoreResource(dg.ConfigurableResource):
     def config(self) -> ObjectStoreConfig:
         return _merged(
             ObjectStoreConfig,
-            Settings.from_env().object_store,
+            self.base_settings().object_store,
             _set_fields(self, ("kind", "local_root", "bucket", "prefix")),
             "object_store",
         )
@@ -163,7 +221,7 @@ class ObjectStoreResource(dg.ConfigurableResource):
             log.warning(warning)
 
     def _local_root(self, cfg: ObjectStoreConfig) -> Path:
-        return Path(cfg.local_root) if cfg.local_root else Settings.from_env().local_object_root
+        return Path(cfg.local_root) if cfg.local_root else self.base_settings().local_object_root
 
     @property
     def versioning(self) -> str | None:
@@ -182,12 +240,7 @@ class ObjectStoreResource(dg.ConfigurableResource):
         return LocalObjectStore(root, cfg.prefix)
 
 
-def store_kind() -> str:
-    """The Dagster kind of the configured object store ('s3' or 'file'), for asset definitions."""
-    return "s3" if Settings.from_env().object_store.kind == "s3" else "file"
-
-
-class SummarizerResource(dg.ConfigurableResource):
+class SummarizerResource(UsesSettings):
     """The LLM (or offline extractive) summarizer, with the client-side rate limit and retries of
     memory_lib.llm.summarize. API keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY only."""
 
@@ -223,7 +276,7 @@ class SummarizerResource(dg.ConfigurableResource):
                 "batch_poll_seconds",
                 "batch_wait_seconds",
             )
-            self._config = _merged(LLMConfig, Settings.from_env().llm, _set_fields(self, names), "llm")
+            self._config = _merged(LLMConfig, self.base_settings().llm, _set_fields(self, names), "llm")
         return self._config
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -236,7 +289,7 @@ class SummarizerResource(dg.ConfigurableResource):
         return self._summarizer
 
 
-class EmbedderResource(dg.ConfigurableResource):
+class EmbedderResource(UsesSettings):
     """The embedder of summaries; it must match the model and dim of the hot tier's embeddings."""
 
     provider: str | None = Field(default=None, description="auto, openai, local or hashing.")
@@ -249,7 +302,7 @@ class EmbedderResource(dg.ConfigurableResource):
 
     def config(self) -> EmbeddingConfig:
         names = ("provider", "dim", "base_url", "openai_model", "local_model")
-        return _merged(EmbeddingConfig, Settings.from_env().embedding, _set_fields(self, names), "embedding")
+        return _merged(EmbeddingConfig, self.base_settings().embedding, _set_fields(self, names), "embedding")
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         check_embedding_key(self.config())
@@ -260,7 +313,7 @@ class EmbedderResource(dg.ConfigurableResource):
         return self._embedder
 
 
-class ArchivalCriteriaResource(dg.ConfigurableResource):
+class ArchivalCriteriaResource(UsesSettings):
     """Which memories are archived and the gates (memory_lib.core.config.ArchivalCriteria); set a field in
     the launchpad (resources.archival.config) to override it for one run."""
 
@@ -284,4 +337,4 @@ class ArchivalCriteriaResource(dg.ConfigurableResource):
 
     def get_criteria(self) -> ArchivalCriteria:
         names = tuple(ArchivalCriteria.model_fields)
-        return _merged(ArchivalCriteria, Settings.from_env().archival, _set_fields(self, names), "archival")
+        return _merged(ArchivalCriteria, self.base_settings().archival, _set_fields(self, names), "archival")

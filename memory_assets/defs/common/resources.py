@@ -1,6 +1,6 @@
-"""Resources every domain shares, bound from the environment (see memory_assets/README.md)."""
-
-import os
+"""Resources every domain shares (see memory_assets/README.md): one SettingsResource, which reads the
+environment once per run, held by every other resource. Nothing here reads the environment when the
+definitions load: DATABASE_URL and the embedded database come from the run's settings."""
 
 import dagster as dg
 
@@ -10,29 +10,28 @@ from memory_assets.resources import (
     DatabaseResource,
     EmbedderResource,
     ObjectStoreResource,
+    SettingsResource,
     SummarizerResource,
 )
-from memory_lib.core.config import Settings
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
+    settings = SettingsResource()
     return dg.Definitions(
         # One process per run, not per step: a step then costs no interpreter start, import of the code
         # location or resource setup of its own (~10 s each under load with the multiprocess
         # executor). The Slow Path's steps run one after another anyway; pools still apply.
         executor=dg.in_process_executor,
         resources={
-            # An EnvVar: the UI shows the variable's name, never the URL (it may hold a password).
-            "database": DatabaseResource(
-                database_url=dg.EnvVar("DATABASE_URL") if os.getenv("DATABASE_URL") else None,
-                embedded_database=Settings.from_env().embedded_database,
-            ),
-            "object_store": ObjectStoreResource(),
-            "summarizer": SummarizerResource(),
-            "embedder": EmbedderResource(),
-            "archival": ArchivalCriteriaResource(),
+            # The URL never goes through Dagster config (the UI would show it, with its password): the
+            # database resource takes DATABASE_URL from the run's settings.
+            "database": DatabaseResource(settings=settings),
+            "object_store": ObjectStoreResource(settings=settings),
+            "summarizer": SummarizerResource(settings=settings),
+            "embedder": EmbedderResource(settings=settings),
+            "archival": ArchivalCriteriaResource(settings=settings),
             # Where the sensors' alerts go; bind a subclass here to deliver them another way.
-            "alerts": AlertResource(),
+            "alerts": AlertResource(settings=settings),
         },
     )

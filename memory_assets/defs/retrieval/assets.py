@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from memory_assets.metadata import markdown_table
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
-from memory_lib.core.config import PromotionConfig, Settings
+from memory_lib.core.config import PromotionConfig
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.lifecycle.promotion import sweep_promotions
 
@@ -30,7 +30,8 @@ class PromotionSweepConfig(dg.Config):
     as_of: str | None = None  # ISO 8601 with a UTC offset; unset: the run's start
 
 
-def promotion_config(config: PromotionSweepConfig) -> PromotionConfig:
+def promotion_config(config: PromotionSweepConfig, base: PromotionConfig) -> PromotionConfig:
+    """`base` (the run's settings) with the run's overrides, validated."""
     overrides = {
         k: v
         for k, v in (
@@ -40,7 +41,7 @@ def promotion_config(config: PromotionSweepConfig) -> PromotionConfig:
         if v is not None
     }
     try:
-        return PromotionConfig.model_validate(Settings.from_env().promotion.model_dump() | overrides)
+        return PromotionConfig.model_validate(base.model_dump() | overrides)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InvalidInputError(f"promotion.{err['loc'][0]}", err.get("input"), err["msg"]) from None
@@ -67,7 +68,7 @@ def promotions(
 ) -> dg.MaterializeResult:
     """Archived memories expanded `expansions_to_promote` times within `window_days`, back in the hot
     tier. One transaction per memory; a backup failing verification stays archived and fails the run."""
-    rule = promotion_config(config)
+    rule = promotion_config(config, database.run_settings().promotion)
     as_of = sweep_as_of(config)
     with database.connect() as conn:
         report = sweep_promotions(conn, object_store.get_store(), rule, as_of=as_of, actor=ACTOR)

@@ -2,11 +2,9 @@
 
 import dagster as dg
 
-from memory_lib.core.config import Settings
+from memory_assets.definition_time import SLOW_PATH
 
 from .assets import promotions
-
-_SLOW_PATH = Settings.from_env().slow_path
 
 promotions_job = dg.define_asset_job(
     "promotions_job",
@@ -17,7 +15,7 @@ promotions_job = dg.define_asset_job(
 promotions_nightly = dg.ScheduleDefinition(
     name="promotions_nightly",
     job=promotions_job,
-    cron_schedule=f"30 {_SLOW_PATH.schedule_hour} * * *",
-    execution_timezone=_SLOW_PATH.timezone,
+    cron_schedule=f"30 {SLOW_PATH.schedule_hour} * * *",
+    execution_timezone=SLOW_PATH.timezone,
     description="Nightly re-promotion sweep (memory_lib.lifecycle.promotion.sweep_promotions).",
 )

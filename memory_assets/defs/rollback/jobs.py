@@ -34,7 +34,7 @@ class _LazyEmbedder:
 
     def __getattr__(self, name: str) -> Any:  # an Embedder's attribute
         if self._embedder is None:
-            self._embedder = embedder_from_settings(self._database.settings().embedding)
+            self._embedder = embedder_from_settings(self._database.run_settings().embedding)
         return getattr(self._embedder, name)
 
 

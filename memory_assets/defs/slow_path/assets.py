@@ -32,6 +32,7 @@ from typing import Any, TypedDict
 
 import dagster as dg
 
+from memory_assets.definition_time import STORE_KIND
 from memory_assets.metadata import counts, markdown_table, record_nights, size_metadata, store_location
 from memory_assets.resources import (
     ArchivalCriteriaResource,
@@ -39,12 +40,11 @@ from memory_assets.resources import (
     EmbedderResource,
     ObjectStoreResource,
     SummarizerResource,
-    store_kind,
 )
 from memory_lib.archival import nights, pipeline, post_commit, retrievability
 from memory_lib.archival.archive import StepResult
 from memory_lib.archival.claims import attempt_counts
-from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.pricing import OFFLINE_PER_1000, unknown_price, usd_per_1000
 from memory_lib.core.rows import Conn
 from memory_lib.core.shards import Shard
@@ -82,8 +82,6 @@ _COMMON = _CommonAssetArgs(
     owners=OWNERS,
     tags={"domain": "archival", "tier": "slow_path"},
 )
-# Kinds are static per definition: the object store's kind is read from the settings at load time.
-STORE_KIND = store_kind()
 
 
 def _step_metadata(t: nights.StepTotals) -> dict[str, object]:
@@ -384,7 +382,7 @@ def archive_rows(
     started = time.monotonic()
     criteria = archival.get_criteria()
     store = object_store.get_store()
-    retrieval = Settings.from_env().retrieval
+    retrieval = database.run_settings().retrieval
     run = run_nights(context)
     shard = run_shard(context)
     by_night: dict[date, dict[str, Any]] = {}  # Dagster metadata values

@@ -1,9 +1,10 @@
 """Archival nights: one daily partition per night, in the configured time zone; user shards of a run.
 
-The first night is MEMORY_ARCHIVE_PARTITION_START when set; otherwise the night of the oldest memory
-(hot or archived), read from the database when the definitions load (a 3 s connect timeout; an
-embedded server is read only when it is already running); with no database or no memory, today minus
-FALLBACK_DAYS (logged). So a fresh deployment does not show hundreds of "missing" nights.
+The first night is MEMORY_ARCHIVE_PARTITION_START; unset, today minus FALLBACK_DAYS (logged as a
+warning), so a fresh deployment does not show hundreds of "missing" nights. The definitions never read
+the database to choose it (they load without one): set it to keep the first night fixed, e.g. to the
+night of the oldest memory, which `python -m memory_assets.dev` pins for you when it is unset
+(memory_assets.dev.pin_partition_start) and `make demo` sets to the demo's first night.
 """
 
 from __future__ import annotations
@@ -14,54 +15,37 @@ from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
-import psycopg
 
-from memory_lib.archival.nights import oldest_night, parse_night
-from memory_lib.core.config import Settings
-from memory_lib.core.errors import InvalidInputError, MemoryArchiveError
+from memory_assets.definition_time import SLOW_PATH
+from memory_lib.archival.nights import parse_night
+from memory_lib.core.config import SlowPathConfig
+from memory_lib.core.errors import InvalidInputError
 from memory_lib.core.shards import ALL, Shard
-from memory_lib.storage.db import reachable_url
 
 log = logging.getLogger(__name__)
 
 FALLBACK_DAYS = 7
-CONNECT_TIMEOUT_S = 3
 # Run tag of a shard run: "i/n" archives only the users of shard i of n (memory_lib.core.shards). Several
 # runs of one night, each with its own shard, archive concurrently on separate workers.
 SHARD_TAG = "memory-archive/shard"
 
 
-def partition_start(settings: Settings) -> date:
-    """The first archival night (see the module docstring); an explicit setting always wins."""
-    slow = settings.slow_path
+def partition_start(slow: SlowPathConfig, *, today: date | None = None) -> date:
+    """The first archival night (see the module docstring); an explicit setting always wins. No I/O."""
     if slow.partition_start_date is not None:
         return slow.partition_start_date
-    url = reachable_url(settings)
-    found, why = None, "no database URL and no running embedded server"
-    if url is not None:
-        try:
-            found = oldest_night(url, slow.timezone, connect_timeout=CONNECT_TIMEOUT_S)
-            why = "no memory in the database"
-        except (psycopg.Error, MemoryArchiveError) as exc:
-            why = f"database not readable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
-    if found is not None:
-        log.info("archival nights start at the oldest memory's night, %s", found)
-        return found
-    fallback = datetime.now(ZoneInfo(slow.timezone)).date() - timedelta(days=FALLBACK_DAYS)
+    today = today or datetime.now(ZoneInfo(slow.timezone)).date()
+    fallback = today - timedelta(days=FALLBACK_DAYS)
     log.warning(
-        "archival nights start at %s (today - %d days): %s; set MEMORY_ARCHIVE_PARTITION_START "
-        "to choose the first night",
+        "archival nights start at %s (today - %d days): MEMORY_ARCHIVE_PARTITION_START is unset; set it "
+        "(e.g. to the oldest memory's night) to keep the first night fixed",
         fallback,
         FALLBACK_DAYS,
-        why,
     )
     return fallback
 
 
-# Read once at import: partitions and the schedule are part of the definitions the UI shows.
-SETTINGS = Settings.from_env()
-SLOW_PATH = SETTINGS.slow_path
-START = partition_start(SETTINGS)
+START = partition_start(SLOW_PATH)
 
 nights = dg.DailyPartitionsDefinition(start_date=START.isoformat(), timezone=SLOW_PATH.timezone)
 

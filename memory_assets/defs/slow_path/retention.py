@@ -19,7 +19,6 @@ import dagster as dg
 from memory_assets.metadata import markdown_table, record_nights
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource
 from memory_lib.archival import nights
-from memory_lib.core.config import Settings
 from memory_lib.lifecycle import retention
 
 from .partitions import SLOW_PATH, backfill_policy, run_nights, run_shard
@@ -77,7 +76,7 @@ def retention_scores(
     claim archives a non-core memory after cold_migration_days (7) nights at the floor."""
     started = time.monotonic()
     criteria = archival.get_criteria()
-    config = Settings.from_env().retention
+    config = database.run_settings().retention
     shard = run_shard(context)  # a shard run scores its own users; the distribution is every user's
     by_night: dict[date, dict[str, object]] = {}
     in_run = run_nights(context)

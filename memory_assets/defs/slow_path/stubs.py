@@ -22,7 +22,6 @@ import dagster as dg
 from memory_assets.metadata import markdown_table, record_nights, tier_metadata
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
 from memory_lib.archival import nights
-from memory_lib.core.config import Settings
 from memory_lib.lifecycle import retention, stubs
 
 from .assets import STORE_KIND, archive_rows
@@ -49,7 +48,7 @@ def stub_conversions(
     summary and full-text entry kept, original still in object storage (verified before). Expanding a
     stub re-embeds its summary; 3 expansions in 30 days re-promote it. Core memories are exempt."""
     started = time.monotonic()
-    days = Settings.from_env().retention.stub_after_days
+    days = database.run_settings().retention.stub_after_days
     shard = run_shard(context)
     store = object_store.get_store()
     by_night: dict[date, dict[str, object]] = {}
