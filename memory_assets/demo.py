@@ -36,14 +36,13 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 if TYPE_CHECKING:  # imported lazily at run time (main imports memory_lib once settings are set)
-    import dagster as dg
+    pass
 
-    from memory_lib.core.rows import Conn
-    from memory_lib.retrieval.types import SearchHit, SearchResult
+from memory_assets.demo_consolidation import consolidation
+from memory_assets.demo_output import QUIET, human, plural, probe_query, section, show_hits
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DB = "memory_demo"
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # the demo prints its own summary
 OBJECTS = "demo-objects"
 DAEMON_LOG = "dagster-daemon.log"
 DEFAULT_DAYS = 149
@@ -73,22 +72,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     if args.days < 100:
         p.error(f"--days={args.days}: at least 100, so some memories are older than min_age_days=90")
     return args
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _section(title: str) -> None:
-    print(f"\n== {title}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         conn = connect(url)
 
-        _section("Loading the history")
+        section("Loading the history")
         t = time.monotonic()
         embedder = HashingEmbedder(args.dim)
         items = list(
@@ -250,13 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         items += today
         users = Counter(m.user_id for m in items)
         print(
-            f"{len(items)} memories of {_n(len(users), 'user')} over {args.days} days "
+            f"{len(items)} memories of {plural(len(users), 'user')} over {args.days} days "
             f"({items[0].created_at:%Y-%m-%d} .. {items[-1].created_at:%Y-%m-%d}) in {time.monotonic() - t:.0f} s"
         )
         before = tier_stats(conn)
         print(f"tiers before: hot {before.hot}, archived {before.archived}")
         print(
-            f"table bytes before: memories {_human(before.hot_bytes)}, archived_memories {_human(before.archived_bytes)}"
+            f"table bytes before: memories {human(before.hot_bytes)}, archived_memories {human(before.archived_bytes)}"
         )
 
         # Memories the last night may archive, as they are now: the restore check compares against these.
@@ -267,20 +250,20 @@ def main(argv: list[str] | None = None) -> int:
         snapshot = integrity.exact_rows(conn, watch)
         # Recall before: one of them, searched by its names and numbers as a user remembers them (one with
         # a number when there is one: the history repeats its sentences with other names and numbers).
-        queries = {i: _probe_query(snapshot[i]["content"]) for i in watch}
+        queries = {i: probe_query(snapshot[i]["content"]) for i in watch}
         probe_id = min(
             (i for i in watch if queries[i]), key=lambda i: not re.search(r"\d", queries[i]), default=None
         )
         probe = None if probe_id is None else snapshot[probe_id]
         reader = MemoryClient(conn, embedder=embedder, settings=Settings.from_env(), actor="demo-reader")
         if probe is not None:
-            _section("Recall before archival: memory_lib's search, default settings")
+            section("Recall before archival: memory_lib's search, default settings")
             query = queries[probe["id"]]
             print(f"memory {str(probe['id'])[:8]} ({probe['user_id']}, hot): {probe['content']!r}")
             print(f"query, its names and numbers: {query!r}")
-            _show_hits(reader.search(probe["user_id"], query), probe["id"])
+            show_hits(reader.search(probe["user_id"], query), probe["id"])
 
-        _section(f"Backfill {first_night} .. {last_night}: a Dagster backfill run by the daemon")
+        section(f"Backfill {first_night} .. {last_night}: a Dagster backfill run by the daemon")
         print(
             f"retrievability probe: up to {retrieval.retrievability_sample_size} archived memories a night, each "
             f"searched by its first sentence; at least {100 * retrieval.retrievability_floor:.0f}% must be in the "
@@ -355,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         expected = submitted.runs_expected
         print(
-            f"backfill {submitted.backfill_id}: {_n(len(nights), 'night')} of slow_path_job in {_n(expected, 'run')} "
+            f"backfill {submitted.backfill_id}: {plural(len(nights), 'night')} of slow_path_job in {plural(expected, 'run')} "
             f"of up to {BACKFILL_NIGHTS_PER_RUN} nights (backfill policy), one run at a time (run queue), "
             f"at most {criteria.batch_size} memories a night; the daemon starts them",
             flush=True,
@@ -377,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             kind="local", local_root=str(state / OBJECTS), prefix="memory-archive"
         )
 
-        _section("Check results")
+        section("Check results")
         for name, runs in check_results.items():
             passed = sum(1 for p, _, _ in runs if p)
             detail = ""
@@ -406,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
                 probed = [m for _, _, m in runs if not m.get("nothing_to_check")]
                 detail = (
                     f"{sum(m['found'] for m in probed)}/{sum(m['sampled'] for m in probed)} sampled archived memories "
-                    f"found in the top 10 by their first sentence over {_n(len(probed), 'night')}; "
-                    f"{_n(len(runs) - len(probed), 'night')} with nothing archived to probe"
+                    f"found in the top 10 by their first sentence over {plural(len(probed), 'night')}; "
+                    f"{plural(len(runs) - len(probed), 'night')} with nothing archived to probe"
                 )
             elif name == "tiers_consistent":
                 problems: Counter[str] = Counter()
@@ -425,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "PASSED" if passed == len(runs) else "FAILED"
             print(f"{name:<20} {verdict} on {passed}/{len(runs)} nights" + (f" ({detail})" if detail else ""))
 
-        _section("After the backfill")
+        section("After the backfill")
         after = tier_stats(conn)
         print(
             f"tiers after: hot {after.hot}, archived {after.archived} "
@@ -440,19 +423,19 @@ def main(argv: list[str] | None = None) -> int:
         vacuumed = tier_stats(conn)
         print("table bytes (pg_total_relation_size: heap + TOAST + indexes)")
         print(
-            f"  memories:          before {_human(before.hot_bytes):>9}   after archival {_human(after.hot_bytes):>9}"
-            f"   after VACUUM FULL {_human(vacuumed.hot_bytes):>9}"
+            f"  memories:          before {human(before.hot_bytes):>9}   after archival {human(after.hot_bytes):>9}"
+            f"   after VACUUM FULL {human(vacuumed.hot_bytes):>9}"
         )
         print(
-            f"  archived_memories: before {_human(before.archived_bytes):>9}   after archival "
-            f"{_human(after.archived_bytes):>9}   after VACUUM FULL {_human(vacuumed.archived_bytes):>9}"
+            f"  archived_memories: before {human(before.archived_bytes):>9}   after archival "
+            f"{human(after.archived_bytes):>9}   after VACUUM FULL {human(vacuumed.archived_bytes):>9}"
         )
         both_before, both_after = (
             before.hot_bytes + before.archived_bytes,
             vacuumed.hot_bytes + vacuumed.archived_bytes,
         )
         print(
-            f"  both:              {_human(both_before)} -> {_human(both_after)} "
+            f"  both:              {human(both_before)} -> {human(both_after)} "
             f"({100 * (both_before - both_after) / both_before:.0f}% less; VACUUM FULL took {time.monotonic() - t:.1f} s; "
             "deleted rows only free disk after a vacuum)"
         )
@@ -468,11 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         n_packs = sum(map(packs.is_pack_key, keys))
         print(
             f"objects written: {len(keys)} ({n_packs} of them packs of one user's memories),"
-            f" {_human(object_bytes)} under {store.root}/memory-archive"
-            f" (archive rows record {_human(db_bytes)})"
+            f" {human(object_bytes)} under {store.root}/memory-archive"
+            f" (archive rows record {human(db_bytes)})"
         )
 
-        _section(
+        section(
             "Some archive rows (offline extractive summaries keep the most informative sentences verbatim;"
             " the demo's memories are one sentence long)"
         )
@@ -490,10 +473,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    original: {doc.content}")
 
         if probe is not None:
-            _section("Recall after archival: the same search, then one expansion")
+            section("Recall after archival: the same search, then one expansion")
             result = reader.search(probe["user_id"], queries[probe["id"]])
             print(f"phase 2 (archived summaries) searched: {result.phase2_reason or 'no'}")
-            hit = _show_hits(result, probe["id"])
+            hit = show_hits(result, probe["id"])
             if hit is not None and hit.source == "archived":
                 client = MemoryClient(conn, embedder=embedder, object_store=store)
                 expansion = client.expand(probe["user_id"], hit.id)
@@ -502,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"before archival: {expansion.content == probe['content']}; promoted to hot: {expansion.promoted}"
                 )
 
-        consolidated_ok = _consolidation(
+        consolidated_ok = consolidation(
             conn,
             instance,
             {
@@ -512,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
 
-        _section("Restore through the rollback job, compared byte for byte")
+        section("Restore through the rollback job, compared byte for byte")
         archived_now = {
             r["original_id"]
             for r in conn.execute(
@@ -552,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         daemon_stack.close()
         submitted = None
         all_green = ok and consolidated_ok and all(p for runs in check_results.values() for p, _, _ in runs)
-        _section("Done")
+        section("Done")
         print(
             f"demo finished in {time.monotonic() - started:.0f} s: "
             f"{'all checks green' if all_green else 'SOME CHECKS FAILED'}; restore byte-exact: {restored_ok}"
@@ -568,157 +551,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         daemon_stack.close()
         server.stop()
-
-
-def _probe_query(content: str) -> str:
-    """A memory's names and numbers (capitalized words, words with digits): what a user remembers of it,
-    not its wording. Empty when it has no such word."""
-    words = re.findall(r"[#\w][\w'-]*", content)
-    return " ".join(w for w in words if w[0].isupper() or any(c.isdigit() for c in w))
-
-
-def _show_hits(result: SearchResult, memory_id: Any, shown: int = 3) -> SearchHit | None:
-    """Prints the top `shown` hits and the rank of `memory_id` (marked *); returns its hit, if any."""
-    rank = next((i for i, h in enumerate(result) if h.provenance.memory_id == memory_id), None)
-    for i, h in enumerate(result):
-        if i < shown or i == rank:
-            mark = "*" if i == rank else " "
-            print(f"  {mark} {i + 1:>2}. {h.scores.final:5.3f} {h.source:<8} {h.labeled_text[:100]}")
-    where = "not in the top 10" if rank is None else f"rank {rank + 1} of {len(result)}"
-    print(f"the memory: {where}")
-    return None if rank is None else result.hits[rank]
-
-
-def _consolidation(conn: Conn, instance: dg.DagsterInstance, resources: dict[str, Any]) -> bool:
-    """Level-2 and level-3 digests, facts and key moments through Dagster, as the monthly schedules run
-    them: consolidation_job for each month partition that has memories, then yearly_digests_job for
-    each of their years (offline builders, with the jobs' blocking checks), in `instance`, so the UI
-    shows them materialized; then the figures, and one "who is X?" answered from facts. Months with
-    memories that are not partitions (before the first month partition) are named, not built; so is the
-    month in progress, which becomes a partition when it ends."""
-    import dagster as dg
-
-    from memory_assets.defs.consolidation import assets as consolidation
-    from memory_assets.defs.consolidation import checks
-    from memory_assets.defs.consolidation.jobs import consolidation_job, yearly_job
-    from memory_assets.defs.consolidation.partitions import TIMEZONE, months, years
-    from memory_lib.consolidation.facts import who_is
-    from memory_lib.consolidation.sources import user_months
-
-    _section(
-        "Consolidation through Dagster: monthly and yearly digests, facts and key moments (offline builders)"
-    )
-    t = time.monotonic()
-    keys = [
-        consolidation.monthly_digests.key,
-        consolidation.yearly_digests.key,
-        consolidation.memory_facts.key,
-        consolidation.key_moments.key,
-    ]
-    # A new database: an earlier demo's digests no longer describe it.
-    instance.wipe_assets(keys)
-    defs = dg.Definitions(
-        assets=[
-            consolidation.monthly_digests,
-            consolidation.yearly_digests,
-            consolidation.memory_facts,
-            consolidation.key_moments,
-        ],
-        asset_checks=[
-            checks.monthly_digests_provenance,
-            checks.monthly_digests_fresh,
-            checks.yearly_digests_provenance,
-            checks.memory_facts_provenance,
-            checks.key_moments_provenance,
-        ],
-        jobs=[consolidation_job, yearly_job],
-        resources=resources,
-    )
-    with_memories = sorted({m for _, m in user_months(conn, tz=TIMEZONE)})
-    partitions = set(months.get_partition_keys())
-    built = [m for m in with_memories if m.isoformat() in partitions]
-    not_partitions = [m for m in with_memories if m.isoformat() not in partitions]
-    year_keys = sorted({str(m.year) for m in built} & set(years.get_partition_keys()))
-    runs: list[tuple[str, str, Any]] = []
-    for job, partition_keys in (
-        ("consolidation_job", [m.isoformat() for m in built]),
-        ("yearly_digests_job", year_keys),
-    ):
-        for key in partition_keys:
-            result = defs.resolve_job_def(job).execute_in_process(
-                partition_key=key, instance=instance, run_config=QUIET, raise_on_error=False
-            )
-            runs.append((job, key, result))
-    failed_checks = [
-        f"{e.check_name} {key}" for _, key, r in runs for e in r.get_asset_check_evaluations() if not e.passed
-    ]
-    failed_runs = [f"{job} {key}" for job, key, r in runs if not r.success]
-    n = {
-        r["t"]: r["n"]
-        for r in conn.execute(
-            """SELECT 'l2' AS t, count(*) AS n FROM memory_digests WHERE level = 2 UNION ALL
-           SELECT 'l3', count(*) FROM memory_digests WHERE level = 3 UNION ALL
-           SELECT 'facts', count(*) FROM memory_facts UNION ALL SELECT 'closed', count(*) FROM memory_facts
-           WHERE valid_to IS NOT NULL UNION ALL SELECT 'moments', count(*) FROM key_moments"""
-        ).fetchall()
-    }
-
-    def span(keys: list[str]) -> str:
-        return f"{keys[0]}..{keys[-1]}" if keys else "none"
-
-    month_keys = [f"{m:%Y-%m}" for m in built]
-    print(
-        f"months {span(month_keys)} by {_n(len(month_keys), 'run')} of consolidation_job, years "
-        f"{span(year_keys)} by {_n(len(year_keys), 'run')} of yearly_digests_job, in the Dagster instance: "
-        f"{n['l2']} monthly and {n['l3']} yearly digests, {n['facts']} facts ({n['closed']} closed by a newer "
-        f"value), {n['moments']} key moments in {time.monotonic() - t:.1f} s"
-    )
-    first = min(partitions, default="")
-    before = [f"{m:%Y-%m}" for m in not_partitions if m.isoformat() < first]
-    if before:
-        print(f"not built: {', '.join(before)}, before the first month partition {first[:7]}")
-    in_progress = datetime.now(UTC).astimezone(ZoneInfo(TIMEZONE)).date()
-    print(
-        f"the month in progress, {in_progress:%Y-%m}, becomes a partition when it ends (the monthly schedule)"
-    )
-    print(
-        "checks (blocking, per partition): provenance and freshness "
-        + ("OK on every partition" if not failed_checks else f"FAILED: {', '.join(failed_checks[:10])}")
-        + (f"; runs failed: {', '.join(failed_runs)}" if failed_runs else "")
-    )
-    d = conn.execute(
-        "SELECT user_id, summary FROM memory_digests WHERE level = 3 ORDER BY period_start, user_id LIMIT 1"
-    ).fetchone()
-    if d:
-        print(f"a yearly digest ({d['user_id']}): {d['summary'][:400]}")
-    who = conn.execute(
-        "SELECT user_id, object FROM memory_facts WHERE predicate = 'has manager' "
-        "ORDER BY user_id, valid_from DESC LIMIT 1"
-    ).fetchone()
-    if who:
-        print(f"who is {who['object']}? ({who['user_id']}, answered from facts, with their sources)")
-        for f in who_is(conn, who["user_id"], who["object"], limit=6):
-            print("  - " + _fact_line(conn, who["user_id"], f))
-    return bool(runs) and not failed_checks and not failed_runs
-
-
-def _fact_line(conn: Conn, user_id: str, fact: dict[str, Any], shown: int = 3) -> str:
-    """One merged fact of `who_is` with its provenance: validity, and each source memory's id and tier
-    (memory_lib.retrieval.consolidated.source_memories_plan, as a phase-3 expansion reads them)."""
-    from memory_lib.core.plans import run_plan
-    from memory_lib.retrieval.consolidated import source_memories_plan
-
-    ids = fact["source_memory_ids"]
-    memories, _ = run_plan(conn, source_memories_plan(user_id, ids))
-    tier = {m.memory_id: m.tier for m in memories}
-    until = f"until {fact['valid_to']:%Y-%m-%d}" if fact["valid_to"] else "still valid"
-    sources = ", ".join(f"{i} ({tier.get(i, 'missing')})" for i in ids[:shown])
-    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
-    archived = sum(tier.get(i) == "archived" for i in ids)
-    return (
-        f"{fact['subject']} {fact['predicate']} {fact['object']} (from {fact['valid_from']:%Y-%m-%d}, {until}; "
-        f"{len(ids)} source{'s' if len(ids) != 1 else ''}, {archived} archived: {sources}{more}; {', '.join(sorted(fact['extractors']))})"
-    )
 
 
 if __name__ == "__main__":

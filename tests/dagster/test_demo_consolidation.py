@@ -1,4 +1,4 @@
-"""The demo's consolidation section (memory_assets.demo._consolidation), run on the tests' small demo
+"""The demo's consolidation section (memory_assets.demo_consolidation.consolidation), run on the tests' small demo
 history: it materializes the consolidation assets through Dagster (consolidation_job per month partition
 with memories, yearly_digests_job per year) in a real instance, so the UI shows them, and prints one
 "who is …?" answer from facts whose every source is shown with its id and its tier. The full
@@ -12,7 +12,7 @@ import uuid
 import dagster as dg
 import pytest
 
-from memory_assets.demo import _consolidation
+from memory_assets.demo_consolidation import consolidation
 from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
@@ -60,7 +60,7 @@ def test_the_demo_consolidates_through_dagster_so_the_instance_shows_every_month
 ):
     services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").gate_passed
-    assert _consolidation(conn, instance, _resources(db_url)) is True
+    assert consolidation(conn, instance, _resources(db_url)) is True
     out = capsys.readouterr().out
     months = sorted({m.isoformat() for _, m in user_months(conn, tz="UTC")})
     assert len(months) >= 4, months
@@ -99,7 +99,7 @@ def test_the_demo_answers_who_is_from_facts_with_each_sources_id_and_tier(
 ):
     services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").gate_passed
-    assert _consolidation(conn, instance, _resources(db_url)) is True  # checks green
+    assert consolidation(conn, instance, _resources(db_url)) is True  # checks green
     first = capsys.readouterr().out
     who = re.search(
         r"^who is (.+)\? \((\S+), answered from facts, with their sources\)$", first, re.MULTILINE
@@ -117,7 +117,7 @@ def test_the_demo_answers_who_is_from_facts_with_each_sources_id_and_tier(
     restore_archive(conn, local_store, user_id=user, original_id=archived_source, actor="test")
 
     # The month is rebuilt for the restore: still fresh.
-    assert _consolidation(conn, instance, _resources(db_url)) is True
+    assert consolidation(conn, instance, _resources(db_url)) is True
     out = capsys.readouterr().out
     lines = out[out.index(f"who is {name}?") :].splitlines()[1:]
     facts = [line for line in lines if line.startswith("  - ")]
