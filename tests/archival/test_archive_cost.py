@@ -19,7 +19,7 @@ from memory_lib.archival.archive import (
 )
 from memory_lib.archival.claims import claim_batch
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.core.errors import IntegrityError
 from memory_lib.core.models import sha256_hex
 from memory_lib.llm.embedding import HashingEmbedder
@@ -56,7 +56,8 @@ def _attempt_rows(conn) -> dict[str, int]:
 def test_archiving_costs_one_put_one_get_and_one_head_per_lone_backup_on_s3(conn, s3_store):
     """A memory alone in its batch for its user (below archival.pack_min_members) is one object: PUT
     (its echoed SHA256 is the write's check), the fidelity GET (the round trip), commit's HEAD just
-    before the original is deleted; the post-commit audit HEADs a sample (all of a small batch). No
+    before the original is deleted; the post-commit audit HEADs a sample (all of a small batch) and the
+    retrievability probe GETs a sample (RetrievalConfig.retrievability_sample_size, all of a small batch). No
     LIST: only a backup step that follows a dead one looks for its packs. (Packs: tests/storage/test_backup_packs.py.)"""
     users = tuple(f"user{i:02d}" for i in range(N))
     insert_memories(conn, make_memories(N, dim=TEST_DIM, users=users), actor="test")
@@ -64,7 +65,8 @@ def test_archiving_costs_one_put_one_get_and_one_head_per_lone_backup_on_s3(conn
     report = run_batch(conn, _services(s3_store), CRITERIA, batch_key="night", as_of=NOW, actor="test")
     assert report.ok and report.archived == N
     audited = min(N, integrity.AUDIT_SAMPLE)
-    assert sent == Counter({"PutObject": N, "GetObject": N, "HeadObject": N + audited})
+    probed = min(N, RetrievalConfig().retrievability_sample_size)
+    assert sent == Counter({"PutObject": N, "GetObject": N + probed, "HeadObject": N + audited})
     assert s3_store.verified_by_head == 0
 
 
@@ -126,7 +128,7 @@ def test_a_night_stopped_before_commit_keeps_its_checkpoint_rows(conn, local_sto
 def test_a_night_whose_audit_fails_keeps_its_checkpoint_rows(conn, local_store, monkeypatch):
     """A committed backup object gone before the audit (here a pack: every member of it is missing):
     the audit fails and keeps every row as evidence."""
-    import memory_lib.archival.pipeline as pipeline
+    import memory_lib.archival.post_commit as post_commit
 
     insert_memories(conn, make_memories(N, dim=TEST_DIM), actor="test")
     lost: list[str] = []
@@ -137,7 +139,7 @@ def test_a_night_whose_audit_fails_keeps_its_checkpoint_rows(conn, local_store, 
         store.delete(store.key_from_ref(ref["storage_ref"]))
         return integrity.audit_batch(conn_, store, batch_key, **kw)
 
-    monkeypatch.setattr(pipeline, "audit_batch", audit_after_loss)
+    monkeypatch.setattr(post_commit, "audit_batch", audit_after_loss)
     report = run_batch(conn, _services(local_store), CRITERIA, batch_key="night", as_of=NOW, actor="test")
     assert not report.ok and report.committed is not None
     assert len(report.committed.missing) == members_sharing(conn, local_store, lost[0]) > 1
