@@ -4,7 +4,8 @@ For one archival night (batch key `night-YYYY-MM-DD`, kept in archived_memories.
 sample up to `sample_size` of the night's archived memories (a stable pseudo-random order, so a re-run
 probes the same ones), read each verified original from object storage, take its first sentence as
 the question, and run the product's two-phase search (default RetrievalConfig, phase 2 auto, as the
-memory's own user) with limit `k`. A memory is found when its archive row is among the hits.
+memory's own user) with limit `k`. A memory is found when its archive row is among the hits, or, for
+a chunk of a long memory, its parent (search returns a chunked memory once, by its best chunk).
 
 `share_found` below `floor` (RetrievalConfig.retrievability_floor, 0.9) means the archive rows no
 longer carry what made the memories findable (a summary embedded by another model, rows without the
@@ -52,7 +53,8 @@ log = logging.getLogger(__name__)
 __all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights"]
 
 _SAMPLE_SQL = f"""
-    SELECT a.id AS archive_id, a.original_id, a.user_id, {packs.backup_sql("a")}
+    SELECT a.id AS archive_id, a.original_id, a.user_id, a.metadata -> 'chunk' ->> 'parent_id' AS parent_id,
+           {packs.backup_sql("a")}
     FROM archived_memories a
     WHERE a.metadata ->> 'batch_key' = %(batch_key)s AND a.original_superseded_by IS NULL
     ORDER BY md5(a.original_id::text), a.original_id
@@ -175,8 +177,12 @@ def probe_night(
             embedder_kind=getattr(embedder, "kind", None),
         )
         result = run_plan(conn, search_plan(request))
+        parent = uuid.UUID(row["parent_id"]) if row["parent_id"] else None
         if not any(
-            h.provenance.archive_id == row["archive_id"] or _same_fact(h.text, question) for h in result.hits
+            h.provenance.archive_id == row["archive_id"]
+            or (parent is not None and h.provenance.parent_id == parent)
+            or _same_fact(h.text, question)
+            for h in result.hits
         ):
             missed.append(row["original_id"])
     return NightRetrievability(

@@ -112,6 +112,7 @@ def _attr_blob(exported) -> str:
 
 def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, spans, fake_llm):
     _seed(conn, local_store)
+    spans.clear()  # the archival's retrievability probe searched too: only the spans of what follows
     reranker = LLMReranker("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
     client = _client(conn, local_store, reranker=reranker)
     ctx = client.build_context(USER, QUERY, ["what about the kayak trip?"], now=NOW, phase3="never")
@@ -172,6 +173,7 @@ def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, 
 
 def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans, fake_llm):
     _seed(conn, local_store)
+    spans.clear()  # the archival's retrievability probe searched too: only the spans of what follows
     reranker = LLMReranker("openai", FAKE_API_KEY, base_url=fake_llm.openai_base_url, max_retries=0)
 
     async def scenario():

@@ -13,6 +13,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from memory_lib.archival import pipeline
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
@@ -48,7 +49,10 @@ def _client(conn, store) -> MemoryClient:
     )
 
 
-def _fill_and_archive(conn, store) -> dict[str, uuid.UUID]:
+def _fill_and_archive(conn, store, *, probe: bool = True) -> dict[str, uuid.UUID]:
+    """OLD_FACTS archived by run_batch; probe=False: by its stages up to the commit, without the
+    post-commit stage, whose retrievability probe searches with today's SQL (a schema before 007 lacks
+    its column)."""
     client = _client(conn, store)
     ids = {
         t: client.add("u1", t, importance=0.1, now=OLD + timedelta(days=i)).memory_id
@@ -57,8 +61,17 @@ def _fill_and_archive(conn, store) -> dict[str, uuid.UUID]:
     for i, t in enumerate(RECENT):
         client.add("u1", t, now=NOW - timedelta(days=i))
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
-    report = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
-    assert report.gate_passed and report.status.archived == len(OLD_FACTS)
+    criteria, key = ArchivalCriteria(), "night-1"
+    if probe:
+        report = run_batch(conn, services, criteria, batch_key=key, as_of=NOW, actor="test")
+        assert report.gate_passed and report.status.archived == len(OLD_FACTS)
+        return ids
+    pipeline.claim_stage(conn, key, criteria, NOW)
+    pipeline.summarize_stage(conn, key, services.summarizer, services.embedder, criteria)
+    pipeline.backup_stage(conn, key, store, criteria)
+    assert pipeline.fidelity_stage(conn, key, store, criteria, actor="test").passed
+    commit = pipeline.commit_stage(conn, key, store, criteria, actor="test")
+    assert commit.results[0].succeeded == len(OLD_FACTS)
     return ids
 
 
@@ -129,7 +142,7 @@ def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, loca
                 shutil.copy(path, old / path.name)
         migrate(url, embedding_dim=TEST_DIM, directory=old)
         with connect(url) as conn:
-            ids = _fill_and_archive(conn, local_store)  # archived without 007: halfvec rows
+            ids = _fill_and_archive(conn, local_store, probe=False)  # archived without 007: halfvec rows
             before = conn.execute(
                 "SELECT original_id, binary_quantize(summary_embedding)::text AS bits FROM archived_memories"
             ).fetchall()

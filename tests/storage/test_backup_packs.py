@@ -10,7 +10,7 @@ import pytest
 from memory_lib.archival import integrity
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.core.errors import IntegrityError, InvalidInputError
 from memory_lib.core.models import BackupObject, sha256_hex, to_float32
 from memory_lib.lifecycle.forget import forget_memory, forget_steps, forget_user, remaining, run_forget
@@ -89,12 +89,13 @@ def test_a_users_memories_share_one_pack_and_each_restores_byte_exact(conn, obje
 
 def test_a_pack_costs_its_requests_once_for_all_of_its_members_on_s3(conn, s3_store):
     """PUT and the fidelity GET per pack; commit and the audit HEAD it (the server's checksum of the pack
-    is the sha256 its name carries, so every member is intact); and no LIST: the batch's first backup
-    step has no dead run's packs to look for."""
+    is the sha256 its name carries, so every member is intact); the retrievability probe's ranged GET of
+    each sampled member; and no LIST: the batch's first backup step has no dead run's packs to look for."""
     sent: Counter[str] = Counter()
     s3_store.client.meta.events.register("before-call.s3", lambda model, **_: sent.update([model.name]))
     _archive(conn, s3_store, make_memories(2 * PER_USER, dim=TEST_DIM, users=("alice", "bob")))
-    assert sent == Counter({"PutObject": 2, "GetObject": 2, "HeadObject": 4})
+    probed = min(2 * PER_USER, RetrievalConfig().retrievability_sample_size)
+    assert sent == Counter({"PutObject": 2, "GetObject": 2 + probed, "HeadObject": 4})
 
 
 def test_a_pack_whose_checksum_is_not_its_name_is_read_member_by_member(conn, s3_store):

@@ -154,6 +154,8 @@ STATEMENT_ALLOWLIST: dict[str, str] = {
     r"FROM archival_attempts\s+WHERE batch_key = %s AND status IN": "the night's fidelity check: one batch",
     r"FROM archived_memories a\s+WHERE a.metadata->>'batch_key' = ANY": "the night's backup check: one batch, all its users",
     r"FROM archival_attempts a JOIN llm_batches b": "stalled provider batches: a report across users",
+    r"FROM archived_memories( a)?\s+WHERE (a\.)?metadata ->> 'batch_key' = %\(batch_key\)s": "the night's "
+    "retrievability probe (its count and sample): one batch, all its users",
 }
 
 _TABLE_REF = re.compile(
