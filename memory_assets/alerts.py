@@ -15,16 +15,17 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+import dagster as dg
 from pydantic import Field
 
-from memory_assets.resources import UsesSettings
+from memory_assets.resources import SettingsResource
 
 
 class AlertDeliveryError(RuntimeError):
     """The webhook did not take the alert: the sensor's tick fails and retries on its next tick."""
 
 
-class AlertResource(UsesSettings):
+class AlertResource(dg.ConfigurableResource):
     """Sends an alert: `notify(alert)` POSTs the alert as JSON to the configured webhook.
 
     The alert is a dict with at least `text` (one line, what Slack shows) and `event`. Returns where it
@@ -34,7 +35,10 @@ class AlertResource(UsesSettings):
     timeout_seconds: float = Field(default=10.0, gt=0, description="Per webhook request.")
 
     def webhook_url(self) -> str | None:
-        url = self.base_settings().slow_path.alert_webhook_url
+        # Sensors tick outside runs (no run's SettingsResource): the settings are read at the tick, by a
+        # SettingsResource of the alert's own. A nested resource would make this one a context manager
+        # that sensor contexts built without `with` refuse.
+        url = SettingsResource().get().slow_path.alert_webhook_url
         return url.get_secret_value() if url is not None else None
 
     def notify(self, alert: dict[str, Any]) -> str:

@@ -53,8 +53,8 @@ def test_a_run_reads_the_environment_once(db_url, tmp_path, monkeypatch):
 
 def test_the_definitions_bind_one_settings_resource_to_every_resource():
     resources = common_defs().resources or {}
-    held = {key: r.settings for key, r in resources.items() if key != "io_manager"}
-    assert set(held) == {"database", "object_store", "summarizer", "embedder", "archival", "alerts"}
+    held = {key: r.settings for key, r in resources.items() if key not in ("io_manager", "alerts")}
+    assert set(held) == {"database", "object_store", "summarizer", "embedder", "archival"}
     assert len({id(s) for s in held.values()}) == 1 and isinstance(
         next(iter(held.values())), SettingsResource
     )

@@ -1,5 +1,5 @@
 """Resources every domain shares (see memory_assets/README.md): one SettingsResource, which reads the
-environment once per run, held by every other resource. Nothing here reads the environment when the
+environment once per run, held by every resource a run uses (the sensors' alerts read it at their tick). Nothing here reads the environment when the
 definitions load: DATABASE_URL and the embedded database come from the run's settings."""
 
 import dagster as dg
@@ -32,6 +32,6 @@ def defs() -> dg.Definitions:
             "embedder": EmbedderResource(settings=settings),
             "archival": ArchivalCriteriaResource(settings=settings),
             # Where the sensors' alerts go; bind a subclass here to deliver them another way.
-            "alerts": AlertResource(settings=settings),
+            "alerts": AlertResource(),
         },
     )
