@@ -7,7 +7,8 @@ unset (None) comes from it, so the environment configures a deployment and Dagst
 single values. Merged values are validated by
 the pydantic models of memory_lib.core.config: a bad value fails the run at resource setup with an error
 naming the field. API keys and database passwords never go through Dagster config: SDK keys come from
-the environment, DATABASE_URL is bound as an EnvVar (the UI shows the variable's name, not its value).
+the environment, DATABASE_URL is read by SettingsResource and never bound in Dagster config (the UI would
+show it).
 """
 
 from __future__ import annotations
