@@ -51,12 +51,14 @@ test: $(LOCAL_STAMP)
 	$(PY) -m pytest
 	TEST_USER_PARTITIONS=8 $(PY) -m pytest -m "not slow" -q $(PARTITIONED_TESTS)
 
-# Style, format, types and the layer contracts (memory_lib/README.md): all must be clean.
+# Style, format, types, the layer contracts (memory_lib/README.md) and MemoryClient generated from
+# AsyncMemoryClient (tools/async_to_sync.py): all must be clean.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check memory_lib memory_assets tests bench scripts
-	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench scripts
+	$(VENV)/bin/ruff check memory_lib memory_assets tests bench scripts tools
+	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench scripts tools
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) tools/async_to_sync.py --check
 
 bench: $(LOCAL_STAMP)
 	$(PY) -m bench all
