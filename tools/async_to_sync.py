@@ -26,10 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = Path("memory_lib/client/async_client.py")
 TARGET = Path("memory_lib/client/sync_client.py")
 HEADER = f"# generated from {SOURCE} by tools/async_to_sync.py; do not edit.\n"
-DOCSTRING = f'''"""MemoryClient, the memory API agents use, blocking. Generated from AsyncMemoryClient
-({SOURCE}) by tools/async_to_sync.py: edit that file and run the tool. Every method drives one flow of
-memory_lib.client.flows, so both clients run the same SQL and the same control flow and return the same
-results."""'''
+DOCSTRING = f'''"""MemoryClient, the memory API agents use, blocking.
+
+Generated from AsyncMemoryClient ({SOURCE}) by tools/async_to_sync.py: edit that
+file and run the tool. Every method drives one flow of memory_lib.client.flows, so both clients run the
+same SQL and the same control flow and return the same results."""'''
 
 NAMES = {
     "AsyncMemoryClient": "MemoryClient",

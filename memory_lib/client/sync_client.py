@@ -1,8 +1,9 @@
 # generated from memory_lib/client/async_client.py by tools/async_to_sync.py; do not edit.
-"""MemoryClient, the memory API agents use, blocking. Generated from AsyncMemoryClient
-(memory_lib/client/async_client.py) by tools/async_to_sync.py: edit that file and run the tool. Every method drives one flow of
-memory_lib.client.flows, so both clients run the same SQL and the same control flow and return the same
-results."""
+"""MemoryClient, the memory API agents use, blocking.
+
+Generated from AsyncMemoryClient (memory_lib/client/async_client.py) by tools/async_to_sync.py: edit that
+file and run the tool. Every method drives one flow of memory_lib.client.flows, so both clients run the
+same SQL and the same control flow and return the same results."""
 
 from __future__ import annotations
 
