@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import inspect
 import re
 import subprocess
@@ -82,6 +83,31 @@ def test_the_generated_client_is_what_the_tool_writes_from_the_async_one():
         "# generated from memory_lib/client/async_client.py by tools/async_to_sync.py"
     )
     assert "async " not in generated and "await " not in generated
+
+
+def test_the_transform_drops_async_maps_names_and_keeps_comments():
+    spec = importlib.util.spec_from_file_location("async_to_sync", ROOT / "tools/async_to_sync.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    source = (
+        '"""Old docstring."""\n'
+        "class AsyncMemoryClient:\n"
+        "    async def __aenter__(self) -> AsyncMemoryClient:  # type: ignore[misc]\n"
+        '        """Over the AsyncConnectionPool."""\n'
+        "        async with self._conn.connection() as conn:\n"
+        "            await drive_async(conn)  # noqa: B018\n"
+        "        async_name = await self._resources.aclose()\n"
+    )
+    assert tool.to_sync(source) == (
+        tool.HEADER + tool.DOCSTRING + "\n"
+        "class MemoryClient:\n"
+        "    def __enter__(self) -> MemoryClient:  # type: ignore[misc]\n"
+        '        """Over the ConnectionPool."""\n'
+        "        with self._conn.connection() as conn:\n"
+        "            drive(conn)  # noqa: B018\n"
+        "        async_name = self._resources.close()\n"
+    )
 
 
 def test_search_options_are_the_validated_search_parameters():
