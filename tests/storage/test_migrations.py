@@ -61,9 +61,9 @@ def test_edited_migration_is_detected(empty_database, tmp_path):
     migrations = tmp_path / "sql"
     shutil.copytree(MIGRATIONS_DIR, migrations)
     migrate(empty_database, embedding_dim=32, directory=migrations)
-    first = sorted(migrations.glob("*.sql"))[-1]
-    first.write_text(first.read_text() + "\n-- edited\n")
-    with pytest.raises(SchemaError, match="changed after it was applied"):
+    last = sorted(migrations.glob("*.sql"))[-1]
+    last.write_text(last.read_text() + "\nCREATE TABLE edited_later (id int);\n")
+    with pytest.raises(SchemaError, match=f"migration {last.stem} changed after it was applied"):
         migrate(empty_database, embedding_dim=32, directory=migrations)
 
 
@@ -177,7 +177,7 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
     from psycopg.conninfo import make_conninfo
 
     from memory_lib.client import MemoryClient
-    from memory_lib.storage.db import _MIGRATION_LOCK_ID
+    from memory_lib.storage.migrations import _MIGRATION_LOCK_ID
 
     role = f"app_{uuid.uuid4().hex[:8]}"
     dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
