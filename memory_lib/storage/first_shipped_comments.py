@@ -14,8 +14,14 @@ from __future__ import annotations
 FIRST_SHIPPED_COMMENTS: dict[int, tuple[tuple[str, str], ...]] = {
     2: (
         (
-            "-- sha256 of (user_id, normalized text), set by the write path (memory_lib.write). NULL for rows\n-- written by other paths (bulk loads, restores): the write path also matches those by content_sha256.\n",
-            "-- sha256 of (user_id, normalized text), set by memory_lib.write_path. NULL for rows written by other\n-- paths (bulk loads, restores): the write path also matches those by content_sha256.\n",
+            (
+                "-- sha256 of (user_id, normalized text), set by the write path (memory_lib.write). NULL for rows\n"
+                "-- written by other paths (bulk loads, restores): the write path also matches those by content_sha256.\n"
+            ),
+            (
+                "-- sha256 of (user_id, normalized text), set by memory_lib.write_path. NULL for rows written by other\n"
+                "-- paths (bulk loads, restores): the write path also matches those by content_sha256.\n"
+            ),
         ),
     ),
     7: (
@@ -32,13 +38,24 @@ FIRST_SHIPPED_COMMENTS: dict[int, tuple[tuple[str, str], ...]] = {
     ),
     10: (
         (
-            "-- (memory_lib.archival.integrity.audit_batch): the archive row, its 'archived' audit event and the\n-- backup object hold what they recorded, and each kept 0.7 KB of Postgres per archived memory. The\n-- batch keeps how many it archived, so batch_status and the night's totals still count them.\n",
-            "-- (integrity.audit_batch): the archive row, its 'archived' audit event and the backup object hold\n-- what they recorded, and each kept 0.7 KB of Postgres per archived memory. The batch keeps how many\n-- it archived, so batch_status and the night's totals still count them.\n",
+            (
+                "-- (memory_lib.archival.integrity.audit_batch): the archive row, its 'archived' audit event and the\n"
+                "-- backup object hold what they recorded, and each kept 0.7 KB of Postgres per archived memory. The\n"
+                "-- batch keeps how many it archived, so batch_status and the night's totals still count them.\n"
+            ),
+            (
+                "-- (integrity.audit_batch): the archive row, its 'archived' audit event and the backup object hold\n"
+                "-- what they recorded, and each kept 0.7 KB of Postgres per archived memory. The batch keeps how many\n"
+                "-- it archived, so batch_status and the night's totals still count them.\n"
+            ),
         ),
     ),
     11: (
         (
-            "-- (memory_lib.lifecycle.stubs). stubbed_at is the end of the night it became a stub; NULL for a\n-- searchable row.\n",
+            (
+                "-- (memory_lib.lifecycle.stubs). stubbed_at is the end of the night it became a stub; NULL for a\n"
+                "-- searchable row.\n"
+            ),
             "-- (memory_lib.stubs). stubbed_at is the end of the night it became a stub; NULL for a searchable row.\n",
         ),
     ),
@@ -66,7 +83,10 @@ FIRST_SHIPPED_COMMENTS: dict[int, tuple[tuple[str, str], ...]] = {
             "-- Expired memories are found without a scan (memory_lib.eligibility).\n",
         ),
         (
-            "-- The archive reasons, once (memory_lib.core.statuses.ArchiveReason;\n-- tests/archival/test_liveness.py compares).\n",
+            (
+                "-- The archive reasons, once (memory_lib.core.statuses.ArchiveReason;\n"
+                "-- tests/archival/test_liveness.py compares).\n"
+            ),
             "-- The archive reasons, once (memory_lib.statuses.ArchiveReason; tests/test_liveness.py compares).\n",
         ),
     ),
@@ -78,13 +98,24 @@ FIRST_SHIPPED_COMMENTS: dict[int, tuple[tuple[str, str], ...]] = {
     ),
     16: (
         (
-            "    -- Added by the builders (memory_lib.consolidation.facts): the month (period_start of the memories'\n    -- month) the fact was extracted from, so one month's facts are rebuilt alone; and whether the\n    -- predicate holds one value at a time (lives in, manager): only those form validity chains.\n",
-            "    -- Added by the builders (memory_lib.facts): the month (period_start of the memories' month) the fact\n    -- was extracted from, so one month's facts are rebuilt alone; and whether the predicate holds one\n    -- value at a time (lives in, manager): only those form validity chains.\n",
+            (
+                "    -- Added by the builders (memory_lib.consolidation.facts): the month (period_start of the memories'\n"
+                "    -- month) the fact was extracted from, so one month's facts are rebuilt alone; and whether the\n"
+                "    -- predicate holds one value at a time (lives in, manager): only those form validity chains.\n"
+            ),
+            (
+                "    -- Added by the builders (memory_lib.facts): the month (period_start of the memories' month) the fact\n"
+                "    -- was extracted from, so one month's facts are rebuilt alone; and whether the predicate holds one\n"
+                "    -- value at a time (lives in, manager): only those form validity chains.\n"
+            ),
         ),
     ),
     17: (
         (
-            "-- added when a re-embedding starts (memory_lib.lifecycle), not here: their dimension is the\n-- target's, known only then.\n",
+            (
+                "-- added when a re-embedding starts (memory_lib.lifecycle), not here: their dimension is the\n"
+                "-- target's, known only then.\n"
+            ),
             "-- added by memory_lib.reembedding.start, not here: their dimension is the target's, known only then.\n",
         ),
     ),
