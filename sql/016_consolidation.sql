@@ -48,9 +48,9 @@ CREATE TABLE memory_facts (
     embedding          vector({{EMBEDDING_DIM}}) NOT NULL,
     embedding_model    text NOT NULL,
     created_at         timestamptz NOT NULL DEFAULT now(),
-    -- Added by the builders (memory_lib.facts): the month (period_start of the memories' month) the fact
-    -- was extracted from, so one month's facts are rebuilt alone; and whether the predicate holds one
-    -- value at a time (lives in, manager): only those form validity chains.
+    -- Added by the builders (memory_lib.consolidation.facts): the month (period_start of the memories'
+    -- month) the fact was extracted from, so one month's facts are rebuilt alone; and whether the
+    -- predicate holds one value at a time (lives in, manager): only those form validity chains.
     source_month       date NOT NULL CHECK (extract(day FROM source_month) = 1),
     single_valued      boolean NOT NULL DEFAULT false
 );
