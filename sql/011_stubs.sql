@@ -1,4 +1,4 @@
--- Issue 12: stubs (seed 001's third tier). An archive row not expanded for stub_after_days keeps its
+-- Stubs, the third tier. An archive row not expanded for stub_after_days keeps its
 -- summary (so its full-text entry, the GIN index on to_tsvector(summary), stays) but drops its summary
 -- vector: summary_bits NULL is not in the HNSW index, so vector search never returns it. Nothing is
 -- lost: the original is still in object storage, and expanding the stub re-embeds the summary

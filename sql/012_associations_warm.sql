@@ -1,4 +1,4 @@
--- Issue 12 items 4 and 5 (seeds 001 and 003): reactivation through associations, the warm tier in time.
+-- Reactivation through associations, and the warm tier in time.
 
 -- Hot memories that link to a memory id (entity_links @> ARRAY[id]): which hot memories point at an
 -- archived one, found without a scan (memory_lib.retrieval.associations).

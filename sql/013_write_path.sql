@@ -1,5 +1,5 @@
--- Issue 16, seed 004 "Write Path" and "Retention & Lifecycle": TTL per memory, the archive reasons
--- as a checked vocabulary, and the indexes of seed 004's filters.
+-- The write path and its lifecycle: TTL per memory, the archive reasons as a checked vocabulary, and
+-- the indexes of the memory filters.
 --
 -- ttl_days: NULL = no TTL; 0 = a pinned canonical fact (the write path pins it); N > 0 = the memory
 -- expires N days after its last write. expires_at is that instant (NULL when pinned or without TTL):
@@ -14,7 +14,7 @@ ALTER TABLE memories
 -- Expired memories are found without a scan (memory_lib.lifecycle.eligibility).
 CREATE INDEX memories_expires ON memories (expires_at) WHERE expires_at IS NOT NULL;
 
--- Seed 004: btree (user_id, type, ts_seen desc). `type` is category; ts_seen, the last time a memory
+-- The filters' index: btree (user_id, type, ts_seen desc). `type` is category; ts_seen, the last time a memory
 -- was written or read, is coalesce(last_accessed_at, created_at): an expression, so adding the index
 -- does not rewrite the table (and its HNSW index).
 CREATE INDEX memories_user_type_seen ON memories (user_id, category, (coalesce(last_accessed_at, created_at)) DESC);

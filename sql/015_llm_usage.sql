@@ -1,4 +1,4 @@
--- LLM cost from real usage (issue 15).
+-- LLM cost from real usage.
 --
 -- llm_usage: the ledger, one row per provider answer that was paid for (summaries that failed
 -- validation included: they were billed too). Separate from archival_attempts, whose rows may be

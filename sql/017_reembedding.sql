@@ -1,4 +1,4 @@
--- Issue 14 item 3 (seed 004: dual-write, backfill, flip): changing the embedder (model and/or dimension).
+-- Changing the embedder (model and/or dimension): dual-write, backfill, flip.
 --
 -- One row per re-embedding migration. The second vector columns themselves (embedding_next, ...) are
 -- added when a re-embedding starts (memory_lib.lifecycle), not here: their dimension is the
