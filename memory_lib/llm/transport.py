@@ -225,9 +225,10 @@ def sdk_client(kind: str, api_key: str, base_url: str | None, timeout: float) ->
 class ProviderClient:
     """One provider's SDK client (`client`) under our rate limit and retries (`call`, `call_api`).
 
-    The summarizers (memory_lib.llm.summarize), JSON answers (memory_lib.llm.json_answers), the batch
-    endpoints (memory_lib.llm.batches) and the escalation evaluator all reach the provider through it.
-    Failures are SummarizationError naming the provider, what was asked and the model.
+    The transport half of memory_lib.llm.client's LLMClient, through which every LLM role (summaries,
+    JSON answers, the write judge, the escalation evaluator, rerank) and the batch endpoints
+    (memory_lib.llm.batches) reach the provider. Failures are SummarizationError naming the provider,
+    what was asked and the model.
     """
 
     kind: str  # "anthropic" or "openai"
