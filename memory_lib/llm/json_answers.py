@@ -1,9 +1,9 @@
 """JSON answers from the configured LLM provider, validated by a pydantic schema (digests, facts).
 
-A prompt over memory_lib.llm.client's LLMClient: its SDK client, our retry and rate-limit policy, the key
-kept out of errors and reprs. Only the prompt and the parsing are ours: the answer must be one JSON object that the given pydantic model accepts, else
-SummarizationError naming the model and what was wrong (nothing is written from an answer that does not
-validate).
+A prompt over memory_lib.llm.client's LLMClient: its SDK client, our retry and rate-limit policy, the
+key kept out of errors and reprs. Only the prompt and the parsing are ours: the answer must be one JSON
+object that the given pydantic model accepts, else SummarizationError naming the model and what was
+wrong (nothing is written from an answer that does not validate).
 """
 
 from __future__ import annotations

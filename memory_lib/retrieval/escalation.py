@@ -15,8 +15,8 @@ Evaluators:
   shares a query term (full-text match) and none that nearly restates the query (cosine >=
   RetrievalConfig.strong_hot_similarity, the cut phase 2 uses).
 * `LLMEvaluator` ("anthropic:<model>" / "openai:<model>"): an evaluation prompt over an LLM client
-  (memory_lib.llm.client), the JSON decision validated by pydantic (`EscalationDecision`). Opt-in (RetrievalConfig.phase3_evaluator
-  = "llm", or pass it to the client). A failed call or malformed JSON falls back to the heuristic, and
+  (memory_lib.llm.client), the JSON decision validated by pydantic (`EscalationDecision`). Opt-in
+  (RetrievalConfig.phase3_evaluator = "llm", or pass it to the client). A failed call or malformed JSON falls back to the heuristic, and
   the result says so (`Escalation.fallback`).
 
 Every search result carries an `Escalation`: the evaluator, the action, why, the refined query, and

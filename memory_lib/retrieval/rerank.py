@@ -9,9 +9,9 @@ clients return. To use one, search wider and rerank::
 
 * `LLMReranker` is a prompt over an LLM client (memory_lib.llm.client: Anthropic or OpenAI, our
   retries and rate limit, as for every LLM role) asking it to order numbered passages by relevance to
-  the question. Whatever the model answers, the result is a permutation of the input: numbers it repeats or invents are ignored, hits it leaves
-  out keep their fused order after the ones it ranked. A failed call raises RerankError (the caller
-  still has the fused order).
+  the question. Whatever the model answers, the result is a permutation of the input: numbers it
+  repeats or invents are ignored, hits it leaves out keep their fused order after the ones it ranked.
+  A failed call raises RerankError (the caller still has the fused order).
 * `CrossEncoderReranker` scores (question, passage) pairs with a local sentence-transformers
   cross-encoder; it loads only from the local cache (no download) and says so when the model is absent.
 """
