@@ -13,7 +13,7 @@ export DAGSTER_HOME ?= $(MEMORY_ARCHIVE_STATE_DIR)/dagster
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-local demo dev screenshots test lint bench docs clean
+.PHONY: install install-local demo dev screenshots test lint bench docs schema clean
 
 # deploy/constraints.txt pins the dependencies to the versions the tests ran on (the image uses it too):
 # a fresh machine gets the same versions, not whatever the registry serves that day.
@@ -66,6 +66,11 @@ bench: $(LOCAL_STAMP)
 # The documentation site (mkdocs.yml, docs/): every warning is an error; the HTML goes to .state/site.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(MEMORY_ARCHIVE_STATE_DIR)/site
+
+# sql/schema.sql: the schema the migrations make, dumped from a scratch embedded Postgres (for reading;
+# tests/storage/test_schema_dump.py fails until it is regenerated after a new migration).
+schema: $(STAMP)
+	$(PY) -m memory_lib.storage.schema_dump
 
 clean:
 	rm -rf .state $(VENV)
