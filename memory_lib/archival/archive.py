@@ -47,7 +47,7 @@ from ..core.errors import (
 from ..core.locks import backups_in_flight, lock_users
 from ..core.models import BackupObject, sha256_hex
 from ..core.rows import Conn, Row
-from ..core.statuses import AttemptStatus, Step
+from ..core.statuses import AttemptStatus, EventType, Step
 from ..lifecycle.forget import forgetting
 from ..llm import batches
 from ..llm.embedding import Embedder, embedder_from_settings
@@ -61,7 +61,7 @@ from ..llm.summarize import (
     extract_key_entities,
     summarizer_from_settings,
 )
-from ..storage import packs
+from ..storage import events, packs
 from ..storage.object_versions import kept_version
 from ..storage.objectstore import ObjectStore, object_store_from_settings
 from ..storage.store import MEMORY_COLUMNS, ROW_XMIN, fetch_memories, store_shape
@@ -852,6 +852,14 @@ def backup_batch(
     return result
 
 
+# The 'archived' event of each memory of the chunk (its batch, reason and backup in the details).
+_ARCHIVED_EVENTS_SQL = events.insert_select(
+    """SELECT a.memory_id, a.user_id,
+              jsonb_build_object('batch_key', a.batch_key, 'reason', a.archive_reason,
+                                 'storage_ref', a.backup_ref, 'sha256', a.backup_sha256) AS details
+       FROM archival_attempts a
+       WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s)"""
+)
 _COMMIT_INSERT = """
     INSERT INTO archived_memories (
         original_id, user_id, summary, summary_embedding, summary_embedding_model, key_entities,
@@ -1120,15 +1128,7 @@ def _commit_chunk(
             inserted = conn.execute(_COMMIT_INSERT, params).rowcount
             if inserted != len(ready):
                 raise IntegrityError(f"batch {batch_key} commit", f"{len(ready)} archive rows", f"{inserted}")
-            conn.execute(
-                """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
-                   SELECT a.memory_id, a.user_id, 'archived', %(actor)s,
-                          jsonb_build_object('batch_key', a.batch_key, 'reason', a.archive_reason,
-                                             'storage_ref', a.backup_ref, 'sha256', a.backup_sha256)
-                   FROM archival_attempts a
-                   WHERE a.batch_key = %(batch)s AND a.user_id = ANY(%(users)s) AND a.memory_id = ANY(%(ids)s)""",
-                params | {"actor": actor},
-            )
+            conn.execute(_ARCHIVED_EVENTS_SQL, params | events.event_params(EventType.ARCHIVED, actor, None))
             deleted = conn.execute(
                 "DELETE FROM memories WHERE user_id = ANY(%(users)s) AND id = ANY(%(ids)s)", params
             ).rowcount

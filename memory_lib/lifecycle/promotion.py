@@ -37,9 +37,9 @@ from ..core.models import BackupObject, sha256_hex
 from ..core.plans import EmbedText, GetVerified, Plan, Sql, run_plan
 from ..retrieval.associations import LINK_USES_SQL
 from ..storage import packs
+from ..storage.events import EventType, event, events
 from ..storage.space import SHAPE_SQL
 from ..storage.store import MEMORY_COLUMNS
-from ..write.write_path import event
 
 if TYPE_CHECKING:
     from ..core.rows import Conn, Row
@@ -140,12 +140,6 @@ _RESTORE_ROW = (
 DELETE_ARCHIVES_SQL = """
     DELETE FROM archived_memories a USING unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, id)
     WHERE a.user_id = t.user_id AND a.id = t.id"""
-RESTORE_EVENTS_SQL = (
-    "INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details) VALUES\n"
-)
-_RESTORE_EVENT_ROW = (
-    "(%(memory_id_{i})s, %(user_id_{i})s, %(event_type)s, %(actor)s, %(now)s, %(details_{i})s)"
-)
 # The rule for a restored memory's backup: kept, and recorded by the audit event of the restore or
 # re-promotion that kept it (details.storage_ref, written by restore_many_rows_plan) until forget, which
 # deletes the object, redacts the event. Of the object refs given (%s: backup_objects.ref's form), those
@@ -277,20 +271,20 @@ def restore_many_rows_plan(
     )
     if deleted != len(items):
         raise IntegrityError("archive rows deleted on restore", str(len(items)), str(deleted))
-    events: dict[str, Any] = {"event_type": event_type, "actor": actor, "now": now}
-    for i, (arch, doc) in enumerate(items):
-        info = {
-            "archive_id": str(arch["id"]),
-            "storage_ref": arch["storage_ref"],
-            "sha256": arch["backup_sha256"],
-        }
-        events.update({f"memory_id_{i}": doc.original_id, f"user_id_{i}": doc.user_id})
-        events[f"details_{i}"] = Jsonb(info | (details or {}))
-    yield Sql(
-        RESTORE_EVENTS_SQL + ",\n".join(_RESTORE_EVENT_ROW.format(i=i) for i in range(len(items))),
-        events,
-        "rowcount",
-    )
+    recorded = [
+        (
+            doc.original_id,
+            doc.user_id,
+            {
+                "archive_id": str(arch["id"]),
+                "storage_ref": arch["storage_ref"],
+                "sha256": arch["backup_sha256"],
+            }
+            | (details or {}),
+        )
+        for arch, doc in items
+    ]
+    yield events(event_type, recorded, actor=actor, now=now)
 
 
 def _expansions_in_window(arch: Row, config: PromotionConfig, now: datetime) -> Sql:
@@ -327,7 +321,7 @@ def expand_plan(
     yield event(
         arch["original_id"],
         user_id,
-        "expanded",
+        EventType.EXPANDED,
         actor,
         now,
         {"archive_id": str(arch["id"]), "storage_ref": arch["storage_ref"]},

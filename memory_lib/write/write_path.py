@@ -58,6 +58,7 @@ from ..core.validation import normalize_tags
 from ..llm.ledger import INSERT_SQL as LEDGER_SQL
 from ..llm.ledger import LedgerEntry, entry_params
 from ..llm.summarize import Summary
+from ..storage.events import EventType, event
 from ..storage.space import checked_shape_plan
 from ..storage.store import MEMORY_COLUMNS
 from .chunking import Chunk
@@ -305,9 +306,6 @@ INSERT_SQL = f"""
 SUPERSEDE_SQL = """
     UPDATE memories SET superseded_by = %(new_id)s, updated_at = greatest(updated_at, %(now)s)
     WHERE user_id = %(user_id)s AND id = %(old_id)s AND superseded_by IS NULL"""
-EVENT_SQL = """
-    INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
-    VALUES (%(memory_id)s, %(user_id)s, %(event_type)s, %(actor)s, %(now)s, %(details)s)"""
 # A long text added again: any live chunk of it (a parent may be partly archived) names the parent.
 FIND_CHUNKED_SQL = """
     SELECT metadata -> 'chunk' ->> 'parent_id' AS parent_id FROM memories
@@ -318,23 +316,6 @@ PARENT_CHUNKS_SQL = """
     WHERE user_id = %(user_id)s AND metadata ? 'chunk' AND metadata -> 'chunk' ->> 'parent_id' = %(parent_id)s
       AND superseded_by IS NULL
     ORDER BY (metadata -> 'chunk' ->> 'index')::int FOR UPDATE"""
-
-
-def event(
-    memory_id: uuid.UUID, user_id: str, event_type: str, actor: str, now: datetime, details: dict
-) -> Sql:
-    return Sql(
-        EVENT_SQL,
-        {
-            "memory_id": memory_id,
-            "user_id": user_id,
-            "event_type": event_type,
-            "actor": actor,
-            "now": now,
-            "details": Jsonb(details),
-        },
-        "rowcount",
-    )
 
 
 def touch(memory: PreparedMemory, ids: list[uuid.UUID], now: datetime) -> Plan[datetime | None]:
@@ -456,7 +437,7 @@ def add_plan(
                 change=lexical_change(target["content"], memory.content),
             )
         expires = yield from touch(memory, [exact["id"]], now)
-        yield event(exact["id"], user_id, "updated", actor, now, {"reason": "duplicate_add"})
+        yield event(exact["id"], user_id, EventType.UPDATED, actor, now, {"reason": "duplicate_add"})
         return AddResult(exact["id"], "duplicate", exact["id"], 1.0, expires_at=expires, reason="duplicate")
     if target is not None:
         return (yield from _supersede(valid, memory, target, None, "explicit", actor, now, judged))
@@ -530,7 +511,7 @@ def _merge(
         details["similarity"] = round(similarity, 4)
     if judged is not None:
         details["judge"] = judged
-    yield event(into, memory.user_id, "updated", actor, now, details)
+    yield event(into, memory.user_id, EventType.UPDATED, actor, now, details)
     return AddResult(into, "merged", into, similarity, expires_at=expires, reason=reason, judge=judged)
 
 
@@ -589,7 +570,7 @@ def _superseded_event(
         details["similarity"] = round(similarity, 4)
     if judged is not None:
         details["judge"] = judged
-    return event(old["id"], old["user_id"], "superseded", actor, now, details)
+    return event(old["id"], old["user_id"], EventType.SUPERSEDED, actor, now, details)
 
 
 def _bill(verdict: Verdict | None, memory: PreparedMemory) -> Plan[None]:
@@ -652,7 +633,12 @@ def add_chunks_plan(
         expires = yield from touch(memory, ids, now)
         for mid in ids:
             yield event(
-                mid, user_id, "updated", actor, now, {"reason": "duplicate_add", "parent_id": str(parent)}
+                mid,
+                user_id,
+                EventType.UPDATED,
+                actor,
+                now,
+                {"reason": "duplicate_add", "parent_id": str(parent)},
             )
         return AddResult(
             ids[0], "duplicate", ids[0], 1.0, parent_id=parent, chunk_ids=tuple(ids), expires_at=expires
@@ -720,5 +706,5 @@ def insert(
         details["parent_id"] = valid.metadata["chunk"]["parent_id"]
     if judge is not None:
         details["judge"] = judge
-    yield event(valid.id, valid.user_id, "created", actor, now, details)
+    yield event(valid.id, valid.user_id, EventType.CREATED, actor, now, details)
     return valid.id
