@@ -45,8 +45,20 @@ import psycopg
 
 from .rows import Conn
 
-# The key keeps its historical name so that processes of an older version still serialize with this one.
-USER_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || %(user_id)s, 0))"
+
+def user_lock_key(user_id_sql: str) -> str:
+    """The SQL of a user's write-lock key, the user id given as the SQL expression `user_id_sql`. The one
+    definition of the key: it keeps its historical name so that processes of an older version still
+    serialize with this one."""
+    return f"hashtextextended('memory_lib.add:' || {user_id_sql}, 0)"
+
+
+USER_LOCK_SQL = f"SELECT pg_advisory_xact_lock({user_lock_key('%(user_id)s')})"
+# The write locks of several users in one statement, in the order of the array %(users)s, which the
+# caller sorts (a function scan yields an array's elements in order): lock_users' order, set-based.
+USERS_LOCK_SQL = f"""
+    SELECT count(pg_advisory_xact_lock({user_lock_key("u")})) AS n
+    FROM unnest(%(users)s::text[]) AS u"""
 
 
 _BACKUP_KEY = "hashtextextended('memory_lib.backup:' || %(user_id)s, 0)"

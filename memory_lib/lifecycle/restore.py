@@ -26,6 +26,7 @@ import psycopg
 
 from ..core import validation
 from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
+from ..core.locks import USERS_LOCK_SQL
 from ..core.plans import Plan, Sql, run_plan
 from ..core.rows import Conn, Row
 from ..llm.embedding import Embedder
@@ -212,11 +213,8 @@ def restore_archives(
         prefetch.close()
 
 
-# A group's locks and rows (_lock_group_plan). The users' write locks (the key of core.locks.USER_LOCK_SQL)
-# in the order of the array, which is sorted: a function scan yields an array's elements in order.
-LOCK_USERS_SQL = """
-    SELECT count(pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || u, 0))) AS n
-    FROM unnest(%(users)s::text[]) AS u"""
+# A group's locks and rows (_lock_group_plan): the users' write locks (core.locks, sorted), then the rows.
+LOCK_USERS_SQL = USERS_LOCK_SQL
 # Each (user_id, original_id) pair exactly: a row of another user with the same original_id is not read.
 LOCK_GROUP_SQL = f"""
     SELECT {ARCHIVE_ROW} FROM archived_memories a
