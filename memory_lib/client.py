@@ -39,7 +39,7 @@ from .core.rows import AsyncConn, Conn
 from .core.validation import SearchParams, normalize_tags, utc_now
 from .lifecycle import stubs
 from .lifecycle.forget import ForgetResult, Steps, forget_steps, run_forget, run_forget_async
-from .lifecycle.promotion import Expansion, RestoreOutcome, expand_plan, record_access_plan, restore_plan
+from .lifecycle.promotion import Expansion, RestoreOutcome, expand_flow, record_access_plan, restore_flow
 from .lifecycle.reembedding import DualWriter
 from .llm.embedding import Embedder, embedder_from_settings
 from .observability import telemetry
@@ -523,10 +523,8 @@ class _Flows:
     def _expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None) -> Flow[Expansion]:
         p = self._parts
         when = _now(now)
-        exp: Expansion = yield RunPlan(
-            expand_plan(
-                *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
-            )
+        exp: Expansion = yield from expand_flow(
+            *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
         )
         if exp.promoted:
             return exp
@@ -577,14 +575,13 @@ class _Flows:
         original_id: uuid.UUID | None,
         now: datetime | None,
     ) -> Flow[tuple[RestoreOutcome, list[uuid.UUID]]]:
-        plan = restore_plan(
+        outcome: RestoreOutcome = yield from restore_flow(
             validation.user(user_id),
             archive_id=archive_id,
             original_id=original_id,
             actor=self._parts.actor,
             now=_now(now),
         )
-        outcome: RestoreOutcome = yield RunPlan(plan)
         return outcome, [outcome.memory_id] if outcome.restored else []
 
     def _get(self, user_id: str, memory_id: uuid.UUID) -> Flow[MemoryRecord | None]:
@@ -676,7 +673,7 @@ class MemoryClient(_Flows):
         self._conn = conn
         self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator, reranker)
         self._owned: list[Any] = []
-        self._dual = DualWriter()
+        self._dual = DualWriter(embedding=self._parts.settings.embedding)
 
     def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
         """During a re-embedding, fill the new rows' second vectors now (memory_lib.lifecycle.reembedding); the
@@ -1010,7 +1007,7 @@ class AsyncMemoryClient(_Flows):
         self._parts = _parts(embedder, object_store, settings, actor, token_counter, evaluator, reranker)
         self._owned_pool: AsyncConnectionPool | None = None
         self._owned_db: Any = None
-        self._dual = DualWriter()
+        self._dual = DualWriter(embedding=self._parts.settings.embedding)
 
     async def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
         """MemoryClient._dual_write, on asyncio."""

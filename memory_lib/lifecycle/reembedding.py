@@ -54,9 +54,9 @@ import numpy as np
 import psycopg
 
 from ..core import validation
-from ..core.config import Settings
+from ..core.config import EmbeddingConfig, Settings
 from ..core.errors import EmbeddingMismatchError, InvalidInputError, MemoryArchiveError
-from ..core.plans import EmbedText, Plan, Sql, run_plan, run_plan_async
+from ..core.plans import Call, Flow, Plan, RunPlan, Sql, drive, drive_async, query_vector, run_plan_async
 from ..core.rows import AsyncConn, Conn, Row
 from ..llm.embedding import (
     LOCAL_MODEL_DIM,
@@ -80,7 +80,7 @@ __all__ = [
     "drop_old",
     "embedder_for",
     "ensure_indexes",
-    "fill_plan",
+    "fill_flow",
     "flip",
     "flip_back",
     "start",
@@ -238,22 +238,22 @@ def _latest(conn: Conn) -> Migration | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_embedder(model: str, dim: int) -> Embedder:
+def _cached_embedder(model: str, dim: int, embedding: EmbeddingConfig) -> Embedder:
     if model == LOCAL_MODEL_NAME:
         return LocalEmbedder(model)
     if model == HashingEmbedder(dim).model:
         return HashingEmbedder(dim)
     # Any other name is an OpenAI(-compatible) model: the key and base URL of the configured embedding.
-    cfg = Settings.from_env().embedding.model_copy(
-        update={"provider": "openai", "openai_model": model, "dim": dim}
-    )
+    cfg = embedding.model_copy(update={"provider": "openai", "openai_model": model, "dim": dim})
     return embedder_from_settings(cfg)
 
 
-def embedder_for(model: str, dim: int) -> Embedder:
+def embedder_for(model: str, dim: int, embedding: EmbeddingConfig | None = None) -> Embedder:
     """The embedder a recorded (model, dim) names: the packaged local model, the hashing embedder of that
-    dim, or else an OpenAI model (OPENAI_API_KEY, MEMORY_ARCHIVE_EMBEDDING_BASE_URL). Cached per process."""
-    return _cached_embedder(model, dim)
+    dim, or else an OpenAI model with the base URL of `embedding` (the caller's settings; None: the
+    environment's, for an entry point that has no settings object) and OPENAI_API_KEY. Cached per
+    process and configuration."""
+    return _cached_embedder(model, dim, Settings.from_env().embedding if embedding is None else embedding)
 
 
 def _check_embedder(embedder: Embedder, model: str, dim: int, what: str) -> None:
@@ -446,14 +446,19 @@ def _write_sql(g: _Group, suffix: str, dim: int) -> str:
         )
     else:
         sets = f"embedding{suffix} = v.vec::vector({dim}), embedding_model{suffix} = %(model)s"
+    # Embedded outside the transaction (memory_lib.core.locks): a row is written only if still pending
+    # and its text and stub state still the ones embedded, else it stays pending for the next batch.
     return f"""UPDATE {g.table} t SET {sets}
-               FROM unnest(%(ids)s::uuid[], %(vecs)s::text[]) AS v(id, vec)
-               WHERE t.id = v.id AND t.{g.model}{suffix} IS NULL"""
+               FROM unnest(%(ids)s::uuid[], %(vecs)s::text[], %(texts)s::text[], %(needs)s::boolean[])
+                    AS v(vid, vec, vtext, vneeds)
+               WHERE t.id = v.vid AND t.{g.model}{suffix} IS NULL
+                 AND ({g.text}) IS NOT DISTINCT FROM v.vtext AND ({g.needs_vector}) = v.vneeds"""
 
 
 # FOR SHARE: a flip (FOR UPDATE of this row, then the tables) waits for a batch holding it, or the batch
 # sees the flip and stops: the column names a batch uses are the ones of the state it read.
-_STATE_SQL = "SELECT state FROM embedding_migrations WHERE id = %(id)s FOR SHARE"
+_STATE_READ_SQL = "SELECT state FROM embedding_migrations WHERE id = %(id)s"
+_STATE_SQL = _STATE_READ_SQL + " FOR SHARE"
 
 
 def _check_state(m: Migration, row: Row | None) -> None:
@@ -463,32 +468,63 @@ def _check_state(m: Migration, row: Row | None) -> None:
         )
 
 
-def _claim_sql(g: _Group, suffix: str, where: str) -> str:
+def _pending_sql(g: _Group, suffix: str, where: str) -> str:
+    # No row lock: the rows are embedded after this transaction ends (memory_lib.core.locks), and the
+    # write re-checks them (_write_sql). Two workers on the same rows may both embed them; one writes.
     return f"""SELECT id, {g.text} AS text, {g.needs_vector} AS needs_vector FROM {g.table}
                WHERE {g.model}{suffix} IS NULL {where}
-               ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
+               ORDER BY id LIMIT %(limit)s"""
 
 
-def fill_plan(migration: Migration, kind: Kind, ids: Sequence[uuid.UUID]) -> Plan[int]:
-    """Dual write as a plan (both clients run it): fill the secondary columns of just-written rows `ids`
-    that are still pending, each text embedded by the runner's embedder (EmbedText: it must be the
-    secondary space's). The same statements as a backfill batch, for a few rows."""
-    g, m = _group(kind), migration
+def _pending_plan(m: Migration, g: _Group, where: str, params: dict[str, Any], limit: int) -> Plan[list[Row]]:
+    _check_state(m, (yield Sql(_STATE_READ_SQL, {"id": m.id}, "one")))
+    return (yield Sql(_pending_sql(g, m.suffix, where), params | {"limit": limit}))
+
+
+def _embed_rows(embedder: Embedder, m: Migration, rows: Sequence[Row]) -> list[str | None]:
+    """The secondary vector (as text) of each row that gets one, None for the others (archive stubs)."""
     model, dim = m.secondary
+    _check_embedder(embedder, model, dim, f"{m.suffix} (re-embedding {m.id})")
+    todo = [r for r in rows if r["needs_vector"]]
+    vectors = embedder.embed([r["text"] for r in todo]) if todo else np.zeros((0, dim), np.float32)
+    by_id: dict[uuid.UUID, str | None] = {r["id"]: None for r in rows}
+    for r, v in zip(todo, vectors, strict=True):
+        by_id[r["id"]] = _vector_text(query_vector(v, dim))
+    return [by_id[r["id"]] for r in rows]
+
+
+def _write_plan(m: Migration, g: _Group, rows: Sequence[Row], vecs: Sequence[str | None]) -> Plan[int]:
+    """Write the embedded rows still as they were read (_write_sql), under the migration row's share
+    lock (_STATE_SQL): a flip waits for it, or it sees the flip and writes nothing."""
     _check_state(m, (yield Sql(_STATE_SQL, {"id": m.id}, "one")))
-    rows = yield Sql(_claim_sql(g, m.suffix, "AND id = ANY(%(ids)s)"), {"ids": list(ids), "limit": len(ids)})
-    by_id: dict[uuid.UUID, str | None] = {}
-    for r in rows:
-        vec = (yield EmbedText(r["text"], model, dim)) if r["needs_vector"] else None
-        by_id[r["id"]] = None if vec is None else _vector_text(vec)
-    if not by_id:
+    params = {
+        "ids": [r["id"] for r in rows],
+        "vecs": list(vecs),
+        "texts": [r["text"] for r in rows],
+        "needs": [bool(r["needs_vector"]) for r in rows],
+        "model": m.secondary[0],
+    }
+    return (yield Sql(_write_sql(g, m.suffix, m.secondary[1]), params, "rowcount"))
+
+
+def _fill_flow(
+    m: Migration, g: _Group, embedder: Embedder, where: str, params: dict[str, Any], limit: int
+) -> Flow[int]:
+    """Read up to `limit` pending rows, embed them with no transaction open, write them in one UPDATE
+    that skips any row changed meanwhile. A crash loses only the embedding work of this batch."""
+    rows = yield RunPlan(_pending_plan(m, g, where, params, limit))
+    if not rows:
         return 0
-    return (
-        yield Sql(
-            _write_sql(g, m.suffix, dim),
-            {"ids": list(by_id), "vecs": list(by_id.values()), "model": model},
-            "rowcount",
-        )
+    vecs = yield Call(functools.partial(_embed_rows, embedder, m, rows))
+    return (yield RunPlan(_write_plan(m, g, rows, vecs)))
+
+
+def fill_flow(migration: Migration, kind: Kind, ids: Sequence[uuid.UUID], embedder: Embedder) -> Flow[int]:
+    """Dual write as a flow (both clients drive it): fill the secondary columns of just-written rows
+    `ids` that are still pending, embedded by `embedder` (the secondary space's). The same statements
+    as a backfill batch, for a few rows."""
+    return _fill_flow(
+        migration, _group(kind), embedder, "AND id = ANY(%(ids)s)", {"ids": list(ids)}, len(ids)
     )
 
 
@@ -501,25 +537,8 @@ def _fill(
     params: dict[str, Any],
     limit: int,
 ) -> int:
-    """Claim up to `limit` pending rows (FOR UPDATE SKIP LOCKED), embed them, write them in one UPDATE;
-    one transaction, so a crash loses only the embedding work of this batch."""
-    model, dim = m.secondary
-    _check_embedder(embedder, model, dim, f"{m.suffix} (re-embedding {m.id})")
-    suffix = m.suffix
-    with conn.transaction():
-        _check_state(m, conn.execute(_STATE_SQL, {"id": m.id}).fetchone())
-        rows = conn.execute(_claim_sql(g, suffix, where), params | {"limit": limit}).fetchall()
-        if not rows:
-            return 0
-        todo = [r for r in rows if r["needs_vector"]]
-        vectors = embedder.embed([r["text"] for r in todo]) if todo else np.zeros((0, dim), np.float32)
-        by_id: dict[uuid.UUID, str | None] = {r["id"]: None for r in rows}
-        for r, v in zip(todo, vectors, strict=True):
-            by_id[r["id"]] = _vector_text(np.asarray(v, dtype=np.float32))
-        return conn.execute(
-            _write_sql(g, suffix, dim),
-            {"ids": list(by_id), "vecs": list(by_id.values()), "model": model},
-        ).rowcount
+    _check_embedder(embedder, *m.secondary, f"{m.suffix} (re-embedding {m.id})")
+    return drive(conn, _fill_flow(m, g, embedder, where, params, limit))
 
 
 def backfill_batch(
@@ -738,9 +757,19 @@ class DualWriter:
     `ttl` seconds) and the secondary space's embedder. A stale answer is harmless: rows it misses stay
     pending for the backfill, and a secondary of the wrong space is refused (_check_embedder)."""
 
-    def __init__(self, ttl: float = 10.0, make_embedder: Callable[[str, int], Embedder] = embedder_for):
+    def __init__(
+        self,
+        ttl: float = 10.0,
+        make_embedder: Callable[[str, int], Embedder] | None = None,
+        *,
+        embedding: EmbeddingConfig | None = None,
+    ):
+        """`embedding`: the client's embedding settings, whose base URL an OpenAI secondary uses
+        (embedder_for); `make_embedder` replaces embedder_for altogether."""
         self.ttl = ttl
-        self._make = make_embedder
+        self._make: Callable[[str, int], Embedder] = make_embedder or functools.partial(
+            embedder_for, embedding=embedding
+        )
         self._at = -float("inf")
         self._migration: Migration | None = None
 
@@ -758,7 +787,7 @@ class DualWriter:
         if m is None or not ids:
             return 0
         try:
-            return run_plan(conn, fill_plan(m, kind, ids), embedder=self._make(*m.secondary))
+            return drive(conn, fill_flow(m, kind, ids, self._make(*m.secondary)))
         except ReembeddingError:
             self._at = -float("inf")  # the migration moved on (flipped, finished): ask again next time
             return 0
@@ -776,7 +805,7 @@ class DualWriter:
             return 0
         embedder = await asyncio.to_thread(self._make, *m.secondary)
         try:
-            return await run_plan_async(conn, fill_plan(m, kind, ids), embedder=embedder)
+            return await drive_async(conn, fill_flow(m, kind, ids, embedder))
         except ReembeddingError:
             self._at = -float("inf")
             return 0
