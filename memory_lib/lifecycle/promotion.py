@@ -204,12 +204,20 @@ def _reembeds(arch: Row, doc: BackupObject, shape: Row) -> bool:
     )
 
 
-def _read_flow(arch: Row) -> Flow[_Read]:
+def _read_flow(arch: Row, query: str, params: dict[str, Any]) -> Flow[_Read | None]:
     """The backup of an archive row, read with no transaction open: its sha256 checked, its identity
     matching the row, and every field restorable (models.BackupObject; the embedding of the store's
     dimension), its text re-embedded when its space is not the active one. A document that fails raises
-    MalformedBackupError on expand as on restore, before anything is written."""
-    data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
+    MalformedBackupError on expand as on restore, before anything is written. None: the read failed
+    because the row changed meanwhile (`query` finds it no longer as it was: a concurrent restore and
+    re-archival may have replaced the object); the caller reads the row again."""
+    try:
+        data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
+    except MemoryArchiveError:
+        current = yield RunPlan(_archive_plan(query, params))
+        if current is not None and all(current[k] == arch[k] for k in _READ_KEYS):
+            raise
+        return None
     shape = yield RunPlan(_shape_plan())
     doc = verified_backup(arch, data, shape)
     vector = None
@@ -383,7 +391,9 @@ def expand_flow(
     params = {"user_id": user_id, "archive_id": archive_id}
     for _ in range(_READ_ATTEMPTS):
         arch = yield RunPlan(_archive_plan(ARCHIVE_SQL, params))
-        read = None if arch is None else (yield from _read_flow(arch))
+        read = None if arch is None else (yield from _read_flow(arch, ARCHIVE_SQL, params))
+        if arch is not None and read is None:
+            continue
         expansion = yield RunPlan(_expand_locked_plan(user_id, archive_id, read, config, actor, now))
         if expansion is not None:
             return expansion
@@ -447,7 +457,9 @@ def promote_flow(
         arch = yield RunPlan(_archive_plan(ARCHIVE_SQL, params))
         if arch is None:
             return False  # promoted or restored meanwhile
-        read = yield from _read_flow(arch)
+        read = yield from _read_flow(arch, ARCHIVE_SQL, params)
+        if read is None:
+            continue
         promoted = yield RunPlan(_promote_locked_plan(read, config, actor, now))
         if promoted is not None:
             return bool(promoted)
@@ -502,7 +514,9 @@ def restore_flow(
         query, params = ARCHIVE_BY_ORIGINAL_SQL, {"user_id": user_id, "original_id": original_id}
     for _ in range(_READ_ATTEMPTS):
         arch = yield RunPlan(_archive_plan(query, params))
-        read = None if arch is None else (yield from _read_flow(arch))
+        read = None if arch is None else (yield from _read_flow(arch, query, params))
+        if arch is not None and read is None:
+            continue
         plan = _restore_locked_plan(user_id, archive_id, original_id, read, actor, now)
         outcome = yield RunPlan(plan)
         if outcome is not None:
