@@ -23,7 +23,7 @@ from ..core.plans import Call, Flow, RunPlan
 from ..core.validation import SearchParams, normalize_tags, utc_now
 from ..lifecycle import stubs
 from ..lifecycle.forget import Steps, forget_steps
-from ..lifecycle.promotion import Expansion, RestoreOutcome, expand_plan, record_access_plan, restore_plan
+from ..lifecycle.promotion import Expansion, RestoreOutcome, expand_flow, record_access_plan, restore_flow
 from ..lifecycle.reembedding import DualWriter
 from ..llm.embedding import Embedder
 from ..observability.trace import span
@@ -174,7 +174,17 @@ def build_parts(
         )
     judge = write_judge_from_settings(settings.write, settings.llm)
     counter = approx_token_count if token_counter is None else check_counter(token_counter, "token_counter")
-    return Parts(embedder, object_store, settings, actor, counter, evaluator, reranker, judge, DualWriter())
+    return Parts(
+        embedder,
+        object_store,
+        settings,
+        actor,
+        counter,
+        evaluator,
+        reranker,
+        judge,
+        DualWriter(embedding=settings.embedding),
+    )
 
 
 class Flows:
@@ -254,10 +264,8 @@ class Flows:
     def _expand(self, user_id: str, archive_id: uuid.UUID, *, now: datetime | None) -> Flow[Expansion]:
         p = self._parts
         when = _now(now)
-        exp: Expansion = yield RunPlan(
-            expand_plan(
-                *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
-            )
+        exp: Expansion = yield from expand_flow(
+            *_archive_ref(user_id, archive_id), config=p.settings.promotion, actor=p.actor, now=when
         )
         if exp.promoted:
             return exp
@@ -316,14 +324,13 @@ class Flows:
         original_id: uuid.UUID | None,
         now: datetime | None,
     ) -> Flow[tuple[RestoreOutcome, list[uuid.UUID]]]:
-        plan = restore_plan(
+        outcome: RestoreOutcome = yield from restore_flow(
             validation.user(user_id),
             archive_id=archive_id,
             original_id=original_id,
             actor=self._parts.actor,
             now=_now(now),
         )
-        outcome: RestoreOutcome = yield RunPlan(plan)
         return outcome, [outcome.memory_id] if outcome.restored else []
 
     def _get(self, user_id: str, memory_id: uuid.UUID) -> Flow[MemoryRecord | None]:
