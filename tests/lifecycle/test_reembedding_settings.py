@@ -22,7 +22,7 @@ def test_an_explicit_embedding_base_url_is_the_one_the_dual_write_uses(
     # The environment names a port nothing listens on: an embedder built from it cannot fill a row.
     monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDING_BASE_URL", "http://127.0.0.1:9/v1")
     conn = connect(db_url)
-    settings = Settings(embedding=EmbeddingConfig(base_url=fake_llm.openai_base_url))
+    settings = Settings(embedding=EmbeddingConfig(base_url=fake_llm.openai_base_url, openai_api_key=llm_keys))
 
     def client() -> MemoryClient:
         embedder = HashingEmbedder(TEST_DIM)
