@@ -5,12 +5,14 @@ Two levels, each a generator that yields requests and receives their results:
 * A *plan* yields operations (`Snapshot`, `Sql`, `GetVerified`, `EmbedText`). `run_plan` executes one on
   a psycopg Connection, `run_plan_async` on an AsyncConnection, each inside one transaction (a savepoint
   inside a caller's transaction).
-* A *flow* yields steps (`GetVerified` and `EmbedText` included, run with no transaction open): `RunPlan(plan)` (that plan run in its own transaction on the driver's
-  connection, or on one taken from the driver's connection source for that plan alone, so a pool's
-  connection is not held across blocking calls; its result sent back) and `Call(fn)` (a blocking call, no database: an embedder, an LLM,
-  the object store; `fn()`'s result sent back), and returns a value. `drive` runs one synchronously,
-  `drive_async` on asyncio, where each `Call` runs in a thread (asyncio.to_thread, which carries the
-  current span along). Search with its escalation, forget and every client method are flows.
+* A *flow* yields steps and returns a value. `RunPlan(plan)`: that plan run in its own transaction on the
+  driver's connection, or on one taken from the driver's connection source for that plan alone, so a
+  pool's connection is not held across blocking calls; its result sent back. `Call(fn)`: a blocking call,
+  no database (an embedder, an LLM, the object store); `fn()`'s result sent back. `GetVerified` and
+  `EmbedText`: as in a plan, but run with no transaction open, so no lock is held across them. `drive`
+  runs a flow synchronously, `drive_async` on asyncio, where each `Call` runs in a thread
+  (asyncio.to_thread, which carries the current span along). Search with its escalation, forget and
+  every client method are flows.
 
 The invariant: the SQL text, the control flow and the checks live once, in the plans and flows; a driver
 only executes what is yielded and never decides anything, so the sync and async clients return the same
