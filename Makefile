@@ -13,7 +13,7 @@ export DAGSTER_HOME ?= $(MEMORY_ARCHIVE_STATE_DIR)/dagster
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-local demo dev screenshots test lint bench docs clean
+.PHONY: install install-local demo dev screenshots test lint bench docs schema clean
 
 # deploy/constraints.txt pins the dependencies to the versions the tests ran on (the image uses it too):
 # a fresh machine gets the same versions, not whatever the registry serves that day.
@@ -51,12 +51,14 @@ test: $(LOCAL_STAMP)
 	$(PY) -m pytest
 	TEST_USER_PARTITIONS=8 $(PY) -m pytest -m "not slow" -q $(PARTITIONED_TESTS)
 
-# Style, format, types and the layer contracts (memory_lib/README.md): all must be clean.
+# Style, format, types, the layer contracts (memory_lib/README.md) and MemoryClient generated from
+# AsyncMemoryClient (tools/async_to_sync.py): all must be clean.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check memory_lib memory_assets tests bench scripts
-	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench scripts
+	$(VENV)/bin/ruff check memory_lib memory_assets tests bench scripts tools
+	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench scripts tools
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) tools/async_to_sync.py --check
 
 bench: $(LOCAL_STAMP)
 	$(PY) -m bench all
@@ -64,6 +66,11 @@ bench: $(LOCAL_STAMP)
 # The documentation site (mkdocs.yml, docs/): every warning is an error; the HTML goes to .state/site.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(MEMORY_ARCHIVE_STATE_DIR)/site
+
+# sql/schema.sql: the schema the migrations make, dumped from a scratch embedded Postgres (for reading;
+# tests/storage/test_schema_dump.py fails until it is regenerated after a new migration).
+schema: $(STAMP)
+	$(PY) -m memory_lib.storage.schema_dump
 
 clean:
 	rm -rf .state $(VENV)

@@ -12,8 +12,8 @@ import psycopg
 
 from memory_lib.archival.nights import run_night
 from memory_lib.core.config import PromotionConfig, RetrievalConfig
-from memory_lib.core.plans import run_plan
-from memory_lib.lifecycle.promotion import expand_plan
+from memory_lib.core.plans import drive, run_plan
+from memory_lib.lifecycle.promotion import expand_flow
 from memory_lib.retrieval.search import search_plan
 from memory_lib.retrieval.types import SearchRequest
 
@@ -67,16 +67,16 @@ def expand_or_promote(
     actor: str = "bench",
 ) -> bool:
     """One expansion of an archived memory (the 3rd in 30 days re-promotes it); True when it is hot after."""
-    expansion = run_plan(
+    expansion = drive(
         conn,
-        expand_plan(user_id, archive_id, config=PromotionConfig(), actor=actor, now=now),
+        expand_flow(user_id, archive_id, config=PromotionConfig(), actor=actor, now=now),
         object_store=object_store,
     )
     return bool(expansion.promoted)
 
 
 def promotion_engine() -> str:
-    return "memory_lib.lifecycle.promotion.expand_plan (3rd expansion in 30 days promotes)"
+    return "memory_lib.lifecycle.promotion.expand_flow (3rd expansion in 30 days promotes)"
 
 
 def archival_engine() -> str:

@@ -422,7 +422,9 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
     from memory_lib.retrieval.types import SearchRequest
     from memory_lib.storage.objectstore import LocalObjectStore
 
-    from .locomo import DEFAULT, TOP, _archive_old, _recalls, load_conversations, load_turns, settle
+    from .locomo import DEFAULT, _recalls
+    from .locomo_data import TOP, load_conversations
+    from .locomo_load import archive_old, load_turns, settle
 
     path = opts.data or LOCOMO_DEFAULT
     if not path.exists():
@@ -443,7 +445,7 @@ def locomo_recall(server: Any, root: Path, opts: Options) -> dict[str, Any]:
         db = f"fp_locomo_{i}"
         with bench_connect(server.create(db, embedder.dim), prepare=True) as conn:
             load_turns(conn, conv, embedder)
-            _archive_old(conn, conv, embedder, LocalObjectStore(root / f"locomo-{i}", "bench"))
+            archive_old(conn, conv, embedder, LocalObjectStore(root / f"locomo-{i}", "bench"))
             rows = conn.execute("SELECT id, summary FROM archived_memories ORDER BY id").fetchall()
             svecs = np.asarray(embedder.embed([r["summary"] for r in rows]), dtype=np.float32)
             reps = variants(embedder.dim)

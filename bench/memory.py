@@ -177,7 +177,7 @@ def _store_args(opts: Options, root: Path):
     if opts.s3_endpoint:
         from memory_lib.storage.objectstore import s3_client
 
-        from .archival import ensure_bucket
+        from .machine import ensure_bucket
 
         bucket = opts.s3_bucket or "memory-archive-bench"
         ensure_bucket(s3_client(opts.s3_endpoint, "us-east-1"), bucket)

@@ -21,65 +21,41 @@ scan), and two-phase search over 4x as many archived rows vs hot-only, at 1536-d
 
 from __future__ import annotations
 
-import contextlib
-import math
-import multiprocessing
-import os
-import queue
-import threading
-import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Literal
 
 import numpy as np
-import psycopg
 
-from memory_lib import ArchivalCriteria, LocalObjectStore, MemoryClient, Settings
-from memory_lib.archival.archive import ArchivalServices
-from memory_lib.archival.pipeline import run_batch
+from memory_lib import MemoryClient, Settings
 from memory_lib.core.config import RetrievalConfig
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.types import SearchResult
 
 from . import adapters
 from .common import (
-    HotRow,
     Options,
     Report,
     Table,
-    Text,
     bench_connect,
     build_index,
     copy_archived,
     copy_hot,
     drop_index,
     explain_plan,
-    local_embedder,
-    local_embedder_available,
     percentiles_ms,
     ratio,
-    scratch_dir,
     set_embedding_model,
     stopwatch,
 )
-from .textcache import embedded_texts
-
-DB: TypeAlias = psycopg.Connection[Any]  # bench_connect's connections: autocommit, dict rows
+from .search_corpus import ARCHIVED_PER_HOT, DB, DIM, NOW, Corpus
+from .search_load import LOAD_THREADS, under_load
 
 NAME = "search"
 DEFAULT_SIZES = (10_000,)
 SMOKE_SIZES = (400,)
 K = 10
 EF_SWEEP = (40, 100, 200)
-ARCHIVED_PER_HOT = 4
-DIM = 1536
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-CHUNK = 5000
 
 # Left alone, the planner sometimes prefers an exact plan for this query (seq scan, or the user_id btree
 # + sort). The HNSW rows must measure HNSW: with scans and sorts disabled the ordered HNSW index scan is
@@ -95,105 +71,6 @@ VECTOR_LEG_SQL = (
     "ORDER BY embedding <=> %s::vector LIMIT 10"
 )
 DEFAULT_GOAL_MS = {10_000: 15.0, 100_000: 30.0}  # default search p95 at n hot + 4n archived
-LOAD_THREADS = 8
-LOAD_ARCHIVE = 2_000  # hot memories the archival run archives under load (at most a fifth of them)
-LOAD_TIMEOUT_S = 1_200.0
-# Every hot memory is eligible (the corpus' are minutes to days old at NOW), lowest importance first.
-LOAD_CRITERIA = ArchivalCriteria(
-    min_age_days=0, force_archive_age_days=0, max_importance_score=1.0, exempt_categories=()
-)
-
-
-class CorpusEmbedder:
-    """The corpus' embedding space as the library sees it: the recorded model name, DIM, the source
-    embedder's kind. A text given a vector (a held-out query) gets it, as an embedding API would return
-    it, so searches time the library, not the model; any other text (archival's summaries) is embedded
-    by HashingEmbedder at the source dimension and lifted (cheap: the archival run's cost is the
-    library's, not a model's)."""
-
-    max_tokens: int | None = None
-
-    def __init__(
-        self, model: str, kind: str, lift_matrix: np.ndarray, vectors: dict[str, np.ndarray] | None = None
-    ):
-        self.model = model
-        self.dim = DIM
-        self.kind: Literal["semantic", "lexical"] = "lexical" if kind == "lexical" else "semantic"
-        self.lift_matrix = lift_matrix
-        self.vectors = vectors or {}
-        self._fallback = HashingEmbedder(lift_matrix.shape[1])
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if t not in self.vectors))
-        fresh: dict[str, np.ndarray] = {}
-        if missing:
-            lifted = np.asarray(self._fallback.embed(missing), dtype=np.float32) @ self.lift_matrix.T
-            fresh = dict(zip(missing, lifted, strict=True))
-        if not texts:
-            return np.zeros((0, DIM), np.float32)
-        return np.stack([self.vectors[t] if t in self.vectors else fresh[t] for t in texts])
-
-
-class Corpus:
-    """Texts, their embeddings lifted to DIM (cosines kept), and held-out queries."""
-
-    def __init__(self, n: int, n_queries: int, embedder_name: str | None):
-        wanted = embedder_name or ("local" if local_embedder_available() else "hashing")
-        embedder: Any = local_embedder() if wanted == "local" else HashingEmbedder(384)
-        self.what = "all-MiniLM-L6-v2 (local)" if wanted == "local" else "HashingEmbedder(384)"
-        self.model = f"{self.what} lifted to {DIM}-d"  # what the database records as its embedding model
-        self.kind = str(getattr(embedder, "kind", "semantic"))
-        self.source_dim = embedder.dim
-        with stopwatch() as t:
-            self.texts, self.vecs = embedded_texts(n, seed=7, embedder=embedder)
-            self.queries, self.qvecs = embedded_texts(n_queries, seed=99, embedder=embedder)
-        self.embed_s = t[0]
-        rng = np.random.default_rng(0)
-        q, _ = np.linalg.qr(rng.standard_normal((DIM, embedder.dim)))
-        self.lift_matrix = q.astype(np.float32)  # DIM x source_dim, orthonormal columns
-
-    def lift(self, vecs: np.ndarray) -> np.ndarray:
-        return np.asarray(vecs, dtype=np.float32) @ self.lift_matrix.T
-
-    def embedder(self, texts: Sequence[str], vectors: np.ndarray) -> CorpusEmbedder:
-        """An embedder returning these texts' precomputed (lifted) vectors."""
-        return CorpusEmbedder(self.model, self.kind, self.lift_matrix, dict(zip(texts, vectors, strict=True)))
-
-    def hot_rows(self) -> Iterator[list[HotRow]]:
-        for start in range(0, len(self.texts), CHUNK):
-            lifted = self.lift(self.vecs[start : start + CHUNK])
-            yield [
-                HotRow(
-                    uuid.uuid4(),
-                    t.user_id,
-                    t.content,
-                    v,
-                    NOW - timedelta(minutes=start + j),
-                    importance_score=t.importance_score,
-                    category=t.category,
-                    domain=t.domain,
-                )
-                for j, (t, v) in enumerate(zip(self.texts[start : start + CHUNK], lifted, strict=True))
-            ]
-
-    def archived_rows(self, copies: int) -> Iterator[list[HotRow]]:
-        rng = np.random.default_rng(5)
-        for c in range(copies):
-            for start in range(0, len(self.texts), CHUNK):
-                src = self.vecs[start : start + CHUNK]
-                noisy = src + rng.normal(0, 0.02, src.shape).astype(np.float32)
-                lifted = self.lift(noisy / np.linalg.norm(noisy, axis=1, keepdims=True))
-                texts: list[Text] = self.texts[start : start + CHUNK]
-                yield [
-                    HotRow(
-                        uuid.uuid4(),
-                        t.user_id,
-                        t.content,
-                        v,
-                        NOW - timedelta(days=400, minutes=c * len(self.texts) + start + j),
-                    )
-                    for j, (t, v) in enumerate(zip(texts, lifted, strict=True))
-                ]
 
 
 def run(opts: Options) -> Report:
@@ -222,7 +99,7 @@ def run(opts: Options) -> Report:
                 report.machine = report.machine or machine_info(conn)
                 _hot(conn, url, report, n, corpus, sweep)
                 _two_phase(conn, url, report, n, corpus)
-            _under_load(url, report, n, corpus, opts.workdir)
+            under_load(url, report, n, corpus, opts.workdir)
             server.drop(f"real_{n}")
     return report
 
@@ -575,203 +452,3 @@ def _two_phase(conn: DB, url: str, report: Report, n: int, corpus: Corpus) -> No
 
 
 # --------------------------------------------------------------------------- under load
-
-Sample = tuple[float, float, bool]  # (start, seconds, phase 2 ran), time.monotonic()
-
-
-def _archive_during_load(
-    url: str, root: str, lift_matrix: np.ndarray, model: str, kind: str, target: int, started: Any, out: Any
-) -> None:
-    """The archival run of the load test, in a process of its own (as a Slow Path worker runs): batches of
-    run_batch until `target` memories are archived; puts {archived, batches, start, end} (or {error})."""
-    try:
-        services = ArchivalServices(
-            ExtractiveSummarizer(),
-            CorpusEmbedder(model, kind, lift_matrix),
-            LocalObjectStore(Path(root), "bench"),
-        )
-        archived = batches = 0
-        conn: DB = bench_connect(url, prepare=True)
-        with conn:
-            started.set()
-            start = time.monotonic()
-            while archived < target:
-                rep = run_batch(
-                    conn,
-                    services,
-                    LOAD_CRITERIA,
-                    batch_key=f"load-{batches}",
-                    as_of=NOW,
-                    actor="bench",
-                    limit=min(LOAD_CRITERIA.batch_size, target - archived),
-                )
-                if rep.claim is None or rep.claim.claimed == 0:
-                    break
-                if not rep.gate_passed:
-                    raise RuntimeError(f"archival batch {batches} failed its error gate: {rep.status}")
-                archived += rep.status.archived
-                batches += 1
-            end = time.monotonic()
-        out.put({"archived": archived, "batches": batches, "start": start, "end": end})
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        out.put({"error": repr(exc)})
-    finally:
-        started.set()
-
-
-def _under_load(url: str, report: Report, n: int, corpus: Corpus, workdir: Path | None) -> None:
-    queries = corpus.lift(corpus.qvecs)
-    texts = [t.content for t in corpus.queries]
-    users = [t.user_id for t in corpus.queries]
-    nq = len(texts)
-    embedder = corpus.embedder(texts, queries)
-    conns: list[DB] = [bench_connect(url, prepare=True) for _ in range(LOAD_THREADS)]
-    clients = [MemoryClient(c, embedder=embedder, settings=Settings(), actor="bench") for c in conns]
-    target = min(LOAD_ARCHIVE, n // 5)
-
-    def search(client: MemoryClient, i: int) -> Sample:
-        start = time.monotonic()
-        result = client.search(users[i % nq], texts[i % nq], now=NOW)
-        return start, time.monotonic() - start, result.phase2_reason is not None
-
-    def threads(keep_going: Callable[[int], bool]) -> list[Sample]:
-        """LOAD_THREADS threads, each on its own client and connection, started together; thread k
-        begins at query k·nq/LOAD_THREADS and runs while keep_going(searches it has done)."""
-        barrier = threading.Barrier(LOAD_THREADS)
-        out: list[list[Sample]] = [[] for _ in range(LOAD_THREADS)]
-        errors: list[BaseException] = []
-
-        def worker(k: int) -> None:
-            try:
-                barrier.wait()
-                j = 0
-                while keep_going(j):
-                    out[k].append(search(clients[k], k * nq // LOAD_THREADS + j))
-                    j += 1
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-                errors.append(exc)
-                barrier.abort()
-
-        pool = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(LOAD_THREADS)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-        if errors:
-            raise errors[0]
-        return [s for samples in out for s in samples]
-
-    try:
-        for client in clients:  # every connection past its first statements and psycopg's prepare threshold
-            for i in range(min(6, nq)):
-                search(client, i)
-        idle = [search(clients[0], i) for i in range(nq)]
-        busy = threads(lambda j: j < nq)
-        ctx = multiprocessing.get_context("spawn")
-        started, out = ctx.Event(), ctx.Queue()
-        with scratch_dir(workdir, "ma-bench-objects-") as root:
-            worker = ctx.Process(
-                target=_archive_during_load,
-                args=(url, str(root), corpus.lift_matrix, corpus.model, corpus.kind, target, started, out),
-            )
-            worker.start()
-            try:
-                started.wait(LOAD_TIMEOUT_S)
-                done = threading.Event()
-                outcome: dict[str, Any] = {}
-
-                def wait_for_archival() -> None:
-                    deadline = time.monotonic() + LOAD_TIMEOUT_S
-                    while not outcome and time.monotonic() < deadline:
-                        with contextlib.suppress(queue.Empty):
-                            outcome.update(out.get(timeout=0.5 if worker.is_alive() else 2.0))
-                        if not outcome and not worker.is_alive():
-                            break  # died without a word
-                    done.set()
-
-                waiter = threading.Thread(target=wait_for_archival, daemon=True)
-                waiter.start()
-                loaded = threads(lambda j: not done.is_set())
-                waiter.join()
-            finally:
-                worker.join(LOAD_TIMEOUT_S)
-                if worker.is_alive():
-                    worker.terminate()
-    finally:
-        for c in conns:
-            c.close()
-    if "error" in outcome or "end" not in outcome:
-        raise RuntimeError(f"the archival run under load failed: {outcome.get('error', 'no result')}")
-    window = outcome["end"] - outcome["start"]
-    during = [s for s in loaded if outcome["start"] <= s[0] <= outcome["end"]]
-    rate = ratio(outcome["archived"], window)
-    modes = {
-        "idle: 1 thread alone (baseline)": (idle, math.nan),
-        f"{LOAD_THREADS} threads, no archival": (busy, math.nan),
-        f"{LOAD_THREADS} threads + archival run": (during, rate),
-    }
-    p_idle = percentiles_ms([s[1] for s in idle])
-    p_busy = percentiles_ms([s[1] for s in busy])
-    rows: list[list[Any]] = []
-    figures: dict[str, Any] = {
-        "threads": LOAD_THREADS,
-        "archival": outcome | {"seconds": window, "rate": rate},
-    }
-    for (name, (samples, r)), key in zip(modes.items(), ("idle", "threads", "under_load"), strict=True):
-        p = percentiles_ms([s[1] for s in samples])
-        share = float(np.mean([s[2] for s in samples])) if samples else math.nan
-        rows.append(
-            [
-                name,
-                len(samples),
-                p["p50"],
-                p["p95"],
-                p["p99"],
-                ratio(p["p95"], p_idle["p95"]),
-                ratio(p["p95"], p_busy["p95"]),
-                share,
-                r,
-            ]
-        )
-        figures[key] = p | {
-            "searches": len(samples),
-            "phase2_share": share,
-            "ratio_p95_vs_idle": ratio(p["p95"], p_idle["p95"]),
-            "ratio_p95_vs_same_threads_idle": ratio(p["p95"], p_busy["p95"]),
-        }
-    under = figures["under_load"]["ratio_p95_vs_same_threads_idle"]
-    under_one = figures["under_load"]["ratio_p95_vs_idle"]
-    nproc = report.machine.get("nproc", os.cpu_count())
-    report.tables.append(
-        Table(
-            f"Default search under load: {LOAD_THREADS} threads while archival runs, {n:,} hot + "
-            f"{ARCHIVED_PER_HOT * n:,} archived memories at the start, {DIM}-d (ms)",
-            [
-                "mode",
-                "searches",
-                "p50",
-                "p95",
-                "p99",
-                "ratio p95 vs 1 thread idle",
-                f"ratio p95 vs {LOAD_THREADS} threads idle",
-                "phase 2 ran (share)",
-                "archival rate (memories/s)",
-            ],
-            rows,
-            f"Baseline: the default search (MemoryClient.search, no overrides, as in the previous table) from one "
-            f"thread alone, each held-out query once ({nq}). Then {LOAD_THREADS} threads, each with its own client "
-            f"and connection, run the same searches together: once each without archival, and in a loop while an "
-            f"archival run (memory_lib.archival.pipeline.run_batch, ExtractiveSummarizer, LocalObjectStore, summaries "
-            f"embedded by HashingEmbedder lifted to {DIM}-d, ArchivalCriteria forcing age; a process of its own, as "
-            f"a Slow Path worker) archives {outcome['archived']:,} hot memories in {outcome['batches']} batches in "
-            f"{window:.1f} s; only searches started during the archival run count. Latency = wall time of each "
-            f"client.search call (time.monotonic around it). This machine has {nproc} cores: {LOAD_THREADS} search "
-            f"threads (one Python process, one GIL), their {LOAD_THREADS} Postgres backends and the archival "
-            f"process oversubscribe the CPU, so a search's wall time includes waiting for a core; the "
-            f"'{LOAD_THREADS} threads, no archival' row separates that queueing from the archival's own cost. "
-            f"Goal: p95 during archival <= 2x idle, the same {LOAD_THREADS} threads searching without archival; "
-            f"this run: {under:.2f}x ({'meets' if under <= 2 else 'misses'} it); against one thread alone "
-            f"{under_one:.1f}x, which on {nproc} cores is mostly the threads queueing for a core.",
-        )
-    )
-    report.figures.setdefault("under_load", {})[str(n)] = figures

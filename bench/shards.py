@@ -67,6 +67,7 @@ from .common import (
     set_embedding_model,
     stopwatch,
 )
+from .machine import loadavg, memory_archive_command
 
 NAME = "shards"
 DEFAULT_SIZE = 2_000
@@ -85,10 +86,6 @@ MODEL = (
     "total ≈ min(N × one shard's rate, LLM rate limit, object store PUT/s, Postgres commit/s): shards "
     "add workers, not capacity of the services they share."
 )
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 # --------------------------------------------------------------------------- the backlog
@@ -265,7 +262,7 @@ def s3_target(opts: Options, root: Path) -> Iterator[S3Target]:
     The bucket is versioned, as the preflight asks of a production bucket."""
     from memory_lib.storage.objectstore import s3_client
 
-    from .archival import ensure_bucket
+    from .machine import ensure_bucket
 
     if opts.s3_endpoint:
         bucket = opts.s3_bucket or "memory-archive-bench"
@@ -353,13 +350,6 @@ def _threads(jobs: Sequence[Callable[[], RunFigures]]) -> list[RunFigures]:
 
 
 # --------------------------------------------------------------------------- launcher (a): the CLI
-
-
-def memory_archive_command() -> str:
-    path = Path(sys.executable).with_name("memory-archive")
-    if not path.exists():
-        raise RuntimeError(f"{path} not found: install memory-archive (pip install -e .) in this environment")
-    return str(path)
 
 
 def cli_worker(env: dict[str, str], shard: Shard, batch_size: int) -> RunFigures:

@@ -91,7 +91,7 @@ def _run_mode(url: str, embedder: Any, pairs: list[dict[str, str]], settings: An
 def _chat_turns(url: str, embedder: Any, path: Path) -> dict[str, Any]:
     """Every turn of every LoCoMo conversation through MemoryClient.add with the defaults, as an agent that
     remembers each turn would (user = the conversation): what stays live."""
-    from bench.locomo import load_conversations
+    from bench.locomo_data import load_conversations
     from memory_lib.client import MemoryClient
     from memory_lib.core.config import Settings
     from memory_lib.core.errors import InvalidInputError

@@ -10,16 +10,16 @@ Plain Python on purpose: no Dagster import here.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from .core.config import EmbeddingConfig, LLMConfig, ObjectStoreConfig, Settings
 from .core.errors import ObjectStoreConfigError, ObjectStoreError, PreflightError
+from .llm.client import llm_provider
 from .llm.embedding import embedding_provider
-from .llm.summarize import llm_provider
 from .storage.objectstore import LOCAL_ROOT_FIELD, LOCAL_ROOT_VARIABLE, local_root_problem, s3_client
 
 BUCKET_SETTING = "MEMORY_ARCHIVE_BUCKET (object_store.bucket)"
@@ -153,16 +153,12 @@ _KEY_SHAPES = {
 }
 
 
-def _key(env: Mapping[str, str], name: str) -> str | None:
-    return (env.get(name) or "").strip() or None
-
-
-def _check_key_shape(provider: str, env: Mapping[str, str], base_url: object) -> None:
+def _check_key_shape(provider: str, secret: SecretStr | None, base_url: object) -> None:
     """A set key of the wrong shape is refused; the message shows no more than its first 3 characters."""
     name, prefix, vendor = _KEY_SHAPES[provider]
-    key = _key(env, name)
-    if key is None or base_url or _key(env, f"{provider.upper()}_BASE_URL"):
+    if secret is None or base_url:
         return  # unset (the summarizer/embedder says so), or a gateway with keys of its own
+    key = secret.get_secret_value()
     wrong = not key.startswith(prefix) or (provider == "openai" and key.startswith("sk-ant-"))
     if wrong or any(c.isspace() or c in "'\"" for c in key):
         begins = f"begins {key[:3]!r}, " if len(key) >= 16 else ""
@@ -173,26 +169,27 @@ def _check_key_shape(provider: str, env: Mapping[str, str], base_url: object) ->
         )
 
 
-def check_llm_key(llm: LLMConfig, env: Mapping[str, str] | None = None) -> None:
+def check_llm_key(llm: LLMConfig) -> None:
     """The key of the summarizer's provider has that vendor's shape (when set, for the vendor's API)."""
-    env = os.environ if env is None else env
-    provider = llm_provider(llm, env)
-    if provider in _KEY_SHAPES:
-        _check_key_shape(provider, env, llm.base_url)
+    provider = llm_provider(llm)
+    if provider == "anthropic":
+        _check_key_shape(provider, llm.anthropic_api_key, llm.base_url or llm.anthropic_base_url)
+    elif provider == "openai":
+        _check_key_shape(provider, llm.openai_api_key, llm.base_url or llm.openai_base_url)
 
 
-def check_embedding_key(embedding: EmbeddingConfig, env: Mapping[str, str] | None = None) -> None:
-    """OPENAI_API_KEY has OpenAI's shape when the embedder is OpenAI's (explicitly, or 'auto' with the key)."""
-    env = os.environ if env is None else env
-    if embedding_provider(embedding, env) == "openai":
-        _check_key_shape("openai", env, embedding.base_url)
+def check_embedding_key(embedding: EmbeddingConfig) -> None:
+    """The embedder's OpenAI key has OpenAI's shape when the embedder is OpenAI's (explicitly, or 'auto'
+    with the key)."""
+    if embedding_provider(embedding) == "openai":
+        _check_key_shape("openai", embedding.openai_api_key, embedding.base_url or embedding.openai_base_url)
 
 
-def preflight(settings: Settings, *, llm: bool = True, env: Mapping[str, str] | None = None) -> Preflight:
+def preflight(settings: Settings, *, llm: bool = True) -> Preflight:
     """Every check for a command that touches the store: the API keys first (`llm`: the command summarizes
     and embeds), then the object store. Raises PreflightError for a configuration to fix, ObjectStoreError
     for a store that cannot be reached."""
     if llm:
-        check_llm_key(settings.llm, env)
-        check_embedding_key(settings.embedding, env)
+        check_llm_key(settings.llm)
+        check_embedding_key(settings.embedding)
     return check_object_store(settings.object_store, settings.local_object_root)

@@ -1,8 +1,8 @@
 -- Retrieval and the write path: a dedupe key for upserts, tag indexes for filters, archive rows that
 -- keep their memory's tags, and an index for counting expansions (the re-promotion rule).
 
--- sha256 of (user_id, normalized text), set by memory_lib.write_path. NULL for rows written by other
--- paths (bulk loads, restores): the write path also matches those by content_sha256.
+-- sha256 of (user_id, normalized text), set by the write path (memory_lib.write). NULL for rows
+-- written by other paths (bulk loads, restores): the write path also matches those by content_sha256.
 ALTER TABLE memories ADD COLUMN dedupe_key text CHECK (dedupe_key ~ '^[0-9a-f]{64}$');
 -- Carried through archival so a restored memory is deduplicated exactly as before.
 ALTER TABLE archived_memories ADD COLUMN original_dedupe_key text;

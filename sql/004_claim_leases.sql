@@ -1,4 +1,4 @@
--- Liveness of archival claims (issue: no memory stays claimed forever).
+-- Liveness of archival claims: no memory stays claimed forever.
 -- A batch holds its open attempts under a lease that every step renews. Once the batch is finished
 -- (its commit step ran) or its lease expired (the run died), a later batch takes its open attempts
 -- over, keeping their checkpoints (summary, embedding, backup), so nothing is paid for twice and

@@ -1,6 +1,6 @@
 -- Archived summaries keep one bit per embedding dimension (pgvector binary_quantize: the sign), searched
 -- by Hamming distance over an HNSW index: 1/16 of the halfvec's bytes, and a much smaller index. Ranking
--- estimates the cosine from the Hamming distance (memory_lib.search); the exact float32 embedding of
+-- estimates the cosine from the Hamming distance (memory_lib.retrieval.sql); the exact float32 embedding of
 -- the original stays in its backup object. `bench footprint` measures bytes and LoCoMo recall of this
 -- and the alternatives (halfvec, int8 re-ranking, truncated vectors) side by side.
 --

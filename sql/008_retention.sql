@@ -1,4 +1,4 @@
--- Issue 12: the retention score of each hot memory (memory_lib.retention) and the superseded rule.
+-- The retention score of each hot memory (memory_lib.lifecycle.retention) and the superseded rule.
 -- One row per hot memory, written by the nightly retention_scores asset; it goes with its memory
 -- (ON DELETE CASCADE: archiving deletes the original, and a promoted memory starts a fresh row).
 -- A row reflects the latest night scored: an older night re-run later does not overwrite it.

@@ -1,8 +1,9 @@
--- Issue 12: stubs (seed 001's third tier). An archive row not expanded for stub_after_days keeps its
+-- Stubs, the third tier. An archive row not expanded for stub_after_days keeps its
 -- summary (so its full-text entry, the GIN index on to_tsvector(summary), stays) but drops its summary
 -- vector: summary_bits NULL is not in the HNSW index, so vector search never returns it. Nothing is
 -- lost: the original is still in object storage, and expanding the stub re-embeds the summary
--- (memory_lib.stubs). stubbed_at is the end of the night it became a stub; NULL for a searchable row.
+-- (memory_lib.lifecycle.stubs). stubbed_at is the end of the night it became a stub; NULL for a
+-- searchable row.
 ALTER TABLE archived_memories ADD COLUMN stubbed_at timestamptz,
                               ALTER COLUMN summary_bits DROP NOT NULL,
                               ADD CONSTRAINT archived_stub_without_vector

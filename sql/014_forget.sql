@@ -1,4 +1,4 @@
--- Issue 14: forget (right to erasure) and the memory API's audit events.
+-- Forget (right to erasure) and the memory API's audit events.
 --
 -- forget_requests is the erasure log: a request is recorded first (with the manifest of memory ids and
 -- backup object keys it covers), then objects are deleted (every version), then rows, then it is marked
@@ -85,7 +85,7 @@ END $$;
 
 -- list(): keyset pages over (created_at, id) per user in both tiers. These serve every range of
 -- (user_id, created_at) the two-column indexes of 001 served (month-scoped phase 2 included), so those
--- go: one index per tier, not two (each costs bytes on every row, issue 11).
+-- go: one index per tier, not two (each costs bytes on every row).
 CREATE INDEX memories_user_created_id ON memories (user_id, created_at DESC, id DESC);
 CREATE INDEX archived_user_created_id ON archived_memories (user_id, original_created_at DESC, original_id DESC);
 DROP INDEX memories_user_created;

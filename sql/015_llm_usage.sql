@@ -1,8 +1,8 @@
--- LLM cost from real usage (issue 15).
+-- LLM cost from real usage.
 --
 -- llm_usage: the ledger, one row per provider answer that was paid for (summaries that failed
 -- validation included: they were billed too). Separate from archival_attempts, whose rows may be
--- pruned after commit. Tokens are the provider's `usage`, normalized (memory_lib.pricing): the four
+-- pruned after commit. Tokens are the provider's `usage`, normalized (memory_lib.core.pricing): the four
 -- counts are disjoint. cost_usd is priced when recorded from the price table then configured; priced
 -- is false when the model had no price (cost unknown, recorded as 0).
 CREATE TABLE llm_usage (

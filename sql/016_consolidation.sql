@@ -1,4 +1,4 @@
--- Issue 13: consolidation above the per-memory summary (seeds 002 and 003).
+-- Consolidation above the per-memory summary: digests and facts.
 --
 -- Level 1 is each archived memory's own summary (archived_memories.summary). Levels 2+ are digests of
 -- a period per user (2 = a month, 3 = a year, one hierarchy: a level-N digest is built from level N-1),
@@ -14,7 +14,7 @@ CREATE TABLE memory_digests (
     period_start       date NOT NULL,
     period_end         date NOT NULL CHECK (period_end > period_start),  -- exclusive
     summary            text NOT NULL CHECK (summary <> ''),
-    -- seed 003's shape: keyTopics, keyPeople, emotionalHighlights, ...
+    -- a digest's shape: keyTopics, keyPeople, emotionalHighlights, ...
     body               jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(body) = 'object'),
     -- Few rows per user: full precision costs little and ranks best.
     embedding          vector({{EMBEDDING_DIM}}) NOT NULL,
@@ -48,9 +48,9 @@ CREATE TABLE memory_facts (
     embedding          vector({{EMBEDDING_DIM}}) NOT NULL,
     embedding_model    text NOT NULL,
     created_at         timestamptz NOT NULL DEFAULT now(),
-    -- Added by the builders (memory_lib.facts): the month (period_start of the memories' month) the fact
-    -- was extracted from, so one month's facts are rebuilt alone; and whether the predicate holds one
-    -- value at a time (lives in, manager): only those form validity chains.
+    -- Added by the builders (memory_lib.consolidation.facts): the month (period_start of the memories'
+    -- month) the fact was extracted from, so one month's facts are rebuilt alone; and whether the
+    -- predicate holds one value at a time (lives in, manager): only those form validity chains.
     source_month       date NOT NULL CHECK (extract(day FROM source_month) = 1),
     single_valued      boolean NOT NULL DEFAULT false
 );

@@ -1,7 +1,8 @@
--- Issue 14 item 3 (seed 004: dual-write, backfill, flip): changing the embedder (model and/or dimension).
+-- Changing the embedder (model and/or dimension): dual-write, backfill, flip.
 --
 -- One row per re-embedding migration. The second vector columns themselves (embedding_next, ...) are
--- added by memory_lib.reembedding.start, not here: their dimension is the target's, known only then.
+-- added when a re-embedding starts (memory_lib.lifecycle), not here: their dimension is the
+-- target's, known only then.
 -- State machine: running (writes fill the active and the *_next columns; the backfill fills *_next)
 -- -> flipped (the target is active; the old vectors live on in *_prev and are still kept up to date, so
 -- a flip back loses nothing) -> running again (flip back) ... -> finished (drop_old dropped *_prev)

@@ -20,8 +20,8 @@ from typing import Literal
 
 from ..core.errors import InvalidInputError
 from ..core.rows import Conn
-from ..llm.summarize import DATE_PATTERN as _DATE  # the archive's own rules
-from ..llm.summarize import extract_key_entities, split_sentences
+from ..llm.extractive import DATE_PATTERN as _DATE  # the archive's own rules
+from ..llm.extractive import extract_key_entities, split_sentences
 
 __all__ = [
     "EntityKind",

@@ -16,13 +16,31 @@ first committed (a forget that wins leaves the commit no hot row to archive; a c
 forget archive rows to delete). Claims (memory_lib.archival.claims) take no user lock: they lock with SKIP
 LOCKED, so they never wait while holding a lock.
 
-No lock is held across a network call to an LLM or embedder: those run before the transaction.
-One network call does run under the locks, on purpose: the archival commit verifies the backups that
-no bucket version keeps (a local store, a bucket without versioning) after locking the chunk's users
-and rows and before deleting the originals, since a check made before the locks could be out of date
-when the original goes. It is one HEAD per backup object of the chunk, in parallel, given up after
-`archive.LOCKED_VERIFY_SECONDS` (the chunk's unchecked memories then stay hot): a user's writes wait
-for it at most that long, once per chunk holding the user's memories.
+No lock is held across a network call (an LLM, an embedder, the object store): those run before the
+transaction that locks, which re-checks under its locks that what was read did not change meanwhile.
+- Expand, re-promotion and restore (memory_lib.lifecycle.promotion: expand_flow, promote_flow,
+  restore_flow) read and verify the backup, and re-embed its text when its space is not the active
+  one, with no transaction open; the locked transaction re-reads the archive row and the active space
+  and starts over when either is not the one read (a read that failed because the row changed starts
+  over too).
+- Re-embedding (memory_lib.lifecycle.reembedding: the dual write and the backfill) reads pending rows
+  without locking them, embeds them with no transaction open, and writes only the rows still pending
+  with the text and stub state embedded; the others stay pending for the next batch.
+- The bulk restore (memory_lib.lifecycle.restore.restore_archives) reads a group's backups ahead and
+  waits for them before it locks the group.
+The stated exceptions, each bounded:
+- The bulk restore reads under its group's locks a backup whose row changed between the read-ahead
+  and the lock (another ref or sha256: archived again meanwhile), and the backups of a group whose
+  statements failed, when it retries its members one by one in the group's transaction
+  (restore_archive); and it re-embeds under them the text of a backup from before a re-embedding flip
+  (EmbedText in promotion.restore_many_rows_plan). At most `commit_every` memories of an operator's
+  command, which restoring everything runs with archival paused.
+- The archival commit verifies the backups that no bucket version keeps (a local store, a bucket
+  without versioning) after locking the chunk's users and rows and before deleting the originals,
+  since a check made before the locks could be out of date when the original goes. It is one HEAD per
+  backup object of the chunk, in parallel, given up after `archive.LOCKED_VERIFY_SECONDS` (the chunk's
+  unchecked memories then stay hot): a user's writes wait for it at most that long, once per chunk
+  holding the user's memories.
 
 One more lock, outside that order, so that forget cannot be outrun by a backup in flight: the archival
 backup step (and the dry run's scratch copies) hold each of their users' *backup lock* shared
@@ -45,8 +63,20 @@ import psycopg
 
 from .rows import Conn
 
-# The key keeps its historical name so that processes of an older version still serialize with this one.
-USER_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || %(user_id)s, 0))"
+
+def user_lock_key(user_id_sql: str) -> str:
+    """The SQL of a user's write-lock key, the user id given as the SQL expression `user_id_sql`. The one
+    definition of the key: it keeps its historical name so that processes of an older version still
+    serialize with this one."""
+    return f"hashtextextended('memory_lib.add:' || {user_id_sql}, 0)"
+
+
+USER_LOCK_SQL = f"SELECT pg_advisory_xact_lock({user_lock_key('%(user_id)s')})"
+# The write locks of several users in one statement, in the order of the array %(users)s, which the
+# caller sorts (a function scan yields an array's elements in order): lock_users' order, set-based.
+USERS_LOCK_SQL = f"""
+    SELECT count(pg_advisory_xact_lock({user_lock_key("u")})) AS n
+    FROM unnest(%(users)s::text[]) AS u"""
 
 
 _BACKUP_KEY = "hashtextextended('memory_lib.backup:' || %(user_id)s, 0)"

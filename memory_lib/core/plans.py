@@ -5,12 +5,14 @@ Two levels, each a generator that yields requests and receives their results:
 * A *plan* yields operations (`Snapshot`, `Sql`, `GetVerified`, `EmbedText`). `run_plan` executes one on
   a psycopg Connection, `run_plan_async` on an AsyncConnection, each inside one transaction (a savepoint
   inside a caller's transaction).
-* A *flow* yields steps: `RunPlan(plan)` (that plan run in its own transaction on the driver's
-  connection, or on one taken from the driver's connection source for that plan alone, so a pool's
-  connection is not held across blocking calls; its result sent back) and `Call(fn)` (a blocking call, no database: an embedder, an LLM,
-  the object store; `fn()`'s result sent back), and returns a value. `drive` runs one synchronously,
-  `drive_async` on asyncio, where each `Call` runs in a thread (asyncio.to_thread, which carries the
-  current span along). Search with its escalation, forget and every client method are flows.
+* A *flow* yields steps and returns a value. `RunPlan(plan)`: that plan run in its own transaction on the
+  driver's connection, or on one taken from the driver's connection source for that plan alone, so a
+  pool's connection is not held across blocking calls; its result sent back. `Call(fn)`: a blocking call,
+  no database (an embedder, an LLM, the object store); `fn()`'s result sent back. `GetVerified` and
+  `EmbedText`: as in a plan, but run with no transaction open, so no lock is held across them. `drive`
+  runs a flow synchronously, `drive_async` on asyncio, where each `Call` runs in a thread
+  (asyncio.to_thread, which carries the current span along). Search with its escalation, forget and
+  every client method are flows.
 
 The invariant: the SQL text, the control flow and the checks live once, in the plans and flows; a driver
 only executes what is yielded and never decides anything, so the sync and async clients return the same
@@ -246,7 +248,9 @@ class Call:
     fn: Callable[[], Any]
 
 
-Step = RunPlan | Call
+# GetVerified and EmbedText are steps too: the driver runs them with its object store and embedder,
+# outside any transaction, so a flow reads a backup or embeds a text before it locks (core/locks.py).
+Step = RunPlan | Call | GetVerified | EmbedText
 Flow = Generator[Step, Any, T]
 # A connection, or what lends one per plan (a client's pool: its `connection` context manager).
 ConnSource = Conn | Callable[[], AbstractContextManager[Conn]]
@@ -273,6 +277,10 @@ def drive(
                             value = run_plan(lent, step.plan, object_store=object_store, embedder=embedder)
                     else:
                         value = run_plan(conn, step.plan, object_store=object_store, embedder=embedder)
+                elif isinstance(step, GetVerified):
+                    value = _store(object_store).read_ref(step.storage_ref, step.sha256)
+                elif isinstance(step, EmbedText):
+                    value = _embed(embedder, step)
                 else:
                     value = step.fn()
             except BaseException as exc:  # raised where the flow yielded: its spans record it
@@ -308,6 +316,12 @@ async def drive_async(
                         value = await run_plan_async(
                             conn, step.plan, object_store=object_store, embedder=embedder
                         )
+                elif isinstance(step, GetVerified):
+                    value = await asyncio.to_thread(
+                        _store(object_store).read_ref, step.storage_ref, step.sha256
+                    )
+                elif isinstance(step, EmbedText):
+                    value = await asyncio.to_thread(_embed, embedder, step)
                 else:
                     value = await asyncio.to_thread(step.fn)
             except BaseException as exc:  # raised where the flow yielded: its spans record it

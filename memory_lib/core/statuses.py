@@ -53,3 +53,21 @@ class ArchiveReason(StrEnum):
     SUPERSEDED = "superseded"
     RETENTION_FLOOR = "retention_floor"
     TTL_EXPIRED = "ttl_expired"
+
+
+class EventType(StrEnum):
+    """memory_events.event_type: what happened to a memory (the CHECK of sql/014). Written only through
+    memory_lib.storage.events."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    ARCHIVED = "archived"
+    RESTORED = "restored"
+    EXPANDED = "expanded"
+    PROMOTED = "promoted"
+    DELETED = "deleted"  # allowed by the schema since 001; no writer of this version records it
+    SUPERSEDED = "superseded"
+    STUBBED = "stubbed"
+    UNSTUBBED = "unstubbed"
+    FORGOTTEN = "forgotten"
+    REDACTED = "redacted"  # written by the database itself (redact_memory_events, sql/014)

@@ -48,6 +48,7 @@ from ..core.locks import USER_LOCK_SQL, WAIT_FOR_BACKUPS_SQL
 from ..core.plans import Call, Flow, Plan, RunPlan, Sql, drive, drive_async, run_plan
 from ..core.rows import AsyncConn, Conn, Row
 from ..storage import packs
+from ..storage.events import EventType, events
 from ..storage.object_versions import ObjectVersion, list_folders, list_versions, purge, read_version
 from ..storage.objectstore import ObjectStore
 
@@ -190,12 +191,6 @@ _TOMBSTONE_SQL = """
     WHERE NOT EXISTS (SELECT 1 FROM memory_events e WHERE e.user_id = %(user_id)s
                       AND e.memory_id = t.memory_id AND e.event_type = 'forgotten')
     GROUP BY t.memory_id"""
-_EVENT_SQL = """
-    INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
-    SELECT unnest(%(ids)s::uuid[]), %(user_id)s, 'forgotten', %(actor)s, clock_timestamp(),
-           unnest(%(details)s::jsonb[])"""
-
-
 # The tombstone's time is the database clock, like the redaction's: an erasure is recorded when it
 # happened, whatever `now` a caller passes (that one is the request's requested_at).
 
@@ -496,23 +491,22 @@ def _rows_plan(
     )
     counts["memory_events_redacted"] = redacted["n"]
     scope = "user" if target is None else "memory"
-    details = [
-        Jsonb(
+    tombstones = [
+        (
+            f["memory_id"],
+            user,
             {
                 "forget_request": str(current["id"]),
                 "scope": scope,
                 "tiers": list(f["tiers"]),
                 "content_sha256": f["content_sha256"],
                 "backup_sha256": f["backup_sha256"],
-            }
+            },
         )
         for f in facts
     ]
-    counts["tombstones"] = yield Sql(
-        _EVENT_SQL,
-        {"ids": [f["memory_id"] for f in facts], "user_id": user, "actor": actor, "details": details},
-        "rowcount",
-    )
+    # now=None: the database clock, whatever `now` the caller passed (the comment after _TOMBSTONE_SQL).
+    counts["tombstones"] = yield events(EventType.FORGOTTEN, tombstones, actor=actor, now=None)
     row = yield Sql(
         """UPDATE forget_requests SET status = 'rows_deleted', memory_ids = %(ids)s, object_keys = %(keys)s,
                   rows_deleted = %(counts)s, updated_at = clock_timestamp()

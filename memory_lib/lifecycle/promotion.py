@@ -1,11 +1,12 @@
 """Expansion on demand, re-promotion, access tracking and the nightly promotion sweep.
 
 `expand` reads an archived memory's original from object storage, verified against the sha256
-recorded at archival (a mismatch raises IntegrityError and nothing is recorded), appends an
-'expanded' event (memory_events is the expansion log), bumps the archive row's expansion_count and
-last_expanded_at, and re-promotes the memory to `memories` when the expansions of this archive row
-within `PromotionConfig.window_days` reach `expansions_to_promote` (default: 3 in 30 days), all in one
-transaction. Expansions count per archive row (the event's details.archive_id), so a memory archived
+recorded at archival (a mismatch raises IntegrityError and nothing is recorded), before it locks
+anything (memory_lib.core.locks); then, in one transaction that re-checks the row is still the one read,
+it appends an 'expanded' event (memory_events is the expansion log), bumps the archive row's
+expansion_count and last_expanded_at, and re-promotes the memory to `memories` when the expansions of
+this archive row within `PromotionConfig.window_days` reach `expansions_to_promote` (default: 3 in 30
+days). Expansions count per archive row (the event's details.archive_id), so a memory archived
 again starts from zero. Uses through an association (record_access of an archived memory a live hot
 memory links to: memory_lib.retrieval.associations, table archive_link_uses) count as expansions: the rule is
 "N uses in the window", here and only here (EXPANSIONS_IN_WINDOW_SQL, DUE_FOR_PROMOTION_SQL).
@@ -14,19 +15,23 @@ memory links to: memory_lib.retrieval.associations, table archive_link_uses) cou
 promotions an expansion could not complete; each promotion is its own transaction and re-running is
 a no-op.
 
-The restore here is `archive.restore_archive` as a plan: the same statements, but inside the
-caller's transaction and runnable on sync and async connections.
+The restore here is `archive.restore_archive` as a flow: the same statements, runnable on sync and
+async connections. Every move back to hot (expand_flow, promote_flow, restore_flow) reads and verifies
+the backup, and re-embeds its text when its space is not the active one, with no transaction open, then
+locks and writes; the row and the active space are re-read under the locks and the move starts over
+when either changed meanwhile (`_Read.unchanged`).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from psycopg.types.json import Jsonb
 
 from ..core import validation
@@ -34,12 +39,12 @@ from ..core.config import PromotionConfig
 from ..core.errors import IntegrityError, InvalidInputError, MemoryArchiveError, NotFoundError
 from ..core.locks import USER_LOCK_SQL
 from ..core.models import BackupObject, sha256_hex
-from ..core.plans import EmbedText, GetVerified, Plan, Sql, run_plan
+from ..core.plans import EmbedText, Flow, GetVerified, Plan, RunPlan, Sql, drive, run_plan
 from ..retrieval.associations import LINK_USES_SQL
 from ..storage import packs
+from ..storage.events import EventType, event, events
 from ..storage.space import SHAPE_SQL
 from ..storage.store import MEMORY_COLUMNS
-from ..write.write_path import event
 
 if TYPE_CHECKING:
     from ..core.rows import Conn, Row
@@ -74,12 +79,14 @@ class RestoreOutcome:
 
 # An archive row as every move reads it: its columns and its backup (storage_ref, backup_sha256).
 ARCHIVE_ROW = f"a.*, {packs.backup_sql('a')}"
-LOCK_ARCHIVE_SQL = f"""
+ARCHIVE_SQL = f"""
     SELECT {ARCHIVE_ROW} FROM archived_memories a
-    WHERE a.user_id = %(user_id)s AND a.id = %(archive_id)s FOR UPDATE OF a"""
-LOCK_ARCHIVE_BY_ORIGINAL_SQL = f"""
+    WHERE a.user_id = %(user_id)s AND a.id = %(archive_id)s"""
+ARCHIVE_BY_ORIGINAL_SQL = f"""
     SELECT {ARCHIVE_ROW} FROM archived_memories a
-    WHERE a.user_id = %(user_id)s AND a.original_id = %(original_id)s FOR UPDATE OF a"""
+    WHERE a.user_id = %(user_id)s AND a.original_id = %(original_id)s"""
+LOCK_ARCHIVE_SQL = ARCHIVE_SQL + " FOR UPDATE OF a"
+LOCK_ARCHIVE_BY_ORIGINAL_SQL = ARCHIVE_BY_ORIGINAL_SQL + " FOR UPDATE OF a"
 HOT_BY_ID_SQL = "SELECT id, content FROM memories WHERE user_id = %(user_id)s AND id = %(id)s"
 # An archive id that was promoted or restored: the memory it became, when still hot.
 PROMOTED_FROM_SQL = """
@@ -140,12 +147,6 @@ _RESTORE_ROW = (
 DELETE_ARCHIVES_SQL = """
     DELETE FROM archived_memories a USING unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, id)
     WHERE a.user_id = t.user_id AND a.id = t.id"""
-RESTORE_EVENTS_SQL = (
-    "INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details) VALUES\n"
-)
-_RESTORE_EVENT_ROW = (
-    "(%(memory_id_{i})s, %(user_id_{i})s, %(event_type)s, %(actor)s, %(now)s, %(details_{i})s)"
-)
 # The rule for a restored memory's backup: kept, and recorded by the audit event of the restore or
 # re-promotion that kept it (details.storage_ref, written by restore_many_rows_plan) until forget, which
 # deletes the object, redacts the event. Of the object refs given (%s: backup_objects.ref's form), those
@@ -168,18 +169,70 @@ ACCESS_ARCHIVED_SQL = """
 # --------------------------------------------------------------------------- plans
 
 
-def _verified_original(arch: Row) -> Plan[BackupObject]:
-    """The backup of an archive row: its sha256 checked, its identity matching the row, and every
-    field restorable (models.BackupObject; the embedding of the store's dimension). A document that
-    fails raises MalformedBackupError on expand as on restore, before anything is written."""
-    data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
-    shape = yield Sql(SHAPE_SQL, {}, "one")
-    return verified_backup(arch, data, shape)
+@dataclass(frozen=True)
+class _Read:
+    """What a move reads before it locks (memory_lib.core.locks): the archive row as it was, its
+    verified backup, the active space then, and the text re-embedded into that space when the
+    backup's vector is of another (None otherwise)."""
+
+    arch: Row
+    doc: BackupObject
+    shape: Row
+    vector: np.ndarray | None
+
+    def unchanged(self, arch: Row, shape: Row) -> bool:
+        """True when the locked row and space are the ones read: the same backup of the same row."""
+        return shape == self.shape and all(arch[k] == self.arch[k] for k in _READ_KEYS)
+
+
+# What a read depends on: the row, its backup, its model (whether the text is re-embedded).
+_READ_KEYS = ("id", "original_id", "user_id", "storage_ref", "backup_sha256", "original_embedding_model")
+# How many times a move reads again when its row changed between the read and the lock.
+_READ_ATTEMPTS = 5
+
+
+def _shape_plan() -> Plan[Row]:
+    return (yield Sql(SHAPE_SQL, {}, "one"))
+
+
+def _reembeds(arch: Row, doc: BackupObject, shape: Row) -> bool:
+    """A backup whose vector is not of the active space (archived before a re-embedding flip)."""
+    if shape["model"] is None:
+        return False
+    return arch["original_embedding_model"] != shape["model"] or doc.embedding_array().size != int(
+        shape["dim"]
+    )
+
+
+def _read_flow(arch: Row, query: str, params: dict[str, Any]) -> Flow[_Read | None]:
+    """The backup of an archive row, read with no transaction open: its sha256 checked, its identity
+    matching the row, and every field restorable (models.BackupObject; the embedding of the store's
+    dimension), its text re-embedded when its space is not the active one. A document that fails raises
+    MalformedBackupError on expand as on restore, before anything is written. None: the read failed
+    because the row changed meanwhile (`query` finds it no longer as it was: a concurrent restore and
+    re-archival may have replaced the object); the caller reads the row again."""
+    try:
+        data = yield GetVerified(arch["storage_ref"], arch["backup_sha256"])
+    except MemoryArchiveError:
+        current = yield RunPlan(_archive_plan(query, params))
+        if current is not None and all(current[k] == arch[k] for k in _READ_KEYS):
+            raise
+        return None
+    shape = yield RunPlan(_shape_plan())
+    doc = verified_backup(arch, data, shape)
+    vector = None
+    if _reembeds(arch, doc, shape):
+        vector = yield EmbedText(doc.content, shape["model"], int(shape["dim"]))
+    return _Read(arch, doc, shape, vector)
+
+
+def _changed_too_often(what: str) -> MemoryArchiveError:
+    return MemoryArchiveError(f"{what}: the archive row changed between each read and its lock; retry")
 
 
 def verified_backup(arch: Row, data: bytes, shape: Row) -> BackupObject:
     """The backup document of archive row `arch` from `data` (bytes already checked against the row's
-    sha256), checked as _verified_original says; `shape` is SHAPE_SQL's row. Writes nothing."""
+    sha256), checked as _read_flow says; `shape` is SHAPE_SQL's row. Writes nothing."""
     doc = BackupObject.from_json_bytes(data)
     # A backup of the active model must hold a vector of its dimension; one of another model (archived
     # before a re-embedding flip) is re-embedded when restored (restore_rows_plan).
@@ -202,11 +255,17 @@ def restore_rows_plan(
     actor: str,
     now: datetime,
     details: dict[str, Any] | None = None,
+    vector: np.ndarray | None = None,
 ) -> Plan[None]:
     """Move a locked archive row back to `memories` from its verified backup (archive.restore_archive's
     statements, inside the caller's transaction): restore_many_rows_plan of one."""
     yield from restore_many_rows_plan(
-        [(arch, doc)], event_type=event_type, actor=actor, now=now, details=details
+        [(arch, doc)],
+        event_type=event_type,
+        actor=actor,
+        now=now,
+        details=details,
+        vectors=None if vector is None else {doc.original_id: vector},
     )
 
 
@@ -217,6 +276,7 @@ def restore_many_rows_plan(
     actor: str,
     now: datetime,
     details: dict[str, Any] | None = None,
+    vectors: Mapping[uuid.UUID, np.ndarray] | None = None,
 ) -> Plan[None]:
     """Move locked archive rows back to `memories` from their verified backups, inside the caller's
     transaction, in three statements whatever their number: one multi-row INSERT of the hot rows, one
@@ -235,8 +295,9 @@ def restore_many_rows_plan(
     record (memory_lib.archival.integrity.orphaned_backups, memory_lib.lifecycle.forget).
 
     A backup whose vector is of another embedding space than the active one (archived before a
-    re-embedding flip) comes back with its text re-embedded by the runner's embedder (EmbedText); the
-    backup object stays as it is."""
+    re-embedding flip) comes back with its text re-embedded: `vectors[original_id]`, embedded by the
+    caller before it locked, or else by the runner's embedder here (EmbedText: the bulk restore's stated
+    exception, memory_lib.core.locks); the backup object stays as it is."""
     if not items:
         return
     shape = yield Sql(SHAPE_SQL, {}, "one")
@@ -244,8 +305,13 @@ def restore_many_rows_plan(
     rows: list[str] = []
     for i, (arch, doc) in enumerate(items):
         embedding, model = doc.embedding_array(), arch["original_embedding_model"]
-        if shape["model"] is not None and (model != shape["model"] or embedding.size != int(shape["dim"])):
-            embedding = yield EmbedText(doc.content, shape["model"], int(shape["dim"]))
+        if _reembeds(arch, doc, shape):
+            given = None if vectors is None else vectors.get(doc.original_id)
+            embedding = (
+                given
+                if given is not None
+                else (yield EmbedText(doc.content, shape["model"], int(shape["dim"])))
+            )
             model = shape["model"]
         values = {
             "id": doc.original_id,
@@ -277,20 +343,20 @@ def restore_many_rows_plan(
     )
     if deleted != len(items):
         raise IntegrityError("archive rows deleted on restore", str(len(items)), str(deleted))
-    events: dict[str, Any] = {"event_type": event_type, "actor": actor, "now": now}
-    for i, (arch, doc) in enumerate(items):
-        info = {
-            "archive_id": str(arch["id"]),
-            "storage_ref": arch["storage_ref"],
-            "sha256": arch["backup_sha256"],
-        }
-        events.update({f"memory_id_{i}": doc.original_id, f"user_id_{i}": doc.user_id})
-        events[f"details_{i}"] = Jsonb(info | (details or {}))
-    yield Sql(
-        RESTORE_EVENTS_SQL + ",\n".join(_RESTORE_EVENT_ROW.format(i=i) for i in range(len(items))),
-        events,
-        "rowcount",
-    )
+    recorded = [
+        (
+            doc.original_id,
+            doc.user_id,
+            {
+                "archive_id": str(arch["id"]),
+                "storage_ref": arch["storage_ref"],
+                "sha256": arch["backup_sha256"],
+            }
+            | (details or {}),
+        )
+        for arch, doc in items
+    ]
+    yield events(event_type, recorded, actor=actor, now=now)
 
 
 def _expansions_in_window(arch: Row, config: PromotionConfig, now: datetime) -> Sql:
@@ -307,13 +373,42 @@ def _expansions_in_window(arch: Row, config: PromotionConfig, now: datetime) -> 
     )
 
 
-def expand_plan(
+def _archive_plan(query: str, params: dict[str, Any]) -> Plan[Row | None]:
+    """An archive row as it is now, unlocked: what a move reads its backup for."""
+    return (yield Sql(query, params, "one"))
+
+
+def expand_flow(
     user_id: str, archive_id: uuid.UUID, *, config: PromotionConfig, actor: str, now: datetime
-) -> Plan[Expansion]:
+) -> Flow[Expansion]:
+    """Expand an archived memory (module docstring). Its backup is read and verified, and re-embedded
+    when a re-promotion needs it, before the transaction that locks and writes (memory_lib.core.locks);
+    that transaction re-reads the row and starts over when it changed meanwhile."""
     user_id = validation.user(user_id)
     archive_id = validation.uuid_value("archive_id", archive_id)
     now = validation.timestamp("now", now)
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
+    params = {"user_id": user_id, "archive_id": archive_id}
+    for _ in range(_READ_ATTEMPTS):
+        arch = yield RunPlan(_archive_plan(ARCHIVE_SQL, params))
+        read = None if arch is None else (yield from _read_flow(arch, ARCHIVE_SQL, params))
+        if arch is not None and read is None:
+            continue
+        expansion = yield RunPlan(_expand_locked_plan(user_id, archive_id, read, config, actor, now))
+        if expansion is not None:
+            return expansion
+    raise _changed_too_often(f"expand archive_id={archive_id}")
+
+
+def _expand_locked_plan(
+    user_id: str,
+    archive_id: uuid.UUID,
+    read: _Read | None,
+    config: PromotionConfig,
+    actor: str,
+    now: datetime,
+) -> Plan[Expansion | None]:
+    """expand_flow's transaction; None when the row is not the one read (read again)."""
     yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row lock
     arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
     if arch is None:
@@ -323,11 +418,13 @@ def expand_plan(
             f"no archived memory id={archive_id} for user_id={user_id!r}"
             + (f": it was promoted back to hot memory id={hot['id']}" if hot else "")
         )
-    doc = yield from _verified_original(arch)
+    if read is None or not read.unchanged(arch, (yield Sql(SHAPE_SQL, {}, "one"))):
+        return None
+    doc = read.doc
     yield event(
         arch["original_id"],
         user_id,
-        "expanded",
+        EventType.EXPANDED,
         actor,
         now,
         {"archive_id": str(arch["id"]), "storage_ref": arch["storage_ref"]},
@@ -343,16 +440,36 @@ def expand_plan(
             actor=actor,
             now=now,
             details={"expansions": count, "window_days": config.window_days, "trigger": "expand"},
+            vector=read.vector,
         )
     return Expansion(
         user_id, arch["original_id"], arch["id"], doc.content, doc, arch["storage_ref"], count, promoted
     )
 
 
-def promote_plan(
+def promote_flow(
     user_id: str, archive_id: uuid.UUID, *, config: PromotionConfig, actor: str, now: datetime
-) -> Plan[bool]:
-    """Promote one archive row if the rule holds at `now` (re-checked under the row lock)."""
+) -> Flow[bool]:
+    """Promote one archive row if the rule holds at `now` (re-checked under the row lock); its backup
+    read first, as in expand_flow."""
+    params = {"user_id": user_id, "archive_id": archive_id}
+    for _ in range(_READ_ATTEMPTS):
+        arch = yield RunPlan(_archive_plan(ARCHIVE_SQL, params))
+        if arch is None:
+            return False  # promoted or restored meanwhile
+        read = yield from _read_flow(arch, ARCHIVE_SQL, params)
+        if read is None:
+            continue
+        promoted = yield RunPlan(_promote_locked_plan(read, config, actor, now))
+        if promoted is not None:
+            return bool(promoted)
+    raise _changed_too_often(f"promote archive_id={archive_id}")
+
+
+def _promote_locked_plan(
+    read: _Read, config: PromotionConfig, actor: str, now: datetime
+) -> Plan[bool | None]:
+    user_id, archive_id = read.arch["user_id"], read.arch["id"]
     yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row lock
     arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
     if arch is None:
@@ -360,35 +477,66 @@ def promote_plan(
     count = int((yield _expansions_in_window(arch, config, now))["n"])
     if count < config.expansions_to_promote:
         return False
-    doc = yield from _verified_original(arch)
+    if not read.unchanged(arch, (yield Sql(SHAPE_SQL, {}, "one"))):
+        return None
     yield from restore_rows_plan(
         arch,
-        doc,
+        read.doc,
         event_type="promoted",
         actor=actor,
         now=now,
         details={"expansions": count, "window_days": config.window_days, "trigger": "sweep"},
+        vector=read.vector,
     )
     return True
 
 
-def restore_plan(
+def restore_flow(
     user_id: str,
     *,
     archive_id: uuid.UUID | None = None,
     original_id: uuid.UUID | None = None,
     actor: str,
     now: datetime,
-) -> Plan[RestoreOutcome]:
-    """Bring one archived memory back on request (event 'restored'); already hot is a no-op."""
+) -> Flow[RestoreOutcome]:
+    """Bring one archived memory back on request (event 'restored'); already hot is a no-op. Its backup
+    is read first, as in expand_flow."""
     user_id = validation.user(user_id)
     now = validation.timestamp("now", now)
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     if (archive_id is None) == (original_id is None):
         raise InvalidInputError("archive_id/original_id", (archive_id, original_id), "give exactly one")
-    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row lock
     if archive_id is not None:
         archive_id = validation.uuid_value("archive_id", archive_id)
+        query, params = ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}
+    else:
+        original_id = validation.uuid_value("original_id", original_id)
+        query, params = ARCHIVE_BY_ORIGINAL_SQL, {"user_id": user_id, "original_id": original_id}
+    for _ in range(_READ_ATTEMPTS):
+        arch = yield RunPlan(_archive_plan(query, params))
+        read = None if arch is None else (yield from _read_flow(arch, query, params))
+        if arch is not None and read is None:
+            continue
+        plan = _restore_locked_plan(user_id, archive_id, original_id, read, actor, now)
+        outcome = yield RunPlan(plan)
+        if outcome is not None:
+            return outcome
+    raise _changed_too_often(
+        f"restore {'archive_id' if archive_id else 'original_id'}={archive_id or original_id}"
+    )
+
+
+def _restore_locked_plan(
+    user_id: str,
+    archive_id: uuid.UUID | None,
+    original_id: uuid.UUID | None,
+    read: _Read | None,
+    actor: str,
+    now: datetime,
+) -> Plan[RestoreOutcome | None]:
+    """restore_flow's transaction; None when the row is not the one read (read again)."""
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")  # memory_lib.core.locks: before the row lock
+    if archive_id is not None:
         arch = yield Sql(LOCK_ARCHIVE_SQL, {"user_id": user_id, "archive_id": archive_id}, "one")
         if arch is None:
             hot = yield Sql(PROMOTED_FROM_SQL, {"user_id": user_id, "archive_id": str(archive_id)}, "one")
@@ -399,7 +547,7 @@ def restore_plan(
                 raise NotFoundError(f"archive_id={archive_id}: {AN_ORIGINAL_ID} (user_id={user_id!r})")
             raise NotFoundError(f"no archived memory id={archive_id} for user_id={user_id!r}")
     else:
-        original_id = validation.uuid_value("original_id", original_id)
+        assert original_id is not None  # restore_flow gives exactly one of the two
         arch = yield Sql(
             LOCK_ARCHIVE_BY_ORIGINAL_SQL, {"user_id": user_id, "original_id": original_id}, "one"
         )
@@ -413,8 +561,11 @@ def restore_plan(
                     f"original_id={original_id}: {AN_ARCHIVE_ID.format(other['original_id'])} (user_id={user_id!r})"
                 )
             raise NotFoundError(f"no archived memory original_id={original_id} for user_id={user_id!r}")
-    doc = yield from _verified_original(arch)
-    yield from restore_rows_plan(arch, doc, event_type="restored", actor=actor, now=now)
+    if read is None or not read.unchanged(arch, (yield Sql(SHAPE_SQL, {}, "one"))):
+        return None
+    yield from restore_rows_plan(
+        arch, read.doc, event_type="restored", actor=actor, now=now, vector=read.vector
+    )
     return RestoreOutcome(user_id, arch["original_id"], arch["id"], True)
 
 
@@ -480,8 +631,8 @@ def sweep_promotions(
     for row in due:
         archive_id = row["archive_id"]
         try:
-            plan = promote_plan(row["user_id"], archive_id, config=config, actor=actor, now=as_of)
-            if run_plan(conn, plan, object_store=object_store, embedder=embedder):
+            flow = promote_flow(row["user_id"], archive_id, config=config, actor=actor, now=as_of)
+            if drive(conn, flow, object_store=object_store, embedder=embedder):
                 report.promoted.append(archive_id)
             else:
                 report.skipped += 1

@@ -18,7 +18,7 @@ Design, and why:
   (1) a BEFORE UPDATE trigger per table (`<table>_reembed_guard`) clears a row's secondary vector when
   its active vector changes without the secondary being written in the same statement, so a secondary
   vector never describes old content; (2) every row whose secondary model column is NULL is "pending"
-  and the backfill (`backfill_batch`) fills it. Dual write (`fill_plan`, run by the clients after a
+  and the backfill (`backfill_batch`) fills it. Dual write (`fill_flow`, run by the clients after a
   write) is an optimization: rows written without it are picked up by the backfill, so correctness
   never depends on a client knowing about the migration. While flipped the secondary is the OLD space,
   still backfilled and dual-written with the source embedder: that is what makes a flip back lossless.
@@ -37,40 +37,47 @@ into the table's existing indexes, the old HNSW graph included: ~300 rows/s meas
 cheap embedder, the UPDATE taking ~80% of it), the flip scans each table once under an ACCESS EXCLUSIVE
 lock (coverage count and SET NOT NULL; 0.15 s for 20k rows), and `drop_old` is catalog only (the dropped
 columns' bytes are reclaimed as rows are rewritten, or by VACUUM FULL / pg_repack).
+
+Modules: this one starts, flips, flips back, aborts and drops a migration and builds its indexes;
+backfill.py fills the secondary columns (the backfill and the clients' dual write: rows embedded with no
+lock held, written only if unchanged); vector_groups.py holds what both use (the vector groups, the
+migration record, the embedder a recorded model names).
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import time
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
-
-import numpy as np
 import psycopg
 
 from ..core import validation
-from ..core.config import Settings
-from ..core.errors import EmbeddingMismatchError, InvalidInputError, MemoryArchiveError
-from ..core.plans import EmbedText, Plan, Sql, run_plan, run_plan_async
-from ..core.rows import AsyncConn, Conn, Row
+from ..core.errors import InvalidInputError
+from ..core.rows import Conn
 from ..llm.embedding import (
     LOCAL_MODEL_DIM,
     LOCAL_MODEL_NAME,
-    Embedder,
     HashingEmbedder,
-    LocalEmbedder,
-    embedder_from_settings,
 )
 from ..storage import partitioning
 from ..storage.db import rerender_migration_checksums
+from .backfill import DualWriter, backfill_batch, fill_flow, pending
+from .vector_groups import (
+    BY_KIND,
+    HNSW_MAX_VECTOR_DIM,
+    KINDS,
+    MIGRATION_SQL,
+    VECTOR_GROUPS,
+    Group,
+    Kind,
+    Migration,
+    ReembeddingError,
+    active_migration,
+    embedder_for,
+)
 
+# Defined in .vector_groups and .backfill; importable from here as before.
 __all__ = [
     "KINDS",
+    "DualWriter",
+    "Kind",
     "Migration",
     "ReembeddingError",
     "abort",
@@ -80,95 +87,13 @@ __all__ = [
     "drop_old",
     "embedder_for",
     "ensure_indexes",
-    "fill_plan",
+    "fill_flow",
     "flip",
     "flip_back",
+    "pending",
     "start",
 ]
 
-Kind = Literal["hot", "archived", "digests", "facts"]
-KINDS: tuple[Kind, ...] = ("hot", "archived", "digests", "facts")
-HNSW_MAX_VECTOR_DIM = 2000  # pgvector's HNSW limit for `vector` columns
-
-
-class ReembeddingError(MemoryArchiveError):
-    """A re-embedding step that cannot run in the current state (the message says why and what to do)."""
-
-
-@dataclass(frozen=True)
-class _Col:
-    name: str
-    type: str  # {dim} is the migration's dimension
-    not_null: bool
-
-
-@dataclass(frozen=True)
-class _Group:
-    """One table's vector and the columns that travel with it."""
-
-    table: str
-    kind: Kind | None  # None: not backfilled (archival checkpoints are refused at flip instead)
-    vector: str  # the column whose change invalidates the secondary (the guard trigger)
-    model: str  # NULL in the secondary = pending
-    cols: tuple[_Col, ...]
-    text: str = "NULL"  # SQL giving the text to embed
-    needs_vector: str = "true"  # rows that get a vector (archive stubs only get the model)
-    index: str | None = None  # the HNSW index method/opclass of the vector column
-
-
-VECTOR_GROUPS: tuple[_Group, ...] = (
-    _Group(
-        "memories",
-        "hot",
-        "embedding",
-        "embedding_model",
-        (
-            _Col("embedding", "vector({dim})", True),
-            _Col("embedding_model", "text", True),
-            _Col("embedding_dim", "integer", True),
-        ),
-        text="content",
-        index="hnsw ({col} vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
-    ),
-    _Group(
-        "archived_memories",
-        "archived",
-        "summary_bits",
-        "summary_embedding_model",
-        (
-            _Col("summary_bits", "bit({dim})", False),
-            _Col("summary_embedding", "halfvec({dim})", False),
-            _Col("summary_embedding_model", "text", True),
-        ),
-        text="summary",
-        needs_vector="summary_bits IS NOT NULL",
-        index="hnsw ({col} bit_hamming_ops) WITH (m = 16, ef_construction = 64)",
-    ),
-    _Group(
-        "memory_digests",
-        "digests",
-        "embedding",
-        "embedding_model",
-        (_Col("embedding", "vector({dim})", True), _Col("embedding_model", "text", True)),
-        text="summary",
-    ),
-    _Group(
-        "memory_facts",
-        "facts",
-        "embedding",
-        "embedding_model",
-        (_Col("embedding", "vector({dim})", True), _Col("embedding_model", "text", True)),
-        text="subject || ' ' || predicate || ' ' || object",
-    ),
-    _Group(
-        "archival_attempts",
-        None,
-        "summary_embedding",
-        "summary_embedding_model",
-        (_Col("summary_embedding", "halfvec({dim})", False), _Col("summary_embedding_model", "text", False)),
-    ),
-)
-_BY_KIND = {g.kind: g for g in VECTOR_GROUPS if g.kind is not None}
 _LOCK_ALL = "LOCK TABLE " + ", ".join(g.table for g in VECTOR_GROUPS) + " IN ACCESS EXCLUSIVE MODE"
 
 
@@ -179,96 +104,10 @@ def _lock_all(conn: Conn, timeout: str = "30s") -> None:
     conn.execute(_LOCK_ALL)
 
 
-@dataclass(frozen=True)
-class Migration:
-    id: int
-    source_model: str
-    source_dim: int
-    target_model: str
-    target_dim: int
-    state: str
-    started_at: datetime
-    flipped_at: datetime | None
-    flips: int
-
-    @property
-    def open(self) -> bool:
-        return self.state in ("running", "flipped")
-
-    @property
-    def suffix(self) -> str:
-        """The secondary columns' suffix: `_next` (target) while running, `_prev` (source) once flipped."""
-        return "_next" if self.state == "running" else "_prev"
-
-    @property
-    def secondary(self) -> tuple[str, int]:
-        """(model, dim) the secondary columns hold: the target while running, the source once flipped."""
-        if self.state == "running":
-            return self.target_model, self.target_dim
-        return self.source_model, self.source_dim
-
-    @property
-    def active(self) -> tuple[str, int]:
-        if self.state == "flipped":
-            return self.target_model, self.target_dim
-        return self.source_model, self.source_dim
-
-    def dim_of(self, suffix: str) -> int:
-        return self.target_dim if suffix == "_next" else self.source_dim
-
-
-_MIGRATION_SQL = """SELECT id, source_model, source_dim, target_model, target_dim, state, started_at, flipped_at,
-                           flips FROM embedding_migrations"""
-
-
-def active_migration(conn: Conn, *, for_update: bool = False) -> Migration | None:
-    """The open (running or flipped) migration, or None."""
-    row = conn.execute(
-        f"{_MIGRATION_SQL} WHERE state IN ('running', 'flipped'){' FOR UPDATE' if for_update else ''}"
-    ).fetchone()
-    return None if row is None else Migration(**row)
-
-
-def _latest(conn: Conn) -> Migration | None:
-    row = conn.execute(f"{_MIGRATION_SQL} ORDER BY id DESC LIMIT 1").fetchone()
-    return None if row is None else Migration(**row)
-
-
-# --------------------------------------------------------------------------- embedders by name
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_embedder(model: str, dim: int) -> Embedder:
-    if model == LOCAL_MODEL_NAME:
-        return LocalEmbedder(model)
-    if model == HashingEmbedder(dim).model:
-        return HashingEmbedder(dim)
-    # Any other name is an OpenAI(-compatible) model: the key and base URL of the configured embedding.
-    cfg = Settings.from_env().embedding.model_copy(
-        update={"provider": "openai", "openai_model": model, "dim": dim}
-    )
-    return embedder_from_settings(cfg)
-
-
-def embedder_for(model: str, dim: int) -> Embedder:
-    """The embedder a recorded (model, dim) names: the packaged local model, the hashing embedder of that
-    dim, or else an OpenAI model (OPENAI_API_KEY, MEMORY_ARCHIVE_EMBEDDING_BASE_URL). Cached per process."""
-    return _cached_embedder(model, dim)
-
-
-def _check_embedder(embedder: Embedder, model: str, dim: int, what: str) -> None:
-    if embedder.model != model or embedder.dim != dim:
-        raise EmbeddingMismatchError(
-            "embedder",
-            f"{embedder.model} ({embedder.dim}-d)",
-            f"the {what} columns hold {model!r} ({dim}-d) vectors",
-        )
-
-
 # --------------------------------------------------------------------------- start / abort
 
 
-def _guard_sql(g: _Group, suffix: str) -> str:
+def _guard_sql(g: Group, suffix: str) -> str:
     clear = " ".join(f"NEW.{c.name}{suffix} := NULL;" for c in g.cols)
     return f"""
         CREATE OR REPLACE FUNCTION {g.table}_reembed_guard() RETURNS trigger LANGUAGE plpgsql AS $fn$
@@ -406,7 +245,7 @@ def _require(conn: Conn, state: str, what: str) -> Migration:
 
 
 def _by_id(conn: Conn, mid: int) -> Migration:
-    row = conn.execute(f"{_MIGRATION_SQL} WHERE id = %s", (mid,)).fetchone()
+    row = conn.execute(f"{MIGRATION_SQL} WHERE id = %s", (mid,)).fetchone()
     assert row is not None  # `mid` was just read; migrations are never deleted
     return Migration(**row)
 
@@ -418,168 +257,18 @@ def _drop_secondary(conn: Conn, suffix: str) -> None:
         conn.execute(f"ALTER TABLE {g.table} {drops}")
 
 
-# --------------------------------------------------------------------------- backfill and dual write
-
-
-def _bucket_filter(bucket: int | None, buckets: int | None) -> str:
-    if bucket is None:
-        return ""
-    return "AND (hashtext(id::text) & 2147483647) %% %(buckets)s = %(bucket)s"
-
-
-def _vector_text(v: np.ndarray) -> str:
-    # repr of the float64 of each float32 round-trips exactly.
-    return "[" + ",".join(repr(float(x)) for x in v) + "]"
-
-
-def _write_sql(g: _Group, suffix: str, dim: int) -> str:
-    if g.kind == "hot":
-        sets = (
-            f"embedding{suffix} = v.vec::vector({dim}), embedding_model{suffix} = %(model)s, "
-            f"embedding_dim{suffix} = {dim}"
-        )
-    elif g.kind == "archived":
-        # 007's representation: one bit per dimension (the sign); a stub gets no bits, only the model.
-        sets = (
-            f"summary_bits{suffix} = binary_quantize(v.vec::vector({dim}))::bit({dim}), "
-            f"summary_embedding_model{suffix} = %(model)s"
-        )
-    else:
-        sets = f"embedding{suffix} = v.vec::vector({dim}), embedding_model{suffix} = %(model)s"
-    return f"""UPDATE {g.table} t SET {sets}
-               FROM unnest(%(ids)s::uuid[], %(vecs)s::text[]) AS v(id, vec)
-               WHERE t.id = v.id AND t.{g.model}{suffix} IS NULL"""
-
-
-# FOR SHARE: a flip (FOR UPDATE of this row, then the tables) waits for a batch holding it, or the batch
-# sees the flip and stops: the column names a batch uses are the ones of the state it read.
-_STATE_SQL = "SELECT state FROM embedding_migrations WHERE id = %(id)s FOR SHARE"
-
-
-def _check_state(m: Migration, row: Row | None) -> None:
-    if row is None or row["state"] != m.state:
-        raise ReembeddingError(
-            f"re-embedding {m.id} changed state ({m.state} -> {row and row['state']}): retry"
-        )
-
-
-def _claim_sql(g: _Group, suffix: str, where: str) -> str:
-    return f"""SELECT id, {g.text} AS text, {g.needs_vector} AS needs_vector FROM {g.table}
-               WHERE {g.model}{suffix} IS NULL {where}
-               ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
-
-
-def fill_plan(migration: Migration, kind: Kind, ids: Sequence[uuid.UUID]) -> Plan[int]:
-    """Dual write as a plan (both clients run it): fill the secondary columns of just-written rows `ids`
-    that are still pending, each text embedded by the runner's embedder (EmbedText: it must be the
-    secondary space's). The same statements as a backfill batch, for a few rows."""
-    g, m = _group(kind), migration
-    model, dim = m.secondary
-    _check_state(m, (yield Sql(_STATE_SQL, {"id": m.id}, "one")))
-    rows = yield Sql(_claim_sql(g, m.suffix, "AND id = ANY(%(ids)s)"), {"ids": list(ids), "limit": len(ids)})
-    by_id: dict[uuid.UUID, str | None] = {}
-    for r in rows:
-        vec = (yield EmbedText(r["text"], model, dim)) if r["needs_vector"] else None
-        by_id[r["id"]] = None if vec is None else _vector_text(vec)
-    if not by_id:
-        return 0
-    return (
-        yield Sql(
-            _write_sql(g, m.suffix, dim),
-            {"ids": list(by_id), "vecs": list(by_id.values()), "model": model},
-            "rowcount",
-        )
-    )
-
-
-def _fill(
-    conn: Conn,
-    g: _Group,
-    m: Migration,
-    embedder: Embedder,
-    where: str,
-    params: dict[str, Any],
-    limit: int,
-) -> int:
-    """Claim up to `limit` pending rows (FOR UPDATE SKIP LOCKED), embed them, write them in one UPDATE;
-    one transaction, so a crash loses only the embedding work of this batch."""
-    model, dim = m.secondary
-    _check_embedder(embedder, model, dim, f"{m.suffix} (re-embedding {m.id})")
-    suffix = m.suffix
-    with conn.transaction():
-        _check_state(m, conn.execute(_STATE_SQL, {"id": m.id}).fetchone())
-        rows = conn.execute(_claim_sql(g, suffix, where), params | {"limit": limit}).fetchall()
-        if not rows:
-            return 0
-        todo = [r for r in rows if r["needs_vector"]]
-        vectors = embedder.embed([r["text"] for r in todo]) if todo else np.zeros((0, dim), np.float32)
-        by_id: dict[uuid.UUID, str | None] = {r["id"]: None for r in rows}
-        for r, v in zip(todo, vectors, strict=True):
-            by_id[r["id"]] = _vector_text(np.asarray(v, dtype=np.float32))
-        return conn.execute(
-            _write_sql(g, suffix, dim),
-            {"ids": list(by_id), "vecs": list(by_id.values()), "model": model},
-        ).rowcount
-
-
-def backfill_batch(
-    conn: Conn,
-    embedder: Embedder,
-    kind: Kind,
-    limit: int = 256,
-    *,
-    bucket: int | None = None,
-    buckets: int | None = None,
-) -> int:
-    """Fill the secondary columns of up to `limit` pending rows of `kind` (in `bucket` of `buckets` by a
-    stable hash of the id, when given); returns how many. 0: nothing left (in that bucket). Idempotent
-    and crash-safe: a row is pending until its write commits; concurrent workers skip locked rows.
-    `embedder` must be the secondary space's (the target while running, the source once flipped)."""
-    g = _group(kind)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidInputError("limit", limit, "must be a positive integer")
-    if bucket is not None and (buckets is None or not 0 <= bucket < buckets):
-        raise InvalidInputError("bucket", bucket, f"must be in [0, buckets={buckets})")
-    m = active_migration(conn)
-    if m is None:
-        return 0
-    return _fill(
-        conn, g, m, embedder, _bucket_filter(bucket, buckets), {"bucket": bucket, "buckets": buckets}, limit
-    )
-
-
-def _group(kind: object) -> _Group:
-    if kind not in _BY_KIND:
-        raise InvalidInputError("kind", kind, f"must be one of {list(KINDS)}")
-    return _BY_KIND[kind]
-
-
-def pending(conn: Conn, kind: Kind, *, bucket: int | None = None, buckets: int | None = None) -> int:
-    """Rows of `kind` (in `bucket`) whose secondary columns are not filled yet; 0 without a migration."""
-    g = _group(kind)
-    m = active_migration(conn)
-    if m is None:
-        return 0
-    row = conn.execute(
-        f"SELECT count(*) AS n FROM {g.table} WHERE {g.model}{m.suffix} IS NULL {_bucket_filter(bucket, buckets)}",
-        {"bucket": bucket, "buckets": buckets},
-    ).fetchone()
-    assert row is not None  # an aggregate without GROUP BY returns one row
-    return row["n"]
-
-
 def coverage(conn: Conn) -> dict[str, int]:
     """Pending (uncovered) rows per table of the open migration's secondary columns; {} without one."""
     m = active_migration(conn)
     if m is None:
         return {}
-    return {_BY_KIND[k].table: pending(conn, k) for k in KINDS}
+    return {BY_KIND[k].table: pending(conn, k) for k in KINDS}
 
 
 # --------------------------------------------------------------------------- indexes
 
 
-def _index_name(g: _Group, m: Migration) -> str:
+def _index_name(g: Group, m: Migration) -> str:
     return f"{g.table}_{g.vector}_m{m.id}_hnsw"
 
 
@@ -728,60 +417,3 @@ def drop_old(conn: Conn, *, actor: str) -> Migration:
     """After a flip, on request: drop the `_prev` columns (and their indexes, triggers); `finished`.
     From here a flip back is impossible."""
     return _close(conn, actor, state="flipped", what="drop the old vectors", suffix="_prev", final="finished")
-
-
-# --------------------------------------------------------------------------- the clients' dual write
-
-
-class DualWriter:
-    """What a client needs to dual-write: the open migration (read from the database at most every
-    `ttl` seconds) and the secondary space's embedder. A stale answer is harmless: rows it misses stay
-    pending for the backfill, and a secondary of the wrong space is refused (_check_embedder)."""
-
-    def __init__(self, ttl: float = 10.0, make_embedder: Callable[[str, int], Embedder] = embedder_for):
-        self.ttl = ttl
-        self._make = make_embedder
-        self._at = -float("inf")
-        self._migration: Migration | None = None
-
-    def migration(self, conn: Conn) -> Migration | None:
-        if time.monotonic() - self._at > self.ttl:
-            try:
-                self._migration = active_migration(conn)
-            except psycopg.errors.UndefinedTable:  # a schema before 017: no migration can be open
-                self._migration = None
-            self._at = time.monotonic()
-        return self._migration
-
-    def fill(self, conn: Conn, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
-        m = self.migration(conn)
-        if m is None or not ids:
-            return 0
-        try:
-            return run_plan(conn, fill_plan(m, kind, ids), embedder=self._make(*m.secondary))
-        except ReembeddingError:
-            self._at = -float("inf")  # the migration moved on (flipped, finished): ask again next time
-            return 0
-
-    async def fill_async(self, conn: AsyncConn, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
-        """`fill` for the async client (embedding and the embedder's first load run in a thread)."""
-        if time.monotonic() - self._at > self.ttl:
-            try:
-                self._migration = await run_plan_async(conn, _active_plan())
-            except psycopg.errors.UndefinedTable:
-                self._migration = None
-            self._at = time.monotonic()
-        m = self._migration
-        if m is None or not ids:
-            return 0
-        embedder = await asyncio.to_thread(self._make, *m.secondary)
-        try:
-            return await run_plan_async(conn, fill_plan(m, kind, ids), embedder=embedder)
-        except ReembeddingError:
-            self._at = -float("inf")
-            return 0
-
-
-def _active_plan() -> Plan[Migration | None]:
-    row = yield Sql(f"{_MIGRATION_SQL} WHERE state IN ('running', 'flipped')", {}, "one")
-    return None if row is None else Migration(**row)

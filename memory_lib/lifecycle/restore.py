@@ -1,7 +1,7 @@
 """Restore: archived memories back to the hot tier, exactly as they were — one, a user's, or all.
 
 One memory (restore_archive, the client) is restored in its own transaction after its backup is
-verified against the recorded sha256; the statements are promotion.restore_plan's, shared with
+verified against the recorded sha256; the statements are promotion.restore_flow's, shared with
 re-promotion and the async client. Many (restore_archives) go by groups: each group's backups verified
 one by one, then its verified members moved in three multi-row statements (promotion.restore_many_rows_plan,
 the same code); a group whose statements fail is retried one memory at a time.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +26,8 @@ import psycopg
 
 from ..core import validation
 from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
-from ..core.plans import Plan, Sql, run_plan
+from ..core.locks import USERS_LOCK_SQL
+from ..core.plans import Plan, Sql, drive, run_plan
 from ..core.rows import Conn, Row
 from ..llm.embedding import Embedder
 from ..storage import packs
@@ -39,8 +40,8 @@ from .promotion import (
     ARCHIVE_ROW,
     IS_MEMORY_ID_SQL,
     ORIGINAL_OF_ARCHIVE_SQL,
+    restore_flow,
     restore_many_rows_plan,
-    restore_plan,
     verified_backup,
 )
 
@@ -72,12 +73,12 @@ def restore_archive(
     such by the 'restored' event (the orphan sweep skips it, forget deletes it). A backup whose vector
     is of another embedding space than the active one (archived before a re-embedding flip) needs
     `embedder`, the active space's: the text is re-embedded, the backup left as it is. (The statements
-    are promotion.restore_plan's, shared with re-promotion and the async client.)
+    are promotion.restore_flow's, shared with re-promotion and the async client.)
     """
-    plan = restore_plan(
+    flow = restore_flow(
         user_id, archive_id=archive_id, original_id=original_id, actor=actor, now=now or datetime.now(UTC)
     )
-    outcome = run_plan(conn, plan, object_store=object_store, embedder=embedder)
+    outcome = drive(conn, flow, object_store=object_store, embedder=embedder)
     return RestoreResult(outcome.memory_id, outcome.user_id, outcome.restored)
 
 
@@ -121,11 +122,13 @@ class _Prefetch:
         self.store = store
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="restore-read")
         self._reads: dict[tuple[str, str], tuple[Future[list[bytes | BaseException]], int]] = {}
+        self._of: dict[uuid.UUID, tuple[str, str]] = {}  # original_id -> the read loaded for it
 
     def load(self, rows: Iterable[Row]) -> None:
         by_key: dict[str, list[tuple[str, str]]] = {}
         for r in rows:
             wanted = (r["storage_ref"], r["backup_sha256"])
+            self._of[r["original_id"]] = wanted
             if wanted not in self._reads:
                 by_key.setdefault(self.store.key_from_ref(r["storage_ref"]), []).append(wanted)
         for group in by_key.values():
@@ -133,6 +136,16 @@ class _Prefetch:
             future = self._pool.submit(packs.read_members, self.store, group, workers=1)
             for i, wanted in enumerate(group):
                 self._reads[wanted] = (future, i)
+
+    def settle(self, original_ids: Iterable[uuid.UUID]) -> None:
+        """Wait until the reads loaded for these memories are done (they stay to be served): a group
+        takes its locks only then (memory_lib.core.locks)."""
+        futures = [
+            found[0]
+            for oid in original_ids
+            if (wanted := self._of.pop(oid, None)) is not None and (found := self._reads.get(wanted))
+        ]
+        wait(futures)
 
     def read_ref(self, ref: str, sha256: str) -> bytes:
         found = self._reads.pop((ref, sha256), None)
@@ -146,6 +159,7 @@ class _Prefetch:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._reads.clear()
+        self._of.clear()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -191,7 +205,7 @@ def restore_archives(
         raise InvalidInputError("commit_every", commit_every, "must be a positive integer")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidInputError("chunk_size", chunk_size, "must be a positive integer")
-    # Checked once here: a group writes it into its audit events without restore_plan's check.
+    # Checked once here: a group writes it into its audit events without restore_flow's check.
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     prefetch = _Prefetch(store, read_workers)
     try:
@@ -212,11 +226,8 @@ def restore_archives(
         prefetch.close()
 
 
-# A group's locks and rows (_lock_group_plan). The users' write locks (the key of core.locks.USER_LOCK_SQL)
-# in the order of the array, which is sorted: a function scan yields an array's elements in order.
-LOCK_USERS_SQL = """
-    SELECT count(pg_advisory_xact_lock(hashtextextended('memory_lib.add:' || u, 0))) AS n
-    FROM unnest(%(users)s::text[]) AS u"""
+# A group's locks and rows (_lock_group_plan): the users' write locks (core.locks, sorted), then the rows.
+LOCK_USERS_SQL = USERS_LOCK_SQL
 # Each (user_id, original_id) pair exactly: a row of another user with the same original_id is not read.
 LOCK_GROUP_SQL = f"""
     SELECT {ARCHIVE_ROW} FROM archived_memories a
@@ -357,10 +368,10 @@ def _restore_archives(
         takes its users' write locks ascending: memory_lib.core.locks). An exception that escapes
         rolls the open group back: its memories stay archived."""
         for i in range(0, len(members), commit_every):
+            group = members[i : i + commit_every]
+            store.settle(oid for _, oid in group)  # its backups read before it locks (core/locks.py)
             with conn.transaction():
-                _restore_group(
-                    conn, store, members[i : i + commit_every], actor=actor, embedder=embedder, report=report
-                )
+                _restore_group(conn, store, group, actor=actor, embedder=embedder, report=report)
 
     if ids is not None:
         archives = {

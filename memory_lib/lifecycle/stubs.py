@@ -35,9 +35,9 @@ from ..core.errors import IntegrityError, ObjectNotFoundError
 from ..core.plans import Plan, Sql
 from ..core.rows import Conn, Row
 from ..core.shards import ALL, Shard, shard_filter
-from ..storage import packs
+from ..storage import events, packs
+from ..storage.events import EventType, event
 from ..storage.objectstore import ObjectStore, StoredObject
-from ..write.write_path import event
 from .eligibility import RETENTION_EXEMPT
 
 STUB_PREFIX = "[archived] "
@@ -60,6 +60,12 @@ _DUE_SQL = f"""
       AND a.original_category <> ALL(%(exempt)s) AND {_LAST_USE} <= %(cutoff)s
     ORDER BY a.id LIMIT %(n)s"""
 
+_STUBBED_SQL = """
+    SELECT s.original_id AS memory_id, s.user_id,
+           jsonb_build_object('archive_id', s.id::text, 'storage_ref', s.storage_ref,
+                              'backup_version_id', s.backup_version_id, 'as_of', %(as_of)s::text,
+                              'stub_after_days', %(days)s::integer) AS details
+    FROM s"""
 # The row is re-checked under the UPDATE: an expansion since the HEAD keeps it searchable.
 _STUB_SQL = f"""
     WITH s AS (
@@ -68,12 +74,7 @@ _STUB_SQL = f"""
           AND a.original_category <> ALL(%(exempt)s) AND {_LAST_USE} <= %(cutoff)s
         RETURNING a.id, a.user_id, a.original_id, {packs.ref_sql("a")} AS storage_ref, a.backup_version_id
     )
-    INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
-    SELECT s.original_id, s.user_id, 'stubbed', %(actor)s,
-           jsonb_build_object('archive_id', s.id::text, 'storage_ref', s.storage_ref,
-                              'backup_version_id', s.backup_version_id, 'as_of', %(as_of)s::text,
-                              'stub_after_days', %(days)s::integer)
-    FROM s"""
+    {events.insert_select(_STUBBED_SQL)}"""
 
 
 @dataclass
@@ -147,14 +148,18 @@ def convert(
     started = time.monotonic()
     run = StubRun(as_of)
     cutoff = as_of - timedelta(days=stub_after_days)
-    params = shard.params() | {
-        "cutoff": cutoff,
-        "as_of": as_of,
-        "exempt": list(RETENTION_EXEMPT),
-        "actor": actor,
-        "days": stub_after_days,
-        "n": batch_size,
-    }
+    # The event's time: the database clock when the stub is made (as_of is in its details).
+    params = (
+        shard.params()
+        | events.event_params(EventType.STUBBED, actor, None)
+        | {
+            "cutoff": cutoff,
+            "as_of": as_of,
+            "exempt": list(RETENTION_EXEMPT),
+            "days": stub_after_days,
+            "n": batch_size,
+        }
+    )
     after = uuid.UUID(int=0)
     while True:
         rows = conn.execute(_DUE_SQL, params | {"after": after}).fetchall()
@@ -242,7 +247,7 @@ def restore_vector_plan(
     yield event(
         row["original_id"],
         user_id,
-        "unstubbed",
+        EventType.UNSTUBBED,
         actor,
         now,
         {"archive_id": str(archive_id), "storage_ref": row["storage_ref"]},

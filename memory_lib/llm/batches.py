@@ -55,7 +55,7 @@ from typing import Any
 from ..core.errors import SummarizationError
 from ..core.rows import Conn
 from ..core.statuses import OPEN_STATUSES
-from .transport import ProviderClient
+from .client import LLMClient
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +91,17 @@ class ProviderBatch:
 
 
 class BatchClient:
-    """One provider's batch endpoints, through its SDK and the summarizer's retries."""
+    """One provider's batch endpoints, through the summarizer's LLM client: its SDK client, rate limit
+    and retries."""
 
     def __init__(self, summarizer: Any):
-        # An Anthropic or OpenAI summarizer (supports_batches): its client, rate limit and retries.
-        self.summarizer: ProviderClient = summarizer
-        self.kind = summarizer.kind
-        self.client = summarizer.client
+        # An LLM summarizer (supports_batches); its requests and answers are the sync path's.
+        self.llm: LLMClient = summarizer.llm
+        self.kind = self.llm.kind
+        self.client = self.llm.client
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        return self.summarizer.call(fn, what)
+        return self.llm.call(fn, what)
 
     # -- submit ----------------------------------------------------------------------------------
 
@@ -292,7 +293,8 @@ def describe_submit_failure(exc: BaseException) -> str:
 
 
 def supports_batches(summarizer: Any) -> bool:
-    return getattr(summarizer, "kind", None) in ("anthropic", "openai") and hasattr(summarizer, "client")
+    """A summarizer over an LLM client (memory_lib.llm.summarize.LLMSummarizer); the offline one has none."""
+    return isinstance(getattr(summarizer, "llm", None), LLMClient)
 
 
 def submission_key(batch_key: str, memory_ids: list[uuid.UUID]) -> str:

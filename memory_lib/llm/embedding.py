@@ -10,16 +10,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import os
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
 from ..core.errors import EmbeddingError, InvalidInputError
-from .transport import RateLimiter, RetryPolicy, call_with_retries
+from .transport import RateLimiter, RetryPolicy, call_with_retries, sdk_client
 
 if TYPE_CHECKING:
     from ..core.config import EmbeddingConfig
@@ -174,8 +173,6 @@ class OpenAIEmbedder:
         retry_wait_base: float = 0.5,
         retry_wait_max: float = 20.0,
     ):
-        import openai
-
         if batch_size < 1:
             raise InvalidInputError("batch_size", batch_size, "must be at least 1")
         self.model = model
@@ -184,7 +181,7 @@ class OpenAIEmbedder:
         self._limiter = limiter
         self._policy = RetryPolicy(max_retries, retry_wait_base, retry_wait_max)
         self._secret = api_key
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+        self._client = sdk_client("openai", api_key, base_url, timeout)
         # Only the text-embedding-3 family accepts `dimensions`; others are checked against `dim` after.
         self._send_dimensions = model.startswith("text-embedding-3")
 
@@ -293,25 +290,28 @@ class LocalEmbedder:
 # --------------------------------------------------------------------------------------------------
 
 
-def embedding_provider(cfg: EmbeddingConfig, env: Mapping[str, str]) -> str:
-    """The provider `cfg.provider` names; "auto": OpenAI when OPENAI_API_KEY is set, else hashing."""
+def embedding_provider(cfg: EmbeddingConfig) -> str:
+    """The provider `cfg.provider` names; "auto": OpenAI when its key (embedding.openai_api_key, from
+    OPENAI_API_KEY) is set, else hashing."""
     if cfg.provider != "auto":
         return cfg.provider
-    return "openai" if env.get("OPENAI_API_KEY", "").strip() else "hashing"
+    return "openai" if cfg.openai_api_key is not None else "hashing"
 
 
-def embedder_from_settings(cfg: EmbeddingConfig, env: Mapping[str, str] | None = None) -> Embedder:
+def embedder_from_settings(cfg: EmbeddingConfig) -> Embedder:
     """The embedder `cfg.provider` asks for (embedding_provider: "auto" picks OpenAI, else hashing)."""
-    env = os.environ if env is None else env
-    openai_key = env.get("OPENAI_API_KEY", "").strip() or None
-    provider = embedding_provider(cfg, env)
+    provider = embedding_provider(cfg)
     if provider == "openai":
-        if not openai_key:
+        if cfg.openai_api_key is None:
             raise InvalidInputError(
                 "OPENAI_API_KEY", None, "embedding.provider='openai' needs this environment variable set"
             )
         return OpenAIEmbedder(
-            openai_key, model=cfg.openai_model, dim=cfg.dim, base_url=cfg.base_url, batch_size=cfg.batch_size
+            cfg.openai_api_key.get_secret_value(),
+            model=cfg.openai_model,
+            dim=cfg.dim,
+            base_url=cfg.base_url or cfg.openai_base_url,
+            batch_size=cfg.batch_size,
         )
     if provider == "local":
         if cfg.dim != LOCAL_MODEL_DIM:

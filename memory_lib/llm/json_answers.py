@@ -1,24 +1,22 @@
 """JSON answers from the configured LLM provider, validated by a pydantic schema (digests, facts).
 
-Reuses memory_lib.llm.summarize's provider classes as they are: their SDK client, our retry and rate-limit
-policy (memory_lib.llm.transport's `call_api`), the key kept out of errors and reprs. Only the prompt and
-the parsing differ: the answer must be one JSON object that the given pydantic model accepts, else
-SummarizationError naming the model and what was wrong (nothing is written from an answer that does not
-validate).
+A prompt over memory_lib.llm.client's LLMClient: its SDK client, our retry and rate-limit policy, the
+key kept out of errors and reprs. Only the prompt and the parsing are ours: the answer must be one JSON
+object that the given pydantic model accepts, else SummarizationError naming the model and what was
+wrong (nothing is written from an answer that does not validate).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..core.errors import SummarizationError
-from .summarize import AnthropicSummarizer, OpenAISummarizer, estimate_cost_usd, summarizer_from_settings
+from .client import LLMClient, llm_client_from_settings
+from .summary import estimate_cost_usd
 from .transport import parse_json_answer
 
 if TYPE_CHECKING:
@@ -59,17 +57,12 @@ def parse_json_object(text: str | None, schema: type[M], *, model: str) -> M:
 
 
 class JsonLLM:
-    """One provider (Anthropic or OpenAI) asked for JSON objects."""
+    """The JSON-answer prompt over an LLM client (Anthropic or OpenAI): digests, facts, the write judge."""
 
-    def __init__(
-        self,
-        provider: AnthropicSummarizer | OpenAISummarizer,
-        *,
-        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
-    ):
-        self._provider = provider
-        self.kind = provider.kind
-        self.model = provider.model
+    def __init__(self, llm: LLMClient, *, max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS):
+        self.llm = llm
+        self.kind = llm.kind
+        self.model = llm.model
         self.max_output_tokens = max_output_tokens
 
     def __repr__(self) -> str:
@@ -81,50 +74,25 @@ class JsonLLM:
 
     def complete_text(self, prompt: str) -> tuple[str | None, JsonUsage]:
         """The answer's text and what it cost, unparsed (a caller that must bill a malformed answer)."""
-        p = self._provider
         # "summary": the request's name in error messages, as it has always been for JSON answers too.
-        if isinstance(p, AnthropicSummarizer):
-            response: Any = p.call_api(
-                lambda: p.client.messages.with_raw_response.create(
-                    model=self.model,
-                    max_tokens=self.max_output_tokens,
-                    messages=[{"role": "user", "content": prompt}],
-                ),
-                "summary",
-            )
-            if response.stop_reason == "max_tokens":
-                raise SummarizationError(
-                    f"model {self.model!r} hit max_output_tokens={self.max_output_tokens}"
-                )
-            text = "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
-            tokens_in, tokens_out = response.usage.input_tokens, response.usage.output_tokens
-        else:
-            response = p.call_api(
-                lambda: p.client.chat.completions.with_raw_response.create(
-                    model=self.model,
-                    max_completion_tokens=self.max_output_tokens,
-                    messages=[{"role": "user", "content": prompt}],
-                ),
-                "summary",
-            )
-            if not response.choices:
-                raise SummarizationError(f"model {self.model!r} returned no choices")
-            if response.choices[0].finish_reason == "length":
-                raise SummarizationError(
-                    f"model {self.model!r} hit max_output_tokens={self.max_output_tokens}"
-                )
-            text = response.choices[0].message.content
-            usage = response.usage
-            tokens_in, tokens_out = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
-        model = getattr(response, "model", None) or self.model
-        return text, JsonUsage(
-            model, tokens_in, tokens_out, estimate_cost_usd(self.model, tokens_in, tokens_out)
+        answer = self.llm.complete(prompt, max_tokens=self.max_output_tokens, what="summary")
+        if answer.empty:
+            raise SummarizationError(f"model {self.model!r} returned no choices")
+        if answer.cut_off:
+            raise SummarizationError(f"model {self.model!r} hit max_output_tokens={self.max_output_tokens}")
+        u = answer.usage
+        # Every prompt token, cached or not, at the list price of the configured model.
+        tokens_in = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        return answer.text, JsonUsage(
+            answer.model,
+            tokens_in,
+            u.output_tokens,
+            estimate_cost_usd(self.model, tokens_in, u.output_tokens),
         )
 
 
-def json_llm_from_settings(llm: LLMConfig, env: Mapping[str, str] | None = None) -> JsonLLM | None:
-    """The provider the settings choose (as for summaries), or None when they resolve to offline."""
-    provider = summarizer_from_settings(llm, os.environ if env is None else env)
-    if isinstance(provider, AnthropicSummarizer | OpenAISummarizer):
-        return JsonLLM(provider)
-    return None
+def json_llm_from_settings(llm: LLMConfig) -> JsonLLM | None:
+    """The JSON prompt over the provider the settings choose (as for summaries), or None when they
+    resolve to offline ("extractive")."""
+    client = llm_client_from_settings(llm)
+    return JsonLLM(client) if client is not None else None

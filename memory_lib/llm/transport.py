@@ -23,6 +23,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from ..core.errors import InvalidInputError, SummarizationError
 
 __all__ = [
+    "DEFAULT_BASE_URLS",
     "MalformedResponseError",
     "ProviderClient",
     "RateLimiter",
@@ -198,25 +199,36 @@ def call_with_retries(
 # The providers' SDK clients
 
 
+# The vendors' public APIs. Passed explicitly when no base URL is configured, so that the SDKs never fall
+# back to ANTHROPIC_BASE_URL / OPENAI_BASE_URL themselves: Settings.from_env reads those variables.
+DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
+
+
 def sdk_client(kind: str, api_key: str, base_url: str | None, timeout: float) -> Any:
-    """The Anthropic or OpenAI SDK client, with the SDK's own retries off (ours run instead)."""
+    """The Anthropic or OpenAI SDK client, with the SDK's own retries off (ours run instead), the key and
+    the API's URL given (none read from the environment)."""
     if kind == "anthropic":
         import anthropic
 
-        return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+        return anthropic.Anthropic(
+            api_key=api_key, base_url=base_url or DEFAULT_BASE_URLS[kind], max_retries=0, timeout=timeout
+        )
     if kind == "openai":
         import openai
 
-        return openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+        return openai.OpenAI(
+            api_key=api_key, base_url=base_url or DEFAULT_BASE_URLS[kind], max_retries=0, timeout=timeout
+        )
     raise InvalidInputError("provider", kind, "must be 'anthropic' or 'openai'")
 
 
 class ProviderClient:
     """One provider's SDK client (`client`) under our rate limit and retries (`call`, `call_api`).
 
-    The summarizers (memory_lib.llm.summarize), JSON answers (memory_lib.llm.json_answers), the batch
-    endpoints (memory_lib.llm.batches) and the escalation evaluator all reach the provider through it.
-    Failures are SummarizationError naming the provider, what was asked and the model.
+    The transport half of memory_lib.llm.client's LLMClient, through which every LLM role (summaries,
+    JSON answers, the write judge, the escalation evaluator, rerank) and the batch endpoints
+    (memory_lib.llm.batches) reach the provider. Failures are SummarizationError naming the provider,
+    what was asked and the model.
     """
 
     kind: str  # "anthropic" or "openai"

@@ -34,9 +34,11 @@ import numpy as np
 from ..core import validation
 from ..core.config import ContextBudget
 from ..core.errors import InvalidInputError
+from ..observability import telemetry
+from ..observability.trace import span
 from ..write.write_path import content_words
 from .consolidated import ConsolidatedHit
-from .types import Provenance, SearchHit
+from .types import Provenance, SearchHit, SearchResult
 
 TokenCounter = Callable[[str], int]
 Part = Literal["summaries", "recent_turns", "snippets"]
@@ -429,3 +431,65 @@ __all__ = [
     "prepare_items",
     "prepare_turns",
 ]
+
+
+def check_context_inputs(
+    recent_turns: Sequence[Turn],
+    summaries: Sequence[str | ContextItem],
+    budget: ContextBudget | None,
+    counter: TokenCounter | None,
+    max_tokens: int | None,
+) -> tuple[list[ContextItem], list[ContextItem]]:
+    """(turns, summaries) as items, every option checked: before a search, because a search may record
+    access, and must not when assembly would fail."""
+    check_assembly_options(budget, counter)
+    check_max_tokens(max_tokens)
+    return prepare_turns(recent_turns), prepare_items(summaries, "summaries")
+
+
+def pack_search_result(
+    result: SearchResult,
+    recent_turns: Sequence[ContextItem],
+    summaries: Sequence[ContextItem],
+    *,
+    budget: ContextBudget,
+    counter: TokenCounter,
+    max_tokens: int | None,
+    active_digests: Sequence[ConsolidatedHit] = (),
+) -> AssembledContext:
+    """A search's context (a span `pack`, and the context metrics). Summaries: the caller's, the active
+    digests and phase 3's digest hits (levels 2+), archived hits (level 1); snippets: phase 3's facts,
+    then hot hits (assemble_context orders and trims by level)."""
+    digests = {d.id: d for d in [*active_digests, *(h for h in result.consolidated if h.kind == "digest")]}
+    facts = [ContextItem.from_consolidated(h) for h in result.consolidated if h.kind == "fact"]
+    with span("pack") as s:
+        ctx = assemble_context(
+            summaries=[*summaries, *map(ContextItem.from_consolidated, digests.values()), *result.archived],
+            recent_turns=recent_turns,
+            snippets=[*facts, *result.hot],
+            budget=budget,
+            counter=counter,
+            max_tokens=max_tokens,
+        )
+        if s.recording:
+            s.set(
+                {
+                    "memory_archive.tokens.used": ctx.total_tokens,
+                    "memory_archive.tokens.available": ctx.available,
+                    "memory_archive.tokens.budget": ctx.budget.total,
+                    "memory_archive.blocks": len(ctx.blocks),
+                    "memory_archive.memories.offered": ctx.offered_memories,
+                    "memory_archive.memories.injected": ctx.injected_memories,
+                    "memory_archive.injected_ids": [
+                        str(b.provenance.archive_id or b.provenance.memory_id)
+                        for b in ctx.blocks
+                        if b.provenance is not None
+                    ],
+                    "memory_archive.dropped.duplicates": ctx.dropped_duplicates,
+                    "memory_archive.dropped.budget": ctx.dropped_for_budget,
+                    "memory_archive.injection_hit_rate": ctx.injection_hit_rate,
+                    "memory_archive.memory_token_share": ctx.memory_token_share,
+                }
+            )
+    telemetry.record_context(ctx)
+    return ctx

@@ -14,9 +14,9 @@ Evaluators:
   to") or about a person ("who is X?"), or when phases 1-2 are weak: no hit at all, or no hit that
   shares a query term (full-text match) and none that nearly restates the query (cosine >=
   RetrievalConfig.strong_hot_similarity, the cut phase 2 uses).
-* `LLMEvaluator` ("anthropic:<model>" / "openai:<model>"): an evaluation prompt through the real SDK, the
-  JSON decision validated by pydantic (`EscalationDecision`). Opt-in (RetrievalConfig.phase3_evaluator
-  = "llm", or pass it to the client). A failed call or malformed JSON falls back to the heuristic, and
+* `LLMEvaluator` ("anthropic:<model>" / "openai:<model>"): an evaluation prompt over an LLM client
+  (memory_lib.llm.client), the JSON decision validated by pydantic (`EscalationDecision`). Opt-in
+  (RetrievalConfig.phase3_evaluator = "llm", or pass it to the client). A failed call or malformed JSON falls back to the heuristic, and
   the result says so (`Escalation.fallback`).
 
 Every search result carries an `Escalation`: the evaluator, the action, why, the refined query, and
@@ -31,9 +31,8 @@ without asking an evaluator (the "quick check").
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
@@ -45,8 +44,8 @@ from ..core.errors import InvalidInputError, MemoryArchiveError
 from ..core.plans import Call, Flow, RunPlan
 from ..core.timescope import TimeWindow, parse_time_window
 from ..core.validation import MAX_QUERY_CHARS
-from ..llm.summarize import AnthropicSummarizer, OpenAISummarizer
-from ..llm.transport import RateLimiter, strip_json_fence
+from ..llm.client import LLMClient, llm_client_from_settings
+from ..llm.transport import strip_json_fence
 from ..observability.trace import span
 from .associations import search_with_links_plan
 from .consolidated import ConsolidatedHit, consolidated_plan
@@ -207,60 +206,25 @@ def parse_decision(text: str) -> EscalationDecision:
 
 
 class LLMEvaluator:
-    """The LLM evaluator through the Anthropic or OpenAI SDK. The client, its rate limit and retries are
-    memory_lib.llm.summarize's (same construction, same policy); only the prompt and the parsing are ours."""
+    """The evaluation prompt over an LLM client (Anthropic or OpenAI); only the prompt and the parsing
+    are ours. Falls back to `fallback` (the heuristic) when the call fails or the answer is malformed."""
 
     def __init__(
-        self,
-        provider: Literal["anthropic", "openai"],
-        api_key: str,
-        *,
-        model: str | None = None,
-        base_url: str | None = None,
-        max_retries: int = 2,
-        timeout: float = 15.0,
-        max_output_tokens: int = 300,
-        limiter: RateLimiter | None = None,
-        fallback: HeuristicEvaluator | None = None,
+        self, llm: LLMClient, *, max_output_tokens: int = 300, fallback: HeuristicEvaluator | None = None
     ):
-        if provider not in ("anthropic", "openai"):
-            raise InvalidInputError("provider", provider, "must be 'anthropic' or 'openai'")
-        cls = AnthropicSummarizer if provider == "anthropic" else OpenAISummarizer
-        self._provider = cls(
-            api_key,
-            model=model,
-            base_url=base_url,
-            max_output_tokens=max_output_tokens,
-            limiter=limiter,
-            max_retries=max_retries,
-            timeout=timeout,
-        )
-        self.kind = provider
-        self.model = self._provider.model
-        self.name = f"{provider}:{self.model}"
+        self.llm = llm
+        self.kind = llm.kind
+        self.model = llm.model
+        self.name = f"{self.kind}:{self.model}"
+        self.max_output_tokens = max_output_tokens
         self.fallback = fallback or HeuristicEvaluator()
 
     def __repr__(self) -> str:  # never the key
         return f"LLMEvaluator({self.name!r})"
 
     def complete(self, prompt: str) -> str:
-        p: Any = self._provider
-        messages = [{"role": "user", "content": prompt}]
-        if self.kind == "anthropic":
-            response = p.call_api(
-                lambda: p.client.messages.with_raw_response.create(
-                    model=p.model, max_tokens=p.max_output_tokens, messages=messages
-                ),
-                "summary",
-            )
-            return "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
-        response = p.call_api(
-            lambda: p.client.chat.completions.with_raw_response.create(
-                model=p.model, max_completion_tokens=p.max_output_tokens, messages=messages
-            ),
-            "summary",
-        )
-        return (response.choices[0].message.content or "") if response.choices else ""
+        # "summary": the request's name in error messages, as for every JSON prompt.
+        return self.llm.complete(prompt, max_tokens=self.max_output_tokens, what="summary").text or ""
 
     def decide(self, item: EvaluationInput) -> tuple[EscalationDecision, str, str | None]:
         """(decision, who decided, fallback reason): the heuristic decides when the LLM cannot."""
@@ -288,34 +252,26 @@ def decide(evaluator: Evaluator, item: EvaluationInput) -> tuple[EscalationDecis
     return evaluator.evaluate(item), evaluator.name, None
 
 
-def evaluator_from_settings(kind: str, llm: LLMConfig, env: Mapping[str, str] | None = None) -> Evaluator:
+def evaluator_from_settings(kind: str, llm: LLMConfig) -> Evaluator:
     """RetrievalConfig.phase3_evaluator: "heuristic" (default, offline) or "llm" (settings.llm's provider;
     "auto" picks Anthropic, then OpenAI, by which key is set; no key is an error, not a silent heuristic)."""
     if kind == "heuristic":
         return HeuristicEvaluator()
     if kind != "llm":
         raise InvalidInputError("retrieval.phase3_evaluator", kind, "must be 'heuristic' or 'llm'")
-    env = os.environ if env is None else env
-    keys = {p: (env.get(f"{p.upper()}_API_KEY") or "").strip() for p in ("anthropic", "openai")}
-    provider = llm.provider
-    if provider == "auto":
-        provider = "anthropic" if keys["anthropic"] else "openai" if keys["openai"] else provider
-    if provider not in ("anthropic", "openai") or not keys[provider]:
+    try:
+        client = llm_client_from_settings(
+            llm, max_retries=min(llm.max_retries, 2), timeout=min(llm.timeout_seconds, 15.0)
+        )
+    except InvalidInputError:
+        client = None  # the provider named has no key: the same error as no provider
+    if client is None:
         raise InvalidInputError(
             "retrieval.phase3_evaluator",
             kind,
             "'llm' needs ANTHROPIC_API_KEY or OPENAI_API_KEY (and llm.provider not 'extractive')",
         )
-    model = llm.anthropic_model if provider == "anthropic" else llm.openai_model
-    return LLMEvaluator(
-        provider,
-        keys[provider],
-        model=model,
-        base_url=str(llm.base_url) if llm.base_url else None,
-        max_retries=min(llm.max_retries, 2),
-        timeout=min(llm.timeout_seconds, 15.0),
-        limiter=RateLimiter(llm.requests_per_second),
-    )
+    return LLMEvaluator(client)
 
 
 # --------------------------------------------------------------------------- the flow

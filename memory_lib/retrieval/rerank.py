@@ -7,25 +7,24 @@ clients return. To use one, search wider and rerank::
     result = memory.search(user, query, limit=settings.retrieval.rerank_candidates)
     hits = reranker.rerank(query, result.hits)[:10] if reranker else result.hits[:10]
 
-* `LLMReranker` asks Anthropic or OpenAI (through their SDKs, our retries and rate limit, as the
-  summarizers do) to order numbered passages by relevance to the question. Whatever the model answers,
-  the result is a permutation of the input: numbers it repeats or invents are ignored, hits it leaves
-  out keep their fused order after the ones it ranked. A failed call raises RerankError (the caller
-  still has the fused order).
+* `LLMReranker` is a prompt over an LLM client (memory_lib.llm.client: Anthropic or OpenAI, our
+  retries and rate limit, as for every LLM role) asking it to order numbered passages by relevance to
+  the question. Whatever the model answers, the result is a permutation of the input: numbers it
+  repeats or invents are ignored, hits it leaves out keep their fused order after the ones it ranked.
+  A failed call raises RerankError (the caller still has the fused order).
 * `CrossEncoderReranker` scores (question, passage) pairs with a local sentence-transformers
   cross-encoder; it loads only from the local cache (no download) and says so when the model is absent.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from ..core.config import DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL
-from ..core.errors import InvalidInputError, MemoryArchiveError
-from ..llm.transport import RateLimiter, RetryPolicy, call_with_retries
+from ..core.errors import InvalidInputError, MemoryArchiveError, SummarizationError
+from ..llm.client import LLMClient, llm_client
+from ..llm.transport import RateLimiter
 
 if TYPE_CHECKING:
     from ..core.config import Settings
@@ -40,6 +39,7 @@ __all__ = [
     "apply_order",
     "parse_order",
     "render_rerank_prompt",
+    "rerank_client",
     "reranker_from_settings",
 ]
 
@@ -101,69 +101,53 @@ def _check_query(query: object) -> str:
 
 
 class LLMReranker:
-    """Anthropic or OpenAI orders the passages (one call per rerank)."""
+    """The rerank prompt over an LLM client (Anthropic or OpenAI): one call per rerank."""
 
-    def __init__(
-        self,
-        provider: str,
-        api_key: str,
-        *,
-        model: str | None = None,
-        base_url: str | None = None,
-        timeout: float = 30.0,
-        max_retries: int = 2,
-        limiter: RateLimiter | None = None,
-        max_output_tokens: int = 200,
-    ):
-        if provider not in ("anthropic", "openai"):
-            raise InvalidInputError("provider", provider, "must be 'anthropic' or 'openai'")
-        self.provider = provider
-        self.model = model or (DEFAULT_ANTHROPIC_MODEL if provider == "anthropic" else DEFAULT_OPENAI_MODEL)
-        self.name = f"llm:{provider}:{self.model}"
+    def __init__(self, llm: LLMClient, *, max_output_tokens: int = 200):
+        self.llm = llm
+        self.provider = llm.kind
+        self.model = llm.model
+        self.name = f"llm:{self.provider}:{self.model}"
         self.max_output_tokens = max_output_tokens
-        self._secret = api_key
-        self._policy = RetryPolicy(max_retries, 0.5, 10.0)
-        self._limiter = limiter
-        if provider == "anthropic":
-            import anthropic
-
-            self._client: Any = anthropic.Anthropic(
-                api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
-            )
-        else:
-            import openai
-
-            self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
 
     def __repr__(self) -> str:  # never show the key
         return f"LLMReranker(provider={self.provider!r}, model={self.model!r})"
-
-    def _ask(self, prompt: str) -> str:
-        messages = [{"role": "user", "content": prompt}]
-        if self.provider == "anthropic":
-            response = self._client.messages.create(
-                model=self.model, max_tokens=self.max_output_tokens, messages=messages
-            )
-            return "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
-        response = self._client.chat.completions.create(
-            model=self.model, max_completion_tokens=self.max_output_tokens, messages=messages
-        )
-        return response.choices[0].message.content or "" if response.choices else ""
 
     def rerank(self, query: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
         _check_query(query)
         if len(hits) < 2:
             return list(hits)
         prompt = render_rerank_prompt(query, [h.text for h in hits])
-        answer = call_with_retries(
-            lambda: self._ask(prompt),
-            what=f"{self.provider} rerank with model {self.model!r}",
-            error_type=RerankError,
-            policy=self._policy,
-            limiter=self._limiter,
-            secret=self._secret,
-        )
-        return apply_order(hits, parse_order(answer, len(hits)))
+        try:
+            answer = self.llm.complete(prompt, max_tokens=self.max_output_tokens, what="rerank")
+        except SummarizationError as exc:  # the client's failure, as the reranker's
+            raise RerankError(str(exc)) from exc.__cause__
+        return apply_order(hits, parse_order(answer.text or "", len(hits)))
+
+
+def rerank_client(
+    provider: str,
+    api_key: str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    timeout: float = 30.0,
+    max_retries: int = 2,
+    limiter: RateLimiter | None = None,
+) -> LLMClient:
+    """An LLM client with the reranker's retry policy: fewer retries and shorter waits than a summary's
+    (a search is waiting)."""
+    return llm_client(
+        provider,
+        api_key,
+        model,
+        base_url,
+        limiter,
+        max_retries,
+        timeout,
+        retry_wait_base=0.5,
+        retry_wait_max=10.0,
+    )
 
 
 class CrossEncoderReranker:
@@ -195,28 +179,31 @@ class CrossEncoderReranker:
         return apply_order(hits, order)
 
 
-def reranker_from_settings(settings: Settings, env: Mapping[str, str] | None = None) -> Reranker | None:
+def reranker_from_settings(settings: Settings) -> Reranker | None:
     """The reranker RetrievalConfig.rerank asks for, or None when it is "off" (the default)."""
-    env = os.environ if env is None else env
     cfg = settings.retrieval
     if cfg.rerank == "off":
         return None
     if cfg.rerank == "cross-encoder":
         return CrossEncoderReranker(cfg.rerank_model or "cross-encoder/ms-marco-MiniLM-L-6-v2")
-    key_name = "ANTHROPIC_API_KEY" if cfg.rerank == "anthropic" else "OPENAI_API_KEY"
-    key = (env.get(key_name) or "").strip()
-    if not key:
-        raise InvalidInputError(
-            key_name, None, f"retrieval.rerank={cfg.rerank!r} needs this environment variable set"
-        )
     llm = settings.llm
+    secret = llm.anthropic_api_key if cfg.rerank == "anthropic" else llm.openai_api_key
+    if secret is None:
+        raise InvalidInputError(
+            f"{cfg.rerank.upper()}_API_KEY",
+            None,
+            f"retrieval.rerank={cfg.rerank!r} needs this environment variable set",
+        )
     # The model of llm (MEMORY_ARCHIVE_LLM__ANTHROPIC_MODEL / __OPENAI_MODEL) unless rerank_model names one.
     default = llm.anthropic_model if cfg.rerank == "anthropic" else llm.openai_model
+    vendor_url = llm.anthropic_base_url if cfg.rerank == "anthropic" else llm.openai_base_url
     return LLMReranker(
-        cfg.rerank,
-        key,
-        model=cfg.rerank_model or default,
-        base_url=llm.base_url,
-        timeout=llm.timeout_seconds,
-        limiter=RateLimiter(llm.requests_per_second),
+        rerank_client(
+            cfg.rerank,
+            secret.get_secret_value(),
+            model=cfg.rerank_model or default,
+            base_url=llm.base_url or vendor_url,
+            timeout=llm.timeout_seconds,
+            limiter=RateLimiter(llm.requests_per_second),
+        )
     )

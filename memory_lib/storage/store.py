@@ -16,6 +16,8 @@ from ..core import validation
 from ..core.errors import EmbeddingMismatchError, InvalidInputError, NotFoundError, embedding_mismatch_reason
 from ..core.models import NewMemory, sha256_hex, validate_memory
 from ..core.rows import Conn, Row
+from ..core.statuses import EventType
+from . import events
 from .db import stored_embedding_dim
 from .space import LOCK_VECTOR_TABLES
 
@@ -54,6 +56,13 @@ class StoreShape:
 
     dim: int
     embedding_model: str | None
+
+
+# The 'created' event of each memory a bulk store wrote (its category in the details).
+_CREATED_EVENTS_SQL = events.insert_select(
+    "SELECT id AS memory_id, user_id, jsonb_build_object('category', category) AS details"
+    " FROM memories WHERE user_id = ANY(%(users)s) AND id = ANY(%(ids)s)"
+)
 
 
 def store_shape(conn: Conn) -> StoreShape:
@@ -139,10 +148,9 @@ def insert_memories(
                 raise
             raise _taken_id_error(exc, positions) from None
         conn.execute(
-            """INSERT INTO memory_events (memory_id, user_id, event_type, actor, details)
-               SELECT id, user_id, 'created', %s, jsonb_build_object('category', category)
-               FROM memories WHERE user_id = ANY(%s) AND id = ANY(%s)""",
-            (actor, sorted({m.user_id for m in valid}), ids),
+            _CREATED_EVENTS_SQL,
+            events.event_params(EventType.CREATED, actor, None)
+            | {"users": sorted({m.user_id for m in valid}), "ids": ids},
         )
     return ids
 

@@ -27,12 +27,12 @@ from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
 from ..core.locks import USER_LOCK_SQL
 from ..core.models import sha256_hex, validate_memory
 from ..core.plans import Plan, Snapshot, Sql
+from ..storage.events import EventType, event
 from ..storage.space import checked_shape_plan
 from .write_path import (
     BIND_MODEL_SQL,
     SUPERSEDE_SQL,
     PreparedMemory,
-    event,
     insert,
     lexical_change,
     prepare_memory,
@@ -420,7 +420,9 @@ def update_plan(
         yield Sql(
             _IN_PLACE_SQL, {**f, "metadata": Jsonb(f["metadata"]), "id": memory_id, "now": now}, "rowcount"
         )
-        yield event(memory_id, user, "updated", actor, now, {"reason": "update", "fields": list(changed)})
+        yield event(
+            memory_id, user, EventType.UPDATED, actor, now, {"reason": "update", "fields": list(changed)}
+        )
         return UpdateResult(memory_id, "updated", None, changed)
     if embedding is None:
         raise InvalidInputError("content", memory.content, "changed text needs its embedding")
@@ -455,7 +457,7 @@ def update_plan(
     yield event(
         memory_id,
         user,
-        "superseded",
+        EventType.SUPERSEDED,
         actor,
         now,
         {

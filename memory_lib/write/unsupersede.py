@@ -27,11 +27,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from psycopg import errors as pg_errors
-from psycopg.types.json import Jsonb
 
 from ..core import validation
 from ..core.locks import USER_LOCK_SQL
 from ..core.rows import Conn
+from ..core.statuses import EventType
+from ..storage.events import event
 
 __all__ = ["HiddenMemory", "UnsupersedeReport", "UserUnsupersede", "find_hidden", "unsupersede"]
 
@@ -80,9 +81,6 @@ _CLEAR_HOT_SQL = """
 _CLEAR_ARCHIVED_SQL = """
     UPDATE archived_memories SET original_superseded_by = NULL
     WHERE user_id = %(user_id)s AND original_id = %(id)s AND original_superseded_by = %(was)s"""
-_EVENT_SQL = """
-    INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
-    VALUES (%(id)s, %(user_id)s, 'updated', %(actor)s, %(now)s, %(details)s)"""
 
 
 @dataclass(frozen=True)
@@ -214,16 +212,9 @@ def _apply(
             continue
         if changed != 1:
             continue  # moved or changed since it was read (archived, restored, forgotten): left alone
-        conn.execute(
-            _EVENT_SQL,
-            {
-                "id": h.memory_id,
-                "user_id": user,
-                "actor": actor,
-                "now": now,
-                "details": Jsonb({"reason": REASON, "was_superseded_by": str(h.superseded_by)}),
-            },
-        )
+        details = {"reason": REASON, "was_superseded_by": str(h.superseded_by)}
+        recorded = event(h.memory_id, user, EventType.UPDATED, actor, now, details)
+        conn.execute(recorded.query, recorded.params)
         done.append(h)
     return done, kept
 

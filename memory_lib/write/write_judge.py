@@ -13,17 +13,16 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..core.errors import InvalidInputError
+from ..llm.client import llm_client_from_settings
 from ..llm.json_answers import JsonLLM, JsonUsage, parse_json_object
-from ..llm.summarize import AnthropicSummarizer, OpenAISummarizer, summarizer_from_settings
 
 if TYPE_CHECKING:
     from ..core.config import LLMConfig, WriteConfig
@@ -113,7 +112,7 @@ def judge_prompt(new_text: str, candidates: Sequence[Candidate]) -> str:
 
 
 class LLMWriteJudge:
-    """The configured provider (Anthropic or OpenAI) as the write judge."""
+    """The judge prompt over the configured provider (Anthropic or OpenAI), through JsonLLM."""
 
     def __init__(self, llm: JsonLLM):
         self._llm = llm
@@ -145,25 +144,22 @@ class LLMWriteJudge:
         )
 
 
-def write_judge_from_settings(
-    write: WriteConfig, llm: LLMConfig, env: Mapping[str, str] | None = None
-) -> LLMWriteJudge | None:
+def write_judge_from_settings(write: WriteConfig, llm: LLMConfig) -> LLMWriteJudge | None:
     """WriteConfig.judge: 'off' -> None; 'auto' -> the LLM when a key is set (llm.provider not 'extractive');
     'llm' -> the LLM, and no key is an error naming the setting. One retry at most and a short timeout:
     the judge runs inside `add`."""
     if write.judge == "off":
         return None
-    quick = llm.model_copy(
-        update={"max_retries": min(llm.max_retries, 1), "timeout_seconds": min(llm.timeout_seconds, 10.0)}
-    )
     try:
-        provider = summarizer_from_settings(quick, os.environ if env is None else env)
+        client = llm_client_from_settings(
+            llm, max_retries=min(llm.max_retries, 1), timeout=min(llm.timeout_seconds, 10.0)
+        )
     except InvalidInputError:
         if write.judge == "llm":
             raise
         return None  # 'auto' with llm.provider naming a provider whose key is unset: no judge
-    if isinstance(provider, AnthropicSummarizer | OpenAISummarizer):
-        return LLMWriteJudge(JsonLLM(provider, max_output_tokens=200))
+    if client is not None:
+        return LLMWriteJudge(JsonLLM(client, max_output_tokens=200))
     if write.judge == "llm":
         raise InvalidInputError(
             "write.judge",

@@ -30,16 +30,13 @@ pinned memory never expires.
 
 Text that looks like a credential is refused (InvalidInputError on field "content", the secret
 itself never echoed) unless the caller passes allow_secrets=True: it is checked before the text is
-sent to an embedding API.
+sent to an embedding API (memory_lib.write.secrets).
 """
 
 from __future__ import annotations
 
-import math
-import re
 import unicodedata
 import uuid
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,6 +55,7 @@ from ..core.validation import normalize_tags
 from ..llm.ledger import INSERT_SQL as LEDGER_SQL
 from ..llm.ledger import LedgerEntry, entry_params
 from ..llm.summarize import Summary
+from ..storage.events import EventType, event
 from ..storage.space import checked_shape_plan
 from ..storage.store import MEMORY_COLUMNS
 from .chunking import Chunk
@@ -71,9 +69,27 @@ from .near_duplicates import (
     state_change,
     thresholds_for,
 )
+from .secrets import (
+    DEFAULT_SECRETS,
+    SecretFinding,
+    check_no_secret,
+    find_secret,
+    looks_random,
+    shannon_entropy,
+)
 from .write_judge import Candidate, Verdict
 
-__all__ = ["LexicalChange", "content_words", "lexical_change"]  # re-exported: the lexical guard lives there
+# Re-exported: the lexical guard lives in near_duplicates, the secret rule in secrets.
+__all__ = [
+    "LexicalChange",
+    "SecretFinding",
+    "check_no_secret",
+    "content_words",
+    "find_secret",
+    "lexical_change",
+    "looks_random",
+    "shannon_entropy",
+]
 
 # --------------------------------------------------------------------------- normalization
 
@@ -86,79 +102,6 @@ def normalize_text(text: str) -> str:
 def dedupe_key(user_id: str, normalized: str) -> str:
     """Stable across processes and releases: sha256 of user_id, a unit separator, the casefolded text."""
     return sha256_hex(f"{user_id}\x1f{normalized.casefold()}")
-
-
-# --------------------------------------------------------------------------- secrets
-
-# Well-known credential formats. Each is specific enough that prose never matches it.
-_SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
-    ("OpenAI/Anthropic-style API key", re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_-]{20,}")),
-    ("AWS access key id", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b")),
-    ("GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
-    ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("Stripe secret key", re.compile(r"\b[rs]k_live_[A-Za-z0-9]{16,}")),
-    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-)
-# Anything else: a long unbroken token of random-looking characters (base62/base64). Random text
-# mixes lower case, upper case and digits and switches between them at most characters; names
-# (CamelCase), paths and words switch rarely, hex digests and UUIDs lack upper case.
-_TOKEN_CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-]{8,}")  # looks_random applies the length policy
-_DEFAULT_SECRETS = SecretDetectionConfig()
-
-
-def _char_class(c: str) -> int:
-    return 0 if c.islower() else 1 if c.isupper() else 2 if c.isdigit() else 3
-
-
-def looks_random(token: str, policy: SecretDetectionConfig = _DEFAULT_SECRETS) -> bool:
-    classes = [_char_class(c) for c in token]
-    if len(token) < policy.min_token_length or not {0, 1, 2} <= set(classes):
-        return False
-    switches = sum(a != b for a, b in zip(classes, classes[1:], strict=False)) / (len(token) - 1)
-    return switches >= policy.min_class_switch_ratio and shannon_entropy(token) >= policy.min_entropy_bits
-
-
-def shannon_entropy(token: str) -> float:
-    """Bits per character of the token's own character distribution."""
-    counts = Counter(token)
-    n = len(token)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
-
-
-@dataclass(frozen=True)
-class SecretFinding:
-    kind: str
-    start: int
-    end: int
-
-    def redacted(self, text: str) -> str:
-        found = text[self.start : self.end]
-        return f"{found[:4]}…({len(found)} chars)"
-
-
-def find_secret(text: str, policy: SecretDetectionConfig = _DEFAULT_SECRETS) -> SecretFinding | None:
-    """The first credential-looking span of `text`, or None."""
-    for kind, pattern in _SECRET_PATTERNS:
-        m = pattern.search(text)
-        if m:
-            return SecretFinding(kind, m.start(), m.end())
-    for m in _TOKEN_CANDIDATE.finditer(text):
-        if looks_random(m.group(), policy):
-            return SecretFinding("high-entropy token", m.start(), m.end())
-    return None
-
-
-def check_no_secret(field: str, text: str, policy: SecretDetectionConfig = _DEFAULT_SECRETS) -> None:
-    finding = find_secret(text, policy)
-    if finding is not None:
-        raise InvalidInputError(
-            field,
-            finding.redacted(text),
-            f"looks like a secret ({finding.kind}); memories are not a secret store. "
-            "Pass allow_secrets=True to store it anyway",
-        )
 
 
 # --------------------------------------------------------------------------- add
@@ -205,7 +148,7 @@ def prepare_memory(
     entity_links: list[uuid.UUID] | None = None,
     allow_secrets: object = False,  # checked here: validation.boolean
     ttl_days: int | None = None,
-    secret_policy: SecretDetectionConfig = _DEFAULT_SECRETS,
+    secret_policy: SecretDetectionConfig = DEFAULT_SECRETS,
 ) -> PreparedMemory:
     """Normalize and validate everything that does not need the database or the embedder (so bad
     input never reaches the embedding API either). Rules: memory_lib.core.validation."""
@@ -305,9 +248,6 @@ INSERT_SQL = f"""
 SUPERSEDE_SQL = """
     UPDATE memories SET superseded_by = %(new_id)s, updated_at = greatest(updated_at, %(now)s)
     WHERE user_id = %(user_id)s AND id = %(old_id)s AND superseded_by IS NULL"""
-EVENT_SQL = """
-    INSERT INTO memory_events (memory_id, user_id, event_type, actor, occurred_at, details)
-    VALUES (%(memory_id)s, %(user_id)s, %(event_type)s, %(actor)s, %(now)s, %(details)s)"""
 # A long text added again: any live chunk of it (a parent may be partly archived) names the parent.
 FIND_CHUNKED_SQL = """
     SELECT metadata -> 'chunk' ->> 'parent_id' AS parent_id FROM memories
@@ -318,23 +258,6 @@ PARENT_CHUNKS_SQL = """
     WHERE user_id = %(user_id)s AND metadata ? 'chunk' AND metadata -> 'chunk' ->> 'parent_id' = %(parent_id)s
       AND superseded_by IS NULL
     ORDER BY (metadata -> 'chunk' ->> 'index')::int FOR UPDATE"""
-
-
-def event(
-    memory_id: uuid.UUID, user_id: str, event_type: str, actor: str, now: datetime, details: dict
-) -> Sql:
-    return Sql(
-        EVENT_SQL,
-        {
-            "memory_id": memory_id,
-            "user_id": user_id,
-            "event_type": event_type,
-            "actor": actor,
-            "now": now,
-            "details": Jsonb(details),
-        },
-        "rowcount",
-    )
 
 
 def touch(memory: PreparedMemory, ids: list[uuid.UUID], now: datetime) -> Plan[datetime | None]:
@@ -456,7 +379,7 @@ def add_plan(
                 change=lexical_change(target["content"], memory.content),
             )
         expires = yield from touch(memory, [exact["id"]], now)
-        yield event(exact["id"], user_id, "updated", actor, now, {"reason": "duplicate_add"})
+        yield event(exact["id"], user_id, EventType.UPDATED, actor, now, {"reason": "duplicate_add"})
         return AddResult(exact["id"], "duplicate", exact["id"], 1.0, expires_at=expires, reason="duplicate")
     if target is not None:
         return (yield from _supersede(valid, memory, target, None, "explicit", actor, now, judged))
@@ -530,7 +453,7 @@ def _merge(
         details["similarity"] = round(similarity, 4)
     if judged is not None:
         details["judge"] = judged
-    yield event(into, memory.user_id, "updated", actor, now, details)
+    yield event(into, memory.user_id, EventType.UPDATED, actor, now, details)
     return AddResult(into, "merged", into, similarity, expires_at=expires, reason=reason, judge=judged)
 
 
@@ -589,7 +512,7 @@ def _superseded_event(
         details["similarity"] = round(similarity, 4)
     if judged is not None:
         details["judge"] = judged
-    return event(old["id"], old["user_id"], "superseded", actor, now, details)
+    return event(old["id"], old["user_id"], EventType.SUPERSEDED, actor, now, details)
 
 
 def _bill(verdict: Verdict | None, memory: PreparedMemory) -> Plan[None]:
@@ -652,7 +575,12 @@ def add_chunks_plan(
         expires = yield from touch(memory, ids, now)
         for mid in ids:
             yield event(
-                mid, user_id, "updated", actor, now, {"reason": "duplicate_add", "parent_id": str(parent)}
+                mid,
+                user_id,
+                EventType.UPDATED,
+                actor,
+                now,
+                {"reason": "duplicate_add", "parent_id": str(parent)},
             )
         return AddResult(
             ids[0], "duplicate", ids[0], 1.0, parent_id=parent, chunk_ids=tuple(ids), expires_at=expires
@@ -720,5 +648,5 @@ def insert(
         details["parent_id"] = valid.metadata["chunk"]["parent_id"]
     if judge is not None:
         details["judge"] = judge
-    yield event(valid.id, valid.user_id, "created", actor, now, details)
+    yield event(valid.id, valid.user_id, EventType.CREATED, actor, now, details)
     return valid.id

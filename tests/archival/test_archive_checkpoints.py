@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from memory_lib.archival import archive
+from memory_lib.archival import archive, steps
 from memory_lib.archival.archive import (
     ArchivalServices,
     backup_batch,
@@ -83,7 +83,7 @@ def _assert_exactly_once(conn, total: int) -> None:
 
 def test_a_refused_vector_fails_its_memory_only_in_a_set_of_checkpoints(conn, monkeypatch):
     """The NaN vector's set is rejected whole by Postgres; it is written again row by row."""
-    monkeypatch.setattr(archive, "CHECKPOINT_CHUNK", 7)  # several sets, the bad row inside one
+    monkeypatch.setattr(steps, "CHECKPOINT_CHUNK", 7)  # several sets, the bad row inside one
     memories = _insert(conn)
     marked = memories[12]["id"]
     conn.execute("UPDATE memories SET content = %s || content WHERE id = %s", (MARK + " ", marked))
@@ -107,7 +107,7 @@ def test_a_checkpoint_the_database_refuses_fails_that_memory_and_keeps_the_rest(
 ):
     """A backup checkpoint refused for one memory (a trigger raising a data exception): the other
     backups of its set and of the other sets are recorded, that memory stays to be backed up again."""
-    monkeypatch.setattr(archive, "CHECKPOINT_CHUNK", 4)
+    monkeypatch.setattr(steps, "CHECKPOINT_CHUNK", 4)
     memories = _insert(conn)
     marked = memories[5]["id"]
     conn.execute(

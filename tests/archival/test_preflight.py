@@ -153,23 +153,26 @@ def test_cli_archive_refuses_a_malformed_llm_key_without_showing_it(cli_env, mon
     assert attempts(cli_env) == 0
 
 
+def _llm(env: dict[str, str], **llm: object) -> LLMConfig:
+    """settings.llm as Settings.from_env reads `env` (the keys among it), with `llm` on top."""
+    return Settings.from_env(env, llm=llm).llm
+
+
 def test_llm_key_shapes():
     check_llm_key(
-        LLMConfig(), {"ANTHROPIC_API_KEY": ANTHROPIC_SHAPED, "OPENAI_API_KEY": "whatever"}
+        _llm({"ANTHROPIC_API_KEY": ANTHROPIC_SHAPED, "OPENAI_API_KEY": "whatever"})
     )  # auto: Anthropic
-    check_llm_key(LLMConfig(), {"OPENAI_API_KEY": OPENAI_SHAPED})
-    check_llm_key(LLMConfig(provider="extractive"), {"ANTHROPIC_API_KEY": "nope"})  # no LLM: no key used
-    check_llm_key(LLMConfig(base_url="http://127.0.0.1:9/v1"), {"ANTHROPIC_API_KEY": "gateway-key"})
-    check_llm_key(
-        LLMConfig(), {"ANTHROPIC_API_KEY": "gateway-key", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
-    )
+    check_llm_key(_llm({"OPENAI_API_KEY": OPENAI_SHAPED}))
+    check_llm_key(_llm({"ANTHROPIC_API_KEY": "nope"}, provider="extractive"))  # no LLM: no key used
+    check_llm_key(_llm({"ANTHROPIC_API_KEY": "gateway-key"}, base_url="http://127.0.0.1:9/v1"))
+    check_llm_key(_llm({"ANTHROPIC_API_KEY": "gateway-key", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}))
     for env in (
         {"OPENAI_API_KEY": ANTHROPIC_SHAPED},
         {"ANTHROPIC_API_KEY": f'"{ANTHROPIC_SHAPED}"'},
         {"ANTHROPIC_API_KEY": "sk-ant-api03 x"},
     ):
         with pytest.raises(PreflightError) as err:
-            check_llm_key(LLMConfig(), env)
+            check_llm_key(_llm(env))
         assert next(iter(env.values()))[3:] not in str(err.value)
 
 

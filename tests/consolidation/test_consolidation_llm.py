@@ -16,9 +16,9 @@ from memory_lib.consolidation.facts import LLMFactExtractor, build_facts
 from memory_lib.core.config import LLMConfig
 from memory_lib.core.errors import SummarizationError
 from memory_lib.core.models import NewMemory
+from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.json_answers import JsonLLM, json_llm_from_settings
-from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
 from memory_lib.storage.store import insert_memories
 from tests.conftest import TEST_DIM
 from tests.support.fake_llm import FAKE_API_KEY
@@ -28,9 +28,8 @@ JAN = date(2025, 1, 1)
 
 
 def _llm(provider: str, fake) -> JsonLLM:
-    if provider == "anthropic":
-        return JsonLLM(AnthropicSummarizer(FAKE_API_KEY, base_url=fake.base_url, max_retries=0))
-    return JsonLLM(OpenAISummarizer(FAKE_API_KEY, base_url=fake.openai_base_url, max_retries=0))
+    url = fake.base_url if provider == "anthropic" else fake.openai_base_url
+    return JsonLLM(llm_client(provider, FAKE_API_KEY, base_url=url, max_retries=0))
 
 
 def _memories(conn) -> list:
@@ -152,7 +151,7 @@ def test_facts_citing_a_memory_outside_the_month_are_refused(conn, fake_llm):
 
 
 def test_settings_choose_the_provider_or_offline():
-    assert json_llm_from_settings(LLMConfig(provider="extractive"), env={}) is None
-    assert json_llm_from_settings(LLMConfig(), env={}) is None  # auto without a key: offline
-    llm = json_llm_from_settings(LLMConfig(), env={"OPENAI_API_KEY": FAKE_API_KEY})
+    assert json_llm_from_settings(LLMConfig(provider="extractive", openai_api_key=FAKE_API_KEY)) is None
+    assert json_llm_from_settings(LLMConfig()) is None  # auto without a key: offline
+    llm = json_llm_from_settings(LLMConfig(openai_api_key=FAKE_API_KEY))
     assert llm is not None and llm.kind == "openai" and FAKE_API_KEY not in repr(llm)

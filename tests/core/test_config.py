@@ -78,6 +78,10 @@ def test_short_names_keep_working():
         "MEMORY_ARCHIVE_PARTITION_START": "2026-02-01",
         "MEMORY_ARCHIVE_TIMEZONE": "Europe/Lisbon",
         "MEMORY_ARCHIVE_POLICY": "retention",
+        "ANTHROPIC_API_KEY": "sk-ant-key",
+        "OPENAI_API_KEY": "sk-key",
+        "ANTHROPIC_BASE_URL": "https://anthropic.example.com",
+        "OPENAI_BASE_URL": "https://openai.example.com/v1",
     }
     s = Settings.from_env(env)
     assert s.database_url.get_secret_value() == env["DATABASE_URL"]
@@ -110,6 +114,12 @@ def test_short_names_keep_working():
     )
     assert (s.slow_path.partition_start_date, s.slow_path.timezone) == (date(2026, 2, 1), "Europe/Lisbon")
     assert s.archival.policy == "retention"
+    assert s.llm.anthropic_api_key is not None and s.llm.anthropic_api_key.get_secret_value() == "sk-ant-key"
+    assert s.llm.openai_api_key is not None and s.llm.openai_api_key.get_secret_value() == "sk-key"
+    assert (s.llm.anthropic_base_url, s.llm.openai_base_url) == (
+        "https://anthropic.example.com",
+        "https://openai.example.com/v1",
+    )
     # Every short name but MEMORY_ARCHIVE_OBJECT_STORE (implied by the bucket here) is set above.
     assert set(ENV_ALIASES) - set(env) == {"MEMORY_ARCHIVE_OBJECT_STORE"}
     assert (

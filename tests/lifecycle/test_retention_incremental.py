@@ -178,7 +178,7 @@ def test_the_upgrade_keeps_each_streak_at_the_floor(empty_database, tmp_path):
     every streak whose memory has not changed since, and the next night continues the count."""
     old = tmp_path / "sql"
     old.mkdir()
-    for f in sorted(MIGRATIONS_DIR.glob("*.sql")):
+    for f in sorted(MIGRATIONS_DIR.glob("[0-9]*.sql")):
         if int(f.name[:3]) <= 20:
             shutil.copy(f, old / f.name)
     migrate(empty_database, embedding_dim=TEST_DIM, directory=old)

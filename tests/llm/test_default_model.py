@@ -20,7 +20,7 @@ from memory_lib.llm.summarize import (
     SummaryInput,
     summarizer_from_settings,
 )
-from memory_lib.retrieval.rerank import LLMReranker, reranker_from_settings
+from memory_lib.retrieval.rerank import LLMReranker, rerank_client, reranker_from_settings
 from tests.support.factories import ranked_hot_hits
 from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
 
@@ -51,8 +51,8 @@ def test_every_default_names_the_configured_model_and_is_priced():
     assert LLMConfig().openai_model == DEFAULT_OPENAI_MODEL
     assert AnthropicSummarizer(FAKE_API_KEY).model == DEFAULT_ANTHROPIC_MODEL
     assert OpenAISummarizer(FAKE_API_KEY).model == DEFAULT_OPENAI_MODEL
-    assert LLMReranker("anthropic", FAKE_API_KEY).model == DEFAULT_ANTHROPIC_MODEL
-    assert LLMReranker("openai", FAKE_API_KEY).model == DEFAULT_OPENAI_MODEL
+    assert LLMReranker(rerank_client("anthropic", FAKE_API_KEY)).model == DEFAULT_ANTHROPIC_MODEL
+    assert LLMReranker(rerank_client("openai", FAKE_API_KEY)).model == DEFAULT_OPENAI_MODEL
     # A default without a price would report "unknown price" on every night.
     assert price_for(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL) is not None
     assert price_for(DEFAULT_PRICES, DEFAULT_OPENAI_MODEL) is not None
@@ -68,9 +68,9 @@ def _models_sent(server: FakeLLMServer, path: str) -> list[str]:
 
 
 def _summarize_and_rerank(settings: Settings) -> None:
-    summarizer = summarizer_from_settings(settings.llm, KEYS)
+    summarizer = summarizer_from_settings(settings.llm)
     summarizer.summarize(SummaryInput("The user booked a flight to Lisbon for May 3.", datetime.now(UTC)))
-    reranker = reranker_from_settings(settings, KEYS)
+    reranker = reranker_from_settings(settings)
     assert reranker is not None
     reranker.rerank("sourdough recipe", _hits())
 
@@ -89,6 +89,7 @@ def test_one_setting_changes_the_model_of_summarizer_and_reranker(
         "MEMORY_ARCHIVE_SUMMARIZER": provider,
         "MEMORY_ARCHIVE_RETRIEVAL__RERANK": provider,
         "MEMORY_ARCHIVE_LLM_BASE_URL": fake_llm.base_url,
+        **KEYS,
     }
     _summarize_and_rerank(Settings.from_env(env))
     assert _models_sent(fake_llm, path) == [default, default]

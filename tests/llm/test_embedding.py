@@ -12,7 +12,7 @@ import numpy as np
 import openai
 import pytest
 
-from memory_lib.core.config import EmbeddingConfig
+from memory_lib.core.config import EmbeddingConfig, Settings
 from memory_lib.core.errors import EmbeddingError, InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder, OpenAIEmbedder, embedder_from_settings
 from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_embedding
@@ -160,9 +160,11 @@ def test_openai_failures_become_embedding_errors(status: int, attempts: int, fak
 
 def test_auto_uses_openai_with_a_key_else_hashing(fake_llm: FakeLLMServer):
     cfg = EmbeddingConfig(dim=128, base_url=fake_llm.base_url)
-    hashing = embedder_from_settings(cfg, {})
+    hashing = embedder_from_settings(cfg)
     assert isinstance(hashing, HashingEmbedder) and hashing.dim == 128
-    remote = embedder_from_settings(cfg, {"OPENAI_API_KEY": FAKE_API_KEY})
+    # OPENAI_API_KEY is the embedder's key as Settings.from_env reads it.
+    keyed = Settings.from_env({"OPENAI_API_KEY": FAKE_API_KEY}).embedding
+    remote = embedder_from_settings(cfg.model_copy(update={"openai_api_key": keyed.openai_api_key}))
     assert isinstance(remote, OpenAIEmbedder) and remote.dim == 128
     assert remote.embed(["hi"]).shape == (1, 128)
     assert fake_llm.requests[0].body["dimensions"] == 128
@@ -170,13 +172,11 @@ def test_auto_uses_openai_with_a_key_else_hashing(fake_llm: FakeLLMServer):
 
 def test_explicit_providers():
     with pytest.raises(InvalidInputError, match="OPENAI_API_KEY"):
-        embedder_from_settings(EmbeddingConfig(provider="openai"), {})
-    forced = embedder_from_settings(
-        EmbeddingConfig(provider="hashing", dim=32), {"OPENAI_API_KEY": FAKE_API_KEY}
-    )
+        embedder_from_settings(EmbeddingConfig(provider="openai"))
+    forced = embedder_from_settings(EmbeddingConfig(provider="hashing", dim=32, openai_api_key=FAKE_API_KEY))
     assert isinstance(forced, HashingEmbedder)
     with pytest.raises(InvalidInputError) as raised:
-        embedder_from_settings(EmbeddingConfig(provider="local", dim=1536), {})
+        embedder_from_settings(EmbeddingConfig(provider="local", dim=1536))
     assert raised.value.field == "embedding.dim"
 
 

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_lib.core.config import LLMConfig
+from memory_lib.core.config import LLMConfig, Settings
 from memory_lib.core.errors import InvalidInputError, SummarizationError
+from memory_lib.llm.extractive import _content_words
 from memory_lib.llm.summarize import (
     SUMMARY_PROMPT,
     AnthropicSummarizer,
@@ -20,7 +21,6 @@ from memory_lib.llm.summarize import (
     OpenAISummarizer,
     PaidSummarizationError,
     SummaryInput,
-    _content_words,
     estimate_cost_usd,
     extract_key_entities,
     parse_summary_output,
@@ -452,13 +452,17 @@ def test_key_entities_skip_sentence_initial_words_and_dedupe():
 # -- provider selection -----------------------------------------------------------------------------------
 
 
+def _llm(env: dict[str, str], **llm: object) -> LLMConfig:
+    """settings.llm as Settings.from_env reads it from `env` (the keys among it), with `llm` on top."""
+    return Settings.from_env(env, llm=llm).llm
+
+
 def test_auto_prefers_anthropic_then_openai_then_extractive():
-    llm = LLMConfig()
     both = {"ANTHROPIC_API_KEY": FAKE_API_KEY, "OPENAI_API_KEY": FAKE_API_KEY}
-    assert isinstance(summarizer_from_settings(llm, both), AnthropicSummarizer)
-    assert isinstance(summarizer_from_settings(llm, {"OPENAI_API_KEY": FAKE_API_KEY}), OpenAISummarizer)
-    assert isinstance(summarizer_from_settings(llm, {"ANTHROPIC_API_KEY": "  "}), ExtractiveSummarizer)
-    assert summarizer_from_settings(llm, {}).kind == "extractive-offline"
+    assert summarizer_from_settings(_llm(both)).kind == "anthropic"
+    assert summarizer_from_settings(_llm({"OPENAI_API_KEY": FAKE_API_KEY})).kind == "openai"
+    assert isinstance(summarizer_from_settings(_llm({"ANTHROPIC_API_KEY": "  "})), ExtractiveSummarizer)
+    assert summarizer_from_settings(_llm({})).kind == "extractive-offline"
 
 
 @pytest.mark.parametrize(
@@ -466,7 +470,7 @@ def test_auto_prefers_anthropic_then_openai_then_extractive():
 )
 def test_explicit_provider_without_key_names_the_variable(provider: str, env_var: str):
     with pytest.raises(InvalidInputError, match=env_var) as raised:
-        summarizer_from_settings(LLMConfig(provider=provider), {})
+        summarizer_from_settings(LLMConfig(provider=provider))
     assert raised.value.field == env_var
 
 
@@ -478,11 +482,12 @@ def test_settings_reach_the_client(fake_llm: FakeLLMServer):
         max_output_tokens=64,
         requests_per_second=50,
         max_summary_chars=60,
+        openai_api_key=FAKE_API_KEY,
     )
-    summarizer = summarizer_from_settings(llm, {"OPENAI_API_KEY": FAKE_API_KEY})
+    summarizer = summarizer_from_settings(llm)
     assert summarizer.summarize(item("The user likes tea.")).text == "The user likes tea."
     assert fake_llm.requests[0].body["max_completion_tokens"] == 64
     with pytest.raises(SummarizationError, match="max_summary_chars=60"):
         summarizer.summarize(item())
-    extractive = summarizer_from_settings(LLMConfig(provider="extractive"), {"OPENAI_API_KEY": FAKE_API_KEY})
+    extractive = summarizer_from_settings(LLMConfig(provider="extractive", openai_api_key=FAKE_API_KEY))
     assert isinstance(extractive, ExtractiveSummarizer)

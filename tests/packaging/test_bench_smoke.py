@@ -18,7 +18,7 @@ import pytest
 
 from bench.__main__ import main
 from bench.common import LOCOMO_DEFAULT, REPO_ROOT
-from bench.locomo import parse_dia_ids
+from bench.locomo_data import parse_dia_ids
 from bench.search import _recall
 
 

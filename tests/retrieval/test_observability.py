@@ -28,12 +28,13 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.core.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
+from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.observability import telemetry
 from memory_lib.retrieval.context import ContextItem, assemble_context
 from memory_lib.retrieval.escalation import LLMEvaluator
-from memory_lib.retrieval.rerank import LLMReranker
+from memory_lib.retrieval.rerank import LLMReranker, rerank_client
 from tests.conftest import TEST_DIM
 from tests.support.fake_llm import FAKE_API_KEY
 
@@ -113,7 +114,9 @@ def _attr_blob(exported) -> str:
 def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, spans, fake_llm):
     _seed(conn, local_store)
     spans.clear()  # the archival's retrievability probe searched too: only the spans of what follows
-    reranker = LLMReranker("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
+    reranker = LLMReranker(
+        rerank_client("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
+    )
     client = _client(conn, local_store, reranker=reranker)
     ctx = client.build_context(USER, QUERY, ["what about the kayak trip?"], now=NOW, phase3="never")
 
@@ -174,7 +177,9 @@ def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, 
 def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans, fake_llm):
     _seed(conn, local_store)
     spans.clear()  # the archival's retrievability probe searched too: only the spans of what follows
-    reranker = LLMReranker("openai", FAKE_API_KEY, base_url=fake_llm.openai_base_url, max_retries=0)
+    reranker = LLMReranker(
+        rerank_client("openai", FAKE_API_KEY, base_url=fake_llm.openai_base_url, max_retries=0)
+    )
 
     async def scenario():
         aconn = await psycopg.AsyncConnection.connect(db_url, autocommit=True, row_factory=dict_row)
@@ -265,7 +270,9 @@ def _llm_client(conn, store, fake_llm, action: str) -> MemoryClient:
         "action": action,
         "refinedQuery": "harbour permit renewed",
     }
-    evaluator = LLMEvaluator("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0, timeout=5)
+    evaluator = LLMEvaluator(
+        llm_client("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0, timeout=5)
+    )
     return MemoryClient(
         conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, actor="test", evaluator=evaluator
     )

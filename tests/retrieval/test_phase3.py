@@ -16,6 +16,7 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.core.config import ArchivalCriteria, LLMConfig, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError, NotFoundError
+from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.escalation import HEURISTIC, LLMEvaluator
@@ -224,7 +225,7 @@ ACTIONS = ["return", "search_warm", "search_cold", "search_facts"]
 
 def _evaluator(provider: str, server) -> LLMEvaluator:
     url = server.base_url if provider == "anthropic" else server.openai_base_url
-    return LLMEvaluator(provider, FAKE_API_KEY, base_url=url, max_retries=0, timeout=5)
+    return LLMEvaluator(llm_client(provider, FAKE_API_KEY, base_url=url, max_retries=0, timeout=5))
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
@@ -298,12 +299,14 @@ def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(
 
 
 def test_a_failing_evaluator_falls_back_and_the_llm_evaluator_comes_from_settings(
-    conn, local_store, fake_llm, llm_keys
+    conn, local_store, fake_llm
 ):
     _history(conn, local_store)
     settings = Settings(
         retrieval=RetrievalConfig(phase3_evaluator="llm"),
-        llm=LLMConfig(provider="openai", base_url=fake_llm.openai_base_url, max_retries=0),
+        llm=LLMConfig(
+            provider="openai", base_url=fake_llm.openai_base_url, max_retries=0, openai_api_key=FAKE_API_KEY
+        ),
     )
     client = _client(conn, local_store, settings=settings)
     result = client.search("alice", "Who is Sarah?", now=NOW)  # the fake's own answer for "who": search_facts

@@ -15,6 +15,7 @@ from memory_lib.retrieval.rerank import (
     apply_order,
     parse_order,
     render_rerank_prompt,
+    rerank_client,
     reranker_from_settings,
 )
 from tests.support.factories import ranked_hot_hits
@@ -49,7 +50,7 @@ def test_prompt_numbers_the_passages_and_keeps_them_data():
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_llm_reranker_reorders_through_the_sdk(provider, fake_llm):
     base = fake_llm.base_url if provider == "anthropic" else fake_llm.openai_base_url
-    reranker = LLMReranker(provider, FAKE_API_KEY, base_url=base, max_retries=0)
+    reranker = LLMReranker(rerank_client(provider, FAKE_API_KEY, base_url=base, max_retries=0))
     hits = _hits()
     assert [h.text for h in hits] == TEXTS  # fused order: by cosine
     ranked = reranker.rerank("grandma's sourdough starter recipe", hits)
@@ -62,7 +63,9 @@ def test_llm_reranker_reorders_through_the_sdk(provider, fake_llm):
 
 def test_llm_failure_is_a_rerank_error_without_the_key(fake_llm):
     fake_llm.fail_fraction, fake_llm.fail_status = 1.0, 400
-    reranker = LLMReranker("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
+    reranker = LLMReranker(
+        rerank_client("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
+    )
     with pytest.raises(RerankError, match="HTTP 400") as err:
         reranker.rerank("sourdough", _hits())
     assert FAKE_API_KEY not in str(err.value)
@@ -70,12 +73,12 @@ def test_llm_failure_is_a_rerank_error_without_the_key(fake_llm):
 
 def test_rerank_is_off_by_default_and_needs_its_key():
     assert RetrievalConfig().rerank == "off"
-    assert reranker_from_settings(Settings(), env={}) is None
+    assert reranker_from_settings(Settings()) is None
     with pytest.raises(InvalidInputError) as err:
-        reranker_from_settings(Settings(retrieval=RetrievalConfig(rerank="anthropic")), env={})
+        reranker_from_settings(Settings(retrieval=RetrievalConfig(rerank="anthropic")))
     assert err.value.field == "ANTHROPIC_API_KEY"
     with pytest.raises(InvalidInputError):
-        LLMReranker("mistral", FAKE_API_KEY)
+        rerank_client("mistral", FAKE_API_KEY)
 
 
 def test_cross_encoder_absent_offline_says_so(monkeypatch):

@@ -212,21 +212,21 @@ def test_servers_started_at_once_in_threads_all_come_up(tmp_path):
 
 
 def test_a_failed_attempt_is_retried_with_a_longer_pg_ctl_wait(tmp_path, monkeypatch):
-    from memory_lib.storage import db
+    from memory_lib.storage import embedded
 
     calls: list[list[str]] = []
-    real = db._run_pg_ctl
+    real = embedded._run_pg_ctl
 
     def flaky(args: list[str], **kwargs):
         calls.append(args)
         if len(calls) == 1:
-            raise db._StartFailed(
+            raise embedded._StartFailed(
                 "pg_ctl start", code=1, stdout="waiting for server to start", stderr="simulated"
             )
         return real(args, **kwargs)
 
-    monkeypatch.setattr(db, "_run_pg_ctl", flaky)
-    server = db.EmbeddedPostgres(tmp_path / "pg", backoff_seconds=0.05)
+    monkeypatch.setattr(embedded, "_run_pg_ctl", flaky)
+    server = embedded.EmbeddedPostgres(tmp_path / "pg", backoff_seconds=0.05)
     try:
         with psycopg.connect(server.start()) as c:
             assert c.execute("SELECT 1").fetchone() == (1,)
@@ -235,7 +235,7 @@ def test_a_failed_attempt_is_retried_with_a_longer_pg_ctl_wait(tmp_path, monkeyp
         server.stop()
         _stop_leftover(server.pgdata)
     _wait_stopped([pid])
-    assert len(calls) == 2 and calls[1][calls[1].index("-t") + 1] == str(db.EMBEDDED_START_WAIT_SECONDS)
+    assert len(calls) == 2 and calls[1][calls[1].index("-t") + 1] == str(embedded.EMBEDDED_START_WAIT_SECONDS)
 
 
 def test_a_start_that_fails_says_why_with_pg_ctl_output_and_the_data_dir_state(tmp_path):

@@ -61,9 +61,9 @@ def test_edited_migration_is_detected(empty_database, tmp_path):
     migrations = tmp_path / "sql"
     shutil.copytree(MIGRATIONS_DIR, migrations)
     migrate(empty_database, embedding_dim=32, directory=migrations)
-    first = sorted(migrations.glob("*.sql"))[-1]
-    first.write_text(first.read_text() + "\n-- edited\n")
-    with pytest.raises(SchemaError, match="changed after it was applied"):
+    last = sorted(migrations.glob("[0-9]*.sql"))[-1]
+    last.write_text(last.read_text() + "\nCREATE TABLE edited_later (id int);\n")
+    with pytest.raises(SchemaError, match=f"migration {last.stem} changed after it was applied"):
         migrate(empty_database, embedding_dim=32, directory=migrations)
 
 
@@ -98,7 +98,8 @@ def test_shipped_migrations_are_the_sql_folder():
     top = Path(__file__).resolve().parents[2] / "sql"
     shipped = {p.name: p.read_bytes() for p in shipped_migrations().iterdir() if p.name.endswith(".sql")}
     assert shipped == {p.name: p.read_bytes() for p in top.glob("*.sql")} and len(shipped) >= 3
-    assert [m.version for m in load_migrations(embedding_dim=8)] == sorted(int(n[:3]) for n in shipped)
+    numbered = sorted(int(n[:3]) for n in shipped if n != "schema.sql")  # schema.sql: generated, for reading
+    assert [m.version for m in load_migrations(embedding_dim=8)] == numbered
 
 
 def test_a_missing_migrations_folder_is_an_error(tmp_path, empty_database):
@@ -146,7 +147,8 @@ def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path)
     only_first = tmp_path / "sql"
     only_first.mkdir()
     first, *rest = sorted(
-        (p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
+        (p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql") and p.name[0].isdigit()),
+        key=lambda p: p.name,
     )
     (only_first / first.name).write_text(first.read_text())
     migrate(empty_database, embedding_dim=32, directory=only_first)
@@ -177,7 +179,7 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
     from psycopg.conninfo import make_conninfo
 
     from memory_lib.client import MemoryClient
-    from memory_lib.storage.db import _MIGRATION_LOCK_ID
+    from memory_lib.storage.migrations import _MIGRATION_LOCK_ID
 
     role = f"app_{uuid.uuid4().hex[:8]}"
     dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]

@@ -149,15 +149,16 @@ def test_supersedes_refuses_what_it_cannot_replace_and_writes_nothing(conn):
 # --------------------------------------------------------------------------- the LLM judge
 
 
-def _judged(conn, fake, monkeypatch, **write) -> MemoryClient:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_API_KEY)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    settings = Settings(llm=LLMConfig(base_url=fake.base_url, max_retries=0), write=WriteConfig(**write))
+def _judged(conn, fake, **write) -> MemoryClient:
+    settings = Settings(
+        llm=LLMConfig(base_url=fake.base_url, max_retries=0, anthropic_api_key=FAKE_API_KEY),
+        write=WriteConfig(**write),
+    )
     return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
 
 
-def test_the_llm_judge_supersedes_a_changed_state_and_keeps_events_apart(conn, fake_llm, monkeypatch):
-    client = _judged(conn, fake_llm, monkeypatch)  # judge 'auto': a key is set
+def test_the_llm_judge_supersedes_a_changed_state_and_keeps_events_apart(conn, fake_llm):
+    client = _judged(conn, fake_llm)  # judge 'auto': a key is set
     old = client.add("u", STATE[0], now=T0)
     assert fake_llm.judge_requests() == 0  # nothing close yet: no call
     new = client.add("u", STATE[1], now=T0 + timedelta(minutes=1))
@@ -187,8 +188,8 @@ def test_the_llm_judge_supersedes_a_changed_state_and_keeps_events_apart(conn, f
     ],
     ids=["not-json", "no-target", "unknown-target", "bad-decision", "provider-error"],
 )
-def test_a_failed_or_malformed_judgement_adds_the_memory(conn, fake_llm, monkeypatch, fault):
-    client = _judged(conn, fake_llm, monkeypatch)
+def test_a_failed_or_malformed_judgement_adds_the_memory(conn, fake_llm, fault):
+    client = _judged(conn, fake_llm)
     for name, value in fault.items():
         setattr(fake_llm, name, value)
     client.add("u", STATE[0], now=T0)
@@ -201,17 +202,15 @@ def test_a_failed_or_malformed_judgement_adds_the_memory(conn, fake_llm, monkeyp
     assert created[0]["judge"]["error"]
 
 
-def test_the_async_client_asks_the_judge_and_supersedes_like_the_sync_one(
-    db_url, conn, fake_llm, monkeypatch
-):
+def test_the_async_client_asks_the_judge_and_supersedes_like_the_sync_one(db_url, conn, fake_llm):
     import asyncio
 
     from memory_lib.client import AsyncMemoryClient
 
-    _judged(conn, fake_llm, monkeypatch)  # the environment: a key for the fake server
-
     async def scenario():
-        settings = Settings(llm=LLMConfig(base_url=fake_llm.base_url, max_retries=0))
+        settings = Settings(
+            llm=LLMConfig(base_url=fake_llm.base_url, max_retries=0, anthropic_api_key=FAKE_API_KEY)
+        )
         client = await AsyncMemoryClient.connect(
             db_url, embedder=HashingEmbedder(TEST_DIM), settings=settings
         )
@@ -230,8 +229,8 @@ def test_the_async_client_asks_the_judge_and_supersedes_like_the_sync_one(
     assert _live(conn, "u") == ["Lives in Faro"]
 
 
-def test_a_judged_duplicate_that_changes_a_number_is_not_merged(conn, fake_llm, monkeypatch):
-    client = _judged(conn, fake_llm, monkeypatch)
+def test_a_judged_duplicate_that_changes_a_number_is_not_merged(conn, fake_llm):
+    client = _judged(conn, fake_llm)
     fake_llm.judge_decision = {"decision": "duplicate", "target": 1, "reason": "same"}
     client.add("u", "Invoice 2291 was paid", now=T0)
     result = client.add("u", "Invoice 2297 was paid", now=T0 + timedelta(minutes=1))
