@@ -208,9 +208,9 @@ class DualWriter:
         ttl: float = 10.0,
         make_embedder: Callable[[str, int], Embedder] | None = None,
         *,
-        embedding: EmbeddingConfig | None = None,
+        embedding: EmbeddingConfig,
     ):
-        """`embedding`: the client's embedding settings, whose base URL an OpenAI secondary uses
+        """`embedding`: the client's embedding settings, whose key and base URL an OpenAI secondary uses
         (embedder_for); `make_embedder` replaces embedder_for altogether."""
         self.ttl = ttl
         self._make: Callable[[str, int], Embedder] = make_embedder or functools.partial(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from ..core.config import EmbeddingConfig, Settings
+from ..core.config import EmbeddingConfig
 from ..core.errors import EmbeddingMismatchError, InvalidInputError, MemoryArchiveError
 from ..core.rows import Conn
 from ..llm.embedding import LOCAL_MODEL_NAME, Embedder, HashingEmbedder, LocalEmbedder, embedder_from_settings
@@ -168,12 +168,11 @@ def _cached_embedder(model: str, dim: int, embedding: EmbeddingConfig) -> Embedd
     return embedder_from_settings(cfg)
 
 
-def embedder_for(model: str, dim: int, embedding: EmbeddingConfig | None = None) -> Embedder:
+def embedder_for(model: str, dim: int, embedding: EmbeddingConfig) -> Embedder:
     """The embedder a recorded (model, dim) names: the packaged local model, the hashing embedder of that
-    dim, or else an OpenAI model with the base URL of `embedding` (the caller's settings; None: the
-    environment's, for an entry point that has no settings object) and OPENAI_API_KEY. Cached per
-    process and configuration."""
-    return _cached_embedder(model, dim, Settings.from_env().embedding if embedding is None else embedding)
+    dim, or else an OpenAI model with the key and base URL of `embedding` (the caller's settings: this
+    never reads the environment). Cached per process and configuration."""
+    return _cached_embedder(model, dim, embedding)
 
 
 def check_embedder(embedder: Embedder, model: str, dim: int, what: str) -> None:

@@ -49,7 +49,7 @@ def reembedding(
         migration = lib.active_migration(conn)
         if migration is None:
             return dg.MaterializeResult(metadata={"migration": "none open", "rows_done": 0, "remaining": 0})
-        embedder = lib.embedder_for(*migration.secondary)
+        embedder = lib.embedder_for(*migration.secondary, database.run_settings().embedding)
         while n := lib.backfill_batch(
             conn, embedder, kind, config.batch_size, bucket=bucket, buckets=BUCKETS
         ):
