@@ -32,4 +32,6 @@ RUN pip install --constraint deploy/constraints.txt ".[all]" \
 USER memory
 WORKDIR /home/memory
 EXPOSE 4000
-CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "memory_assets.definitions"]
+# memory_assets.code_server pins the first archival night to the oldest memory's (when
+# MEMORY_ARCHIVE_PARTITION_START is unset), then execs `python -m dagster code-server start ... -m memory_assets.definitions`.
+CMD ["python", "-m", "memory_assets.code_server", "-h", "0.0.0.0", "-p", "4000"]

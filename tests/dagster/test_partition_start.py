@@ -134,3 +134,37 @@ def test_definitions_load_without_a_database(tmp_path, start):
     }
     assert not state.exists()  # no embedded server was started or created
     assert "connect" not in out.stderr.lower()
+
+
+def test_the_image_entry_point_pins_the_start_then_runs_the_code_server(conn, db_url):
+    """The Dockerfile's CMD (memory_assets.code_server) pins an unset start as `make dev` does, then
+    execs Dagster's code server on the definitions with the options it was given."""
+    from memory_assets.code_server import command
+
+    _with_oldest(conn, OLDEST)
+    env = _env(db_url)
+    argv = command(["-h", "0.0.0.0", "-p", "4000"], env)
+    assert env["MEMORY_ARCHIVE_PARTITION_START"] == "2025-11-14"
+    assert argv == [
+        sys.executable,
+        "-m",
+        "dagster",
+        "code-server",
+        "start",
+        "-h",
+        "0.0.0.0",
+        "-p",
+        "4000",
+        "-m",
+        "memory_assets.definitions",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "memory_assets.code_server", "--help"],
+        cwd=ROOT,
+        env=_env(CLOSED_PORT_URL, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--module-name" in out.stdout  # Dagster's own `code-server start` usage: the exec ran

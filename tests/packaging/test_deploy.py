@@ -92,9 +92,7 @@ def test_the_image_installs_the_package_pinned_and_not_editable():
     assert 'pip install --constraint deploy/constraints.txt ".[all]"' in text
     assert not re.search(r"pip install[^\n]*(-e|--editable)\b", text)
     assert "dagster.yaml" not in text and "DAGSTER_HOME" not in text  # the instance is not the code server's
-    assert lines[-1] == (
-        'CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "memory_assets.definitions"]'
-    )
+    assert lines[-1] == 'CMD ["python", "-m", "memory_assets.code_server", "-h", "0.0.0.0", "-p", "4000"]'
 
 
 def test_constraints_pin_every_dependency_to_the_tested_versions():
