@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         section(f"Backfill {first_night} .. {last_night}: a Dagster backfill run by the daemon")
         print(
             f"retrievability probe: up to {retrieval.retrievability_sample_size} archived memories a night, each "
-            f"searched by its first sentence; at least {100 * retrieval.retrievability_floor:.0f}% must be in the "
+            f"searched by its most specific sentence; at least {100 * retrieval.retrievability_floor:.0f}% must be in the "
             "top 10"
         )
         # The daemon, its code server and the runs get the demo's settings (demo.env), not DATABASE_URL.
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 probed = [m for _, _, m in runs if not m.get("nothing_to_check")]
                 detail = (
                     f"{sum(m['found'] for m in probed)}/{sum(m['sampled'] for m in probed)} sampled archived memories "
-                    f"found in the top 10 by their first sentence over {plural(len(probed), 'night')}; "
+                    f"found in the top 10 by their most specific sentence over {plural(len(probed), 'night')}; "
                     f"{plural(len(runs) - len(probed), 'night')} with nothing archived to probe"
                 )
             elif name == "tiers_consistent":

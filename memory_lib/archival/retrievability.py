@@ -1,9 +1,9 @@
-"""Can a night's archived memories still be found? The probe behind the Dagster retrievability gate.
+"""Can a night's archived memories still be found? The probe behind the retrievability gate.
 
 For one archival night (batch key `night-YYYY-MM-DD`, kept in archived_memories.metadata.batch_key):
 sample up to `sample_size` of the night's archived memories (a stable pseudo-random order, so a re-run
-probes the same ones), read each verified original from object storage, take its first sentence as
-the question, and run the product's two-phase search (default RetrievalConfig, phase 2 auto, as the
+probes the same ones), read each verified original from object storage, take its most specific
+sentence as the question (`probe_question`), and run the product's two-phase search (default RetrievalConfig, phase 2 auto, as the
 memory's own user) with limit `k`. A memory is found when its archive row is among the hits, or, for
 a chunk of a long memory, its parent (search returns a chunked memory once, by its best chunk).
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights"]
+__all__ = ["NightRetrievability", "first_sentence", "probe_night", "probe_nights", "probe_question"]
 
 _SAMPLE_SQL = f"""
     SELECT a.id AS archive_id, a.original_id, a.user_id, a.metadata -> 'chunk' ->> 'parent_id' AS parent_id,
@@ -92,14 +92,29 @@ class NightRetrievability:
             return f"{self.batch_key}: nothing searchable archived"
         return (
             f"{self.batch_key}: {self.found}/{self.sampled} sampled archived memories found in the top {self.k} "
-            f"by their first sentence ({100 * self.share_found:.0f}%, floor {100 * self.floor:.0f}%)"
+            f"by their most specific sentence ({100 * self.share_found:.0f}%, floor {100 * self.floor:.0f}%)"
         )
 
 
 def first_sentence(text: str, max_chars: int = 300) -> str:
     """The first sentence of `text` (verbatim), cut at a word past max_chars."""
     spans = split_sentences(text)
-    sentence = text[spans[0][0] : spans[0][1]] if spans else text.strip()
+    return _bounded(text[spans[0][0] : spans[0][1]] if spans else text.strip(), max_chars)
+
+
+def probe_question(text: str, max_chars: int = 300) -> str:
+    """The question a memory is probed with: its most specific sentence, the one with the most distinct
+    words (the first of equals), verbatim and cut at a word past max_chars. Not simply the first: in
+    chat, a first sentence like "Caroline: That's amazing!" would rank a hundred memories alike, hot or
+    archived, and the probe would measure the question instead of what archival kept."""
+    spans = split_sentences(text)
+    if not spans:
+        return _bounded(text.strip(), max_chars)
+    sentences = [text[a:b] for a, b in spans]
+    return _bounded(max(sentences, key=lambda s: len(_words(s))), max_chars)
+
+
+def _bounded(sentence: str, max_chars: int) -> str:
     if len(sentence) > max_chars:
         cut = sentence[:max_chars].rsplit(" ", 1)[0]
         sentence = cut or sentence[:max_chars]
@@ -114,7 +129,7 @@ def _same_fact(summary: str, question: str, min_overlap: float = 0.9) -> bool:
     """A hit (hot, or an archived summary) that states nearly the probed sentence answers "did I ever know
     this?" as the probed memory would: agents store the same fact many times, and only one copy ranks
     first. Nearly = the same numbers, and at least 90% of the words shared both ways."""
-    q, h = _words(question), _words(first_sentence(summary.strip()))
+    q, h = _words(question), _words(probe_question(summary.strip()))
     if not q or not h or {w for w in q if w.isdigit()} != {w for w in h if w.isdigit()}:
         return False
     shared = len(q & h)
@@ -162,7 +177,7 @@ def probe_night(
             missed.append(row["original_id"])
             continue
         readable.append(row)
-        questions.append(first_sentence(BackupObject.from_json_bytes(raw).content))
+        questions.append(probe_question(BackupObject.from_json_bytes(raw).content))
     vectors: np.ndarray | list[np.ndarray] = embedder.embed(questions) if questions else []
     search_config = config.model_copy(update={"limit": k})
     for row, question, vector in zip(readable, questions, vectors, strict=True):

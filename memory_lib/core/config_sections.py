@@ -250,8 +250,8 @@ class RetrievalConfig(BaseModel):
         0.9,
         ge=0.0,
         le=1.0,
-        description="Share of a night's sampled archived memories that their own first sentence must find "
-        "in the top 10; below it the Dagster check fails and pauses archival.",
+        description="Share of a batch's sampled archived memories that their own most specific sentence must "
+        "find in the top 10; below it archival pauses (the CLI, the bench and Dagster alike).",
     )
     retrievability_sample_size: int = Field(50, ge=1, le=1000, description="Memories sampled per night.")
     rerank: Literal["off", "anthropic", "openai", "cross-encoder"] = Field(

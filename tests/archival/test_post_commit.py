@@ -2,7 +2,7 @@
 gate after commit, the tier audit, the stall diagnosis and the retrievability probe, each with its pause.
 
 The probe fails here because search is configured to return no archived hit (retrieval.archived_limit
-0): a night's archive rows then cannot be found by their own first sentence, whoever runs the night.
+0): a night's archive rows then cannot be found by their own most specific sentence, whoever runs the night.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The retrievability gate: a night's archived memories must be findable by their own first sentence."""
+"""The retrievability gate: a night's archived memories must be findable by their own most specific sentence."""
 
 from __future__ import annotations
 

@@ -373,7 +373,7 @@ def archive_rows(
     failure of either pausing archival; a night that failed the gate after commit fails the asset (the
     nights before it are recorded as materialized: they did archive). Then the retrievability probe: a
     sample of the night's searchable archive rows (superseded originals, hidden from search, are never
-    sampled) searched with their own first sentence (memory_lib.archival.retrievability), kept on
+    sampled) searched with their own most specific sentence (memory_lib.archival.retrievability), kept on
     the batch for the archive_retrievable check; a night below the floor pauses archival once the
     run's nights are done (later nights and runs archive nothing until an operator clears it).
     Each night says whether it stalled and why (memory_lib.archival.stalls); a night whose memories wait in a

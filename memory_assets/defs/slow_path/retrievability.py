@@ -2,7 +2,7 @@
 
 Blocking, ERROR severity, on archive_rows, one result per night, read-only. archive_rows probes each
 night after its commit (a sample of the night's searchable archive rows, superseded originals never
-sampled, searched with their own first sentence, memory_lib.archival.retrievability) and keeps the result on
+sampled, searched with their own most specific sentence, memory_lib.archival.retrievability) and keeps the result on
 the batch (`archived`: the night's searchable rows); a night below
 RetrievalConfig.retrievability_floor (0.9) has already paused archival there. This check reports that
 result: the share found in the top 10, the floor, and examples of what was missed.
@@ -26,7 +26,7 @@ from .partitions import run_nights, run_shard
 def archive_retrievable(
     context: dg.AssetCheckExecutionContext, database: DatabaseResource
 ) -> Iterator[dg.AssetCheckEvaluation | dg.Output]:
-    """Each night: the share of sampled archived memories found in the top 10 by their first sentence
+    """Each night: the share of sampled archived memories found in the top 10 by their most specific sentence
     is at least the floor (0.9)."""
     with database.connect() as conn:
         for night in run_nights(context):
