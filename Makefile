@@ -54,8 +54,8 @@ test: $(LOCAL_STAMP)
 # Style, format, types, the layer contracts (memory_lib/README.md) and MemoryClient generated from
 # AsyncMemoryClient (tools/async_to_sync.py): all must be clean.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check memory_lib memory_assets tests bench scripts tools
-	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench scripts tools
+	$(VENV)/bin/ruff check memory_lib memory_assets tests bench testing scripts tools
+	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench testing scripts tools
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) tools/async_to_sync.py --check

@@ -173,7 +173,7 @@ def object_stores(opts: Options, root: Path) -> Iterator[dict[str, StoreTarget]]
                 s3_settings(opts.s3_endpoint, bucket, {}),  # credentials: this process's AWS environment
             )
         elif "s3" in wanted:
-            from tests.support.seaweedfs import run_seaweedfs
+            from testing.seaweedfs import run_seaweedfs
 
             endpoint = stack.enter_context(run_seaweedfs(root / "seaweedfs"))
             sw_bucket = endpoint.create_bucket("bench")

@@ -1,7 +1,7 @@
 """`python -m bench.llm_cost [--memories N] [--model M]`: recorded LLM cost per 1,000 archived memories.
 
 The demo history (memory_assets.demo_data) is archived night by night (batches of 500) through the real
-Anthropic SDK against the local fake server (tests/support/fake_llm.py), whose `usage` is computed from
+Anthropic SDK against the local fake server (testing/fake_llm.py), whose `usage` is computed from
 each prompt and answer (~4 characters per token). Batches above the threshold go through Message
 Batches, so the ledger prices them at the model's batch price. The figure is the ledger's total
 (every paid answer, failures included) divided by the memories archived. The same ledger tokens are
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from memory_assets.demo_data import generate_history
     from memory_lib.core.models import NewMemory
     from memory_lib.storage.store import insert_memories
-    from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
+    from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
     with bench_server() as server, scratch_dir(None, "ma-llmcost-") as root, FakeLLMServer() as fake:
         url = server.create("llmcost", DIM)

@@ -183,7 +183,7 @@ def _store_args(opts: Options, root: Path):
         ensure_bucket(s3_client(opts.s3_endpoint, "us-east-1"), bucket)
         yield ["--s3-endpoint", opts.s3_endpoint, "--s3-bucket", bucket], {}
         return
-    from tests.support.seaweedfs import run_seaweedfs
+    from testing.seaweedfs import run_seaweedfs
 
     with run_seaweedfs(root / "seaweedfs") as ep:
         bucket = ep.create_bucket("bench-memory")

@@ -271,7 +271,7 @@ def s3_target(opts: Options, root: Path) -> Iterator[S3Target]:
         client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
         yield S3Target(opts.s3_endpoint, bucket, {})
         return
-    from tests.support.seaweedfs import run_seaweedfs
+    from testing.seaweedfs import run_seaweedfs
 
     with run_seaweedfs(root / "seaweedfs") as ep:
         bucket = ep.create_bucket("bench-shards")

@@ -11,7 +11,7 @@ user of its own, default settings unless the mode says otherwise:
 * default: Settings() with no LLM key, so add-only with the restatement rule (what `make demo` and an
   offline user get);
 * llm (fake): the LLM write judge through the real Anthropic SDK against the local fake server, whose
-  answers are a rule standing in for a model (tests/support/fake_llm.py): it measures the plumbing and
+  answers are a rule standing in for a model (testing/fake_llm.py): it measures the plumbing and
   the guards around a verdict, not a model's judgement;
 * state rule: WriteConfig(state_rule=True), the opt-in offline rule.
 
@@ -166,7 +166,7 @@ def run(opts: Options) -> Report:
     from memory_lib.core.config import LLMConfig, Settings, WriteConfig
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
+    from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
     pairs = load_pairs()
     pairs = pairs[:: max(1, len(pairs) // SMOKE_PAIRS)] if opts.smoke else pairs

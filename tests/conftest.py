@@ -18,7 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from psycopg.conninfo import make_conninfo
 
 from memory_lib.storage.db import EmbeddedPostgres, connect, migrate_database
-from tests.support.fake_llm import FakeLLMServer
+from testing.fake_llm import FakeLLMServer
 
 # CI replays a fixed set of examples (a run there must be reproducible); locally, hypothesis keeps
 # exploring new ones and remembers failures in .hypothesis/.
@@ -133,7 +133,7 @@ def make_conn(databases: DatabaseFactory) -> Iterator[Callable[..., psycopg.Conn
 
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory):
-    from tests.support.seaweedfs import run_seaweedfs
+    from testing.seaweedfs import run_seaweedfs
 
     with run_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
         yield endpoint
@@ -190,7 +190,7 @@ def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
 def llm_keys(monkeypatch: pytest.MonkeyPatch) -> str:
     """The fake server's API key as ANTHROPIC_API_KEY and OPENAI_API_KEY, for code that reads them from the
     environment (the Dagster summarizer resource); pair it with `fake_llm`."""
-    from tests.support.fake_llm import FAKE_API_KEY
+    from testing.fake_llm import FAKE_API_KEY
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_API_KEY)
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_API_KEY)
@@ -199,8 +199,8 @@ def llm_keys(monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def history(conn: psycopg.Connection) -> list[uuid.UUID]:
-    """The Slow Path tests' small deterministic history (tests.support.dagster_helpers) in `conn`'s database."""
-    from tests.support.dagster_helpers import load_history
+    """The Slow Path tests' small deterministic history (testing.dagster_helpers) in `conn`'s database."""
+    from testing.dagster_helpers import load_history
 
     return load_history(conn, TEST_DIM)
 

@@ -25,9 +25,9 @@ from memory_lib.core.models import sha256_hex
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
+from testing.backups import ARCHIVE_REFS_SQL, members_sharing
+from testing.factories import NOW, make_memories
 from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_REFS_SQL, members_sharing
-from tests.support.factories import NOW, make_memories
 
 N = 20
 CRITERIA = ArchivalCriteria()

@@ -16,9 +16,9 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.storage.store import insert_memories
+from testing.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, object_refs
+from testing.factories import NOW, make_memories, services
 from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, object_refs
-from tests.support.factories import NOW, make_memories, services
 
 # SIGKILLs and daemons: minutes each; `pytest -m "not slow"` is the quick inner loop.
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
     from memory_lib.core.config import ArchivalCriteria
     from memory_lib.storage.db import connect
     from memory_lib.storage.objectstore import LocalObjectStore
-    from tests.support.factories import NOW, services
+    from testing.factories import NOW, services
     url, root, dim, slow_put_after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     store = LocalObjectStore(__import__("pathlib").Path(root), prefix="crash")
     puts = 0

@@ -16,10 +16,10 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer
 from memory_lib.storage.objectstore import ObjectStore, StoredObject
 from memory_lib.storage.store import insert_memories, tier_stats
+from testing.backups import ARCHIVE_REFS_SQL, backup_ref, object_refs, tamper
+from testing.factories import NOW, make_memories
+from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_REFS_SQL, backup_ref, object_refs, tamper
-from tests.support.factories import NOW, make_memories
-from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
 
 N = 40  # one failure in 40 is 2.5%: under the 5% gate, so the rest of the batch goes through
 MARK = "MARKED-FOR-FAILURE"

@@ -8,7 +8,7 @@ from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.lifecycle.restore import archived_ids, restore_archive
 from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import insert_memories, tier_stats
-from tests.support.factories import NOW, make_memories, services, snapshot
+from testing.factories import NOW, make_memories, services, snapshot
 
 DIM = 1536  # the default dimension
 

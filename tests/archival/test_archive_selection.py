@@ -20,8 +20,8 @@ from memory_lib.lifecycle.eligibility import (
 )
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
+from testing.factories import NOW, make_memories
 from tests.conftest import TEST_DIM
-from tests.support.factories import NOW, make_memories
 
 
 def _one(label: str, **fields):

@@ -22,9 +22,9 @@ from memory_lib.core.errors import InvalidInputError
 from memory_lib.lifecycle import pause
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.packs import ref_sql
+from testing.backups import ARCHIVE_REFS_SQL, edit_content
+from testing.dagster_helpers import END, last_night, load_history
 from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_REFS_SQL, edit_content
-from tests.support.dagster_helpers import END, last_night, load_history
 
 NIGHT = last_night()
 DEFS = [

@@ -54,9 +54,9 @@ from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import LocalObjectStore, object_store_from_settings
 from memory_lib.storage.store import insert_memories
 from memory_lib.write.write_path import add_plan, prepare_memory
+from testing.backups import ARCHIVE_ROWS_SQL
+from testing.factories import make_memories
 from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_ROWS_SQL
-from tests.support.factories import make_memories
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)

@@ -15,7 +15,7 @@ from memory_assets.defs.slow_path.sensors import ARCHIVAL_PAUSE, archival_failur
 from memory_assets.resources import DatabaseResource, SummarizerResource
 from memory_lib.archival import nights
 from memory_lib.lifecycle import pause as pause_switch
-from tests.support.slow_path import (
+from testing.slow_path import (
     NIGHT,
     materialize,
     resources,

@@ -13,8 +13,8 @@ from memory_lib.archival import nights
 from memory_lib.core.config import DEFAULT_ANTHROPIC_MODEL
 from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
 from memory_lib.llm import ledger
-from tests.support.dagster_helpers import END, range_tags
-from tests.support.slow_path import NIGHT, SLOW_PATH_DEFS, resources
+from testing.dagster_helpers import END, range_tags
+from testing.slow_path import NIGHT, SLOW_PATH_DEFS, resources
 
 
 @pytest.fixture

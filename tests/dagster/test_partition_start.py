@@ -24,12 +24,12 @@ from memory_lib.core.config import ArchivalCriteria, SlowPathConfig
 from memory_lib.lifecycle import eligibility
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
+from testing.dagster_helpers import last_night, load_history
 from tests.conftest import TEST_DIM
-from tests.support.dagster_helpers import last_night, load_history
 
 ROOT = Path(__file__).resolve().parents[2]
 # 20:00 UTC on 14 November is already 15 November in Tokyo: the night is the local date. The history
-# (tests.support.dagster_helpers) starts in 2026, so this one memory is the oldest.
+# (testing.dagster_helpers) starts in 2026, so this one memory is the oldest.
 OLDEST = datetime(2025, 11, 14, 20, 0, tzinfo=UTC)
 CLOSED_PORT_URL = "postgresql://postgres@127.0.0.1:1/nowhere"  # nothing listens on port 1
 

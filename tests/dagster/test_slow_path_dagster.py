@@ -28,10 +28,9 @@ from memory_lib.archival import archive, integrity, nights
 from memory_lib.core.models import BackupObject
 from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.lifecycle import restore
-from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, members_sharing
-from tests.support.dagster_helpers import range_tags, table_fingerprint
-from tests.support.slow_path import (
+from testing.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, members_sharing
+from testing.dagster_helpers import range_tags, table_fingerprint
+from testing.slow_path import (
     NIGHT,
     SLOW_PATH_DEFS,
     checks_of,
@@ -40,6 +39,7 @@ from tests.support.slow_path import (
     materialized,
     resources,
 )
+from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 

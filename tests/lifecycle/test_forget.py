@@ -399,7 +399,7 @@ _KILLER = textwrap.dedent(
     from memory_lib.lifecycle.forget import forget_steps
     from memory_lib.storage.objectstore import S3ObjectStore
     from memory_lib.core.plans import RunPlan, run_plan
-    from tests.support.seaweedfs import S3Endpoint
+    from testing.seaweedfs import S3Endpoint
 
     url, endpoint, key, secret, bucket, kill_after = sys.argv[1:7]
     store = S3ObjectStore(S3Endpoint(endpoint, key, secret).client(), bucket, prefix="test")

@@ -17,8 +17,8 @@ from memory_lib.lifecycle.promotion import sweep_promotions
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.objectstore import LocalObjectStore
+from testing.backups import ARCHIVE_ROWS_SQL
 from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_ROWS_SQL
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)

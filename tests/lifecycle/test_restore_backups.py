@@ -19,9 +19,9 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage import packs
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.store import insert_memories
+from testing.backups import bucket_bytes
+from testing.factories import NOW, make_memories
 from tests.conftest import TEST_DIM
-from tests.support.backups import bucket_bytes
-from tests.support.factories import NOW, make_memories
 
 CRITERIA = ArchivalCriteria()
 PER_USER = CRITERIA.pack_min_members + 2

@@ -23,8 +23,8 @@ from memory_lib.lifecycle.eligibility import REASON_RETENTION, REASON_SUPERSEDED
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
+from testing.factories import make_memories
 from tests.conftest import TEST_DIM
-from tests.support.factories import make_memories
 
 CONFIG = RetentionConfig()
 NIGHT0 = date(2026, 5, 1)  # a past night in UTC (the test clock, not today's date)
@@ -375,7 +375,7 @@ def test_tier_counts_count_an_archive_row_from_its_batchs_night_whenever_the_bat
     """A backfill archives past nights today: each night's tiers still include its own archival (the
     batch's as_of), not none of it (archived_at, the claim's time, is today for every backfilled night)."""
     from memory_lib.archival.pipeline import run_batch
-    from tests.support.dagster_helpers import last_night
+    from testing.dagster_helpers import last_night
 
     night = last_night()
     services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)

@@ -21,8 +21,8 @@ from memory_lib.llm.summarize import (
     summarizer_from_settings,
 )
 from memory_lib.retrieval.rerank import LLMReranker, rerank_client, reranker_from_settings
-from tests.support.factories import ranked_hot_hits
-from tests.support.fake_llm import FAKE_API_KEY, FakeLLMServer
+from testing.factories import ranked_hot_hits
+from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
 # One summary request as the fake server measures them (prompt ~300 tokens, answer ~80): the shape that
 # decides which model is cheapest for this workload.

@@ -28,7 +28,7 @@ from memory_lib.llm.summarize import (
     summarizer_from_settings,
 )
 from memory_lib.llm.transport import RateLimiter
-from tests.support.fake_llm import (
+from testing.fake_llm import (
     FAKE_API_KEY,
     FakeLLMServer,
     count_tokens,

@@ -16,8 +16,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from testing.dagster_helpers import sqlalchemy_url
 from tests.packaging.conftest import clean_env
-from tests.support.dagster_helpers import sqlalchemy_url
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -11,7 +11,7 @@ import pytest
 from dagster._cli.utils import get_possibly_temporary_instance_for_cli
 
 from memory_assets.dev import prepare_dagster_home
-from tests.support.dagster_helpers import sqlalchemy_url
+from testing.dagster_helpers import sqlalchemy_url
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -59,8 +59,8 @@ from memory_lib.core.config import ENV_ALIASES, Settings, env_names, setting_pat
 from memory_lib.core.models import BackupObject
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
+from testing.factories import make_memories
 from tests.packaging.conftest import DemoRun, clean_env, offline_env
-from tests.support.factories import make_memories
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

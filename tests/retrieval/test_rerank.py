@@ -18,8 +18,8 @@ from memory_lib.retrieval.rerank import (
     rerank_client,
     reranker_from_settings,
 )
-from tests.support.factories import ranked_hot_hits
-from tests.support.fake_llm import FAKE_API_KEY
+from testing.factories import ranked_hot_hits
+from testing.fake_llm import FAKE_API_KEY
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 TEXTS = [

@@ -21,9 +21,9 @@ from memory_lib.storage import packs
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import fetch_memories, insert_memories
+from testing.backups import bucket_bytes
+from testing.factories import NOW, make_memories
 from tests.conftest import TEST_DIM
-from tests.support.backups import bucket_bytes
-from tests.support.factories import NOW, make_memories
 
 CRITERIA = ArchivalCriteria()
 PER_USER = CRITERIA.pack_min_members + 2

@@ -319,7 +319,7 @@ def test_the_migration_keeps_existing_rows_and_repairs_what_the_new_keys_check(e
     memory's (or the empty user id), a link use recorded under another user takes its archive row's,
     and the re-pointed foreign keys still cascade."""
     from memory_lib.storage.db import migrate
-    from tests.support.migrations import migrate_before
+    from testing.migrations import migrate_before
 
     migrate_before(empty_database, "022", tmp_path)
     with psycopg.connect(empty_database, autocommit=True, row_factory=dict_row) as c:

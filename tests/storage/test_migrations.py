@@ -9,7 +9,7 @@ import pytest
 
 from memory_lib.core.errors import SchemaError
 from memory_lib.storage.db import MIGRATIONS_DIR, migrate
-from tests.support.migrations import migrate_before
+from testing.migrations import migrate_before
 
 
 def _tables(url: str) -> set[str]:
@@ -404,7 +404,7 @@ def test_memories_restored_before_migration_025_count_from_their_last_restore(em
 
     from memory_lib.storage.db import connect
     from memory_lib.storage.store import insert_memories
-    from tests.support.factories import NOW, make_memories
+    from testing.factories import NOW, make_memories
 
     migrate_before(empty_database, "025", tmp_path)
     memories = make_memories(3, dim=4, users=("u1",))

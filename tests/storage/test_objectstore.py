@@ -26,7 +26,7 @@ from memory_lib.storage.objectstore import (
     object_store_from_settings,
     s3_client,
 )
-from tests.support.seaweedfs import S3Endpoint
+from testing.seaweedfs import S3Endpoint
 
 BUCKET = "memory-archive-test"
 
