@@ -9,7 +9,7 @@ from typing import Any
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.retrieval.sql import EXACT_MAX, MATCH_CAP, SEARCH_SETTINGS_SQL
 from memory_lib.retrieval.types import SearchFilters
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 
 def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

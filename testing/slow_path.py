@@ -12,8 +12,8 @@ from memory_assets.resources import (
     EmbedderResource,
     SummarizerResource,
 )
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import last_night
-from tests.conftest import TEST_DIM
 
 SLOW_PATH_DEFS = [
     assets.archival_candidates,

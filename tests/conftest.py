@@ -18,6 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from psycopg.conninfo import make_conninfo
 
 from memory_lib.storage.db import EmbeddedPostgres, connect, migrate_database
+from testing.constants import TEST_DIM, TEST_USER_PARTITIONS
 from testing.fake_llm import FakeLLMServer
 
 # CI replays a fixed set of examples (a run there must be reproducible); locally, hypothesis keeps
@@ -29,11 +30,6 @@ if os.environ.get("CI"):
 # The Dagster definitions load once per process, before any test database exists, and take their first
 # night from the database unless it is set: the tests' fixed histories (2026) need a fixed start.
 os.environ.setdefault("MEMORY_ARCHIVE_PARTITION_START", "2025-01-01")
-
-TEST_DIM = 64  # small vectors keep the suite fast; test_fidelity also runs the 1536-d default
-# Set (`make test` sets it for its second pass over the core tests): every test database has memories
-# and archived_memories hash-partitioned by user_id into this many partitions.
-TEST_USER_PARTITIONS = int(os.environ.get("TEST_USER_PARTITIONS") or 0) or None
 
 
 @pytest.fixture(scope="session")

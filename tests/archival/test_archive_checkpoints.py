@@ -24,8 +24,8 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
-from tests.conftest import TEST_DIM
 
 N = 30
 MARK = "MARKED-FOR-NAN"

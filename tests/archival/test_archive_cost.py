@@ -26,8 +26,8 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
 from testing.backups import ARCHIVE_REFS_SQL, members_sharing
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
-from tests.conftest import TEST_DIM
 
 N = 20
 CRITERIA = ArchivalCriteria()

@@ -17,8 +17,8 @@ from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.storage.store import insert_memories
 from testing.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, object_refs
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories, services
-from tests.conftest import TEST_DIM
 
 # SIGKILLs and daemons: minutes each; `pytest -m "not slow"` is the quick inner loop.
 pytestmark = pytest.mark.slow

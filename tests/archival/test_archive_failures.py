@@ -17,9 +17,9 @@ from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer
 from memory_lib.storage.objectstore import ObjectStore, StoredObject
 from memory_lib.storage.store import insert_memories, tier_stats
 from testing.backups import ARCHIVE_REFS_SQL, backup_ref, object_refs, tamper
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
-from tests.conftest import TEST_DIM
 
 N = 40  # one failure in 40 is 2.5%: under the 5% gate, so the rest of the batch goes through
 MARK = "MARKED-FOR-FAILURE"

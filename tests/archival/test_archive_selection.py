@@ -20,8 +20,8 @@ from memory_lib.lifecycle.eligibility import (
 )
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
-from tests.conftest import TEST_DIM
 
 
 def _one(label: str, **fields):

@@ -33,8 +33,8 @@ from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import ObjectStore, StoredObject
 from memory_lib.storage.store import insert_memories
 from testing.backups import ARCHIVE_REFS_SQL
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
-from tests.conftest import TEST_DIM
 
 CRITERIA = ArchivalCriteria()  # pack_min_members 8: alice's and bob's 10 are packs, carol's 3 lone backups
 

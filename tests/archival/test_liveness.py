@@ -35,9 +35,9 @@ from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer, 
 from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import LocalObjectStore, S3ObjectStore, s3_client
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
 from testing.fake_llm import FAKE_API_KEY
-from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "POISONED-MEMORY"

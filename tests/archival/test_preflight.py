@@ -26,8 +26,8 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.preflight import UNVERSIONED, check_llm_key, preflight
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import make_memories
-from tests.conftest import TEST_DIM
 
 ANTHROPIC_SHAPED = "sk-ant-api03-" + "x" * 40
 OPENAI_SHAPED = "sk-proj-" + "y" * 40

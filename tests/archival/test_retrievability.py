@@ -23,8 +23,8 @@ from memory_lib.lifecycle import pause
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.packs import ref_sql
 from testing.backups import ARCHIVE_REFS_SQL, edit_content
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, last_night, load_history
-from tests.conftest import TEST_DIM
 
 NIGHT = last_night()
 DEFS = [

@@ -27,9 +27,9 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import S3ObjectStore
 from memory_lib.storage.packs import backup_sql
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import last_night, load_history, table_fingerprint
 from testing.slow_path import SLOW_PATH_DEFS, resources
-from tests.conftest import TEST_DIM
 
 NIGHT = last_night()
 CRITERIA = ArchivalCriteria()

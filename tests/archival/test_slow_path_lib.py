@@ -18,8 +18,8 @@ from memory_lib.lifecycle import eligibility, pause, restore
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, last_night, load_history, table_fingerprint
-from tests.conftest import TEST_DIM
 
 CRITERIA = ArchivalCriteria()
 

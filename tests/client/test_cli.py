@@ -19,8 +19,8 @@ from memory_lib.cli import main
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import make_memories
-from tests.conftest import TEST_DIM
 
 
 @pytest.fixture

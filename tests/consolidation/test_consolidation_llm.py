@@ -20,8 +20,8 @@ from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.json_answers import JsonLLM, json_llm_from_settings
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.fake_llm import FAKE_API_KEY
-from tests.conftest import TEST_DIM
 
 EMB = HashingEmbedder(TEST_DIM)
 JAN = date(2025, 1, 1)

@@ -23,7 +23,7 @@ from memory_lib.consolidation.sources import period_bounds
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 EMB = HashingEmbedder(TEST_DIM)
 BUILDER = ExtractiveDigestBuilder()

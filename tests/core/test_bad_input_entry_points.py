@@ -55,8 +55,8 @@ from memory_lib.storage.objectstore import LocalObjectStore, object_store_from_s
 from memory_lib.storage.store import insert_memories
 from memory_lib.write.write_path import add_plan, prepare_memory
 from testing.backups import ARCHIVE_ROWS_SQL
+from testing.constants import TEST_DIM
 from testing.factories import make_memories
-from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)

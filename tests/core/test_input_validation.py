@@ -15,8 +15,8 @@ from memory_lib.core.config import ArchivalCriteria, Settings
 from memory_lib.core.errors import ConfigError, EmbeddingMismatchError, InvalidInputError
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import make_memories
-from tests.conftest import TEST_DIM
 
 
 def _counts(conn) -> tuple[int, int]:

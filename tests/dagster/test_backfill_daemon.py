@@ -14,8 +14,8 @@ from dagster._core.execution.backfill import BulkActionStatus
 
 from memory_assets.backfill import backfill_runs, running_daemon, submit_job_backfill, wait_for_backfill
 from memory_assets.dev import prepare_dagster_home
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import last_night, load_history, offline_dagster_env, sqlalchemy_url
-from tests.conftest import TEST_DIM
 
 # SIGKILLs and daemons: minutes each; `pytest -m "not slow"` is the quick inner loop.
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import END
-from tests.conftest import TEST_DIM
 
 MONTHLY = [
     assets.monthly_digests,

@@ -19,7 +19,7 @@ from memory_assets.defs.slow_path.partitions import SLOW_PATH
 from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, ObjectStoreResource
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.lifecycle import pause
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW_PATH_ASSETS = [

@@ -22,9 +22,9 @@ from memory_lib.archival import nights
 from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.storage.db import check_schema
 from testing.backups import edit_content
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import last_night, range_tags, table_fingerprint
 from testing.slow_path import SLOW_PATH_DEFS, resources
-from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 NIGHT = last_night()

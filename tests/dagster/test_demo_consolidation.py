@@ -21,8 +21,8 @@ from memory_lib.core.config import ArchivalCriteria
 from memory_lib.lifecycle.restore import restore_archive
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import END
-from tests.conftest import TEST_DIM
 
 EMB = HashingEmbedder(TEST_DIM)
 _SOURCE = re.compile(

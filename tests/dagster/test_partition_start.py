@@ -24,8 +24,8 @@ from memory_lib.core.config import ArchivalCriteria, SlowPathConfig
 from memory_lib.lifecycle import eligibility
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import last_night, load_history
-from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 # 20:00 UTC on 14 November is already 15 November in Tokyo: the night is the local date. The history

@@ -29,6 +29,7 @@ from memory_lib.core.models import BackupObject
 from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.lifecycle import restore
 from testing.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, members_sharing
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import range_tags, table_fingerprint
 from testing.slow_path import (
     NIGHT,
@@ -39,7 +40,6 @@ from testing.slow_path import (
     materialized,
     resources,
 )
-from tests.conftest import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -39,7 +39,7 @@ from memory_lib.storage import packs
 from memory_lib.storage.db import connect
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.objectstore import S3ObjectStore, StoredObject
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)

@@ -29,8 +29,8 @@ from memory_lib.storage.object_versions import list_versions, read_version
 from memory_lib.storage.objectstore import S3ObjectStore
 from memory_lib.storage.store import fetch_memories, insert_memories
 from testing.backups import ARCHIVE_REFS_SQL
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
-from tests.conftest import TEST_DIM
 
 USERS = tuple(f"user-{c}" for c in "abcdefgh")
 CRITERIA = ArchivalCriteria()

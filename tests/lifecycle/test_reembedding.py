@@ -22,7 +22,7 @@ from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingE
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import check_schema, connect, migrate_database
 from testing.backups import ARCHIVE_REFS_SQL
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -19,8 +19,8 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import MEMORY_COLUMNS, insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
-from tests.conftest import TEST_DIM
 from tests.storage.test_distribution_keys import (
     per_user_tables,
     statement_log,  # noqa: F401 (a fixture, got by name)

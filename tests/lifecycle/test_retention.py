@@ -23,8 +23,8 @@ from memory_lib.lifecycle.eligibility import REASON_RETENTION, REASON_SUPERSEDED
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import make_memories
-from tests.conftest import TEST_DIM
 
 CONFIG = RetentionConfig()
 NIGHT0 = date(2026, 5, 1)  # a past night in UTC (the test clock, not today's date)

@@ -25,8 +25,8 @@ from memory_lib.lifecycle import retention
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.db import MIGRATIONS_DIR, connect, migrate
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import make_memories
-from tests.conftest import TEST_DIM
 
 TZ = "Europe/Berlin"  # a zone with DST: nights of 23 and 25 hours
 NIGHT0 = date(2026, 3, 20)  # the simulation crosses the change to summer time (29 March)

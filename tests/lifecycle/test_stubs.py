@@ -24,7 +24,7 @@ from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.backups import ARCHIVE_ROWS_SQL
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)  # the test history's archival time

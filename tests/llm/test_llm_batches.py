@@ -22,9 +22,9 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.ledger import usage_of_batches
 from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
-from tests.conftest import TEST_DIM
 
 PROVIDERS = ["anthropic", "openai"]
 MODEL = {"anthropic": "claude-3-haiku-20240307", "openai": "gpt-4o-mini"}

@@ -14,10 +14,10 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.ledger import usage_of_batches
 from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer, OpenAISummarizer
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, load_history
 from testing.factories import NOW, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_domain, fake_entities
-from tests.conftest import TEST_DIM
 
 
 def _summarizer(provider: str, server: FakeLLMServer, model: str | None = None):

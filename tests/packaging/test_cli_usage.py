@@ -18,7 +18,7 @@ import click
 import pytest
 
 from memory_lib.cli import cli, main
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_ARCHIVE = str(Path(sys.executable).with_name("memory-archive"))

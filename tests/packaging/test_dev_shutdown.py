@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testing.constants import TEST_DIM
 from testing.dagster_helpers import offline_dagster_env
-from tests.conftest import TEST_DIM
 
 # Real webserver, daemon and code server: ~15-25 s per start on 2 cores.
 pytestmark = pytest.mark.slow

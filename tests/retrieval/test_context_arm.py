@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 QUESTION = "Where did Caroline go hiking?"

@@ -15,7 +15,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.context import ContextItem, assemble_context
 from testing.consolidation import insert_digest, insert_fact
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 COUNTER = lambda t: len(t.split())  # noqa: E731 - every item below is 10 "tokens"

@@ -35,8 +35,8 @@ from memory_lib.observability import telemetry
 from memory_lib.retrieval.context import ContextItem, assemble_context
 from memory_lib.retrieval.escalation import LLMEvaluator
 from memory_lib.retrieval.rerank import LLMReranker, rerank_client
+from testing.constants import TEST_DIM
 from testing.fake_llm import FAKE_API_KEY
-from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)  # archived by the nightly run (min_age_days 90)

@@ -21,8 +21,8 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.escalation import HEURISTIC, LLMEvaluator
 from testing.consolidation import insert_digest, insert_fact
+from testing.constants import TEST_DIM
 from testing.fake_llm import FAKE_API_KEY
-from tests.conftest import TEST_DIM
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)

@@ -21,8 +21,8 @@ from memory_lib.llm.summarize import ExtractiveSummarizer, SummaryInput, extract
 from memory_lib.retrieval.search import search_plan
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.storage.db import connect
+from testing.constants import TEST_DIM
 from testing.explain import search_statement_tier
-from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 LAST_YEAR = datetime(2024, 3, 14, 9, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.ranking import VECTOR_WEIGHT_BY_KIND, rank_candidates, recency_decay, tag_match
 from memory_lib.retrieval.search import parse_time_window, phase2_reason
 from memory_lib.retrieval.types import SearchFilters, SearchHit, SearchRequest
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)  # old enough to be archived (min_age_days 90)

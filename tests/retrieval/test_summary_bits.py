@@ -21,8 +21,8 @@ from memory_lib.core.config import ArchivalCriteria, Settings
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import MIGRATIONS_DIR, connect, migrate
+from testing.constants import TEST_DIM
 from testing.explain import search_statement_tier
-from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=400)

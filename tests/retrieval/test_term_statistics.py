@@ -20,8 +20,8 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer, Summary, SummaryInput
 from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.explain import base_name, plan_nodes
-from tests.conftest import TEST_DIM
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

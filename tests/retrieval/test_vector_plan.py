@@ -8,9 +8,9 @@ from typing import Any
 
 from memory_lib.retrieval.sql import HOT_SEARCH_SQL
 from memory_lib.storage.store import insert_memories
+from testing.constants import TEST_DIM
 from testing.explain import base_name, hot_search_plan
 from testing.factories import parcel_rows
-from tests.conftest import TEST_DIM
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ from memory_lib.retrieval.search import search_plan
 from memory_lib.retrieval.sql import SEARCH_SETTINGS_SQL
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.retrieval.warm import month_scope, scope_sql
+from testing.constants import TEST_DIM
 from testing.explain import base_name, plan_nodes
-from tests.conftest import TEST_DIM
 
 NOW = datetime(2025, 9, 15, 12, 0, tzinfo=UTC)
 MAY = (datetime(2025, 5, 1, tzinfo=UTC), datetime(2025, 6, 1, tzinfo=UTC))

@@ -22,8 +22,8 @@ from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import fetch_memories, insert_memories
 from testing.backups import bucket_bytes
+from testing.constants import TEST_DIM
 from testing.factories import NOW, make_memories
-from tests.conftest import TEST_DIM
 
 CRITERIA = ArchivalCriteria()
 PER_USER = CRITERIA.pack_min_members + 2

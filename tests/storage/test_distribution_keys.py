@@ -25,7 +25,7 @@ from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 # Tables that hold no user's data: settings and bookkeeping of the whole deployment. They stay on the
 # coordinator (or are reference tables, copied to every worker); their keys need no user_id.

@@ -30,9 +30,9 @@ from memory_lib.retrieval.types import SearchRequest
 from memory_lib.storage import partitioning
 from memory_lib.storage.db import migrate_database
 from memory_lib.storage.store import insert_memories, tier_stats
+from testing.constants import TEST_DIM
 from testing.explain import base_name, hot_search_plan
 from testing.factories import NOW, make_memories, parcel_rows
-from tests.conftest import TEST_DIM
 
 USERS = ("ann", "ben", "cyd", "dot", "eve")
 

@@ -23,7 +23,7 @@ from memory_lib.core.errors import InvalidInputError, NotFoundError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)

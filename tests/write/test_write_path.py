@@ -17,7 +17,7 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
 from memory_lib.write.write_path import dedupe_key, find_secret, lexical_change, normalize_text
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 

@@ -15,8 +15,8 @@ from memory_lib.core.config import LLMConfig, Settings, WriteConfig
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.write.near_duplicates import restatement, salient_tokens, state_change, thresholds_for
+from testing.constants import TEST_DIM
 from testing.fake_llm import FAKE_API_KEY
-from tests.conftest import TEST_DIM
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 ISSUE_EVENTS = [

@@ -17,7 +17,7 @@ from memory_lib.retrieval.sql import HOT_SEARCH_SQL
 from memory_lib.retrieval.sql import MATCH_CAP as _MATCH_CAP
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 CATEGORIES = ("episodic", "semantic", "procedural", "core")

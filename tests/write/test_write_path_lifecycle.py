@@ -18,7 +18,7 @@ from memory_lib.lifecycle.eligibility import REASON_TTL_EXPIRED, eligible_counts
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.write import chunking
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NIGHT = date(2026, 5, 10)
 TZ = "UTC"
