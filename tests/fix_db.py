@@ -1,0 +1,118 @@
+"""The database fixtures: one embedded Postgres per session; each test that needs a database gets a
+fresh one, cloned from a migrated template (fast, and tests cannot see each other's rows)."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from memory_lib.storage.db import EmbeddedPostgres, connect, migrate_database
+from testing.constants import TEST_DIM, TEST_USER_PARTITIONS
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data")
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+class DatabaseFactory:
+    """Fresh databases cloned from one migrated template per embedding dimension."""
+
+    def __init__(self, server_url: str):
+        self.server_url = server_url
+        self._templates: dict[int, str] = {}
+        self._counter = itertools.count()
+        self.created: list[str] = []
+
+    def url(self, dbname: str) -> str:
+        return make_conninfo(self.server_url, dbname=dbname)
+
+    def _admin(self, sql: str) -> None:
+        with psycopg.connect(self.server_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def new(self, dim: int = TEST_DIM) -> str:
+        if dim not in self._templates:
+            template = f"tmpl_dim_{dim}"
+            self._admin(f"DROP DATABASE IF EXISTS {template}")
+            self._admin(f"CREATE DATABASE {template}")
+            migrate_database(self.url(template), dim, user_partitions=TEST_USER_PARTITIONS)
+            self._templates[dim] = template
+        name = f"t_{next(self._counter)}_{uuid.uuid4().hex[:8]}"
+        self._admin(f"CREATE DATABASE {name} TEMPLATE {self._templates[dim]}")
+        self.created.append(name)
+        return self.url(name)
+
+    def new_empty(self, prefix: str = "empty") -> str:
+        """An empty database (no migration applied): for migration, packaging and Dagster storage tests."""
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        self._admin(f"CREATE DATABASE {name}")
+        self.created.append(name)
+        return self.url(name)
+
+    def drop(self, url: str) -> None:
+        name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+        self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def databases(pg_server: str) -> DatabaseFactory:
+    return DatabaseFactory(pg_server)
+
+
+@pytest.fixture
+def db_url(databases: DatabaseFactory) -> Iterator[str]:
+    url = databases.new()
+    yield url
+    databases.drop(url)
+
+
+@pytest.fixture
+def empty_database(databases: DatabaseFactory) -> Iterator[str]:
+    url = databases.new_empty()
+    yield url
+    databases.drop(url)
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    c = connect(db_url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def make_conn(databases: DatabaseFactory) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Connections to fresh databases of a given embedding dimension."""
+    opened: list[tuple[psycopg.Connection, str]] = []
+
+    def make(dim: int = TEST_DIM) -> psycopg.Connection:
+        url = databases.new(dim)
+        c = connect(url)
+        opened.append((c, url))
+        return c
+
+    yield make
+    for c, url in opened:
+        c.close()
+        databases.drop(url)
+
+
+@pytest.fixture
+def history(conn: psycopg.Connection) -> list[uuid.UUID]:
+    """The Slow Path tests' small deterministic history (testing.dagster_helpers) in `conn`'s database."""
+    from testing.dagster_helpers import load_history
+
+    return load_history(conn, TEST_DIM)
