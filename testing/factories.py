@@ -9,9 +9,14 @@ from typing import Any
 import numpy as np
 
 from memory_lib.archival.archive import ArchivalServices
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
+from memory_lib.archival.pipeline import BatchReport, run_batch
+from memory_lib.client import MemoryClient
+from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.rows import Conn
+from memory_lib.llm.embedding import Embedder, HashingEmbedder
+from memory_lib.llm.summarize import ExtractiveSummarizer, Summarizer
 from memory_lib.storage.objectstore import ObjectStore
+from testing.constants import TEST_DIM
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CONTENTS = [
@@ -93,8 +98,71 @@ def parcel_rows(n: int, *, seed: int, dim: int, now: datetime, user_of: Any) -> 
     return rows
 
 
-def services(store: ObjectStore, dim: int) -> ArchivalServices:
-    return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=dim), store)
+def archival_services(
+    store: ObjectStore,
+    dim: int = TEST_DIM,
+    *,
+    embedder: Embedder | None = None,
+    summarizer: Summarizer | None = None,
+) -> ArchivalServices:
+    """The archival pipeline's services as the tests run it: offline summaries (extractive unless given),
+    hashing embeddings of `dim` (unless an embedder is given), backups in `store`."""
+    return ArchivalServices(
+        summarizer if summarizer is not None else ExtractiveSummarizer(),
+        embedder if embedder is not None else HashingEmbedder(dim=dim),
+        store,
+    )
+
+
+def archive_batch(
+    conn: Conn,
+    store: ObjectStore,
+    *,
+    as_of: datetime,
+    batch_key: str | None = None,
+    criteria: ArchivalCriteria | None = None,
+    embedder: Embedder | None = None,
+    summarizer: Summarizer | None = None,
+    actor: str = "test",
+) -> BatchReport:
+    """One archival batch (run_batch) of what is eligible at `as_of`, with archival_services; the batch key
+    is a fresh one unless given. Asserts nothing: a test checks the report it expects."""
+    return run_batch(
+        conn,
+        archival_services(store, embedder=embedder, summarizer=summarizer),
+        criteria if criteria is not None else ArchivalCriteria(),
+        batch_key=batch_key or f"b-{uuid.uuid4().hex[:8]}",
+        as_of=as_of,
+        actor=actor,
+    )
+
+
+def archive_cleanly(conn: Conn, store: ObjectStore, **kwargs: Any) -> BatchReport:
+    """archive_batch, asserting that the batch passed its gate with no failed memory."""
+    report = archive_batch(conn, store, **kwargs)
+    assert report.gate_passed and report.status.failed == 0, report.problem
+    return report
+
+
+def make_client(
+    conn: Conn,
+    store: ObjectStore | None = None,
+    *,
+    embedder: Embedder | None = None,
+    settings: Settings | None = None,
+    actor: str = "test",
+    **kwargs: Any,
+) -> MemoryClient:
+    """A MemoryClient on `conn` with hashing embeddings of TEST_DIM (unless an embedder is given); settings
+    are passed as given (None: the client's own default)."""
+    return MemoryClient(
+        conn,
+        embedder=embedder if embedder is not None else HashingEmbedder(TEST_DIM),
+        object_store=store,
+        settings=settings,
+        actor=actor,
+        **kwargs,
+    )
 
 
 def snapshot(conn, ids) -> dict[uuid.UUID, dict[str, Any]]:

@@ -12,7 +12,6 @@ import pytest
 
 from memory_lib.archival import archive, steps
 from memory_lib.archival.archive import (
-    ArchivalServices,
     backup_batch,
     batch_status,
     commit_batch,
@@ -25,7 +24,7 @@ from memory_lib.core.config import ArchivalCriteria
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 
 N = 30
 MARK = "MARKED-FOR-NAN"
@@ -137,7 +136,7 @@ class Crash(BaseException):
 
 def test_a_crash_between_commit_chunks_leaves_every_memory_exactly_once(conn, local_store, monkeypatch):
     _insert(conn)
-    svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
+    svc = archival_services(local_store)
     claim_batch(conn, "night", CRITERIA, NOW)
     summarize_batch(conn, "night", svc.summarizer, CRITERIA)
     embed_batch(conn, "night", svc.embedder, CRITERIA)
@@ -200,7 +199,7 @@ def test_bulk_restore_reads_ahead_but_restores_only_verified_backups(conn, local
     from memory_lib.lifecycle.restore import restore_archives
 
     memories = _insert(conn, 12)
-    svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
+    svc = archival_services(local_store)
     assert run_batch(conn, svc, CRITERIA, batch_key="night", as_of=NOW, actor="test").status.archived == 12
     tampered = memories[4]["id"]
     path = local_store.root / local_store.key_for(tampered)
@@ -226,7 +225,7 @@ def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(co
     from memory_lib.lifecycle import restore as restore_mod
 
     memories = _insert(conn, 12)
-    svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
+    svc = archival_services(local_store)
     assert run_batch(conn, svc, CRITERIA, batch_key="night", as_of=NOW, actor="test").status.archived == 12
     real, calls = restore_mod.restore_many_rows_plan, []
 

@@ -27,14 +27,14 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
 from testing.backups import ARCHIVE_REFS_SQL, members_sharing
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 
 N = 20
 CRITERIA = ArchivalCriteria()
 
 
 def _services(store) -> ArchivalServices:
-    return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), store)
+    return archival_services(store)
 
 
 def _count_requests(client) -> Counter[str]:

@@ -18,7 +18,7 @@ from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.storage.store import insert_memories
 from testing.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, object_refs
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories, services
+from testing.factories import NOW, archival_services, make_memories
 
 # SIGKILLs and daemons: minutes each; `pytest -m "not slow"` is the quick inner loop.
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
     from memory_lib.core.config import ArchivalCriteria
     from memory_lib.storage.db import connect
     from memory_lib.storage.objectstore import LocalObjectStore
-    from testing.factories import NOW, services
+    from testing.factories import NOW, archival_services
     url, root, dim, slow_put_after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     store = LocalObjectStore(__import__("pathlib").Path(root), prefix="crash")
     puts = 0
@@ -52,7 +52,7 @@ CHILD = textwrap.dedent(
     store.put = put
     conn = connect(url)
     print("STARTED", flush=True)
-    run_batch(conn, services(store, dim), ArchivalCriteria(), batch_key="night", as_of=NOW, actor="child",
+    run_batch(conn, archival_services(store, dim), ArchivalCriteria(), batch_key="night", as_of=NOW, actor="child",
                   workers=1, io_workers=1)
     print("DONE", flush=True)
     """
@@ -138,7 +138,12 @@ def test_killed_archival_resumes_exactly_once(db_url, conn, tmp_path, kill_point
     assert not any(r["status"] == "archived" for r in mid if kill_point == "during_commit")
 
     report = run_batch(
-        conn, services(store, TEST_DIM), ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test"
+        conn,
+        archival_services(store, TEST_DIM),
+        ArchivalCriteria(),
+        batch_key="night",
+        as_of=NOW,
+        actor="test",
     )
     assert report.status.archived == N and report.status.failed == 0
     _check_invariants(conn, store, ids)

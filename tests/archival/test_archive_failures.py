@@ -18,7 +18,7 @@ from memory_lib.storage.objectstore import ObjectStore, StoredObject
 from memory_lib.storage.store import insert_memories, tier_stats
 from testing.backups import ARCHIVE_REFS_SQL, backup_ref, object_refs, tamper
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
 N = 40  # one failure in 40 is 2.5%: under the 5% gate, so the rest of the batch goes through
@@ -182,7 +182,7 @@ def test_error_rate_above_gate_deletes_nothing(conn, local_store):
         server.fail_fraction = 0.1
         server.fail_status = 400
         summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=server.base_url, max_retries=0)
-        svc = ArchivalServices(summarizer, HashingEmbedder(dim=TEST_DIM), local_store)
+        svc = archival_services(local_store, summarizer=summarizer)
         report = run_batch(conn, svc, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
     assert not report.gate_passed
     assert report.status.error_rate > 0.05
@@ -223,7 +223,7 @@ def test_memory_failing_every_night_is_released(conn, local_store):
     memories = make_memories(3, dim=TEST_DIM)
     insert_memories(conn, memories, actor="test")
     store = FlakyStore(local_store, local_store.key_for(memories[0]["id"]), failures_left=10**6)
-    svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), store)
+    svc = archival_services(store)
     criteria = ArchivalCriteria(max_error_rate=1.0, max_attempts=2)
     for _ in range(3):
         run_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test")

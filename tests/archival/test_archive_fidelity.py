@@ -8,7 +8,7 @@ from memory_lib.core.models import BackupObject, sha256_hex
 from memory_lib.lifecycle.restore import archived_ids, restore_archive
 from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import insert_memories, tier_stats
-from testing.factories import NOW, make_memories, services, snapshot
+from testing.factories import NOW, archival_services, make_memories, snapshot
 
 DIM = 1536  # the default dimension
 
@@ -20,7 +20,7 @@ def test_thousand_memories_round_trip_through_s3(make_conn, s3_store):
     before = snapshot(conn, ids)
     assert len(before) == 1000
 
-    svc = services(s3_store, DIM)
+    svc = archival_services(s3_store, DIM)
     criteria = ArchivalCriteria()
     # 200 copies of each of five sentences differing by one number: their first sentences do not tell
     # them apart, so the retrievability probe (tests/archival/test_post_commit.py) runs without a floor.

@@ -15,7 +15,6 @@ import pytest
 
 from memory_lib.archival import archive, integrity
 from memory_lib.archival.archive import (
-    ArchivalServices,
     backup_batch,
     batch_status,
     commit_batch,
@@ -34,7 +33,7 @@ from memory_lib.storage.objectstore import ObjectStore, StoredObject
 from memory_lib.storage.store import insert_memories
 from testing.backups import ARCHIVE_REFS_SQL
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 
 CRITERIA = ArchivalCriteria()  # pack_min_members 8: alice's and bob's 10 are packs, carol's 3 lone backups
 
@@ -156,7 +155,7 @@ def test_a_backup_lost_during_commit_is_archived_by_the_next_night(conn, request
     insert_memories(conn, memories, actor="test")
     victim = next(m["id"] for m in memories if m["user_id"] == "solo-07")
     deleted = _deleting_at_the_first_chunk(monkeypatch, store, {store.key_for(victim)})
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), store)
+    services = archival_services(store)
 
     night = run_batch(conn, services, CRITERIA, batch_key="night-1", as_of=NOW, actor="test")
 

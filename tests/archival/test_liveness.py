@@ -22,7 +22,6 @@ import psycopg
 import pytest
 
 from memory_lib.archival import archive, claims, nights
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.claims import attempt_counts, released_memories
 from memory_lib.archival.integrity import sweep_orphans
 from memory_lib.archival.pipeline import run_batch
@@ -30,13 +29,12 @@ from memory_lib.cli import main
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.statuses import ArchiveReason, AttemptStatus, PauseAction
 from memory_lib.lifecycle import pause
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer, SummarizationError
+from memory_lib.llm.summarize import AnthropicSummarizer, SummarizationError
 from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import LocalObjectStore, S3ObjectStore, s3_client
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +63,7 @@ def test_failed_memories_are_retried_by_the_next_nights_then_released(conn, loca
     fake_llm.fail_when_contains = MARK
     fake_llm.fail_status = 400  # not retryable: each night is one try per memory
     summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
-    services = ArchivalServices(summarizer, HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store, summarizer=summarizer)
     criteria = ArchivalCriteria(max_attempts=3)
     first = date(2026, 6, 1)
 
@@ -266,7 +264,7 @@ def test_a_frozen_object_store_fails_the_batch_within_the_deadline(conn, monkeyp
     try:
         client = s3_client(frozen.url, "us-east-1", connect_timeout=1, read_timeout=1, max_attempts=1)
         store = S3ObjectStore(client, "frozen", prefix="t")
-        services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+        services = archival_services(store)
         criteria = ArchivalCriteria(step_deadline_seconds=4, lease_seconds=60)
         started = time.monotonic()
         report = run_batch(conn, services, criteria, batch_key="frozen-1", as_of=NOW, actor="test", workers=4)
@@ -401,7 +399,7 @@ def test_a_poisoned_summary_fails_that_memory_only(conn, local_store, fake_llm, 
     memories = make_memories(40, dim=TEST_DIM, age_days=400)
     insert_memories(conn, memories, actor="test")
     summarizer = AnthropicSummarizer(FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
-    services = ArchivalServices(summarizer, HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store, summarizer=summarizer)
     fake_llm.summary_override = answer
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="poison", as_of=NOW, actor="test")
     assert report.status.failed_by_step == {"summarize": 40}

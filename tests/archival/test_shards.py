@@ -16,19 +16,17 @@ from dagster_aws.s3 import S3Resource
 from memory_assets.defs.slow_path.partitions import SHARD_TAG
 from memory_assets.resources import ObjectStoreResource
 from memory_lib.archival import nights
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.cli import main
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.core.shards import ALL, Shard
 from memory_lib.lifecycle import eligibility
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import S3ObjectStore
 from memory_lib.storage.packs import backup_sql
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import last_night, load_history, table_fingerprint
+from testing.factories import archival_services
 from testing.slow_path import SLOW_PATH_DEFS, resources
 
 NIGHT = last_night()
@@ -168,7 +166,7 @@ def test_shards_split_users_not_memories_and_cover_everyone(conn):
 
 def _run_night(url: str, bucket: str, seaweed, shard: Shard):
     store = S3ObjectStore(seaweed.client(), bucket, prefix="test")
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     with connect(url) as c:
         return nights.run_night(c, services, CRITERIA, NIGHT, "UTC", shard=shard)
 

@@ -15,18 +15,17 @@ from memory_lib.core import models
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.lifecycle import eligibility, pause, restore
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, last_night, load_history, table_fingerprint
+from testing.factories import archival_services
 
 CRITERIA = ArchivalCriteria()
 
 
 @pytest.fixture
 def services(local_store):
-    return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    return archival_services(local_store)
 
 
 # --------------------------------------------------------------------------- nights

@@ -13,14 +13,13 @@ from hypothesis import strategies as st
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.core.config import ArchivalCriteria, EmbeddingConfig, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError, NotFoundError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -45,7 +44,7 @@ def _client(conn, store=None, retrieval: RetrievalConfig = WIDE_OPEN) -> MemoryC
 
 
 def _archive(conn, store) -> None:
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     run_batch(
         conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
     )

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_level
 from memory_lib.consolidation.facts import RuleFactExtractor, build_facts, facts_about, who_is
@@ -29,10 +28,10 @@ from memory_lib.core.errors import InvalidInputError
 from memory_lib.core.models import NewMemory
 from memory_lib.lifecycle.restore import restore_archive
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import END
+from testing.factories import archival_services
 
 EMB = HashingEmbedder(TEST_DIM)
 BUILDER = ExtractiveDigestBuilder()
@@ -40,7 +39,7 @@ RULES = RuleFactExtractor()
 
 
 def _archive(conn, store, key: str = "n1", as_of: datetime = END) -> None:
-    services = ArchivalServices(ExtractiveSummarizer(), EMB, store)
+    services = archival_services(store, embedder=EMB)
     report = run_batch(conn, services, ArchivalCriteria(), batch_key=key, as_of=as_of, actor="test")
     assert report.gate_passed and report.archived > 0
 

@@ -13,7 +13,6 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_level
@@ -22,8 +21,8 @@ from memory_lib.consolidation.monthly import check_provenance, consolidate_month
 from memory_lib.consolidation.sources import period_bounds
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 EMB = HashingEmbedder(TEST_DIM)
 BUILDER = ExtractiveDigestBuilder()
@@ -122,7 +121,7 @@ def month(conn, local_store) -> dict[str, dict[str, uuid.UUID]]:
         }
         for user, notes in NOTES.items()
     }
-    services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
+    services = archival_services(local_store, embedder=EMB)
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
     assert report.gate_passed and report.status.archived == 5  # all but the two important notes
     assert set(_consolidate(conn).values()) == {"built"}

@@ -24,7 +24,6 @@ import pytest
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
 from memory_lib.client import AsyncMemoryClient, MemoryClient
@@ -47,7 +46,6 @@ from memory_lib.core.plans import run_plan
 from memory_lib.core.validation import MAX_QUERY_CHARS
 from memory_lib.lifecycle.restore import archived_ids, restore_archive, restore_archives
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.context import ContextItem, assemble_context
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.db import connect
@@ -56,7 +54,7 @@ from memory_lib.storage.store import insert_memories
 from memory_lib.write.write_path import add_plan, prepare_memory
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
-from testing.factories import make_memories
+from testing.factories import archival_services, make_memories
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -141,7 +139,7 @@ def world(databases, tmp_path_factory) -> World:
         w.original_ids[kind] = added.memory_id
     client.add("u1", "Prefers a cortado in the morning", importance=0.9, now=NOW)
     client.add("u2", "Another user's note about cortado", importance=0.9, now=NOW)
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(w.conn, services, ArchivalCriteria(), batch_key="seed", as_of=NOW, actor="test")
     assert report.gate_passed and report.status.failed == 0
     for kind in kinds:

@@ -10,13 +10,12 @@ import pytest
 from memory_assets.defs.consolidation import assets, checks
 from memory_assets.defs.consolidation.jobs import consolidation_job
 from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import END
+from testing.factories import archival_services
 
 MONTHLY = [
     assets.monthly_digests,
@@ -31,7 +30,7 @@ MONTHLY = [
 
 @pytest.fixture
 def archived_history(conn, history, local_store):
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").archived > 0
     return conn.execute(
         "SELECT date_trunc('month', min(original_created_at))::date AS m FROM archived_memories"

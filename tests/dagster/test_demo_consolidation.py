@@ -14,15 +14,14 @@ import pytest
 
 from memory_assets.demo_consolidation import consolidation
 from memory_assets.resources import DatabaseResource, EmbedderResource, SummarizerResource
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.consolidation.sources import user_months
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.lifecycle.restore import restore_archive
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import END
+from testing.factories import archival_services
 
 EMB = HashingEmbedder(TEST_DIM)
 _SOURCE = re.compile(
@@ -58,7 +57,7 @@ def _resources(db_url: str) -> dict:
 def test_the_demo_consolidates_through_dagster_so_the_instance_shows_every_month(
     conn, db_url, history, local_store, instance, capsys
 ):
-    services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
+    services = archival_services(local_store, embedder=EMB)
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").gate_passed
     assert consolidation(conn, instance, _resources(db_url)) is True
     out = capsys.readouterr().out
@@ -97,7 +96,7 @@ def test_the_demo_consolidates_through_dagster_so_the_instance_shows_every_month
 def test_the_demo_answers_who_is_from_facts_with_each_sources_id_and_tier(
     conn, db_url, history, local_store, instance, capsys
 ):
-    services = ArchivalServices(ExtractiveSummarizer(), EMB, local_store)
+    services = archival_services(local_store, embedder=EMB)
     assert run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=END, actor="test").gate_passed
     assert consolidation(conn, instance, _resources(db_url)) is True  # checks green
     first = capsys.readouterr().out

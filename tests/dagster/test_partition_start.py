@@ -19,13 +19,11 @@ import pytest
 from memory_assets.defs.slow_path.partitions import FALLBACK_DAYS, partition_start
 from memory_assets.dev import pin_partition_start
 from memory_lib.archival import nights
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.core.config import ArchivalCriteria, SlowPathConfig
 from memory_lib.lifecycle import eligibility
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import last_night, load_history
+from testing.factories import archival_services
 
 ROOT = Path(__file__).resolve().parents[2]
 # 20:00 UTC on 14 November is already 15 November in Tokyo: the night is the local date. The history
@@ -64,7 +62,7 @@ def test_archived_memories_keep_the_pinned_start_where_it_was(conn, db_url, loca
     conn.execute("UPDATE memories SET created_at = %s WHERE id = %s", (OLDEST, victim))
     first = pin_partition_start(_env(db_url))
     assert first == OLDEST.date().isoformat()
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     report = nights.run_night(conn, services, ArchivalCriteria(), last_night(), "UTC")
     assert report.ok and report.archived > 0
     assert conn.execute("SELECT count(*) AS n FROM memories WHERE id = %s", (victim,)).fetchone()["n"] == 0

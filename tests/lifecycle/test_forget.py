@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.consolidation.digests import ExtractiveDigestBuilder
@@ -34,12 +33,12 @@ from memory_lib.lifecycle.forget import (
     user_id_tables,
 )
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage import packs
 from memory_lib.storage.db import connect
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.objectstore import S3ObjectStore, StoredObject
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -57,7 +56,7 @@ def _client(conn, store) -> MemoryClient:
 
 
 def _archive(conn, store, as_of=NOW) -> None:
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(
         conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=as_of, actor="test"
     )
@@ -322,7 +321,7 @@ def test_forget_user_cannot_be_outrun_by_a_backup_in_flight(db_url, versioned_st
 
     def night():
         with connect(db_url) as c:
-            services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), paused)
+            services = archival_services(paused)
             return run_batch(c, services, ArchivalCriteria(), batch_key="race", as_of=NOW, actor="test")
 
     def forget():
@@ -372,7 +371,7 @@ def test_a_backup_puts_nothing_of_a_user_being_forgotten(db_url, versioned_store
             == "pending"
         )
 
-        services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+        services = archival_services(store)
         report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
 
         assert report.gate_passed and report.status.failed == 0

@@ -30,7 +30,7 @@ from memory_lib.storage.objectstore import S3ObjectStore
 from memory_lib.storage.store import fetch_memories, insert_memories
 from testing.backups import ARCHIVE_REFS_SQL
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 
 USERS = tuple(f"user-{c}" for c in "abcdefgh")
 CRITERIA = ArchivalCriteria()
@@ -275,7 +275,6 @@ def _archive_with_a_loss_at_commit(conn, store, monkeypatch, *, overwrite: bool)
     """Archive a batch; between commit's verification and its transaction, one backup object is deleted
     (or overwritten with other bytes): the original is gone, the row names an object that is not there."""
     from memory_lib.archival import archive
-    from memory_lib.archival.archive import ArchivalServices
     from memory_lib.archival.pipeline import run_batch
 
     inner = archive._commit_chunk
@@ -293,7 +292,7 @@ def _archive_with_a_loss_at_commit(conn, store, monkeypatch, *, overwrite: bool)
 
     monkeypatch.setattr(archive, "_commit_chunk", commit_chunk)
     insert_memories(conn, make_memories(40, dim=TEST_DIM, users=("alice", "bob")), actor="test")
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(conn, services, CRITERIA, batch_key="night-1", as_of=NOW, actor="test")
     return report, lost[0]
 

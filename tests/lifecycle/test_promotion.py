@@ -8,17 +8,16 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, PromotionConfig, Settings
 from memory_lib.core.errors import IntegrityError, NotFoundError
 from memory_lib.lifecycle.promotion import sweep_promotions
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.objectstore import LocalObjectStore
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -37,7 +36,7 @@ def _client(conn, store, **promotion) -> MemoryClient:
 
 def _archive(conn, store, *, batch_key: str | None = None, as_of: datetime = NOW) -> None:
     batch_key = batch_key or f"night-{uuid.uuid4().hex[:8]}"
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(conn, services, ArchivalCriteria(), batch_key=batch_key, as_of=as_of, actor="test")
     assert report.gate_passed and report.status.failed == 0
 
@@ -306,13 +305,11 @@ def test_archive_and_restore_keep_the_write_paths_dedupe_key(conn, local_store):
     restore is recognised as the same memory, not a duplicate."""
     from datetime import UTC, datetime, timedelta
 
-    from memory_lib.archival.archive import ArchivalServices
     from memory_lib.archival.integrity import exact_rows
     from memory_lib.client import MemoryClient
     from memory_lib.core.config import ArchivalCriteria
     from memory_lib.lifecycle.restore import restore_archive
     from memory_lib.llm.embedding import HashingEmbedder
-    from memory_lib.llm.summarize import ExtractiveSummarizer
 
     embedder = HashingEmbedder(dim=64)
     client = MemoryClient(conn, embedder=embedder, object_store=local_store)
@@ -322,7 +319,7 @@ def test_archive_and_restore_keep_the_write_paths_dedupe_key(conn, local_store):
     )
     before = exact_rows(conn, [added.memory_id])
     assert before[added.memory_id]["dedupe_key"]
-    svc = ArchivalServices(ExtractiveSummarizer(), embedder, local_store)
+    svc = archival_services(local_store, embedder=embedder)
     report = run_batch(conn, svc, ArchivalCriteria(), batch_key="n", as_of=datetime.now(UTC), actor="t")
     assert report.status.archived == 1
     restore_archive(conn, local_store, user_id="alice", original_id=added.memory_id, actor="t")

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, Settings
@@ -19,10 +18,10 @@ from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
 from memory_lib.lifecycle import reembedding, restore
 from memory_lib.lifecycle.reembedding import ReembeddingError
 from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingEmbedder, LocalEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import check_schema, connect, migrate_database
 from testing.backups import ARCHIVE_REFS_SQL
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -79,7 +78,7 @@ def _history(conn, store) -> None:
     old = _client(conn, store, HashingEmbedder(TEST_DIM))
     for text in OLD:
         old.add("u1", text, importance=0.1, now=ADDED)
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(
         conn,
         services,

@@ -8,27 +8,24 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from memory_lib.archival import integrity
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.models import sha256_hex
 from memory_lib.lifecycle.forget import forget_memory, forget_user, remaining
 from memory_lib.lifecycle.restore import restore_archive, restore_archives
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage import packs
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.store import insert_memories
 from testing.backups import bucket_bytes
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 
 CRITERIA = ArchivalCriteria()
 PER_USER = CRITERIA.pack_min_members + 2
 
 
 def _archive(conn, store, as_of: datetime = NOW, batch_key: str = "night-1") -> int:
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(conn, services, CRITERIA, batch_key=batch_key, as_of=as_of, actor="test")
     assert report.ok, report.problem
     return report.archived

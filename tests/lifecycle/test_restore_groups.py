@@ -10,17 +10,14 @@ import psycopg
 import pytest
 
 from memory_lib.archival import integrity
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.locks import USER_LOCK_SQL
 from memory_lib.lifecycle import restore as restore_mod
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import MEMORY_COLUMNS, insert_memories
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 from tests.storage.test_distribution_keys import (
     per_user_tables,
     statement_log,  # noqa: F401 (a fixture, got by name)
@@ -34,7 +31,7 @@ def _archived(conn, store) -> tuple[list[dict], dict]:
     memories = make_memories(N, dim=TEST_DIM, users=("alice", "bob"))
     insert_memories(conn, memories, actor="test")
     before = integrity.exact_rows(conn, [m["id"] for m in memories])
-    svc = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), store)
+    svc = archival_services(store)
     criteria = ArchivalCriteria(max_error_rate=1.0)
     assert run_batch(conn, svc, criteria, batch_key="night", as_of=NOW, actor="test").status.archived == N
     return memories, before

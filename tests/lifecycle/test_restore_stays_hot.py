@@ -20,16 +20,15 @@ from memory_lib.lifecycle.eligibility import eligible_counts
 from memory_lib.lifecycle.pause import pause_status
 from memory_lib.lifecycle.promotion import sweep_promotions
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 
 N = 12
 
 
 def _services(store) -> ArchivalServices:
-    return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    return archival_services(store)
 
 
 def _archived(conn, store) -> tuple[list[dict], dict]:

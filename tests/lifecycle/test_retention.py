@@ -21,10 +21,9 @@ from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
 from memory_lib.lifecycle import retention
 from memory_lib.lifecycle.eligibility import REASON_RETENTION, REASON_SUPERSEDED, select_eligible
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
-from testing.factories import make_memories
+from testing.factories import archival_services, make_memories
 
 CONFIG = RetentionConfig()
 NIGHT0 = date(2026, 5, 1)  # a past night in UTC (the test clock, not today's date)
@@ -169,7 +168,7 @@ def test_an_access_restarts_the_streak_even_when_the_score_stays_at_floor(conn):
 
 
 def _services(local_store) -> ArchivalServices:
-    return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    return archival_services(local_store)
 
 
 def _archived(conn) -> dict[str, str]:
@@ -378,7 +377,7 @@ def test_tier_counts_count_an_archive_row_from_its_batchs_night_whenever_the_bat
     from testing.dagster_helpers import last_night
 
     night = last_night()
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     report = run_batch(
         conn,
         services,

@@ -12,7 +12,6 @@ import pytest
 from memory_assets.defs.slow_path.stubs import stub_conversions, stubs_backed_up
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
 from memory_lib.archival import integrity
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
@@ -22,9 +21,9 @@ from memory_lib.core.plans import run_plan
 from memory_lib.core.shards import Shard
 from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)  # the test history's archival time
@@ -44,7 +43,7 @@ def _client(conn, store) -> MemoryClient:
 
 def _archive_all(conn, store) -> None:
     """Archive every memory added before ARCHIVED - 90 days (min_age_days), as archived at ARCHIVED."""
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(
         conn,
         services,

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices, batch_status, summarize_batch
+from memory_lib.archival.archive import batch_status, summarize_batch
 from memory_lib.archival.claims import claim_batch
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
@@ -18,12 +18,11 @@ from memory_lib.core.errors import SummarizationError
 from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
 from memory_lib.lifecycle.pause import clear_pause, pause_status
 from memory_lib.llm import batches
-from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.ledger import usage_of_batches
 from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
 PROVIDERS = ["anthropic", "openai"]
@@ -64,7 +63,7 @@ def test_backlog_goes_through_the_batch_api_with_a_partial_failure(conn, local_s
     bad = memories[3]
     fake_llm.batch_error_when_contains = bad["content"]
     fake_llm.batch_polls_before_end = 2  # two polls answer "in progress"
-    services = ArchivalServices(_summarizer(provider, fake_llm), HashingEmbedder(dim=TEST_DIM), local_store)
+    services = archival_services(local_store, summarizer=_summarizer(provider, fake_llm))
 
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
 
@@ -94,7 +93,7 @@ def test_backlog_goes_through_the_batch_api_with_a_partial_failure(conn, local_s
 def test_an_expired_batch_falls_back_to_synchronous_calls(conn, local_store, fake_llm, provider):
     _setup(conn)
     fake_llm.batch_outcome = "expired"  # the provider answered half before the batch expired
-    services = ArchivalServices(_summarizer(provider, fake_llm), HashingEmbedder(dim=TEST_DIM), local_store)
+    services = archival_services(local_store, summarizer=_summarizer(provider, fake_llm))
 
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
 
@@ -193,7 +192,7 @@ def test_a_refused_submission_releases_its_memories_says_why_and_the_next_run_ar
     # A bad key: the provider refuses the batch (401) and every single request too.
     fake_llm.batch_create_status = 401
     fake_llm.fail_fraction, fake_llm.fail_status = 1.0, 401
-    services = ArchivalServices(_summarizer(provider, fake_llm), HashingEmbedder(dim=TEST_DIM), local_store)
+    services = archival_services(local_store, summarizer=_summarizer(provider, fake_llm))
 
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
 
@@ -235,9 +234,7 @@ def test_an_ambiguous_submission_is_kept_and_the_next_run_adopts_it(
     else:
         fake_llm.batch_create_status, fake_llm.batch_create_creates = 500, True
         kw = {"max_retries": 3}  # a create that may have succeeded is not retried: no second batch
-    services = ArchivalServices(
-        _summarizer(provider, fake_llm, **kw), HashingEmbedder(dim=TEST_DIM), local_store
-    )
+    services = archival_services(local_store, summarizer=_summarizer(provider, fake_llm, **kw))
 
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
 
@@ -403,7 +400,7 @@ def test_memories_stuck_behind_a_submission_fail_the_run_that_archives_the_rest(
     memories = make_memories(N + 5, dim=TEST_DIM)
     insert_memories(conn, memories[:N], actor="test")
     fake_llm.batch_create_status = 500  # no batch made; to us the outcome is unknown
-    services = ArchivalServices(_summarizer(provider, fake_llm), HashingEmbedder(dim=TEST_DIM), local_store)
+    services = archival_services(local_store, summarizer=_summarizer(provider, fake_llm))
     first = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
     assert not first.ok and first.archived == 0
     clear_pause(conn, reason="archived nothing: looked into it", actor="test")
@@ -433,8 +430,8 @@ def test_a_night_that_waits_on_its_llm_batch_passes_the_gate_and_the_next_archiv
     waiting is not failing: the gate passes and archival is not paused. The next night collects it."""
     memories = _setup(conn)
     fake_llm.hold_batches = True
-    services = ArchivalServices(
-        _summarizer(provider, fake_llm, batch_wait_seconds=0.05), HashingEmbedder(dim=TEST_DIM), local_store
+    services = archival_services(
+        local_store, summarizer=_summarizer(provider, fake_llm, batch_wait_seconds=0.05)
     )
     first = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
     assert first.archived == 0 and first.gate_passed and first.gate.waiting == N

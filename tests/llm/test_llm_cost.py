@@ -10,13 +10,12 @@ from memory_lib.archival.dry_run import dry_run
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import DEFAULT_ANTHROPIC_MODEL, ArchivalCriteria
 from memory_lib.core.pricing import DEFAULT_PRICES, ModelPrice, Usage, cost_usd
-from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.ledger import usage_of_batches
-from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer, OpenAISummarizer
+from memory_lib.llm.summarize import AnthropicSummarizer, OpenAISummarizer
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, load_history
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_domain, fake_entities
 
 
@@ -26,7 +25,7 @@ def _summarizer(provider: str, server: FakeLLMServer, model: str | None = None):
 
 
 def _services(provider: str, server: FakeLLMServer, store, model: str | None = None) -> ArchivalServices:
-    return ArchivalServices(_summarizer(provider, server, model), HashingEmbedder(dim=TEST_DIM), store)
+    return archival_services(store, summarizer=_summarizer(provider, server, model))
 
 
 def _reported_usage(server: FakeLLMServer) -> Usage:
@@ -196,7 +195,7 @@ def test_dry_run_price_per_1000_of_a_model_without_a_price_says_so(conn, local_s
         prices={"claude-future-9": ModelPrice(input=2.0, output=10.0, batch_input=1.0, batch_output=5.0)},
     )
     fake_llm.reset()
-    services = ArchivalServices(priced, HashingEmbedder(dim=TEST_DIM), local_store)
+    services = archival_services(local_store, summarizer=priced)
     p = dry_run(conn, services, ArchivalCriteria(), as_of=NOW, sample_size=5).projection
     used = _reported_usage(fake_llm)
     assert p.usd_per_1000_memories == pytest.approx(
@@ -206,7 +205,7 @@ def test_dry_run_price_per_1000_of_a_model_without_a_price_says_so(conn, local_s
 
 def test_dry_run_price_per_1000_offline_is_zero_and_says_offline(conn, local_store):
     insert_memories(conn, make_memories(5, dim=TEST_DIM), actor="test")
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(dim=TEST_DIM), local_store)
+    services = archival_services(local_store)
     p = dry_run(conn, services, ArchivalCriteria(), as_of=NOW, sample_size=5).projection
     assert (p.usd_per_1000_memories, p.usd_per_1000_memories_batch) == (0.0, 0.0)
     assert p.price_per_1000 == "0 (offline extractive)"

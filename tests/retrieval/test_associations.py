@@ -11,14 +11,13 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient, SearchFilters
 from memory_lib.core.config import ArchivalCriteria, PromotionConfig, Settings
 from memory_lib.lifecycle.promotion import sweep_promotions
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -35,7 +34,7 @@ def _client(conn, store) -> MemoryClient:
 
 
 def _archive(conn, store) -> None:
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(
         conn, services, ArchivalCriteria(), batch_key=f"night-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
     )

@@ -9,16 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.context import ContextItem, approx_token_count, assemble_context
 from memory_lib.retrieval.types import Provenance
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -203,7 +202,7 @@ def test_build_context_packs_archived_summaries_and_hot_snippets_with_provenance
         now=NOW - timedelta(days=200),
     )
     hot = client.add("u1", "Planning another kayak trip in Porto next month", now=NOW)
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
     turns = [
         {"role": "user", "content": "Any kayak plans?"},

@@ -6,16 +6,15 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, ContextBudget
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.context import ContextItem, assemble_context
 from testing.consolidation import insert_digest, insert_fact
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 COUNTER = lambda t: len(t.split())  # noqa: E731 - every item below is 10 "tokens"
@@ -101,7 +100,7 @@ def test_build_context_puts_active_digests_first_then_archived_summaries_and_fac
     ).memory_id
     hot = client.add("u1", "Sarah visits Porto again next week.", now=NOW).memory_id
     other = client.add("u2", "Sarah is my landlord.", now=NOW).memory_id
-    services = ArchivalServices(ExtractiveSummarizer(), embedder, local_store)
+    services = archival_services(local_store, embedder=embedder)
     run_batch(conn, services, ArchivalCriteria(), batch_key="n1", as_of=NOW, actor="test")
 
     def digest(user, level, start, end, text, ids):

@@ -23,19 +23,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.core.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.observability import telemetry
 from memory_lib.retrieval.context import ContextItem, assemble_context
 from memory_lib.retrieval.escalation import LLMEvaluator
 from memory_lib.retrieval.rerank import LLMReranker, rerank_client
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 from testing.fake_llm import FAKE_API_KEY
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -90,7 +89,7 @@ def _seed(conn, store) -> MemoryClient:
         client.add(USER, text, importance=0.0, now=OLD)
     for text in HOT:
         client.add(USER, text, now=NOW)
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
     assert report.gate_passed and report.archived == len(ARCHIVED)
     return client

@@ -11,17 +11,16 @@ import pytest
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.core.config import ArchivalCriteria, LLMConfig, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError, NotFoundError
 from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.escalation import HEURISTIC, LLMEvaluator
 from testing.consolidation import insert_digest, insert_fact
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 from testing.fake_llm import FAKE_API_KEY
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -34,7 +33,7 @@ def _client(conn, store=None, **kwargs) -> MemoryClient:
 
 
 def _archive(conn, store) -> None:
-    services = ArchivalServices(ExtractiveSummarizer(), EMBEDDER, store)
+    services = archival_services(store, embedder=EMBEDDER)
     run_batch(
         conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
     )

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
@@ -23,6 +22,7 @@ from memory_lib.retrieval.types import SearchRequest
 from memory_lib.storage.db import connect
 from testing.constants import TEST_DIM
 from testing.explain import search_statement_tier
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 LAST_YEAR = datetime(2024, 3, 14, 9, 0, tzinfo=UTC)
@@ -50,7 +50,7 @@ RECENT = [
 
 
 def _archive_everything_old(conn, embedder, store) -> int:
-    services = ArchivalServices(ExtractiveSummarizer(), embedder, store)
+    services = archival_services(store, embedder=embedder)
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
     assert report.gate_passed and report.status.failed == 0
     return report.status.archived

@@ -7,17 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.ranking import VECTOR_WEIGHT_BY_KIND, rank_candidates, recency_decay, tag_match
 from memory_lib.retrieval.search import parse_time_window, phase2_reason
 from memory_lib.retrieval.types import SearchFilters, SearchHit, SearchRequest
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)  # old enough to be archived (min_age_days 90)
@@ -34,7 +33,7 @@ def _client(conn, store=None, **retrieval) -> MemoryClient:
 
 
 def _archive_old(conn, store, batch_key: str = "night-1") -> None:
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(conn, services, ArchivalCriteria(), batch_key=batch_key, as_of=NOW, actor="test")
     assert report.gate_passed and report.status.failed == 0
 

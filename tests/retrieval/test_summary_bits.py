@@ -14,15 +14,14 @@ import psycopg
 import pytest
 
 from memory_lib.archival import pipeline
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, Settings
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import MIGRATIONS_DIR, connect, migrate
 from testing.constants import TEST_DIM
 from testing.explain import search_statement_tier
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=400)
@@ -60,7 +59,7 @@ def _fill_and_archive(conn, store, *, probe: bool = True) -> dict[str, uuid.UUID
     }
     for i, t in enumerate(RECENT):
         client.add("u1", t, now=NOW - timedelta(days=i))
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     criteria, key = ArchivalCriteria(), "night-1"
     if probe:
         report = run_batch(conn, services, criteria, batch_key=key, as_of=NOW, actor="test")

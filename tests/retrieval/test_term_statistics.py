@@ -11,17 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
 from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer, Summary, SummaryInput
+from memory_lib.llm.summarize import Summary, SummaryInput
 from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.explain import base_name, plan_nodes
+from testing.factories import archival_services
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -56,7 +56,7 @@ def _client(conn: Any, store: Any) -> MemoryClient:
 
 
 def _archive_all(conn: Any, store: Any, summarizer: Any = None) -> int:
-    services = ArchivalServices(summarizer or ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store, summarizer=summarizer)
     # everything older than 30 days, whatever its importance or category
     criteria = ArchivalCriteria(
         min_age_days=30, force_archive_age_days=30, max_importance_score=1.0, exempt_categories=()

@@ -8,7 +8,6 @@ from collections import Counter
 import pytest
 
 from memory_lib.archival import integrity
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.core.errors import IntegrityError, InvalidInputError
@@ -23,7 +22,7 @@ from memory_lib.storage.packs import backup_sql
 from memory_lib.storage.store import fetch_memories, insert_memories
 from testing.backups import bucket_bytes
 from testing.constants import TEST_DIM
-from testing.factories import NOW, make_memories
+from testing.factories import NOW, archival_services, make_memories
 
 CRITERIA = ArchivalCriteria()
 PER_USER = CRITERIA.pack_min_members + 2
@@ -31,7 +30,7 @@ PER_USER = CRITERIA.pack_min_members + 2
 
 def _archive(conn, store, memories) -> None:
     insert_memories(conn, memories, actor="test")
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    services = archival_services(store)
     report = run_batch(conn, services, CRITERIA, batch_key="night-1", as_of=NOW, actor="test")
     assert report.ok and report.archived == len(memories), report.problem
 

@@ -19,13 +19,12 @@ import psycopg.sql
 import pytest
 from psycopg.rows import dict_row
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 # Tables that hold no user's data: settings and bookkeeping of the whole deployment. They stay on the
 # coordinator (or are reference tables, copied to every worker); their keys need no user_id.
@@ -255,7 +254,7 @@ def test_a_workflows_statements_on_per_user_tables_name_user_id(conn, local_stor
             )
         client.add(user, f"{user} prefers a cortado in the morning", importance=0.9, now=NOW)
     assert list(client.search("u1", "locker code drawer", phase2="always", now=NOW))
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
     archived = conn.execute(
         "SELECT id, original_id FROM archived_memories WHERE user_id = 'u1' ORDER BY original_created_at"

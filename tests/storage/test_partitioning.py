@@ -11,12 +11,10 @@ import psycopg
 import pytest
 
 from memory_lib.archival import nights
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.retrieval.sql import (
     BOTH_TIERS_SQL,
     EXACT_MAX,
@@ -32,7 +30,7 @@ from memory_lib.storage.db import migrate_database
 from memory_lib.storage.store import insert_memories, tier_stats
 from testing.constants import TEST_DIM
 from testing.explain import base_name, hot_search_plan
-from testing.factories import NOW, make_memories, parcel_rows
+from testing.factories import NOW, archival_services, make_memories, parcel_rows
 
 USERS = ("ann", "ben", "cyd", "dot", "eve")
 
@@ -76,7 +74,7 @@ def _populate(conn, local_store) -> MemoryClient:
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
     for u in USERS:
         client.add(u, f"{u} keeps the Heron rollout notes in the blue binder", now=NOW - timedelta(days=2))
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     report = nights.run_night(conn, services, ArchivalCriteria(batch_size=20), NOW.date(), "UTC")
     assert report.ok and report.archived == 20, report.problem
     return client
@@ -138,7 +136,7 @@ def test_conversion_keeps_everything_and_prunes_a_users_search_to_one_partition(
     assert conn.execute(
         "SELECT pending FROM memory_retention WHERE user_id = 'ann' AND memory_id = %s", (added.memory_id,)
     ).fetchone()["pending"]
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     report = nights.run_night(
         conn, services, ArchivalCriteria(batch_size=10), NOW.date() + timedelta(days=1), "UTC"
     )

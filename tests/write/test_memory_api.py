@@ -15,15 +15,14 @@ import pytest
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError, NotFoundError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -77,7 +76,7 @@ def api(request, db_url, local_store):
 
 
 def _archive(api: Api, as_of: datetime = NOW) -> None:
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), api.store)
+    services = archival_services(api.store)
     report = run_batch(
         api.conn,
         services,

@@ -12,16 +12,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg.types.json import Jsonb
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.cli import main
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.write.unsupersede import find_hidden, unsupersede
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -76,7 +75,7 @@ def test_unsupersede_lists_then_makes_live_the_memories_the_former_rule_hid(conn
     dentist = client.add("u1", "Dentist appointment with Dr Okafor", importance=0.1, now=OLD).memory_id
     birthday = client.add("u1", "Sister's birthday is on 12 March", now=NOW).memory_id
     _hide(conn, "u1", dentist, birthday)
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     assert run_batch(
         conn, services, ArchivalCriteria(), batch_key="night-1", as_of=OLD + timedelta(days=100), actor="test"
     ).gate_passed

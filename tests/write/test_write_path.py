@@ -7,17 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
 from memory_lib.write.write_path import dedupe_key, find_secret, lexical_change, normalize_text
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -288,7 +287,7 @@ def test_pinned_memories_are_never_archived(conn, local_store):
     old = T0 - timedelta(days=400)
     pinned = client.add("u1", "Blood type is O negative", pinned=True, importance=0.0, now=old)
     plain = client.add("u1", "Bought a blue umbrella at the market", importance=0.0, now=old)
-    services = ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), local_store)
+    services = archival_services(local_store)
     run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=T0, actor="test")
     hot = {r["id"] for r in _live(conn, "u1")}
     assert pinned.memory_id in hot and plain.memory_id not in hot

@@ -16,9 +16,9 @@ from memory_lib.core.config import ArchivalCriteria, Settings
 from memory_lib.core.models import sha256_hex
 from memory_lib.lifecycle.eligibility import REASON_TTL_EXPIRED, eligible_counts
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.write import chunking
 from testing.constants import TEST_DIM
+from testing.factories import archival_services
 
 NIGHT = date(2026, 5, 10)
 TZ = "UTC"
@@ -35,7 +35,7 @@ def _client(conn, dim: int = TEST_DIM, store=None, **settings) -> MemoryClient:
 
 
 def _services(store) -> ArchivalServices:
-    return ArchivalServices(ExtractiveSummarizer(), HashingEmbedder(TEST_DIM), store)
+    return archival_services(store)
 
 
 # --------------------------------------------------------------------------- chunking
