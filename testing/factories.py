@@ -11,7 +11,7 @@ import numpy as np
 from memory_lib.archival.archive import ArchivalServices
 from memory_lib.archival.pipeline import BatchReport, run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.core.config import ArchivalCriteria, Settings
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.rows import Conn
 from memory_lib.llm.embedding import Embedder, HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer, Summarizer
@@ -150,11 +150,15 @@ def make_client(
     *,
     embedder: Embedder | None = None,
     settings: Settings | None = None,
+    retrieval: RetrievalConfig | None = None,
     actor: str = "test",
     **kwargs: Any,
 ) -> MemoryClient:
-    """A MemoryClient on `conn` with hashing embeddings of TEST_DIM (unless an embedder is given); settings
-    are passed as given (None: the client's own default)."""
+    """A MemoryClient on `conn` with hashing embeddings of TEST_DIM (unless an embedder is given) and the
+    default settings, or the given ones, or the defaults with this `retrieval` config."""
+    if retrieval is not None:
+        assert settings is None, "make_client takes settings or retrieval, not both"
+        settings = Settings(retrieval=retrieval)
     return MemoryClient(
         conn,
         embedder=embedder if embedder is not None else HashingEmbedder(TEST_DIM),

@@ -13,13 +13,12 @@ from hypothesis import strategies as st
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.core.config import ArchivalCriteria, EmbeddingConfig, RetrievalConfig, Settings
+from memory_lib.core.config import EmbeddingConfig, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError, NotFoundError
 from memory_lib.llm.embedding import HashingEmbedder
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archive_batch, make_client
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -31,23 +30,6 @@ WIDE_OPEN = RetrievalConfig(
     archived_limit=100,
     near_duplicate_threshold=1.0,
 )
-
-
-def _client(conn, store=None, retrieval: RetrievalConfig = WIDE_OPEN) -> MemoryClient:
-    return MemoryClient(
-        conn,
-        embedder=HashingEmbedder(TEST_DIM),
-        object_store=store,
-        settings=Settings(retrieval=retrieval),
-        actor="test",
-    )
-
-
-def _archive(conn, store) -> None:
-    services = archival_services(store)
-    run_batch(
-        conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
-    )
 
 
 # --------------------------------------------------------------------------- tenant isolation
@@ -64,7 +46,7 @@ MEMORY = st.tuples(
     queries=st.lists(st.sampled_from(TOPICS), min_size=1, max_size=3),
 )
 def test_no_call_ever_returns_another_users_memory(conn, local_store, memories, queries):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store, retrieval=WIDE_OPEN)
     run = uuid.uuid4().hex[:6]
     users = [f"user-{run}-{i}" for i in range(3)]
     owned: dict[str, set[uuid.UUID]] = {u: set() for u in users}
@@ -72,7 +54,7 @@ def test_no_call_ever_returns_another_users_memory(conn, local_store, memories, 
         text = f"note {n}: " + " ".join(words)
         added = client.add(users[who], text, importance=0.1 if old else 0.6, now=OLD if old else NOW)
         owned[users[who]].add(added.memory_id)
-    _archive(conn, local_store)
+    archive_batch(conn, local_store, as_of=NOW)
     archives = {
         r["id"]: r
         for r in conn.execute(
@@ -107,7 +89,7 @@ def test_no_call_ever_returns_another_users_memory(conn, local_store, memories, 
 
 @pytest.mark.parametrize("user_id", ["", None, "  ", "x" * 201])
 def test_every_method_requires_a_user(conn, local_store, user_id):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store, retrieval=WIDE_OPEN)
     calls = [
         lambda: client.add(user_id, "text"),
         lambda: client.search(user_id, "text"),
@@ -137,7 +119,7 @@ def _summary(result) -> list[tuple]:
 
 def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_store):
     retrieval = RetrievalConfig(hot_similarity_threshold=0.2, archived_similarity_threshold=0.2)
-    sync = _client(conn, local_store, retrieval)
+    sync = make_client(conn, local_store, retrieval=retrieval)
     texts = [
         "Prefers cortado in the morning",
         "Kayak trip on the Douro with Tiago",
@@ -147,7 +129,7 @@ def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_s
     ]
     for i, text in enumerate(texts):
         sync.add("u1", text, importance=0.1 if i % 2 else 0.6, now=OLD if i % 2 else NOW)
-    _archive(conn, local_store)
+    archive_batch(conn, local_store, as_of=NOW)
     queries = ["kayak Douro", "ORD-4417", "morning coffee", "tomatoes"]
 
     async def scenario():
@@ -205,9 +187,9 @@ def test_async_client_returns_what_the_sync_client_returns(db_url, conn, local_s
 
 
 def test_async_pool_client_restores_and_refuses_tampering_like_sync(db_url, conn, local_store):
-    sync = _client(conn, local_store)
+    sync = make_client(conn, local_store, retrieval=WIDE_OPEN)
     added = sync.add("u1", "Old library card number is in the blue folder", importance=0.1, now=OLD)
-    _archive(conn, local_store)
+    archive_batch(conn, local_store, as_of=NOW)
 
     async def scenario():
         client = await AsyncMemoryClient.connect(

@@ -14,15 +14,14 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.client import MemoryClient
 from memory_lib.consolidation.digests import ExtractiveDigestBuilder, build_level
 from memory_lib.consolidation.facts import RuleFactExtractor
 from memory_lib.consolidation.monthly import check_provenance, consolidate_month, missing_digests
 from memory_lib.consolidation.sources import period_bounds
-from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.llm.embedding import HashingEmbedder
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 EMB = HashingEmbedder(TEST_DIM)
 BUILDER = ExtractiveDigestBuilder()
@@ -44,16 +43,6 @@ NOTES = {
         ("coffee", "Bruno prefers a cortado in the morning.", 0.9),
     ],
 }
-
-
-def _client(conn, store) -> MemoryClient:
-    return MemoryClient(
-        conn,
-        embedder=EMB,
-        object_store=store,
-        actor="test",
-        settings=Settings(retrieval=RetrievalConfig(near_duplicate_threshold=1.0)),
-    )
 
 
 def _consolidate(conn, month: date = MONTH) -> dict[str, str]:
@@ -113,7 +102,9 @@ def _derived(conn, user: str) -> dict[str, list[str]]:
 @pytest.fixture
 def month(conn, local_store) -> dict[str, dict[str, uuid.UUID]]:
     """Both users' November 2024 notes; the unimportant ones archived; the month and year consolidated."""
-    client = _client(conn, local_store)
+    client = make_client(
+        conn, local_store, embedder=EMB, retrieval=RetrievalConfig(near_duplicate_threshold=1.0)
+    )
     ids = {
         user: {
             name: client.add(user, text, importance=imp, now=OLD + timedelta(hours=i)).memory_id
@@ -139,7 +130,9 @@ def month(conn, local_store) -> dict[str, dict[str, uuid.UUID]]:
 def test_a_covered_memorys_change_makes_its_digest_stale_and_the_next_build_rewrites_it(
     conn, local_store, month, change
 ):
-    client = _client(conn, local_store)
+    client = make_client(
+        conn, local_store, embedder=EMB, retrieval=RetrievalConfig(near_duplicate_threshold=1.0)
+    )
     ids = month["u1"]
     before = {level: _digest(conn, "u1", level, start) for level, start in ((2, MONTH), (3, YEAR))}
     u2_before = _derived(conn, "u2")

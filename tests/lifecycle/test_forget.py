@@ -19,11 +19,10 @@ import psycopg
 import pytest
 
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.client import MemoryClient
 from memory_lib.consolidation.digests import ExtractiveDigestBuilder
 from memory_lib.consolidation.facts import RuleFactExtractor
 from memory_lib.consolidation.monthly import consolidate_month
-from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.core.plans import RunPlan, run_plan
 from memory_lib.lifecycle.forget import (
     erased_tables,
@@ -38,29 +37,11 @@ from memory_lib.storage.db import connect
 from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.objectstore import S3ObjectStore, StoredObject
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, archive_cleanly, make_client
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
 RETRIEVAL = RetrievalConfig(near_duplicate_threshold=1.0)
-
-
-def _client(conn, store) -> MemoryClient:
-    return MemoryClient(
-        conn,
-        embedder=HashingEmbedder(TEST_DIM),
-        object_store=store,
-        settings=Settings(retrieval=RETRIEVAL),
-        actor="test",
-    )
-
-
-def _archive(conn, store, as_of=NOW) -> None:
-    services = archival_services(store)
-    report = run_batch(
-        conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=as_of, actor="test"
-    )
-    assert report.gate_passed and report.status.failed == 0
 
 
 def _all_versions(store: S3ObjectStore) -> set[tuple[str, str | None]]:
@@ -107,7 +88,7 @@ def _derived(conn, user: str, memory_id: uuid.UUID) -> dict[str, int]:
 def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
     """u1: hot, archived, restored (archived twice: two versions of its backup), superseded, digested;
     u2: alike."""
-    client = _client(conn, store)
+    client = make_client(conn, store, retrieval=RETRIEVAL)
     ids: dict[str, list[uuid.UUID]] = {}
     for user in ("u1", "u2"):
         old = [
@@ -120,12 +101,12 @@ def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
         newer = client.update(user, hot, f"{user} prefers a flat white in the morning", now=NOW)
         assert newer.outcome == "superseded" and newer.previous_id == hot
         ids[user] = [*old, hot, newer.memory_id]
-    _archive(conn, store)  # the old notes and the superseded cortado go to the archive
+    archive_cleanly(conn, store, as_of=NOW)  # the old notes and the superseded cortado go to the archive
     for user in ("u1", "u2"):
         assert client.get(user, ids[user][0]).tier == "archived"
         assert client.restore(user, original_id=ids[user][0], now=NOW).restored
     # The restored note again, once the criteria counted from its restore select it: a second backup version.
-    _archive(conn, store, as_of=NOW + timedelta(days=91))
+    archive_cleanly(conn, store, as_of=NOW + timedelta(days=91))
     _consolidate(conn, OLD, NOW)  # monthly digests (and facts) of both users' months
     for user in ("u1", "u2"):
         assert _derived(conn, user, ids[user][0])["memory_digests"] == 1
@@ -135,7 +116,7 @@ def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
 def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned_store):
     store = versioned_store
     ids = _seed(conn, store)
-    client = _client(conn, store)
+    client = make_client(conn, store, retrieval=RETRIEVAL)
     u1_keys = {store.key_for(i) for i in ids["u1"]}
     before_versions = _all_versions(store)
     assert len([v for v in before_versions if v[0] == store.key_for(ids["u1"][0])]) == 2  # archived twice
@@ -196,7 +177,7 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
 
 
 def test_the_audit_log_stays_append_only_outside_the_redaction_path(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store, retrieval=RETRIEVAL)
     mid = client.add("u1", "likes green tea", now=NOW).memory_id
     for sql in (
         "UPDATE memory_events SET details = '{}'",
@@ -227,13 +208,13 @@ def test_every_table_with_a_user_id_is_covered_by_forget(conn):
 
 
 def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, object_store):
-    client = _client(conn, object_store)
+    client = make_client(conn, object_store, retrieval=RETRIEVAL)
     first = client.add("u1", "drives a red bicycle", now=OLD).memory_id
     second = client.update("u1", first, "drives a blue bicycle", now=OLD).memory_id
     third = client.update("u1", second, "drives a green bicycle", now=NOW).memory_id
     keep = client.add("u1", "works as a nurse", importance=0.1, now=OLD).memory_id
     other = client.add("u2", "drives a red bicycle", now=OLD).memory_id
-    _archive(conn, object_store)  # the superseded versions and `keep` are archived
+    archive_cleanly(conn, object_store, as_of=NOW)  # the superseded versions and `keep` are archived
     assert client.get("u1", first).tier == "archived" and client.get("u1", keep).tier == "archived"
     _consolidate(conn, OLD, NOW)
     # superseded versions are left out of digests; the live one and the archived note are in
@@ -262,11 +243,11 @@ def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, 
 
 
 def test_forget_user_twice_the_second_finds_nothing_left(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store, retrieval=RETRIEVAL)
     ids = [
         client.add("u1", f"u1 note {i} about the garden", importance=0.1, now=OLD).memory_id for i in range(3)
     ]
-    _archive(conn, local_store)
+    archive_cleanly(conn, local_store, as_of=NOW)
     first = client.forget_user("u1")
     assert set(first.memory_ids) == set(ids) and not first.already_forgotten
 
@@ -312,7 +293,7 @@ def test_forget_user_cannot_be_outrun_by_a_backup_in_flight(db_url, versioned_st
     when it says done nothing of u1 is left in any table or object version."""
     store = versioned_store
     with connect(db_url) as conn:
-        client = _client(conn, store)
+        client = make_client(conn, store, retrieval=RETRIEVAL)
         for user in ("u1", "u2"):
             for i in range(4):
                 client.add(user, f"{user} note {i}: the spare key is under pot {i}", importance=0.1, now=OLD)
@@ -326,7 +307,7 @@ def test_forget_user_cannot_be_outrun_by_a_backup_in_flight(db_url, versioned_st
 
     def forget():
         with connect(db_url) as c:
-            return _client(c, store).forget_user("u1")
+            return make_client(c, store, retrieval=RETRIEVAL).forget_user("u1")
 
     archiving = _in_thread(night, out, "night")
     try:
@@ -357,7 +338,7 @@ def test_a_backup_puts_nothing_of_a_user_being_forgotten(db_url, versioned_store
     finishes."""
     store = versioned_store
     with connect(db_url) as conn:
-        client = _client(conn, store)
+        client = make_client(conn, store, retrieval=RETRIEVAL)
         for user in ("u1", "u2"):
             for i in range(3):
                 client.add(user, f"{user} note {i}: the bike lock code is {i}{i}{i}", importance=0.1, now=OLD)
@@ -454,7 +435,7 @@ def test_a_killed_forget_user_is_completed_by_running_it_again(
         assert not {k for k, _ in _all_versions(store)} & {store.key_for(i) for i in ids["u1"]}
         assert not remaining(conn, store, "u1").clean or status == "rows_deleted"
 
-        result = _client(conn, store).forget_user("u1")
+        result = make_client(conn, store, retrieval=RETRIEVAL).forget_user("u1")
 
         assert result.resumed and result.request_id == request["id"]
         assert remaining(conn, store, "u1").clean

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -10,14 +9,14 @@ import pytest
 
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.core.config import ArchivalCriteria, PromotionConfig, Settings
+from memory_lib.core.config import PromotionConfig, Settings
 from memory_lib.core.errors import IntegrityError, NotFoundError
 from memory_lib.lifecycle.promotion import sweep_promotions
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.objectstore import LocalObjectStore
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, archive_cleanly
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -34,16 +33,9 @@ def _client(conn, store, **promotion) -> MemoryClient:
     )
 
 
-def _archive(conn, store, *, batch_key: str | None = None, as_of: datetime = NOW) -> None:
-    batch_key = batch_key or f"night-{uuid.uuid4().hex[:8]}"
-    services = archival_services(store)
-    report = run_batch(conn, services, ArchivalCriteria(), batch_key=batch_key, as_of=as_of, actor="test")
-    assert report.gate_passed and report.status.failed == 0
-
-
 def _archived_memory(conn, store, client, user_id: str = "u1", text: str = ORIGINAL):
     added = client.add(user_id, text, importance=0.1, tags=["plans"], now=OLD)
-    _archive(conn, store)
+    archive_cleanly(conn, store, as_of=NOW)
     row = conn.execute(f"{ARCHIVE_ROWS_SQL} WHERE a.original_id = %s", (added.memory_id,)).fetchone()
     assert row is not None
     return added.memory_id, row
@@ -151,9 +143,9 @@ def test_a_memory_archived_again_starts_counting_from_zero(conn, local_store):
         client.expand("u1", arch["id"], now=NOW + timedelta(days=day))
     assert _is_hot(conn, memory_id)
     # Re-promoted on day 2: the criteria count its age from then (a re-promotion is a restore).
-    _archive(conn, local_store, batch_key="night-2", as_of=NOW + timedelta(days=3))
+    archive_cleanly(conn, local_store, batch_key="night-2", as_of=NOW + timedelta(days=3))
     assert _is_hot(conn, memory_id)
-    _archive(conn, local_store, batch_key="night-93", as_of=NOW + timedelta(days=93))
+    archive_cleanly(conn, local_store, batch_key="night-93", as_of=NOW + timedelta(days=93))
     again = conn.execute("SELECT id FROM archived_memories WHERE original_id = %s", (memory_id,)).fetchone()
     assert again is not None and again["id"] != arch["id"]
     exp = client.expand("u1", again["id"], now=NOW + timedelta(days=94))

@@ -21,7 +21,7 @@ from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingE
 from memory_lib.storage.db import check_schema, connect, migrate_database
 from testing.backups import ARCHIVE_REFS_SQL
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -56,10 +56,6 @@ def local() -> LocalEmbedder:
     return LocalEmbedder()
 
 
-def _client(conn, store, embedder) -> MemoryClient:
-    return MemoryClient(conn, embedder=embedder, object_store=store, settings=Settings(), actor="test")
-
-
 def _hits(client: MemoryClient, question: str) -> list[uuid.UUID]:
     result = client.search("u1", question, limit=4, phase2="always", now=NOW)
     return [h.id for h in result]
@@ -75,7 +71,7 @@ def _text_of(conn, hit_id: uuid.UUID) -> str:
 
 
 def _history(conn, store) -> None:
-    old = _client(conn, store, HashingEmbedder(TEST_DIM))
+    old = make_client(conn, store, embedder=HashingEmbedder(TEST_DIM))
     for text in OLD:
         old.add("u1", text, importance=0.1, now=ADDED)
     services = archival_services(store)
@@ -114,8 +110,8 @@ class Searcher(threading.Thread):
         super().__init__(daemon=True)
         self.conn = connect(url)
         self.clients = {
-            TEST_DIM: _client(self.conn, store, HashingEmbedder(TEST_DIM)),
-            LOCAL_MODEL_DIM: _client(self.conn, store, local),
+            TEST_DIM: make_client(self.conn, store, embedder=HashingEmbedder(TEST_DIM)),
+            LOCAL_MODEL_DIM: make_client(self.conn, store, embedder=local),
         }
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
@@ -174,8 +170,8 @@ class CrashingEmbedder:
 
 def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local_store, local):
     conn = connect(db_url)
-    old_client = _client(conn, local_store, HashingEmbedder(TEST_DIM))
-    new_client = _client(conn, local_store, local)
+    old_client = make_client(conn, local_store, embedder=HashingEmbedder(TEST_DIM))
+    new_client = make_client(conn, local_store, embedder=local)
     _history(conn, local_store)
     n_hot = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
     n_arch = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
@@ -369,9 +365,11 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
         ]
         == "96"
     )
-    assert _hits(_client(conn, local_store, target), "what coffee does the user like?")
+    assert _hits(make_client(conn, local_store, embedder=target), "what coffee does the user like?")
     assert run_job("reembedding_flip_back").success
-    assert _hits(_client(conn, local_store, HashingEmbedder(TEST_DIM)), "what coffee does the user like?")
+    assert _hits(
+        make_client(conn, local_store, embedder=HashingEmbedder(TEST_DIM)), "what coffee does the user like?"
+    )
     assert run_job("reembedding_flip").success
     assert run_job("reembedding_drop_old").success
     assert reembedding.active_migration(conn) is None
@@ -402,7 +400,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
     arch = conn.execute(f"{ARCHIVE_REFS_SQL} ORDER BY a.id").fetchall()
     backups = [local_store.read_ref(a["storage_ref"], a["backup_sha256"]) for a in arch]
     # Before the flip a restore reuses the backup's vector, as ever.
-    _client(conn, local_store, old).restore("u1", original_id=arch[0]["original_id"])
+    make_client(conn, local_store, embedder=old).restore("u1", original_id=arch[0]["original_id"])
     first = conn.execute(
         "SELECT content, embedding FROM memories WHERE id = %s", (arch[0]["original_id"],)
     ).fetchone()
@@ -410,7 +408,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
     _flipped_to(conn, new)
 
     with pytest.raises(EmbeddingMismatchError, match="hashing-lexical-v1-96"):
-        _client(conn, local_store, old).restore("u1", original_id=arch[1]["original_id"])
+        make_client(conn, local_store, embedder=old).restore("u1", original_id=arch[1]["original_id"])
     report = restore.restore_archives(
         conn, local_store, actor="test", original_ids=[arch[1]["original_id"]], pause_archival=False
     )
@@ -422,7 +420,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
         == 0
     )
 
-    outcome = _client(conn, local_store, new).restore("u1", original_id=arch[1]["original_id"])
+    outcome = make_client(conn, local_store, embedder=new).restore("u1", original_id=arch[1]["original_id"])
     assert outcome.restored
     row = conn.execute(
         """SELECT content, embedding, embedding_model, embedding_dim, embedding_prev, embedding_model_prev
@@ -453,7 +451,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
 
 def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_url, local_store):
     conn = connect(db_url)
-    client = _client(conn, local_store, HashingEmbedder(TEST_DIM))
+    client = make_client(conn, local_store, embedder=HashingEmbedder(TEST_DIM))
     added = client.add("u1", "Prefers window seats on long flights.", now=NOW)
     model = HashingEmbedder(TEST_DIM).model
     conn.execute("DELETE FROM memory_archive_settings WHERE key = 'embedding_model'")  # as before any write
@@ -515,7 +513,7 @@ def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
 
     conn = connect(db_url)
     old, target = HashingEmbedder(TEST_DIM), HashingEmbedder(96)
-    sync_client = _client(conn, local_store, old)
+    sync_client = make_client(conn, local_store, embedder=old)
     kept = sync_client.add("u1", "Waters the fern every Sunday.", now=NOW)
     reembedding.start(conn, target.model, 96, actor="test")
     filled = "SELECT content, embedding_next, embedding_model_next FROM memories WHERE id = %s"
@@ -528,7 +526,7 @@ def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
         )
 
     # A client learns of the migration on its next look at the database (cached 10 s): a new one at once.
-    sync_client = _client(conn, local_store, old)
+    sync_client = make_client(conn, local_store, embedder=old)
     updated = sync_client.update("u1", kept.memory_id, "Waters the fern every Saturday.", now=NOW)
     assert updated.outcome == "superseded"
     assert_filled(updated.memory_id)
@@ -561,7 +559,9 @@ def test_a_prepared_statement_made_stale_by_the_migration_fails_once_then_works(
     from memory_lib.core.plans import Sql, run_plan
 
     conn, other = connect(db_url), connect(db_url)
-    added = _client(conn, local_store, HashingEmbedder(TEST_DIM)).add("u1", "Likes green tea.", now=NOW)
+    added = make_client(conn, local_store, embedder=HashingEmbedder(TEST_DIM)).add(
+        "u1", "Likes green tea.", now=NOW
+    )
 
     def read():
         row = yield Sql("SELECT * FROM memories WHERE id = %(id)s", {"id": added.memory_id}, "one")

@@ -13,8 +13,7 @@ from memory_assets.defs.slow_path.stubs import stub_conversions, stubs_backed_up
 from memory_assets.resources import DatabaseResource, ObjectStoreResource
 from memory_lib.archival import integrity
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.client import MemoryClient
-from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
+from memory_lib.core.config import ArchivalCriteria, RetentionConfig
 from memory_lib.core.errors import NotFoundError
 from memory_lib.core.models import BackupObject, sha256_hex, to_float32
 from memory_lib.core.plans import run_plan
@@ -23,7 +22,7 @@ from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)  # the test history's archival time
@@ -33,12 +32,6 @@ ORIGINAL = (
     "Anniversary dinner booked at Casa Lumi for 14 June, table 7, deposit 80 EUR paid by card. "
     "Ask for the window seat."
 )
-
-
-def _client(conn, store) -> MemoryClient:
-    return MemoryClient(
-        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(), actor="test"
-    )
 
 
 def _archive_all(conn, store) -> None:
@@ -86,7 +79,7 @@ def _by_vector(client, user_id: str, query: str, now: datetime) -> set:
 
 
 def test_stub_found_by_full_text_not_by_vector_and_expanded_byte_exact(conn, object_store):
-    client = _client(conn, object_store)
+    client = make_client(conn, object_store)
     added = client.add("u1", ORIGINAL, importance=0.1, now=ADDED)
     before = integrity.exact_rows(conn, [added.memory_id])[added.memory_id]
     _archive_all(conn, object_store)
@@ -128,7 +121,7 @@ def test_stub_found_by_full_text_not_by_vector_and_expanded_byte_exact(conn, obj
 
 
 def test_three_expansions_of_a_stub_in_30_days_re_promote_it(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     added = client.add("u1", ORIGINAL, importance=0.1, now=ADDED)
     _archive_all(conn, local_store)
     arch_id = _arch_of(conn, added.memory_id)["id"]
@@ -169,7 +162,7 @@ class _CrashingStore:
 
 
 def test_conversion_is_idempotent_and_crash_safe(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     for i in range(5):
         client.add(
             f"u{i % 2}", f"Trip {i}: train to Lyon on platform {i}, seat {40 + i}.", importance=0.1, now=ADDED
@@ -196,7 +189,7 @@ def test_conversion_is_idempotent_and_crash_safe(conn, local_store):
 
 
 def test_a_backup_that_does_not_verify_keeps_the_row_searchable(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     added = client.add("u1", ORIGINAL, importance=0.1, now=ADDED)
     _archive_all(conn, local_store)
     arch = _arch_of(conn, added.memory_id)
@@ -207,7 +200,7 @@ def test_a_backup_that_does_not_verify_keeps_the_row_searchable(conn, local_stor
 
 
 def test_users_never_cross(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     a = client.add("u1", ORIGINAL, importance=0.1, now=ADDED)
     b = client.add("u2", ORIGINAL, importance=0.1, now=ADDED)
     _archive_all(conn, local_store)
@@ -268,7 +261,7 @@ def _metadata(instance, night: date) -> dict:
 
 
 def test_asset_records_each_nights_tier_counts(conn, db_url, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     for i in range(2):
         client.add("u1", f"Old plan {i}: Heron rollout review in room {i}.", importance=0.1, now=ADDED)
     kept = client.add("u2", "Old plan: Heron rollout budget for the kiosk.", importance=0.1, now=ADDED)
@@ -316,7 +309,7 @@ def test_asset_records_each_nights_tier_counts(conn, db_url, local_store):
 
 
 def test_blocking_check_fails_when_a_stubs_backup_is_deleted(conn, db_url, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     added = client.add("u1", ORIGINAL, importance=0.1, now=ADDED)
     _archive_all(conn, local_store)
     night = _night(DUE)

@@ -11,13 +11,12 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient, SearchFilters
-from memory_lib.core.config import ArchivalCriteria, PromotionConfig, Settings
+from memory_lib.core.config import PromotionConfig, Settings
 from memory_lib.lifecycle.promotion import sweep_promotions
 from memory_lib.llm.embedding import HashingEmbedder
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archive_cleanly
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -33,14 +32,6 @@ def _client(conn, store) -> MemoryClient:
     )
 
 
-def _archive(conn, store) -> None:
-    services = archival_services(store)
-    report = run_batch(
-        conn, services, ArchivalCriteria(), batch_key=f"night-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
-    )
-    assert report.gate_passed and report.status.failed == 0
-
-
 def _archive_id(conn, original_id) -> uuid.UUID:
     row = conn.execute("SELECT id FROM archived_memories WHERE original_id = %s", (original_id,)).fetchone()
     assert row is not None
@@ -52,7 +43,7 @@ def _setup(conn, store):
     client = _client(conn, store)
     linked = client.add("u1", LINKED, importance=0.1, now=OLD).memory_id
     unlinked = client.add("u1", UNLINKED, importance=0.1, now=OLD).memory_id
-    _archive(conn, store)
+    archive_cleanly(conn, store, as_of=NOW)
     hot = client.add("u1", HOT, importance=0.7, entity_links=[linked], now=NOW).memory_id
     return client, hot, linked, unlinked
 

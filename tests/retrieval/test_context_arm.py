@@ -7,23 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from memory_lib.client import MemoryClient
-from memory_lib.core.config import RetrievalConfig, Settings
-from memory_lib.llm.embedding import HashingEmbedder
-from testing.constants import TEST_DIM
+from memory_lib.core.config import RetrievalConfig
+from testing.factories import make_client
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 QUESTION = "Where did Caroline go hiking?"
 ASKED = "Caroline: I went hiking last weekend, guess where!"
 ANSWER = "Melanie: The Dolomites? Those photos of the Tre Cime looked amazing."
-
-
-def _client(conn, **retrieval) -> MemoryClient:
-    return MemoryClient(
-        conn,
-        embedder=HashingEmbedder(TEST_DIM),
-        settings=Settings(retrieval=RetrievalConfig(**retrieval)),
-        actor="test",
-    )
 
 
 def _filler(client: MemoryClient, user: str) -> None:
@@ -41,7 +31,7 @@ def _rank(client: MemoryClient, user: str, memory_id) -> int | None:
 
 
 def test_the_turn_after_a_match_is_found_by_context_and_only_with_context(conn):
-    client = _client(conn)
+    client = make_client(conn)
     _filler(client, "u1")
     asked = client.add("u1", ASKED, now=NOW).memory_id
     answer = client.add("u1", ANSWER, now=NOW + timedelta(seconds=20)).memory_id
@@ -58,7 +48,7 @@ def test_the_turn_after_a_match_is_found_by_context_and_only_with_context(conn):
     # the answer shares no word with the question: its full-text score is the context share of the match's
     assert hit.scores.text_rank == RetrievalConfig().context_weight * matched.scores.text_rank
     assert _rank(client, "u1", answer) is not None and _rank(client, "u1", answer) <= 3
-    off = _client(conn, context_weight=0.0)
+    off = make_client(conn, retrieval=RetrievalConfig(context_weight=0.0))
     assert (
         next(
             h
@@ -70,7 +60,7 @@ def test_the_turn_after_a_match_is_found_by_context_and_only_with_context(conn):
 
 
 def test_no_context_across_the_window_the_same_instant_or_users(conn):
-    client = _client(conn)
+    client = make_client(conn)
     _filler(client, "u1")
     client.add("u1", ASKED, now=NOW)
     late = client.add("u1", ANSWER, now=NOW + timedelta(hours=2)).memory_id  # outside the 30-minute window

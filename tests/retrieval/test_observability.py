@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.core.config import ArchivalCriteria, ContextBudget, RetrievalConfig, Settings
+from memory_lib.core.config import ArchivalCriteria, ContextBudget, RetrievalConfig
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
@@ -34,7 +34,7 @@ from memory_lib.retrieval.context import ContextItem, assemble_context
 from memory_lib.retrieval.escalation import LLMEvaluator
 from memory_lib.retrieval.rerank import LLMReranker, rerank_client
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 from testing.fake_llm import FAKE_API_KEY
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -72,19 +72,8 @@ def spans(otel):
     return exporter
 
 
-def _client(conn, store, reranker=None, **retrieval) -> MemoryClient:
-    return MemoryClient(
-        conn,
-        embedder=HashingEmbedder(TEST_DIM),
-        object_store=store,
-        actor="test",
-        settings=Settings(retrieval=RetrievalConfig(**retrieval)),
-        reranker=reranker,
-    )
-
-
 def _seed(conn, store) -> MemoryClient:
-    client = _client(conn, store)
+    client = make_client(conn, store)
     for text in ARCHIVED:
         client.add(USER, text, importance=0.0, now=OLD)
     for text in HOT:
@@ -116,7 +105,7 @@ def test_spans_follow_retrieve_rerank_pack_and_carry_no_text(conn, local_store, 
     reranker = LLMReranker(
         rerank_client("anthropic", FAKE_API_KEY, base_url=fake_llm.base_url, max_retries=0)
     )
-    client = _client(conn, local_store, reranker=reranker)
+    client = make_client(conn, local_store, reranker=reranker)
     ctx = client.build_context(USER, QUERY, ["what about the kayak trip?"], now=NOW, phase3="never")
 
     exported = spans.get_finished_spans()
@@ -213,7 +202,7 @@ def test_async_client_spans_nest_the_same_way(db_url, local_store, conn, spans, 
 
 def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
     _seed(conn, local_store)
-    client = _client(conn, local_store, limit=3)
+    client = make_client(conn, local_store, retrieval=RetrievalConfig(limit=3))
     plain = client.search(USER, QUERY, now=NOW)
     assert plain.debug is None  # off by default
     result = client.search(USER, QUERY, now=NOW, debug=True)
@@ -245,7 +234,7 @@ def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
     assert d.reranker is None
 
     # The setting turns it on for every search; the argument wins; a non-boolean is refused.
-    always = _client(conn, local_store, limit=3, debug=True)
+    always = make_client(conn, local_store, retrieval=RetrievalConfig(limit=3, debug=True))
     assert always.search(USER, QUERY, now=NOW).debug.chosen_ids == d.chosen_ids
     assert always.search(USER, QUERY, now=NOW, debug=False).debug is None
     with pytest.raises(InvalidInputError) as err:
@@ -254,7 +243,7 @@ def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
 
 
 def test_debug_without_phase2(conn, local_store):
-    client = _client(conn, local_store, strong_hot_similarity=-1.0, limit=2)
+    client = make_client(conn, local_store, retrieval=RetrievalConfig(strong_hot_similarity=-1.0, limit=2))
     _seed(conn, local_store)
     result = client.search(USER, QUERY, now=NOW, debug=True, phase3="never")
     assert result.phase2_reason is None and result.debug.tiers_searched == ("hot",)

@@ -11,16 +11,15 @@ import pytest
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memory_lib.archival.pipeline import run_batch
-from memory_lib.client import AsyncMemoryClient, MemoryClient
-from memory_lib.core.config import ArchivalCriteria, LLMConfig, RetrievalConfig, Settings
+from memory_lib.client import AsyncMemoryClient
+from memory_lib.core.config import LLMConfig, RetrievalConfig, Settings
 from memory_lib.core.errors import InvalidInputError, NotFoundError
 from memory_lib.llm.client import llm_client
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.retrieval.escalation import HEURISTIC, LLMEvaluator
 from testing.consolidation import insert_digest, insert_fact
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archive_batch, make_client
 from testing.fake_llm import FAKE_API_KEY
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -28,20 +27,9 @@ OLD = NOW - timedelta(days=200)
 EMBEDDER = HashingEmbedder(TEST_DIM)
 
 
-def _client(conn, store=None, **kwargs) -> MemoryClient:
-    return MemoryClient(conn, embedder=EMBEDDER, object_store=store, actor="test", **kwargs)
-
-
-def _archive(conn, store) -> None:
-    services = archival_services(store, embedder=EMBEDDER)
-    run_batch(
-        conn, services, ArchivalCriteria(), batch_key=f"b-{uuid.uuid4().hex[:8]}", as_of=NOW, actor="test"
-    )
-
-
 def _history(conn, store) -> dict[str, list[uuid.UUID]]:
     """alice: Sarah's memories archived, a few hot ones; bob: his own Sarah, archived."""
-    client = _client(conn, store)
+    client = make_client(conn, store)
     sarah = [
         client.add("alice", text, importance=0.1, now=OLD + timedelta(hours=i)).memory_id
         for i, text in enumerate(
@@ -58,7 +46,7 @@ def _history(conn, store) -> dict[str, list[uuid.UUID]]:
         )
     ]
     bob = [client.add("bob", "My colleague Sarah runs the Berlin office.", importance=0.1, now=OLD).memory_id]
-    _archive(conn, store)
+    archive_batch(conn, store, as_of=NOW)
     archived = {r["original_id"] for r in conn.execute("SELECT original_id FROM archived_memories")}
     assert set(sarah) | set(bob) <= archived and not set(hot) & archived
     return {"sarah": sarah, "hot": hot, "bob": bob}
@@ -116,7 +104,7 @@ def _facts(conn, ids) -> dict[str, uuid.UUID]:
 def test_who_is_x_is_answered_from_facts_when_xs_memories_are_archived(conn, local_store):
     ids = _history(conn, local_store)
     facts = _facts(conn, ids)
-    client = _client(conn, local_store)  # default settings: the offline heuristic decides
+    client = make_client(conn, local_store)  # default settings: the offline heuristic decides
     result = client.search("alice", "Who is Sarah?", now=NOW)
 
     esc = result.escalation
@@ -153,7 +141,7 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
         summary="May 2026: dentist booked, garden tomatoes",
         source_memory_ids=ids["hot"],
     )
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     result = client.search("alice", "garden tomatoes compost", now=NOW)
     esc = result.escalation
     assert (esc.evaluator, esc.action, result.consolidated) == (HEURISTIC, "return", [])
@@ -170,7 +158,7 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
     with pytest.raises(InvalidInputError, match="phase3"):
         client.search("alice", "x", phase3="sometimes", now=NOW)
     # Phase 1 strong (enough hot hits nearly restate the query): no evaluator is asked.
-    strong = _client(conn, local_store, settings=Settings(retrieval=RetrievalConfig(limit=1)))
+    strong = make_client(conn, local_store, settings=Settings(retrieval=RetrievalConfig(limit=1)))
     quick = strong.search("alice", "Booked the dentist for Tuesday morning.", now=NOW)
     assert quick.phase2_reason is None and quick.escalation.evaluator == "quick-check"
 
@@ -188,7 +176,7 @@ def test_a_digest_expands_to_its_memories_never_another_users(conn, db_url, loca
         summary="November 2025: lunch with sister Sarah, new job at Acme",
         source_memory_ids=[*ids["sarah"], ids["hot"][0], *ids["bob"]],
     )
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     result = client.search("alice", "what happened with Sarah in November 2025?", now=NOW)
     assert result.escalation.action == "search_cold" and "before the hot horizon" in result.escalation.reason
     [hit] = [h for h in result.consolidated if h.kind == "digest"]
@@ -249,7 +237,7 @@ def test_the_llm_evaluators_json_decision_drives_escalation(conn, local_store, f
         "refinedQuery": "Sarah sister",
     }
     evaluator = _evaluator(provider, fake_llm)
-    result = _client(conn, local_store, evaluator=evaluator).search(
+    result = make_client(conn, local_store, evaluator=evaluator).search(
         "alice", "tell me about my family", now=NOW
     )
     esc = result.escalation
@@ -290,7 +278,7 @@ def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(
     _facts(conn, ids)
     fake_llm.evaluator_decision = answer
     evaluator = _evaluator(provider, fake_llm)
-    result = _client(conn, local_store, evaluator=evaluator).search("alice", "Who is Sarah?", now=NOW)
+    result = make_client(conn, local_store, evaluator=evaluator).search("alice", "Who is Sarah?", now=NOW)
     esc = result.escalation
     assert fake_llm.evaluation_requests() == 1
     assert esc.evaluator == HEURISTIC and esc.fallback.startswith(f"{evaluator.name} answered malformed JSON")
@@ -307,7 +295,7 @@ def test_a_failing_evaluator_falls_back_and_the_llm_evaluator_comes_from_setting
             provider="openai", base_url=fake_llm.openai_base_url, max_retries=0, openai_api_key=FAKE_API_KEY
         ),
     )
-    client = _client(conn, local_store, settings=settings)
+    client = make_client(conn, local_store, settings=settings)
     result = client.search("alice", "Who is Sarah?", now=NOW)  # the fake's own answer for "who": search_facts
     assert result.escalation.evaluator == "openai:gpt-4o-mini" and result.escalation.action == "search_facts"
     fake_llm.fail_when_contains = "Sarah"
@@ -318,7 +306,7 @@ def test_a_failing_evaluator_falls_back_and_the_llm_evaluator_comes_from_setting
     assert failed.escalation.evaluator == HEURISTIC and "call failed" in failed.escalation.fallback
     assert "HTTP 500" in failed.escalation.fallback and FAKE_API_KEY not in failed.escalation.fallback
     with pytest.raises(InvalidInputError, match="phase3_evaluator"):
-        _client(
+        make_client(
             conn,
             settings=Settings(
                 retrieval=RetrievalConfig(phase3_evaluator="llm"), llm=LLMConfig(provider="extractive")

@@ -9,27 +9,17 @@ import pytest
 
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.retrieval.ranking import VECTOR_WEIGHT_BY_KIND, rank_candidates, recency_decay, tag_match
 from memory_lib.retrieval.search import parse_time_window, phase2_reason
 from memory_lib.retrieval.types import SearchFilters, SearchHit, SearchRequest
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)  # old enough to be archived (min_age_days 90)
-
-
-def _client(conn, store=None, **retrieval) -> MemoryClient:
-    return MemoryClient(
-        conn,
-        embedder=HashingEmbedder(TEST_DIM),
-        object_store=store,
-        settings=Settings(retrieval=RetrievalConfig(**retrieval)),
-        actor="test",
-    )
 
 
 def _archive_old(conn, store, batch_key: str = "night-1") -> None:
@@ -170,7 +160,7 @@ def test_phase2_runs_unless_phase1_is_strong():
 
 
 def test_full_text_finds_an_exact_order_number_that_vector_search_ranks_low(conn):
-    client = _client(conn)
+    client = make_client(conn)
     target = client.add(
         "u1",
         "Refund for ORD-4417 approved by Dana after the courier lost the parcel near the Rotterdam depot "
@@ -211,7 +201,11 @@ def test_full_text_finds_an_exact_order_number_that_vector_search_ranks_low(conn
 
 
 def test_archived_memory_is_found_labeled_and_carries_provenance(conn, object_store):
-    client = _client(conn, object_store, hot_similarity_threshold=0.5, archived_similarity_threshold=0.3)
+    client = make_client(
+        conn,
+        object_store,
+        retrieval=RetrievalConfig(hot_similarity_threshold=0.5, archived_similarity_threshold=0.3),
+    )
     original = (
         "Project Heron kickoff with Priya Raman in Lisbon: budget 48,000 EUR approved. "
         "The team will meet every Thursday."
@@ -246,7 +240,11 @@ def test_archived_memory_is_found_labeled_and_carries_provenance(conn, object_st
 
 
 def test_filters_apply_to_both_tiers(conn, local_store):
-    client = _client(conn, local_store, hot_similarity_threshold=0.0, archived_similarity_threshold=0.0)
+    client = make_client(
+        conn,
+        local_store,
+        retrieval=RetrievalConfig(hot_similarity_threshold=0.0, archived_similarity_threshold=0.0),
+    )
     client.add(
         "u1", "Tennis lesson with coach Marco", category="episodic", domain="sport", tags=["tennis"], now=NOW
     )
@@ -277,15 +275,17 @@ def test_filters_apply_to_both_tiers(conn, local_store):
 
 def test_limits_and_merge_order(conn, local_store):
     # Numbered notes: the write path would take "note 1" for a changed value of "note 0"; off here.
-    client = _client(
+    client = make_client(
         conn,
         local_store,
-        hot_similarity_threshold=0.0,
-        archived_similarity_threshold=0.0,
-        hot_limit=2,
-        archived_limit=1,
-        near_duplicate_threshold=1.0,
-        near_duplicate_floor=1.0,
+        retrieval=RetrievalConfig(
+            hot_similarity_threshold=0.0,
+            archived_similarity_threshold=0.0,
+            hot_limit=2,
+            archived_limit=1,
+            near_duplicate_threshold=1.0,
+            near_duplicate_floor=1.0,
+        ),
     )
     for i in range(4):
         client.add("u1", f"Garden note {i}: tomatoes need water", now=NOW)
@@ -300,7 +300,11 @@ def test_limits_and_merge_order(conn, local_store):
 
 
 def test_search_hits_can_count_as_accessed(conn, local_store):
-    client = _client(conn, local_store, hot_similarity_threshold=0.0, archived_similarity_threshold=0.0)
+    client = make_client(
+        conn,
+        local_store,
+        retrieval=RetrievalConfig(hot_similarity_threshold=0.0, archived_similarity_threshold=0.0),
+    )
     hot = client.add("u1", "Sourdough starter fed on Sunday", now=NOW)
     old = client.add("u1", "Sourdough recipe from grandma", importance=0.0, now=OLD)
     _archive_old(conn, local_store)
@@ -324,7 +328,7 @@ def test_search_hits_can_count_as_accessed(conn, local_store):
 @pytest.mark.parametrize("user_id", ["", "   ", None])
 def test_user_id_is_required(conn, user_id):
     with pytest.raises(InvalidInputError) as err:
-        _client(conn).search(user_id, "anything")
+        make_client(conn).search(user_id, "anything")
     assert err.value.field == "user_id"
 
 
@@ -338,7 +342,7 @@ def test_user_id_is_required(conn, user_id):
     ],
 )
 def test_bad_search_arguments_name_the_field(conn, kwargs, field):
-    client = _client(conn)
+    client = make_client(conn)
     with pytest.raises(InvalidInputError) as err:
         client.search("u1", kwargs.pop("query", "q"), **kwargs)
     assert err.value.field == field
@@ -354,7 +358,7 @@ def test_filter_validation():
 
 
 def test_a_query_embedder_of_another_model_is_refused(conn):
-    _client(conn).add("u1", "Plays the cello on Fridays", now=NOW)
+    make_client(conn).add("u1", "Plays the cello on Fridays", now=NOW)
     other = MemoryClient(conn, embedder=_RenamedEmbedder(), actor="test")
     with pytest.raises(EmbeddingMismatchError, match="embedder.model"):
         other.search("u1", "cello")

@@ -15,13 +15,12 @@ import pytest
 
 from memory_lib.archival import pipeline
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, Settings
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.db import MIGRATIONS_DIR, connect, migrate
 from testing.constants import TEST_DIM
 from testing.explain import search_statement_tier
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=400)
@@ -42,17 +41,11 @@ RECENT = [
 ]
 
 
-def _client(conn, store) -> MemoryClient:
-    return MemoryClient(
-        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(), actor="t"
-    )
-
-
 def _fill_and_archive(conn, store, *, probe: bool = True) -> dict[str, uuid.UUID]:
     """OLD_FACTS archived by run_batch; probe=False: by its stages up to the commit, without the
     post-commit stage, whose retrievability probe searches with today's SQL (a schema before 007 lacks
     its column)."""
-    client = _client(conn, store)
+    client = make_client(conn, store, actor="t")
     ids = {
         t: client.add("u1", t, importance=0.1, now=OLD + timedelta(days=i)).memory_id
         for i, t in enumerate(OLD_FACTS)
@@ -75,7 +68,7 @@ def _fill_and_archive(conn, store, *, probe: bool = True) -> dict[str, uuid.UUID
 
 
 def _assert_found_first(conn, store, ids: dict[str, uuid.UUID]) -> None:
-    client = _client(conn, store)
+    client = make_client(conn, store, actor="t")
     for text, memory_id in ids.items():
         result = client.search("u1", text, phase2="always", now=NOW)
         top = result.hits[0]
@@ -118,7 +111,7 @@ def test_rows_keep_only_the_bits_of_the_summary_embedding(conn, local_store):
 
 def test_expand_and_restore_are_byte_exact(conn, local_store):
     ids = _fill_and_archive(conn, local_store)
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store, actor="t")
     text = OLD_FACTS[3]
     arch = conn.execute("SELECT id FROM archived_memories WHERE original_id = %s", (ids[text],)).fetchone()
     exp = client.expand("u1", arch["id"], now=NOW)

@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from memory_lib.archival.pipeline import run_batch
-from memory_lib.client import MemoryClient
-from memory_lib.core.config import ArchivalCriteria, RetentionConfig, Settings
+from memory_lib.core.config import ArchivalCriteria, RetentionConfig
 from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import Summary, SummaryInput
@@ -21,7 +20,7 @@ from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.explain import base_name, plan_nodes
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -47,12 +46,6 @@ class FirstSentenceSummarizer:
         words = [w for w in first.split() if not (w[:1].isupper() or any(c.isdigit() for c in w))]
         text = " ".join(words) or "a note"
         return Summary(text, self.model, self.kind, 0, 0, 0.0)
-
-
-def _client(conn: Any, store: Any) -> MemoryClient:
-    return MemoryClient(
-        conn, embedder=HashingEmbedder(TEST_DIM), object_store=store, settings=Settings(), actor="test"
-    )
 
 
 def _archive_all(conn: Any, store: Any, summarizer: Any = None) -> int:
@@ -103,7 +96,7 @@ def _assert_exact(conn: Any, step: str) -> None:
 
 
 def test_statistics_stay_exact_through_add_update_archive_restore_stub_and_forget(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     ids = {}
     for user in ("u1", "u2"):
         for text in TEXTS:
@@ -142,7 +135,7 @@ def test_statistics_stay_exact_through_add_update_archive_restore_stub_and_forge
 
 
 def test_an_archive_row_is_found_by_a_rare_name_its_summary_dropped(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     text = "We walked along the harbour. Later Zbigniew showed me his boat, the Kestrel, at Port Ellery."
     target = client.add("u1", text, now=ADDED).memory_id
     for i in range(30):
@@ -225,7 +218,7 @@ def test_the_lexical_leg_reads_the_query_terms_postings_of_one_user(conn, local_
 
 
 def test_a_users_search_never_reads_another_users_statistics(conn, local_store):
-    client = _client(conn, local_store)
+    client = make_client(conn, local_store)
     for text in TEXTS:
         client.add("u1", text, now=ADDED)
 

@@ -9,21 +9,16 @@ import pytest
 
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
-from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
+from memory_lib.core.config import ArchivalCriteria
 from memory_lib.core.errors import EmbeddingMismatchError, InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
 from memory_lib.write.write_path import dedupe_key, find_secret, lexical_change, normalize_text
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
-
-
-def _client(conn, **retrieval) -> MemoryClient:
-    settings = Settings(retrieval=RetrievalConfig(**retrieval))
-    return MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=settings, actor="test")
 
 
 def _live(conn, user_id: str) -> list[dict]:
@@ -119,7 +114,7 @@ def test_find_secret_leaves_ordinary_text_alone(text):
 
 
 def test_same_text_twice_is_one_memory(conn):
-    client = _client(conn)
+    client = make_client(conn)
     first = client.add("u1", "User prefers a cortado in the morning", now=T0)
     again = client.add("u1", "  user prefers a CORTADO in the\n morning ", now=T0 + timedelta(days=2))
     assert first.outcome == "created"
@@ -133,7 +128,7 @@ def test_same_text_twice_is_one_memory(conn):
 
 
 def test_same_text_for_another_user_is_their_own_memory(conn):
-    client = _client(conn)
+    client = make_client(conn)
     a = client.add("u1", "Lives in Lisbon", now=T0)
     b = client.add("u2", "Lives in Lisbon", now=T0)
     assert a.memory_id != b.memory_id and b.outcome == "created"
@@ -141,7 +136,7 @@ def test_same_text_for_another_user_is_their_own_memory(conn):
 
 
 def test_near_duplicate_with_the_same_words_is_merged(conn):
-    client = _client(conn)
+    client = make_client(conn)
     first = client.add("u1", "User prefers cortado in the morning.", now=T0)
     merged = client.add("u1", "The user prefers cortado in the morning", now=T0 + timedelta(hours=1))
     assert merged.outcome == "merged" and merged.memory_id == first.memory_id
@@ -150,7 +145,7 @@ def test_near_duplicate_with_the_same_words_is_merged(conn):
 
 
 def test_changed_value_is_a_new_memory_unless_told_it_supersedes(conn):
-    client = _client(conn)
+    client = make_client(conn)
     old = client.add("u1", "User prefers cortado in the morning", now=T0)
     other = client.add("u2", "User prefers cortado in the morning", now=T0)
     kept = client.add("u2", "User prefers flat white in the morning", now=T0 + timedelta(days=1))
@@ -184,7 +179,7 @@ def test_changed_value_is_a_new_memory_unless_told_it_supersedes(conn):
 
 
 def test_unrelated_text_is_a_new_memory(conn):
-    client = _client(conn)
+    client = make_client(conn)
     client.add("u1", "User prefers cortado in the morning", now=T0)
     other = client.add("u1", "The dentist appointment is on Tuesday", now=T0)
     assert other.outcome == "created"
@@ -192,7 +187,7 @@ def test_unrelated_text_is_a_new_memory(conn):
 
 
 def test_superseding_a_pinned_memory_keeps_the_pin(conn):
-    client = _client(conn)
+    client = make_client(conn)
     old = client.add("u1", "Emergency contact is Maria", pinned=True, now=T0)
     new = client.add("u1", "Emergency contact is Joana", supersedes=old.memory_id, now=T0)
     assert new.outcome == "superseded"
@@ -200,7 +195,7 @@ def test_superseding_a_pinned_memory_keeps_the_pin(conn):
 
 
 def test_a_secret_is_refused_and_nothing_is_written(conn):
-    client = _client(conn)
+    client = make_client(conn)
     secret = SECRET_SAMPLES["AWS access key id"]
     with pytest.raises(InvalidInputError) as err:
         client.add("u1", f"the deploy key is {secret}")
@@ -224,7 +219,7 @@ def test_a_secret_is_refused_and_nothing_is_written(conn):
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(conn, kwargs, field):
-    client = _client(conn)
+    client = make_client(conn)
     user_id = kwargs.pop("user_id")
     content = kwargs.pop("content")
     with pytest.raises(InvalidInputError) as err:
@@ -253,7 +248,7 @@ def test_rows_written_by_bulk_insert_are_matched_by_content(conn):
         ],
         actor="bulk",
     )
-    again = _client(conn).add("u1", "Allergic to peanuts")
+    again = make_client(conn).add("u1", "Allergic to peanuts")
     assert again.outcome == "duplicate" and again.memory_id == mid
 
 
@@ -263,7 +258,7 @@ def test_concurrent_adds_of_one_text_make_one_memory(db_url):
 
     def add(c):
         try:
-            results.append(_client(c).add("u1", "Works at the harbour office"))
+            results.append(make_client(c).add("u1", "Works at the harbour office"))
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
@@ -283,7 +278,7 @@ def test_concurrent_adds_of_one_text_make_one_memory(db_url):
 
 
 def test_pinned_memories_are_never_archived(conn, local_store):
-    client = _client(conn)
+    client = make_client(conn)
     old = T0 - timedelta(days=400)
     pinned = client.add("u1", "Blood type is O negative", pinned=True, importance=0.0, now=old)
     plain = client.add("u1", "Bought a blue umbrella at the market", importance=0.0, now=old)

@@ -17,8 +17,7 @@ from memory_lib.core.models import sha256_hex
 from memory_lib.lifecycle.eligibility import REASON_TTL_EXPIRED, eligible_counts
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.write import chunking
-from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import archival_services, make_client
 
 NIGHT = date(2026, 5, 10)
 TZ = "UTC"
@@ -26,12 +25,6 @@ TZ = "UTC"
 
 def as_of(night: date) -> datetime:
     return nights.night_as_of(night, TZ)
-
-
-def _client(conn, dim: int = TEST_DIM, store=None, **settings) -> MemoryClient:
-    return MemoryClient(
-        conn, embedder=HashingEmbedder(dim), object_store=store, settings=Settings(**settings), actor="test"
-    )
 
 
 def _services(store) -> ArchivalServices:
@@ -60,7 +53,7 @@ def long_text(tokens: int = 3000, seed: int = 4) -> str:
 
 
 def test_a_3000_token_text_is_stored_as_overlapping_chunks_and_found_once_per_parent(conn):
-    client = _client(conn)
+    client = make_client(conn)
     text = long_text()
     total = chunking.count_tokens(text)
     assert 3000 <= total <= 3100
@@ -112,7 +105,7 @@ def test_a_3000_token_text_is_stored_as_overlapping_chunks_and_found_once_per_pa
 
 
 def test_chunks_never_supersede_and_are_never_superseded(conn):
-    client = _client(conn)
+    client = make_client(conn)
     text = long_text(1200, seed=9)
     added = client.add("u1", text, now=as_of(NIGHT))
     first = conn.execute("SELECT content FROM memories WHERE id = %s", (added.chunk_ids[0],)).fetchone()[
@@ -127,7 +120,7 @@ def test_chunks_never_supersede_and_are_never_superseded(conn):
 
 
 def test_chunks_of_a_parent_are_archived_as_memories_and_still_come_back_once(conn, local_store):
-    client = _client(conn, store=local_store)
+    client = make_client(conn, local_store)
     old = as_of(NIGHT) - timedelta(days=400)
     added = client.add("u1", long_text(1500, seed=2), importance=0.1, now=old)
     client.add("u1", "The harbour crew sings on Fridays", importance=0.9, now=as_of(NIGHT))
@@ -160,7 +153,7 @@ def test_the_local_embedder_gets_chunks_it_reads_whole():
 
 
 def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired(conn, local_store):
-    client = _client(conn, store=local_store)
+    client = make_client(conn, local_store)
     written = as_of(NIGHT) - timedelta(hours=12)
     text = "Gate code for the Tuesday delivery is 4471 — valid this week only"
     short = client.add("u1", text, ttl_days=3, importance=0.9, now=written)
@@ -210,7 +203,7 @@ def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired
 
 
 def test_ttl_expiry_takes_an_exempt_category_but_never_a_pinned_memory(conn):
-    client = _client(conn)
+    client = make_client(conn)
     t = as_of(NIGHT)
     core = client.add("u1", "Current project codename is Heron", category="core", ttl_days=1, now=t)
     pinned = client.add("u1", "Emergency contact is Maria", pinned=True, now=t)
@@ -224,7 +217,7 @@ def test_ttl_expiry_takes_an_exempt_category_but_never_a_pinned_memory(conn):
 
 
 def test_the_same_text_with_a_ttl_renews_the_expiry(conn):
-    client = _client(conn)
+    client = make_client(conn)
     t = as_of(NIGHT)
     first = client.add("u1", "Parking permit is on the dashboard", ttl_days=2, now=t)
     again = client.add("u1", "Parking permit is on the dashboard", ttl_days=10, now=t + timedelta(days=1))
