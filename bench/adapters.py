@@ -30,7 +30,7 @@ def search_engine() -> str:
 
 
 def search(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[Any],
     *,
     user_id: str,
     query: str,
@@ -57,7 +57,7 @@ def search(
 
 
 def expand_or_promote(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[Any],
     object_store: Any,
     *,
     user_id: str,
@@ -83,7 +83,7 @@ def archival_engine() -> str:
     return "memory_lib.archival.nights.run_night"
 
 
-def archival_night(conn: psycopg.Connection, services: Any, criteria: Any, night: Any) -> int:
+def archival_night(conn: psycopg.Connection[Any], services: Any, criteria: Any, night: Any) -> int:
     """One nightly archival run (a batch of up to criteria.batch_size); returns the memories archived."""
     report = run_night(conn, services, criteria, night, "UTC", actor="bench")
     if report.paused is not None and report.paused.paused:

@@ -41,7 +41,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -56,6 +56,7 @@ from memory_lib.llm.summarize import ExtractiveSummarizer, SummaryInput, extract
 from memory_lib.storage import packs
 from memory_lib.storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, s3_client
 from memory_lib.storage.store import MEMORY_COLUMNS
+from testing.rows import one
 
 from . import adapters
 from .archival_report import DIM, METHODS, SHARDS, result_tables, summary_table
@@ -98,7 +99,7 @@ ACTOR = "bench"
 
 
 def load_backlog(
-    conn: psycopg.Connection, n: int, *, dim: int = DIM, hnsw: bool = True, seed: int = 0
+    conn: psycopg.Connection[Any], n: int, *, dim: int = DIM, hnsw: bool = True, seed: int = 0
 ) -> str:
     """n eligible hot memories (generated text, synthetic vectors labelled as the HashingEmbedder's model,
     created > 1 year before AS_OF). Returns the embedding model name."""
@@ -205,7 +206,7 @@ def services_for(store: ObjectStore, dim: int = DIM) -> ArchivalServices:
 
 
 def run_batched(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[Any],
     store: ObjectStore,
     *,
     key: str,
@@ -227,6 +228,7 @@ def run_batched(
             if limit is not None:  # the last batch claims only what is left of the limit
                 criteria = criteria.model_copy(update={"batch_size": min(full, limit - archived - failed)})
             rep = run_batch(conn, services, criteria, batch_key=f"{key}-{batches}", as_of=AS_OF, actor=ACTOR)
+            assert rep.claim is not None
             if rep.claim.claimed == 0:  # the last, empty claim: its time counts, its empty steps do not
                 break
             batches += 1
@@ -271,10 +273,13 @@ def run_sharded(
         row = conn.execute(
             "SELECT coalesce(sum(backup_size_bytes), 0) AS b FROM archived_memories"
         ).fetchone()
+        assert row is not None
     archived = failed = batches = 0
     for p, (out, err) in zip(procs, outs, strict=True):
         if p.returncode != 0:
-            raise RuntimeError(f"`{' '.join(p.args[1:])}` exited {p.returncode}:\n{err[-2000:]}")
+            raise RuntimeError(
+                f"`{' '.join(cast(list[str], p.args)[1:])}` exited {p.returncode}:\n{err[-2000:]}"
+            )
         for line in out.strip().splitlines():
             batch = json.loads(line)
             archived += batch["archived"]
@@ -307,7 +312,7 @@ _NAIVE_INSERT = f"""
 
 
 def run_naive(
-    conn: psycopg.Connection, store: ObjectStore, *, dim: int = DIM, limit: int = 10_000_000
+    conn: psycopg.Connection[Any], store: ObjectStore, *, dim: int = DIM, limit: int = 10_000_000
 ) -> dict[str, Any]:
     """The baseline: one memory per step sequence and per transaction, nothing batched or parallel; the
     first `limit` eligible memories (the order run_batch claims them in)."""
@@ -325,6 +330,7 @@ def run_naive(
             row = conn.execute(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s", (item["id"],)
             ).fetchone()
+            assert row is not None
             t1 = time.perf_counter()
             summary = summarizer.summarize(
                 SummaryInput(row["content"], row["created_at"], row["domain"], row["category"])
@@ -403,23 +409,24 @@ def run_naive(
     }
 
 
-def checkpoint_bytes(conn: psycopg.Connection) -> int:
+def checkpoint_bytes(conn: psycopg.Connection[Any]) -> int:
     """archival_attempts on disk (heap + TOAST + indexes), after VACUUM: the rows that stay per archived memory."""
     conn.execute("VACUUM archival_attempts")
-    return conn.execute("SELECT pg_total_relation_size('archival_attempts') AS b").fetchone()["b"]
+    return one(conn.execute("SELECT pg_total_relation_size('archival_attempts') AS b"))["b"]
 
 
-def tier_counts(conn: psycopg.Connection) -> tuple[int, int]:
+def tier_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     row = conn.execute(
         "SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived"
     ).fetchone()
+    assert row is not None
     return row["hot"], row["archived"]
 
 
 # --------------------------------------------------------------------------- restore and re-promotion
 
 
-def settle_tables(conn: psycopg.Connection) -> float:
+def settle_tables(conn: psycopg.Connection[Any]) -> float:
     """VACUUM (ANALYZE) both tiers, as autovacuum leaves them within a minute of a large change (the run
     just deleted every archived memory's hot row and its HNSW entry): restores are measured on the
     tables a restore would meet, not on the dead rows of the run. Returns its seconds."""
@@ -428,7 +435,7 @@ def settle_tables(conn: psycopg.Connection) -> float:
     return t[0]
 
 
-def measure_bulk_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
+def measure_bulk_restore(conn: psycopg.Connection[Any], store: ObjectStore, count: int) -> dict[str, Any]:
     """restore_archives over `count` archived memories (groups of 50 in multi-row statements, backups read ahead)."""
     from memory_lib.lifecycle.restore import restore_archives
 
@@ -447,7 +454,7 @@ def measure_bulk_restore(conn: psycopg.Connection, store: ObjectStore, count: in
     return {"restored": rep.restored, "seconds": total[0], "per_s": ratio(rep.restored, total[0])}
 
 
-def measure_restore(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
+def measure_restore(conn: psycopg.Connection[Any], store: ObjectStore, count: int) -> dict[str, Any]:
     """restore_archive one memory per call: its latency."""
     from memory_lib.lifecycle.restore import restore_archive
 
@@ -472,12 +479,13 @@ def measure_restore(conn: psycopg.Connection, store: ObjectStore, count: int) ->
     }
 
 
-def measure_promotion(conn: psycopg.Connection, store: ObjectStore, count: int) -> dict[str, Any]:
+def measure_promotion(conn: psycopg.Connection[Any], store: ObjectStore, count: int) -> dict[str, Any]:
     """Expand archived memories until each is re-promoted; time the expansions and the promoting one."""
     rows = conn.execute(
         "SELECT id, user_id, original_id FROM archived_memories ORDER BY original_id DESC LIMIT %s", (count,)
     ).fetchall()
-    expand_times, promote_times = [], []
+    expand_times: list[float] = []
+    promote_times: list[float] = []
     for r in rows:
         for _ in range(10):  # the rule promotes on the 3rd expansion in 30 days; never loop forever
             with stopwatch() as t:
@@ -494,9 +502,11 @@ def measure_promotion(conn: psycopg.Connection, store: ObjectStore, count: int) 
                 break
         else:
             raise AssertionError(f"archive {r['id']} was not re-promoted after 10 expansions")
-    hot = conn.execute(
-        "SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", ([r["original_id"] for r in rows],)
-    ).fetchone()["n"]
+    hot = one(
+        conn.execute(
+            "SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", ([r["original_id"] for r in rows],)
+        )
+    )["n"]
     if hot != len(rows):
         raise AssertionError(f"{len(rows)} re-promotions but {hot} memories hot again")
     return {

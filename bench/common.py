@@ -81,7 +81,7 @@ class Table:
     note: str = ""
 
     def markdown(self) -> str:
-        from tabulate import tabulate
+        from tabulate import tabulate  # type: ignore[import-untyped]
 
         body = tabulate([[_cell(v) for v in r] for r in self.rows], headers=self.columns, tablefmt="github")
         parts = [f"### {self.title}", "", body]
@@ -156,7 +156,7 @@ def _json_default(v: Any) -> Any:
 # --------------------------------------------------------------------------- machine
 
 
-def machine_info(conn: psycopg.Connection | None = None) -> dict[str, Any]:
+def machine_info(conn: psycopg.Connection[Any] | None = None) -> dict[str, Any]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -175,12 +175,14 @@ def machine_info(conn: psycopg.Connection | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
+    assert info is not None
     if conn is not None:
         row = conn.execute(
             "SELECT current_setting('server_version') AS pg, "
             "(SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector, "
             "current_setting('shared_buffers') AS shared_buffers"
         ).fetchone()
+        assert row is not None
         info.update(postgres=row["pg"], pgvector=row["pgvector"], shared_buffers=row["shared_buffers"])
     return info
 
@@ -221,7 +223,7 @@ def stopwatch() -> Iterator[list[float]]:
 # --------------------------------------------------------------------------- Postgres
 
 
-def bench_connect(url: str, *, prepare: bool = False) -> psycopg.Connection:
+def bench_connect(url: str, *, prepare: bool = False) -> psycopg.Connection[dict[str, Any]]:
     """Autocommit, dict rows, pgvector types; server-side prepared statements only with `prepare`.
 
     psycopg prepares a statement after 5 runs and reuses its plan, even one made under
@@ -264,7 +266,7 @@ class BenchServer:
             pid = int(pidfile.read_text().splitlines()[0])
         except (OSError, ValueError, IndexError):
             return
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         try:  # only a postgres of this data dir, never a reused pid
             if str(self.root / "pg") not in " ".join(psutil.Process(pid).cmdline()):
@@ -335,7 +337,7 @@ def scratch_dir(workdir: Path | None, prefix: str) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def drop_index(conn: psycopg.Connection, name: str) -> str:
+def drop_index(conn: psycopg.Connection[Any], name: str) -> str:
     """Drop an index and return its definition, to build it again after a bulk load."""
     row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,)).fetchone()
     if row is None:
@@ -344,7 +346,7 @@ def drop_index(conn: psycopg.Connection, name: str) -> str:
     return row["indexdef"]
 
 
-def build_index(conn: psycopg.Connection, indexdef: str, table: str) -> float:
+def build_index(conn: psycopg.Connection[Any], indexdef: str, table: str) -> float:
     """CREATE INDEX with enough maintenance memory for the HNSW graph and one parallel worker.
 
     Vectors are TOASTed, so the heap looks tiny and the planner would build single-process;
@@ -362,7 +364,7 @@ def build_index(conn: psycopg.Connection, indexdef: str, table: str) -> float:
     return t[0]
 
 
-def set_embedding_model(conn: psycopg.Connection, model: str) -> None:
+def set_embedding_model(conn: psycopg.Connection[Any], model: str) -> None:
     """What store.insert_memories records on first write; bulk loads bypass it."""
     conn.execute(
         "INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_model', %s) ON CONFLICT DO NOTHING",
@@ -402,7 +404,7 @@ _HOT_COPY = [
 ]
 
 
-def copy_hot(conn: psycopg.Connection, rows: Iterable[HotRow], *, model: str) -> int:
+def copy_hot(conn: psycopg.Connection[Any], rows: Iterable[HotRow], *, model: str) -> int:
     """Binary COPY into `memories` (no audit events: a fixture load, not the product's write path)."""
     n = 0
     with (
@@ -458,7 +460,7 @@ _ARCHIVED_COPY = [
 
 
 def copy_archived(
-    conn: psycopg.Connection, rows: Iterable[HotRow], *, model: str, archived_at: datetime
+    conn: psycopg.Connection[Any], rows: Iterable[HotRow], *, model: str, archived_at: datetime
 ) -> int:
     """Binary COPY of archive rows (summary = the row's content) for search latency fixtures. Their
     backups are not read: each user's rows name one fixture object (backup_objects)."""
@@ -510,9 +512,10 @@ def _copy_archived_rows(copy: Any, rows: Iterable[HotRow], *, model: str, archiv
     return n
 
 
-def explain_plan(conn: psycopg.Connection, sql: str, params: Any) -> str:
+def explain_plan(conn: psycopg.Connection[Any], sql: str, params: Any) -> str:
     """The plan's node types, outermost first, with the index used: proof of which path was measured."""
     plan = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
+    assert plan is not None
     root = next(iter(plan.values()))[0]["Plan"]
     names: list[str] = []
 

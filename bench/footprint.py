@@ -25,6 +25,7 @@ import numpy as np
 import psycopg
 
 from memory_lib.llm.embedding import HashingEmbedder
+from testing.rows import one
 
 from .archival import load_backlog, run_batched
 from .common import (
@@ -50,7 +51,7 @@ SMOKE_SIZES = (150,)
 DIMS = (1536, 384)
 
 
-def relation_bytes(conn: psycopg.Connection, table: str) -> dict[str, int]:
+def relation_bytes(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:
     """heap (main fork + FSM/VM), TOAST (table + its index), indexes, and total, in bytes."""
     row = conn.execute(
         """SELECT pg_table_size(c.oid) - coalesce(pg_total_relation_size(c.reltoastrelid), 0) AS heap,
@@ -60,10 +61,11 @@ def relation_bytes(conn: psycopg.Connection, table: str) -> dict[str, int]:
            FROM pg_class c WHERE c.oid = %s::regclass""",
         (table,),
     ).fetchone()
+    assert row is not None
     return dict(row)
 
 
-def index_bytes(conn: psycopg.Connection, table: str) -> dict[str, int]:
+def index_bytes(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:
     rows = conn.execute(
         """SELECT i.indexrelid::regclass::text AS name, pg_relation_size(i.indexrelid) AS bytes
            FROM pg_index i WHERE i.indrelid = %s::regclass ORDER BY 2 DESC""",
@@ -95,7 +97,7 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
             events_hot = relation_bytes(conn, "memory_events")
             store = LocalObjectStore(root / f"objects-{dim}", "bench")
             res = run_batched(conn, store, key=name, dim=dim)
-            n_arch = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+            n_arch = one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"]
             if n_arch != n or res["archived"] != n:
                 raise AssertionError(f"expected {n} archived, got {n_arch}")
             conn.execute("VACUUM FULL ANALYZE archived_memories")
@@ -110,10 +112,11 @@ def measure_dim(server: Any, root: Any, dim: int, n: int) -> dict[str, Any]:
             backup = conn.execute(
                 "SELECT sum(backup_size_bytes) AS total, avg(backup_size_bytes) AS mean FROM archived_memories"
             ).fetchone()
+            assert backup is not None
             # objects the rows point to: lone backups and packs (memory_lib.storage.packs)
-            recorded = conn.execute(
-                "SELECT count(DISTINCT (user_id, backup_object)) AS n FROM archived_memories"
-            ).fetchone()["n"]
+            recorded = one(
+                conn.execute("SELECT count(DISTINCT (user_id, backup_object)) AS n FROM archived_memories")
+            )["n"]
             files = [p for p in (root / f"objects-{dim}").rglob("*") if p.suffix in (".json", ".jsonl")]
             on_disk = sum(p.stat().st_size for p in files)
             reps = representation_bytes(
@@ -363,7 +366,7 @@ def _split(ddl: list[str]) -> tuple[list[str], list[str]]:
 
 
 def fill_variant(
-    conn: psycopg.Connection, rep: Representation, dim: int, ids: list[Any], vecs: np.ndarray
+    conn: psycopg.Connection[Any], rep: Representation, dim: int, ids: list[Any], vecs: np.ndarray
 ) -> None:
     """Add the variant's columns, write them from `vecs` (one per archive id), build its index."""
     alters, indexes = _split(rep.ddl(dim))
@@ -386,12 +389,12 @@ def fill_variant(
         conn.execute(stmt)
 
 
-def drop_variant(conn: psycopg.Connection) -> None:
+def drop_variant(conn: psycopg.Connection[Any]) -> None:
     for col in ("bench_half", "bench_trunc", "bench_i8"):
         conn.execute(f"ALTER TABLE archived_memories DROP COLUMN IF EXISTS {col}")
 
 
-def representation_bytes(conn: psycopg.Connection, dim: int, n: int, objects: float) -> dict[str, float]:
+def representation_bytes(conn: psycopg.Connection[Any], dim: int, n: int, objects: float) -> dict[str, float]:
     """Total Postgres bytes per archived memory (table + TOAST + indexes, and its share of backup_objects,
     `objects` bytes per memory) under each representation."""
 

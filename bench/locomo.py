@@ -265,7 +265,7 @@ def evaluate(
     cached = CachedVectors(embedder, [*texts, *map(normalize_text, texts)])
     ask = _Searches(conv)
     archive: dict[str, dict[str, Any]] = {}
-    sweep: dict[float, list[float]] = {}
+    sweep: dict[tuple[float, float], list[float]] = {}
     built: dict[str, int] = {}
     copy = f"{db}_first_sentence"
     server.create(db, embedder.dim)
@@ -355,10 +355,10 @@ def _sweep(
     conv: Conversation,
     questions: list[Question],
     loaded: Loaded,
-) -> dict[float, list[float]]:
+) -> dict[tuple[float, float], list[float]]:
     """--cv: each question's recall@10 on the tiered (extractive) database for every vector_weight, each
     through a client whose only override is that weight."""
-    out: dict[float, list[float]] = {}
+    out: dict[tuple[float, float], list[float]] = {}
     for w in CV_GRID:
         settings = Settings(retrieval=RetrievalConfig(vector_weight=w[0], context_weight=w[1]))
         client = MemoryClient(conn, embedder=cached, settings=settings, actor="bench")

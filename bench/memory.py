@@ -78,7 +78,7 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--dim", type=int, required=True)
     args = p.parse_args(argv)
 
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     from memory_lib.archival.archive import ArchivalServices
     from memory_lib.archival.nights import night_as_of

@@ -24,6 +24,7 @@ Anything else raises. `python -m bench.shards --launcher cli` runs one launcher 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -91,7 +92,7 @@ MODEL = (
 # --------------------------------------------------------------------------- the backlog
 
 
-def balanced_users(conn: psycopg.Connection, per_shard_of_4: int = USERS_PER_SHARD_OF_4) -> list[str]:
+def balanced_users(conn: psycopg.Connection[Any], per_shard_of_4: int = USERS_PER_SHARD_OF_4) -> list[str]:
     """User ids whose shards of 4 (hence also of 2) hold `per_shard_of_4` users each, by the same
     stable hash the shards use: every shard run of an N gets the same amount of work."""
     rows = conn.execute(
@@ -109,7 +110,7 @@ def balanced_users(conn: psycopg.Connection, per_shard_of_4: int = USERS_PER_SHA
     return [picked[s][k] for k in range(per_shard_of_4) for s in range(4)]
 
 
-def load_backlog(conn: psycopg.Connection, n: int, *, seed: int = 0) -> list[str]:
+def load_backlog(conn: psycopg.Connection[Any], n: int, *, seed: int = 0) -> list[str]:
     """n eligible hot memories over balanced users (as bench.archival.load_backlog, its users replaced);
     returns the users."""
     model = HashingEmbedder(DIM).model
@@ -149,12 +150,12 @@ def nights_for(n: int, batch_size: int) -> list[date]:
     return [FIRST_NIGHT + timedelta(days=i) for i in range(max(1, math.ceil(n / batch_size)))]
 
 
-def eligible_total(conn: psycopg.Connection, as_of: datetime) -> int:
+def eligible_total(conn: psycopg.Connection[Any], as_of: datetime) -> int:
     return sum(eligible_counts(conn, ArchivalCriteria(), as_of).values())
 
 
 def verify(
-    conn: psycopg.Connection, before: set[uuid.UUID], eligible: int, runs: list[RunFigures], n: int
+    conn: psycopg.Connection[Any], before: set[uuid.UUID], eligible: int, runs: list[RunFigures], n: int
 ) -> None:
     """Every memory exactly once in hot or archive; archived == eligible; each run's count == its
     shard's archived rows. Raises AssertionError naming what differs."""
@@ -376,7 +377,7 @@ def cli_worker(env: dict[str, str], shard: Shard, batch_size: int) -> RunFigures
 
 def run_cli(env: dict[str, str], n: int, batch_size: int) -> list[RunFigures]:
     shards = [Shard(i, n) for i in range(n)]
-    return _threads([lambda s=s: cli_worker(env, s, batch_size) for s in shards])
+    return _threads([functools.partial(cli_worker, env, s, batch_size) for s in shards])
 
 
 # --------------------------------------------------------------------------- launcher (b): Dagster

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from testing.rows import one
+
 from .common import (
     LOCOMO_DEFAULT,
     Options,
@@ -78,7 +80,7 @@ def _run_mode(url: str, embedder: Any, pairs: list[dict[str, str]], settings: An
     from memory_lib.client import MemoryClient
     from memory_lib.storage.db import connect
 
-    outcomes = []
+    outcomes: list[str] = []
     with connect(url) as conn:
         client = MemoryClient(conn, embedder=embedder, settings=settings, actor="bench")
         for i, p in enumerate(pairs):
@@ -109,7 +111,7 @@ def _chat_turns(url: str, embedder: Any, path: Path) -> dict[str, Any]:
                     outcomes[client.add(conv.sample_id, t.content, now=t.created_at).outcome] += 1
                 except InvalidInputError:
                     outcomes["refused"] += 1
-        live = conn.execute("SELECT count(*) AS n FROM memories WHERE superseded_by IS NULL").fetchone()["n"]
+        live = one(conn.execute("SELECT count(*) AS n FROM memories WHERE superseded_by IS NULL"))["n"]
     return {"turns": sum(outcomes.values()), "distinct": distinct, "live": live, **outcomes}
 
 
@@ -173,7 +175,10 @@ def run(opts: Options) -> Report:
     report = Report(
         "write_path", {"pairs": len(pairs), "file": str(PAIRS_FILE.relative_to(PAIRS_FILE.parents[2]))}
     )
-    rows, kind_rows, cal_rows, chat_rows = [], [], [], []
+    rows: list[list[Any]] = []
+    kind_rows: list[list[Any]] = []
+    cal_rows: list[list[Any]] = []
+    chat_rows: list[list[Any]] = []
     saved = {k: os.environ.pop(k, None) for k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
     try:
         with bench_server(opts.workdir) as server, FakeLLMServer() as fake:

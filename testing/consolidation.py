@@ -21,7 +21,7 @@ def _vector(embedder: Any, text: str) -> np.ndarray:
 
 
 def insert_digest(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[Any],
     embedder: Any,
     *,
     user_id: str,
@@ -48,11 +48,12 @@ def insert_digest(
             list(source_memory_ids),
         ),
     ).fetchone()
+    assert row is not None
     return row["id"]
 
 
 def insert_fact(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[Any],
     embedder: Any,
     *,
     user_id: str,
@@ -82,4 +83,5 @@ def insert_fact(
             embedder.model,
         ),
     ).fetchone()
+    assert row is not None
     return row["id"]

@@ -31,7 +31,7 @@ HISTORY_DAYS = 120  # the first 30 days are older than min_age_days=90 on the la
 
 
 def load_history(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[Any],
     dim: int,
     *,
     days: int = HISTORY_DAYS,
@@ -75,9 +75,10 @@ def last_night(end: datetime = END) -> date:
     return (end - timedelta(days=1)).date()
 
 
-def table_fingerprint(conn: psycopg.Connection) -> dict[str, Any]:
+def table_fingerprint(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Row counts and content hashes of every table the Slow Path could write."""
     out: dict[str, Any] = {}
+    assert out is not None
     for table in (
         "memories",
         "archived_memories",
@@ -90,6 +91,7 @@ def table_fingerprint(conn: psycopg.Connection) -> dict[str, Any]:
         row = conn.execute(
             f"SELECT count(*) AS n, md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) AS h FROM {table} t"
         ).fetchone()
+        assert row is not None
         out[table] = (row["n"], row["h"])
     return out
 
@@ -113,3 +115,9 @@ def offline_dagster_env(tmp_path: Path, db_url: str, dim: int) -> dict[str, str]
         "MEMORY_ARCHIVE_OBJECT_STORE": "local",
         "MEMORY_ARCHIVE_LOCAL_ROOT": str(tmp_path / "objects"),
     }
+
+
+def metadata_value(event: Any, key: str) -> Any:
+    """The value of an event's (or a check's) metadata entry. Dagster types it as the union of every
+    metadata kind; the test knows which kind the code under test wrote."""
+    return event.metadata[key].value

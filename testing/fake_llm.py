@@ -36,9 +36,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from email.message import Message
 from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -257,7 +258,7 @@ class FakeLLMServer:
     @property
     def base_url(self) -> str:
         """Root URL: right for the Anthropic SDK, and accepted by the OpenAI SDK here too."""
-        host, port = self._httpd.server_address[:2]
+        host, port = cast(tuple[str, int], self._httpd.server_address[:2])
         return f"http://{host}:{port}"
 
     @property
@@ -320,7 +321,8 @@ class FakeLLMServer:
         now = time.time()
         if path == "/v1/files":
             message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
-            data = next(p.get_payload(decode=True) for p in message.get_payload() if p.get_filename())
+            parts = cast(list[Message], message.get_payload())
+            data = cast(bytes, next(p.get_payload(decode=True) for p in parts if p.get_filename()))
             file_id = f"file-fake{next(self._ids):06d}"
             self._files[file_id] = data
             return self._json(

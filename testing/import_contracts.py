@@ -81,7 +81,7 @@ class PrivateNamesContract(Contract):
     source_modules = fields.ListField(subfield=fields.StringField())
 
     def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
-        roots = tuple(self.source_modules)  # type: ignore[arg-type]
+        roots: tuple[str, ...] = tuple(self.source_modules)  # type: ignore[arg-type]
         violations = []
         for module in sorted(graph.modules):
             if module.startswith(roots):

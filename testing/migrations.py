@@ -12,7 +12,7 @@ def migrate_before(url: str, version: str, scratch: Path, *, embedding_dim: int 
     deployed before `version` shipped; `migrate(url, ...)` then applies the rest."""
     before = scratch / "sql"
     before.mkdir()
-    for f in sorted(MIGRATIONS_DIR.glob("*.sql")):
+    for f in sorted(Path(str(MIGRATIONS_DIR)).glob("*.sql")):
         if f.name < version:
             (before / f.name).write_text(f.read_text())
     migrate(url, embedding_dim=embedding_dim, directory=before)

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from memory_lib.core.rows import Conn
 from memory_lib.storage.db import EmbeddedPostgres, connect, migrate_database
 from testing.constants import TEST_DIM, TEST_USER_PARTITIONS
 
@@ -85,7 +86,7 @@ def empty_database(databases: DatabaseFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def conn(db_url: str) -> Iterator[psycopg.Connection]:
+def conn(db_url: str) -> Iterator[Conn]:
     c = connect(db_url)
     try:
         yield c
@@ -94,11 +95,11 @@ def conn(db_url: str) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture
-def make_conn(databases: DatabaseFactory) -> Iterator[Callable[..., psycopg.Connection]]:
+def make_conn(databases: DatabaseFactory) -> Iterator[Callable[..., Conn]]:
     """Connections to fresh databases of a given embedding dimension."""
-    opened: list[tuple[psycopg.Connection, str]] = []
+    opened: list[tuple[Conn, str]] = []
 
-    def make(dim: int = TEST_DIM) -> psycopg.Connection:
+    def make(dim: int = TEST_DIM) -> Conn:
         url = databases.new(dim)
         c = connect(url)
         opened.append((c, url))
@@ -111,7 +112,7 @@ def make_conn(databases: DatabaseFactory) -> Iterator[Callable[..., psycopg.Conn
 
 
 @pytest.fixture
-def history(conn: psycopg.Connection) -> list[uuid.UUID]:
+def history(conn: Conn) -> list[uuid.UUID]:
     """The Slow Path tests' small deterministic history (testing.dagster_helpers) in `conn`'s database."""
     from testing.dagster_helpers import load_history
 

@@ -25,6 +25,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from testing.constants import TEST_DIM
 from testing.factories import NOW, archival_services, make_memories
+from testing.rows import one
 
 N = 30
 MARK = "MARKED-FOR-NAN"
@@ -95,9 +96,11 @@ def test_a_refused_vector_fails_its_memory_only_in_a_set_of_checkpoints(conn, mo
         "SELECT status, failed_step, error, attempts FROM archival_attempts WHERE memory_id = %s", (marked,)
     ).fetchone()
     assert bad["failed_step"] == "embed" and bad["attempts"] == 1 and "NaN not allowed" in bad["error"]
-    vectors = conn.execute(
-        "SELECT count(*) AS n FROM archival_attempts WHERE summary_embedding IS NOT NULL AND status = 'embedded'"
-    ).fetchone()["n"]
+    vectors = one(
+        conn.execute(
+            "SELECT count(*) AS n FROM archival_attempts WHERE summary_embedding IS NOT NULL AND status = 'embedded'"
+        )
+    )["n"]
     assert vectors == N - 1
 
 
@@ -123,9 +126,11 @@ def test_a_checkpoint_the_database_refuses_fails_that_memory_and_keeps_the_rest(
     result = backup_batch(conn, "night", local_store, CRITERIA)
     assert (result.processed, result.succeeded, result.failed) == (N, N - 1, 1)
     assert _statuses(conn) == {"backed_up": N - 1, "embedded": 1}
-    recorded = conn.execute(
-        "SELECT count(*) AS n FROM archival_attempts WHERE backup_sha256 IS NOT NULL AND backup_row_xmin IS NOT NULL"
-    ).fetchone()["n"]
+    recorded = one(
+        conn.execute(
+            "SELECT count(*) AS n FROM archival_attempts WHERE backup_sha256 IS NOT NULL AND backup_row_xmin IS NOT NULL"
+        )
+    )["n"]
     assert recorded == N - 1
     assert batch_status(conn, "night").failed_by_step == {"backup": 1}
 
@@ -159,7 +164,7 @@ def test_a_crash_between_commit_chunks_leaves_every_memory_exactly_once(conn, lo
 
     report = run_batch(conn, svc, CRITERIA, batch_key="night", as_of=NOW, actor="test")
     assert report.ok and report.status.archived == N
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 0
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == 0
     _assert_exactly_once(conn, N)
 
 
@@ -178,9 +183,7 @@ def test_an_update_after_backup_is_caught_whether_or_not_it_changes_the_backup(c
     assert result.succeeded == 5
     assert [r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()] == [edited]
     assert (
-        conn.execute("SELECT status FROM archival_attempts WHERE memory_id = %s", (edited,)).fetchone()[
-            "status"
-        ]
+        one(conn.execute("SELECT status FROM archival_attempts WHERE memory_id = %s", (edited,)))["status"]
         == "embedded"
     )
     # Backed up again from the edited row, then archived with the edit.
@@ -212,9 +215,9 @@ def test_bulk_restore_reads_ahead_but_restores_only_verified_backups(conn, local
     assert tampered not in hot and len(hot) == 11
     assert all(hot[m["id"]]["content"] == m["content"] for m in memories if m["id"] != tampered)
     assert (
-        conn.execute(
-            "SELECT count(*) AS n FROM archived_memories WHERE original_id = %s", (tampered,)
-        ).fetchone()["n"]
+        one(conn.execute("SELECT count(*) AS n FROM archived_memories WHERE original_id = %s", (tampered,)))[
+            "n"
+        ]
         == 1
     )
 
@@ -241,7 +244,7 @@ def test_bulk_restore_commits_in_groups_and_a_crash_loses_only_the_open_group(co
             conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=5
         )
     assert conn.info.transaction_status == 0  # idle: the open group was rolled back, not left open
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 5  # the first group only
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == 5  # the first group only
     monkeypatch.setattr(restore_mod, "restore_many_rows_plan", real)
     again = restore_mod.restore_archives(
         conn, local_store, actor="test", all_archives=True, pause_archival=False, commit_every=5

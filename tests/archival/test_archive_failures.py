@@ -12,14 +12,15 @@ import pytest
 from memory_lib.archival.archive import ArchivalServices, batch_status
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
-from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer
+from memory_lib.llm.embedding import Embedder, HashingEmbedder
+from memory_lib.llm.summarize import AnthropicSummarizer, ExtractiveSummarizer, Summarizer
 from memory_lib.storage.objectstore import ObjectStore, StoredObject
 from memory_lib.storage.store import insert_memories, tier_stats
 from testing.backups import ARCHIVE_REFS_SQL, backup_ref, object_refs, tamper
 from testing.constants import TEST_DIM
 from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
+from testing.rows import one
 
 N = 40  # one failure in 40 is 2.5%: under the 5% gate, so the rest of the batch goes through
 MARK = "MARKED-FOR-FAILURE"
@@ -102,8 +103,8 @@ def _assert_exactly_once(conn, store, expected_total: int) -> None:
 @pytest.mark.parametrize("step", ["summarize", "embed", "upload", "verify", "commit"])
 def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, tmp_path):
     marked_id, store = _setup(conn, local_store)
-    summarizer = ExtractiveSummarizer()
-    embedder = HashingEmbedder(dim=TEST_DIM)
+    summarizer: Summarizer = ExtractiveSummarizer()
+    embedder: Embedder = HashingEmbedder(dim=TEST_DIM)
     server = None
     if step == "summarize":
         # A real SDK against a local server that fails this memory's requests with a 500.
@@ -188,8 +189,7 @@ def test_error_rate_above_gate_deletes_nothing(conn, local_store):
     assert report.status.error_rate > 0.05
     assert tier_stats(conn).archived == 0 and tier_stats(conn).hot == N
     assert (
-        conn.execute("SELECT count(*) AS n FROM memory_events WHERE event_type = 'archived'").fetchone()["n"]
-        == 0
+        one(conn.execute("SELECT count(*) AS n FROM memory_events WHERE event_type = 'archived'"))["n"] == 0
     )
 
 
@@ -233,6 +233,7 @@ def test_memory_failing_every_night_is_released(conn, local_store):
     assert attempt == {"status": "released", "attempts": 2}
     # Released: it stays hot and no later night claims it again (until the memory changes).
     report = run_batch(conn, svc, criteria, batch_key="night-2", as_of=NOW, actor="test")
+    assert report.claim is not None
     assert report.claim.claimed == 0
     assert uuid.UUID(str(memories[0]["id"])) in {
         r["id"] for r in conn.execute("SELECT id FROM memories").fetchall()

@@ -34,6 +34,7 @@ from memory_lib.storage.store import insert_memories
 from testing.backups import ARCHIVE_REFS_SQL
 from testing.constants import TEST_DIM
 from testing.factories import NOW, archival_services, make_memories
+from testing.rows import one
 
 CRITERIA = ArchivalCriteria()  # pack_min_members 8: alice's and bob's 10 are packs, carol's 3 lone backups
 
@@ -44,14 +45,14 @@ def _memories() -> list[dict[str, Any]]:
     )
 
 
-def _through_backup(conn: psycopg.Connection, store: ObjectStore, batch: str = "night") -> None:
+def _through_backup(conn: psycopg.Connection[Any], store: ObjectStore, batch: str = "night") -> None:
     claim_batch(conn, batch, CRITERIA, NOW)
     summarize_batch(conn, batch, ExtractiveSummarizer(), CRITERIA)
     embed_batch(conn, batch, HashingEmbedder(dim=TEST_DIM), CRITERIA)
     backup_batch(conn, batch, store, CRITERIA)
 
 
-def _backups(conn: psycopg.Connection) -> dict[uuid.UUID, dict[str, Any]]:
+def _backups(conn: psycopg.Connection[Any]) -> dict[uuid.UUID, dict[str, Any]]:
     return {
         r["memory_id"]: r
         for r in conn.execute(
@@ -60,13 +61,14 @@ def _backups(conn: psycopg.Connection) -> dict[uuid.UUID, dict[str, Any]]:
     }
 
 
-def _assert_every_archive_row_has_its_backup(conn: psycopg.Connection, store: ObjectStore) -> int:
+def _assert_every_archive_row_has_its_backup(conn: psycopg.Connection[Any], store: ObjectStore) -> int:
     rows = conn.execute(ARCHIVE_REFS_SQL).fetchall()
     for r in rows:  # read back, byte-exact
         assert sha256_hex(store.read_ref(r["storage_ref"], r["backup_sha256"])) == r["backup_sha256"]
     both = conn.execute(
         "SELECT count(*) AS n FROM memories m JOIN archived_memories a ON a.original_id = m.id"
     ).fetchone()
+    assert both is not None
     assert both["n"] == 0
     return len(rows)
 
@@ -135,7 +137,7 @@ def test_a_backup_deleted_before_its_commit_leaves_its_memories_hot(conn, reques
     assert backup_batch(conn, "night", store, CRITERIA).succeeded == 11
     again = commit_batch(conn, "night", store, CRITERIA, actor="test")
     assert (again.succeeded, again.failed) == (11, 0)
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 0
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == 0
     assert _assert_every_archive_row_has_its_backup(conn, store) == len(memories)
     assert integrity.verify_committed(conn, store, ["night"]).passed
     assert batch_status(conn, "night").by_status == {"archived": len(memories)}
@@ -173,7 +175,7 @@ def test_a_backup_lost_during_commit_is_archived_by_the_next_night(conn, request
     monkeypatch.undo()
     next_night = run_batch(conn, services, CRITERIA, batch_key="night-2", as_of=NOW, actor="test")
     assert next_night.ok and next_night.archived == 1
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 0
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == 0
     assert _assert_every_archive_row_has_its_backup(conn, store) == 40
     assert store.head(store.key_for(victim)) is not None
 
@@ -184,7 +186,7 @@ class Checks:
     connection held a user's write lock (an advisory lock, memory_lib.core.locks) while it ran."""
 
     inner: ObjectStore
-    observer: psycopg.Connection
+    observer: psycopg.Connection[Any]
     committer_pid: int
     calls: list[tuple[str, str, bool]] = field(default_factory=list)
 
@@ -196,6 +198,7 @@ class Checks:
             "SELECT count(*) AS n FROM pg_locks WHERE pid = %s AND locktype = 'advisory' AND granted",
             (self.committer_pid,),
         ).fetchone()
+        assert row is not None
         return row["n"] > 0
 
     def _record(self, method: str, key: str) -> None:
@@ -289,8 +292,8 @@ def test_a_store_that_stops_answering_under_the_lock_fails_the_chunk_not_the_use
     result = commit_batch(conn, "night", store, CRITERIA, actor="test")
     assert time.monotonic() - started < 3.0
     assert (result.succeeded, result.failed) == (0, len(memories))
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == len(memories)
-    assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 0
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == len(memories)
+    assert one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"] == 0
     errors = {r["error"] for r in conn.execute("SELECT error FROM archival_attempts").fetchall()}
     assert errors == {"DeadlineExceeded: the object store did not answer within 0.5 s under the write locks"}
     assert batch_status(conn, "night").by_status == {"embedded": len(memories)}

@@ -17,6 +17,7 @@ import threading
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -36,19 +37,22 @@ from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY
+from testing.rows import one
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "POISONED-MEMORY"
 
 
-def _counts(conn: psycopg.Connection) -> dict[str, int]:
+def _counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return dict(
-        conn.execute(
-            """SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived,
+        one(
+            conn.execute(
+                """SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived,
                       (SELECT count(*) FROM memories m JOIN archived_memories a ON a.original_id = m.id) AS both_tiers,
                       (SELECT count(*) FROM archival_attempts WHERE status = ANY(%s)) AS open""",
-            (["claimed", "summarized", "embedded", "backed_up"],),
-        ).fetchone()
+                (["claimed", "summarized", "embedded", "backed_up"],),
+            )
+        )
     )
 
 
@@ -81,6 +85,7 @@ def test_failed_memories_are_retried_by_the_next_nights_then_released(conn, loca
     for night in (2, 3):
         insert_memories(conn, make_memories(97, dim=TEST_DIM, age_days=400, seed=night), actor="test")
         report = nights.run_night(conn, services, criteria, first + timedelta(days=night - 1), "UTC")
+        assert report.claim is not None
         assert report.ok, report.problem
         assert report.claim.taken_over == 3 and report.claim.claimed == 100
         assert report.archived == 97 and report.status.failed == 3
@@ -91,6 +96,7 @@ def test_failed_memories_are_retried_by_the_next_nights_then_released(conn, loca
 
     # Released memories stay hot and are not claimed again; nothing else is left.
     fourth = nights.run_night(conn, services, criteria, first + timedelta(days=3), "UTC")
+    assert fourth.claim is not None
     assert fourth.claim.claimed == 0
     assert _counts(conn) == {"hot": 3, "archived": 97 * 3, "both_tiers": 0, "open": 0}
     # ...until the memory changes: then it gets another chance.
@@ -100,6 +106,7 @@ def test_failed_memories_are_retried_by_the_next_nights_then_released(conn, loca
     )
     fake_llm.fail_when_contains = None
     fifth = nights.run_night(conn, services, criteria, first + timedelta(days=4), "UTC")
+    assert fifth.claim is not None
     assert fifth.claim.claimed == 2 and fifth.archived == 2
 
 
@@ -165,7 +172,7 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
             url
         ) as c:  # kill at a random point after the claim: summarizing, backing up or committing
             deadline = time.monotonic() + 60
-            while c.execute("SELECT count(*) AS n FROM archival_attempts").fetchone()["n"] == 0:
+            while one(c.execute("SELECT count(*) AS n FROM archival_attempts"))["n"] == 0:
                 assert child.poll() is None and time.monotonic() < deadline, "the CLI never claimed"
                 time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 3.0))
@@ -188,9 +195,7 @@ def test_sigkill_of_the_cli_with_its_default_batch_key_strands_nothing(databases
             store = LocalObjectStore(root, prefix="memory-archive")
             sweep = sweep_orphans(c, store)
             objects = c.execute("SELECT count(DISTINCT (user_id, backup_object)) AS n FROM archived_memories")
-            assert (
-                sweep.listed == objects.fetchone()["n"] > 0 and sweep.orphans == []
-            )  # lone backups and packs
+            assert sweep.listed == one(objects)["n"] > 0 and sweep.orphans == []  # lone backups and packs
         databases.drop(url)
     assert sum(taken_over) > 0  # at least one kill left claimed work behind for the re-run
 
@@ -327,7 +332,7 @@ def test_the_pause_stops_the_cli(cli_objects, db_url, capsys):
     assert main(["archive"]) == 3
     assert "operator investigating" in capsys.readouterr().err
     with connect(db_url) as c:
-        assert c.execute("SELECT count(*) AS n FROM archival_attempts").fetchone()["n"] == 0
+        assert one(c.execute("SELECT count(*) AS n FROM archival_attempts"))["n"] == 0
         assert _counts(c)["hot"] == 30
 
 
@@ -416,7 +421,7 @@ def test_a_poisoned_summary_fails_that_memory_only(conn, local_store, fake_llm, 
 # --------------------------------------------------------------------------- vocabularies
 
 
-def _check_values(conn: psycopg.Connection, table: str, column: str) -> set[str]:
+def _check_values(conn: psycopg.Connection[Any], table: str, column: str) -> set[str]:
     rows = conn.execute(
         """SELECT pg_get_constraintdef(c.oid) AS def FROM pg_constraint c
            WHERE c.conrelid = %s::regclass AND c.contype = 'c'""",

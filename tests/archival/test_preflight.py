@@ -28,6 +28,7 @@ from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.factories import make_memories
+from testing.rows import one
 
 ANTHROPIC_SHAPED = "sk-ant-api03-" + "x" * 40
 OPENAI_SHAPED = "sk-proj-" + "y" * 40
@@ -77,7 +78,7 @@ def s3_env(cli_env, seaweed, monkeypatch):
 
 def attempts(db_url: str) -> int:
     with connect(db_url) as conn:
-        return conn.execute("SELECT count(*) AS n FROM archival_attempts").fetchone()["n"]
+        return one(conn.execute("SELECT count(*) AS n FROM archival_attempts"))["n"]
 
 
 def test_cli_archive_into_a_missing_bucket_exits_2_naming_it_and_creates_no_bucket(

@@ -24,7 +24,8 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.packs import ref_sql
 from testing.backups import ARCHIVE_REFS_SQL, edit_content
 from testing.constants import TEST_DIM
-from testing.dagster_helpers import END, last_night, load_history
+from testing.dagster_helpers import END, last_night, load_history, metadata_value
+from testing.rows import one
 
 NIGHT = last_night()
 DEFS = [
@@ -100,6 +101,7 @@ def test_probe_finds_a_nights_archived_memories_and_misses_them_without_summarie
     # them too nothing carries the memories: the probe misses them.
     assert _empty_the_summaries(conn, fingerprints=False) == good.archived
     bad = probe_night(conn, embedder, store, key, now=END)
+    assert bad is not None
     assert bad.sampled == good.sampled and bad.share_found < 0.9 and not bad.passed
     assert len(bad.missed) == bad.sampled - bad.found
     assert "floor 90%" in bad.describe()
@@ -136,22 +138,24 @@ def test_dagster_check_passes_then_fails_and_blocks_later_nights_when_summaries_
     assert first.success
     check = _check(first)
     assert check.passed and check.severity == dg.AssetCheckSeverity.ERROR
-    assert check.partition == NIGHT.isoformat() and check.metadata["sampled"].value > 0
-    assert check.metadata["share_found"].value >= 0.9
+    assert check.partition == NIGHT.isoformat() and metadata_value(check, "sampled") > 0
+    assert metadata_value(check, "share_found") >= 0.9
 
     _empty_the_summaries(conn, fingerprints=False)
     again = _materialize(db_url, store_resource)  # the same night: no new work, the check runs again
     failed = _check(again)
+    assert failed.description is not None
     assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
     assert failed.partition == NIGHT.isoformat() and nights.batch_key_for(NIGHT) in failed.description
-    assert failed.metadata["share_found"].value < 0.9
+    assert metadata_value(failed, "share_found") < 0.9
     state = pause.pause_status(conn)
+    assert state.reason is not None
     assert state.paused and nights.batch_key_for(NIGHT) in state.reason
 
-    archived_before = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+    archived_before = one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"]
     later = _materialize(db_url, store_resource, night=NIGHT + timedelta(days=1))
     assert later is not None
-    archived_after = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+    archived_after = one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"]
     assert archived_after == archived_before  # paused: the next night archives nothing
     assert pause.skipped_nights(conn, nights.batch_key_for(NIGHT + timedelta(days=1)))
 
@@ -185,9 +189,11 @@ def test_probe_never_samples_superseded_archive_rows(conn, db_url, store_resourc
     assert _materialize(db_url, store_resource).success
     key = nights.batch_key_for(NIGHT)
     embedder = HashingEmbedder(TEST_DIM)
-    total = conn.execute(
-        "SELECT count(*) AS n FROM archived_memories WHERE metadata ->> 'batch_key' = %s", (key,)
-    ).fetchone()["n"]
+    total = one(
+        conn.execute(
+            "SELECT count(*) AS n FROM archived_memories WHERE metadata ->> 'batch_key' = %s", (key,)
+        )
+    )["n"]
     assert total > 8
 
     # A mixed night: the first rows of the sample order are superseded; the probe skips them, so the

@@ -25,7 +25,7 @@ from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import S3ObjectStore
 from memory_lib.storage.packs import backup_sql
 from testing.constants import TEST_DIM
-from testing.dagster_helpers import last_night, load_history, table_fingerprint
+from testing.dagster_helpers import last_night, load_history, metadata_value, table_fingerprint
 from testing.factories import archival_services
 from testing.slow_path import SLOW_PATH_DEFS, resources
 
@@ -277,7 +277,7 @@ def test_two_concurrent_dagster_shard_runs_archive_disjoint_sets(db_url, conn, s
         assert rows["night_all_shards_archived"] >= rows["archived"]
         assert _night_meta(result, "archival_candidates")["claimed"] == len(mine)
         checks = {
-            e.check_name: (e.passed, e.metadata["shard"].value) for e in result.get_asset_check_evaluations()
+            e.check_name: (e.passed, metadata_value(e, "shard")) for e in result.get_asset_check_evaluations()
         }
         assert checks["tiers_consistent"] == (True, f"{i}/2") and checks["error_rate_gate"] == (
             True,

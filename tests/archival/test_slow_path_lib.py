@@ -19,6 +19,7 @@ from memory_lib.storage.db import connect
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, last_night, load_history, table_fingerprint
 from testing.factories import archival_services
+from testing.rows import one
 
 CRITERIA = ArchivalCriteria()
 
@@ -90,7 +91,7 @@ def test_paused_night_claims_nothing_and_records_why(conn, services):
     night = last_night()
     report = nights.run_night(conn, services, CRITERIA, night, "UTC")
     assert report.outcomes[0].skipped and "error rate 9%" in report.outcomes[0].skipped
-    assert conn.execute("SELECT count(*) AS n FROM archival_attempts").fetchone()["n"] == 0
+    assert one(conn.execute("SELECT count(*) AS n FROM archival_attempts"))["n"] == 0
     skips = pause.skipped_nights(conn, nights.batch_key_for(night))
     assert [s["step"] for s in skips] == ["claim"] and "error rate 9%" in skips[0]["reason"]
 
@@ -101,23 +102,29 @@ def test_paused_night_claims_nothing_and_records_why(conn, services):
 def test_run_night_archives_and_is_idempotent(conn, services):
     load_history(conn, TEST_DIM)
     night = last_night()
-    before = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
+    before = one(conn.execute("SELECT count(*) AS n FROM memories"))["n"]
     report = nights.run_night(conn, services, CRITERIA, night, "UTC")
+    assert report is not None
+    assert report.integrity is not None
+    assert report.integrity is not None
     assert report.fidelity.passed and report.gate.passed and report.integrity.passed
     assert report.archived > 0 and report.archived == report.integrity.archived
-    after = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
+    after = one(conn.execute("SELECT count(*) AS n FROM memories"))["n"]
     assert before - after == report.archived
     # Every claimed memory was older than min_age_days at the end of the night.
     cutoff = nights.night_as_of(night, "UTC") - timedelta(days=CRITERIA.min_age_days)
     assert (
-        conn.execute(
-            "SELECT count(*) AS n FROM archived_memories WHERE original_created_at > %s", (cutoff,)
-        ).fetchone()["n"]
+        one(
+            conn.execute(
+                "SELECT count(*) AS n FROM archived_memories WHERE original_created_at > %s", (cutoff,)
+            )
+        )["n"]
         == 0
     )
     again = nights.run_night(conn, services, CRITERIA, night, "UTC")
+    assert again is not None
     assert again.archived == 0 and not again.outcomes[0].claim.newly_claimed
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == after
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == after
 
 
 def test_concurrent_nights_never_share_a_memory(databases, services):
@@ -168,7 +175,7 @@ def test_fidelity_passes_for_faithful_backups(conn, services, object_store):
     services = ArchivalServices(services.summarizer, services.embedder, object_store)
     key = _backed_up_night(conn, services)
     report = fidelity.verify_backups(conn, object_store, key)
-    n = conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE status = 'backed_up'").fetchone()["n"]
+    n = one(conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE status = 'backed_up'"))["n"]
     assert report.passed and report.checked == report.faithful == n > 0
     assert report.bytes_read > 0
 
@@ -183,8 +190,8 @@ def test_fidelity_catches_a_tampered_object_and_sends_it_back(conn, services, ob
     data = bytearray(object_store.get(victim["backup_key"]))
     at = data.index(b'"content":"') + len(b'"content":"')
     data[at : at + 1] = data[at : at + 1].swapcase()  # same size, one letter changed
-    data = bytes(data)
-    object_store.put(victim["backup_key"], data, models.sha256_hex(data))
+    changed = bytes(data)
+    object_store.put(victim["backup_key"], changed, models.sha256_hex(changed))
     report = fidelity.verify_backups(conn, object_store, key)
     assert list(report.failures) == [victim["memory_id"]]
     assert "sha256" in report.failures[victim["memory_id"]]
@@ -200,9 +207,9 @@ def test_fidelity_catches_a_tampered_object_and_sends_it_back(conn, services, ob
 
 def test_a_memory_changed_after_its_backup_is_stale_not_unfaithful(conn, services):
     key = _backed_up_night(conn, services)
-    mid = conn.execute(
-        "SELECT memory_id FROM archival_attempts WHERE batch_key = %s LIMIT 1", (key,)
-    ).fetchone()["memory_id"]
+    mid = one(conn.execute("SELECT memory_id FROM archival_attempts WHERE batch_key = %s LIMIT 1", (key,)))[
+        "memory_id"
+    ]
     conn.execute("UPDATE memories SET metadata = metadata || '{\"edited\": true}' WHERE id = %s", (mid,))
     report = fidelity.verify_backups(conn, services.object_store, key)
     assert report.passed and report.stale == 1
@@ -242,12 +249,13 @@ def test_gate_counts_failures_against_the_threshold(conn, services):
     # commit_night re-checks the gate itself: nothing is deleted.
     outcome = nights.commit_night(conn, last_night(), services.object_store, CRITERIA)
     assert outcome.skipped and not outcome.results
-    assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 0
+    assert one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"] == 0
 
 
 def test_integrity_report_finds_a_memory_in_both_tiers(conn, services):
     load_history(conn, TEST_DIM)
     report = nights.run_night(conn, services, CRITERIA, last_night(), "UTC")
+    assert report.integrity is not None
     assert report.integrity.passed
     row = conn.execute("SELECT original_id, user_id FROM archived_memories LIMIT 1").fetchone()
     # A copy back in the hot tier behind the archiver's back.
@@ -303,13 +311,11 @@ def test_restore_archives_is_byte_exact_idempotent_and_selective(conn, services)
     assert (first.requested, first.restored, first.failed) == (2, 2, 0)
     again = restore.restore_archives(conn, services.object_store, actor="t", original_ids=some)
     assert (again.restored, again.already_hot) == (0, 2)
-    user = conn.execute("SELECT user_id FROM archived_memories LIMIT 1").fetchone()["user_id"]
+    user = one(conn.execute("SELECT user_id FROM archived_memories LIMIT 1"))["user_id"]
     mine = restore.restore_archives(conn, services.object_store, actor="t", user_id=user)
     assert (
         mine.restored > 0
-        and conn.execute(
-            "SELECT count(*) AS n FROM archived_memories WHERE user_id = %s", (user,)
-        ).fetchone()["n"]
+        and one(conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = %s", (user,)))["n"]
         == 0
     )
     rest = restore.restore_archives(conn, services.object_store, actor="t", all_archives=True, chunk_size=7)

@@ -21,6 +21,7 @@ from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.factories import make_memories
+from testing.rows import one
 
 
 @pytest.fixture
@@ -66,6 +67,7 @@ def test_archive_and_restore_from_the_shell(env, capsys):
     counts = conn.execute(
         "SELECT (SELECT count(*) FROM memories) h, (SELECT count(*) FROM archived_memories) a"
     ).fetchone()
+    assert counts is not None
     assert counts["h"] + counts["a"] == 12 and counts["a"] == 5 - restored["restored"]
 
 
@@ -82,7 +84,7 @@ def test_archive_until_drained_runs_batches_until_one_is_not_full(env, monkeypat
     assert main(["archive", "--until-drained", "--batch-key", "fixed"]) == 2
     err = capsys.readouterr().err
     assert "--batch-key 'fixed'" in err and "--until-drained" in err
-    assert conn.execute("SELECT count(*) AS n FROM archival_batches").fetchone()["n"] == 0  # nothing written
+    assert one(conn.execute("SELECT count(*) AS n FROM archival_batches"))["n"] == 0  # nothing written
     assert main(["archive", "--until-drained"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert [(r["claimed"], r["archived"], r["ok"]) for r in lines] == [
@@ -94,6 +96,7 @@ def test_archive_until_drained_runs_batches_until_one_is_not_full(env, monkeypat
     counts = conn.execute(
         "SELECT (SELECT count(*) FROM memories) h, (SELECT count(DISTINCT original_id) FROM archived_memories) a"
     ).fetchone()
+    assert counts is not None
     assert (counts["h"], counts["a"]) == (0, 12)
 
 
@@ -151,9 +154,10 @@ def test_restore_names_an_archive_id_given_as_an_original_id_and_takes_it_as_arc
     arch = conn.execute(
         "SELECT id, original_id, user_id FROM archived_memories WHERE user_id = 'alice' ORDER BY id LIMIT 1"
     ).fetchone()
+    assert arch is not None
 
     def archived() -> int:
-        return conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+        return one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"]
 
     # An archive id (what search and expand return) given as --original-id: said so, with its original.
     assert main(["restore", "--original-id", str(arch["id"])]) == 1

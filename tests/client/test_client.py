@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -107,7 +108,7 @@ def test_every_method_requires_a_user(conn, local_store, user_id):
 # --------------------------------------------------------------------------- sync and async agree
 
 
-async def _async_conn(url: str) -> psycopg.AsyncConnection:
+async def _async_conn(url: str) -> psycopg.AsyncConnection[Any]:
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row)
     await register_vector_async(conn)
     return conn

@@ -48,7 +48,7 @@ NOTES = {
 def _consolidate(conn, month: date = MONTH) -> dict[str, str]:
     """consolidate_month for both users, then their yearly digests; the statuses per (user, level)."""
     report = consolidate_month(conn, month, builder=BUILDER, extractor=RULES, embedder=EMB)
-    out = {f"{o.user_id}:2": o.status for o in report.digests}
+    out: dict[str, str] = {f"{o.user_id}:2": o.status for o in report.digests}
     out |= {f"{o.user_id}:facts": o.status for o in report.facts}
     for user in NOTES:
         out[f"{user}:3"] = build_level(conn, 3, user, month, builder=BUILDER, embedder=EMB).status
@@ -133,6 +133,7 @@ def test_a_covered_memorys_change_makes_its_digest_stale_and_the_next_build_rewr
     client = make_client(
         conn, local_store, embedder=EMB, retrieval=RetrievalConfig(near_duplicate_threshold=1.0)
     )
+    assert client is not None
     ids = month["u1"]
     before = {level: _digest(conn, "u1", level, start) for level, start in ((2, MONTH), (3, YEAR))}
     u2_before = _derived(conn, "u2")

@@ -55,6 +55,7 @@ from memory_lib.write.write_path import add_plan, prepare_memory
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
 from testing.factories import archival_services, make_memories
+from testing.rows import one
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -146,6 +147,7 @@ def world(databases, tmp_path_factory) -> World:
         arch = w.conn.execute(
             f"{ARCHIVE_ROWS_SQL} WHERE a.original_id = %s", (w.original_ids[kind],)
         ).fetchone()
+        assert arch is not None
         w.archive_ids[kind] = arch["id"]
         if kind == "good":
             continue
@@ -191,9 +193,9 @@ def _call(world: World, flavour: str, call: Callable[[Any], Any]) -> Any:
 
 
 def _hot(w: World) -> uuid.UUID:
-    return w.conn.execute(
-        "SELECT id FROM memories WHERE user_id = 'u1' ORDER BY created_at LIMIT 1"
-    ).fetchone()["id"]
+    return one(w.conn.execute("SELECT id FROM memories WHERE user_id = 'u1' ORDER BY created_at LIMIT 1"))[
+        "id"
+    ]
 
 
 def _a(kind: str) -> Callable[[World], uuid.UUID]:

@@ -84,6 +84,7 @@ def test_short_names_keep_working():
         "OPENAI_BASE_URL": "https://openai.example.com/v1",
     }
     s = Settings.from_env(env)
+    assert s.database_url is not None
     assert s.database_url.get_secret_value() == env["DATABASE_URL"]
     assert (s.state_dir, s.embedded_database) == (Path("/var/lib/ma"), "memory_demo")
     assert (s.llm.provider, s.llm.base_url, s.llm.requests_per_second) == (

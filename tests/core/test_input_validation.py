@@ -17,6 +17,7 @@ from memory_lib.storage.db import connect
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.factories import make_memories
+from testing.rows import one
 
 
 def _counts(conn) -> tuple[int, int]:
@@ -269,10 +270,12 @@ def test_an_id_inserted_concurrently_is_refused_naming_it(db_url):
             worker = threading.Thread(target=lambda: outcome.append(_try_insert(second, [other, memory])))
             worker.start()
             for _ in range(200):  # until the second insert waits for this transaction
-                waiting = first.execute(
-                    "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()"
-                ).fetchone()["n"]
+                waiting = one(
+                    first.execute(
+                        "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()"
+                    )
+                )["n"]
                 if waiting:
                     break
                 time.sleep(0.02)

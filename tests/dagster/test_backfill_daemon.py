@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import psycopg
@@ -15,7 +16,14 @@ from dagster._core.execution.backfill import BulkActionStatus
 from memory_assets.backfill import backfill_runs, running_daemon, submit_job_backfill, wait_for_backfill
 from memory_assets.dev import prepare_dagster_home
 from testing.constants import TEST_DIM
-from testing.dagster_helpers import last_night, load_history, offline_dagster_env, sqlalchemy_url
+from testing.dagster_helpers import (
+    last_night,
+    load_history,
+    metadata_value,
+    offline_dagster_env,
+    sqlalchemy_url,
+)
+from testing.rows import one
 
 # SIGKILLs and daemons: minutes each; `pytest -m "not slow"` is the quick inner loop.
 pytestmark = pytest.mark.slow
@@ -48,7 +56,7 @@ def run_backlog(conn, env: dict[str, str], tmp_path: Path) -> dg.DagsterInstance
     load_history(conn, TEST_DIM)
     instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
     log = tmp_path / "daemon.log"
-    finished = []
+    finished: list[Any] = []
     with running_daemon(env, log) as daemon:
         submitted = submit_job_backfill(instance, "slow_path_job", NIGHTS, title="test backlog", env=env)
         assert submitted.runs_expected == 2
@@ -80,13 +88,13 @@ def run_backlog(conn, env: dict[str, str], tmp_path: Path) -> dg.DagsterInstance
     for key in SLOW_PATH_ASSETS:
         assert instance.get_materialized_partitions(dg.AssetKey(key)) >= set(NIGHTS), key
     archived = {
-        m.partition: m.metadata["archived"].value
+        m.partition: metadata_value(m, "archived")
         for r in finished
         for m in r.materializations
         if m.asset_key == dg.AssetKey("archive_rows")
     }
     assert set(archived) == set(NIGHTS)
-    in_db = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+    in_db = one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"]
     assert in_db > 0 and sum(archived.values()) == in_db
     checks = {(c.check_name, c.partition): c.passed for r in finished for c in r.checks}
     assert checks == {(name, night): True for name in CHECKS for night in NIGHTS}
@@ -112,5 +120,5 @@ def test_a_backlog_runs_as_a_daemon_backfill_on_a_postgres_instance(
     run_backlog(conn, env, tmp_path)
     assert not list((tmp_path / "dagster").glob("**/*.db"))  # nothing in SQLite
     with psycopg.connect(empty_database) as c:  # the backfill and its runs are in Postgres
-        assert c.execute("SELECT count(*) FROM bulk_actions").fetchone()[0] == 1
-        assert c.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+        assert one(c.execute("SELECT count(*) FROM bulk_actions"))[0] == 1
+        assert one(c.execute("SELECT count(*) FROM runs"))[0] == 2

@@ -14,7 +14,7 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
 from memory_lib.llm.embedding import HashingEmbedder
 from testing.constants import TEST_DIM
-from testing.dagster_helpers import END
+from testing.dagster_helpers import END, metadata_value
 from testing.factories import archival_services
 
 MONTHLY = [
@@ -76,7 +76,7 @@ def test_a_month_then_its_year_build_with_passing_checks(conn, db_url, archived_
     again = _run(db_url, MONTHLY, month.isoformat())
     assert again.success
     assert {
-        e.asset_key.path[-1]: e.materialization.metadata["unchanged"].value
+        e.asset_key.path[-1]: metadata_value(e.materialization, "unchanged")
         for e in again.get_asset_materialization_events()
     } == {"monthly_digests": 3, "memory_facts": 3, "key_moments": 3}
     year = _run(db_url, [assets.yearly_digests, checks.yearly_digests_provenance], str(month.year))
@@ -103,4 +103,4 @@ def test_a_dangling_or_foreign_source_fails_the_check_and_blocks_downstream(conn
         evaluation = next(
             e for e in result.get_asset_check_evaluations() if e.check_name == "monthly_digests_provenance"
         )
-        assert str(source) in evaluation.metadata["examples"].value
+        assert str(source) in metadata_value(evaluation, "examples")

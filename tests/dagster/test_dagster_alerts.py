@@ -15,6 +15,7 @@ from memory_assets.defs.slow_path.sensors import ARCHIVAL_PAUSE, archival_failur
 from memory_assets.resources import DatabaseResource, SummarizerResource
 from memory_lib.archival import nights
 from memory_lib.lifecycle import pause as pause_switch
+from testing.dagster_helpers import metadata_value
 from testing.slow_path import (
     NIGHT,
     materialize,
@@ -80,7 +81,7 @@ def test_the_pause_sensor_shows_the_state_records_changes_and_alerts_a_new_pause
         running = tick(instance, db_url, None)
         assert running.skip_message == "archival is running"
         assert [e.asset_key for e in running.asset_events] == [ARCHIVAL_PAUSE.key]
-        assert running.asset_events[0].metadata["paused"].value is False
+        assert metadata_value(running.asset_events[0], "paused") is False
         assert webhook.received == []  # running is no news
 
         quiet = tick(instance, db_url, running.cursor)  # nothing changed: nothing recorded, no alert
@@ -115,7 +116,7 @@ def test_the_pause_sensor_shows_the_state_records_changes_and_alerts_a_new_pause
         pause_switch.clear_pause(conn, reason="fixed", actor="ops")
         cleared = tick(instance, db_url, still.cursor)
         assert cleared.skip_message == "archival is running"
-        assert cleared.asset_events[0].metadata["paused"].value is False
+        assert metadata_value(cleared.asset_events[0], "paused") is False
         assert len(webhook.received) == 1
 
 
@@ -168,16 +169,18 @@ def test_a_night_failing_its_gate_is_alerted_with_its_night_and_then_its_pause(
             resources={"alerts": AlertResource()},
         ).for_run_failure()
         skip = archival_failure_alert(context)
+        assert skip is not None
         [alert] = webhook.received
         assert alert["event"] == "run_failure" and alert["run_id"] == result.run_id
         assert alert["partition"] == NIGHT.isoformat() and NIGHT.isoformat() in alert["text"]
+        assert skip.skip_message is not None
         assert any("error_rate_gate" in s["error"] for s in alert["failed_steps"])
         assert "alert sent to 127.0.0.1" in skip.skip_message
 
         paused = tick(instance, db_url, None)
         assert webhook.received[-1]["event"] == "archival_paused"
         assert webhook.received[-1]["batch_key"] == nights.batch_key_for(NIGHT)
-        assert paused.asset_events[0].metadata["paused"].value is True
+        assert metadata_value(paused.asset_events[0], "paused") is True
 
 
 def test_a_night_stalled_behind_an_llm_batch_submission_fails_its_run_and_is_alerted(
@@ -193,6 +196,7 @@ def test_a_night_stalled_behind_an_llm_batch_submission_fails_its_run_and_is_ale
     # it; creates still fail. The run archives the rest, yet the night is stalled: its run fails.
     night = nights.claim_night(conn, NIGHT, ArchivalCriteriaResource().get_criteria(), SLOW_PATH.timezone)
     key = nights.batch_key_for(NIGHT)
+    assert night.claim is not None
     ids = [
         r["memory_id"]
         for r in conn.execute(

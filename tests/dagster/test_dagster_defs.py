@@ -20,6 +20,7 @@ from memory_assets.resources import ArchivalCriteriaResource, DatabaseResource, 
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.lifecycle import pause
 from testing.constants import TEST_DIM
+from testing.rows import one
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW_PATH_ASSETS = [
@@ -238,7 +239,7 @@ def test_database_resource_starts_and_releases_an_embedded_server(tmp_path, monk
         state_dir=str(tmp_path / "state"), embedded_database="memory_t", embedding_dim=32
     )
     with dg.build_resources({"database": resource}) as built, built.database.connect() as conn:
-        assert conn.execute("SELECT current_database() AS d").fetchone()["d"] == "memory_t"
+        assert one(conn.execute("SELECT current_database() AS d"))["d"] == "memory_t"
         assert not pause.pause_status(conn).paused  # migrations applied, 003 included
         url = built.database.url
     with pytest.raises(psycopg.OperationalError):  # its last holder left: the server stopped

@@ -8,11 +8,12 @@ import logging
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import psycopg
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]  # a dependency of dagster
 
 from memory_assets.defs.slow_path import assets, checks
 from memory_assets.defs.slow_path.retention import retention_scores
@@ -23,7 +24,8 @@ from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.storage.db import check_schema
 from testing.backups import edit_content
 from testing.constants import TEST_DIM
-from testing.dagster_helpers import last_night, range_tags, table_fingerprint
+from testing.dagster_helpers import last_night, metadata_value, range_tags, table_fingerprint
+from testing.rows import one
 from testing.slow_path import SLOW_PATH_DEFS, resources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,19 +78,23 @@ def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, sto
         tags=range_tags(run),
     )
     assert result.success
-    archived_in_run = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
-    seen = {"claimed": [], "archived": []}
+    archived_in_run = one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"]
+    seen: dict[str, list[Any]] = {"claimed": [], "archived": []}
     for night in run:
         key = nights.batch_key_for(night)
         # What the night claimed: its remaining checkpoint rows plus those pruned after its audit (010).
-        claimed = conn.execute(
-            """SELECT (SELECT count(*) FROM archival_attempts WHERE batch_key = %(k)s)
+        claimed = one(
+            conn.execute(
+                """SELECT (SELECT count(*) FROM archival_attempts WHERE batch_key = %(k)s)
                       + (SELECT archived_pruned FROM archival_batches WHERE batch_key = %(k)s) AS n""",
-            {"k": key},
-        ).fetchone()["n"]
-        archived = conn.execute(
-            "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s", (key,)
-        ).fetchone()["n"]
+                {"k": key},
+            )
+        )["n"]
+        archived = one(
+            conn.execute(
+                "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s", (key,)
+            )
+        )["n"]
         [candidates] = per_partition(instance, dg.AssetKey("archival_candidates"), night.isoformat())
         [rows] = per_partition(instance, dg.AssetKey("archive_rows"), night.isoformat())
         [backups] = per_partition(instance, dg.AssetKey("archive_backups"), night.isoformat())
@@ -121,7 +127,7 @@ def test_a_ranged_run_records_each_nights_own_numbers(conn, db_url, history, sto
     assert sorted(r.partition for r in history_rows) == [n.isoformat() for n in run]
     tiers = {e.partition: e for e in evaluations if e.check_name == "tiers_consistent"}
     for night, archived in zip(run, seen["archived"], strict=True):
-        assert tiers[night.isoformat()].metadata["archived_by_this_night"].value == archived
+        assert metadata_value(tiers[night.isoformat()], "archived_by_this_night") == archived
 
 
 def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_stay_recorded(
@@ -144,11 +150,14 @@ def test_a_night_failing_after_commit_fails_the_run_and_the_nights_before_it_sta
     )
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.step_failure_data.error is not None
     assert nights.batch_key_for(run[1]) in failure.step_failure_data.error.message
-    first = conn.execute(
-        "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s",
-        (nights.batch_key_for(run[0]),),
-    ).fetchone()["n"]
+    first = one(
+        conn.execute(
+            "SELECT count(*) AS n FROM archived_memories WHERE metadata->>'batch_key' = %s",
+            (nights.batch_key_for(run[0]),),
+        )
+    )["n"]
     assert first == 30
     assert [
         m["archived"] for m in per_partition(instance, dg.AssetKey("archive_rows"), run[0].isoformat())
@@ -169,7 +178,8 @@ def test_a_night_with_nothing_to_check_says_so(conn, db_url, store):
     assert result.success
     for e in result.get_asset_check_evaluations():
         assert e.partition == NIGHT.isoformat()
-        assert e.metadata["nothing_to_check"].value is True
+        assert e.description is not None
+        assert metadata_value(e, "nothing_to_check") is True
         assert e.description.startswith(checks.NOTHING), (e.check_name, e.description)
 
 
@@ -285,16 +295,18 @@ def test_a_failed_gate_is_written_by_the_asset_and_its_checks_only_read(
         instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
     )
+    assert result is not None
     assert not result.success
     key = nights.batch_key_for(NIGHT)
     pause = pause_switch.pause_status(conn)
     # The pause says who, why and when; archive_backups set it, deciding the gate before the checks.
+    assert pause.reason is not None
     assert pause.paused and pause.batch_key == key and pause.actor == nights.ACTOR
     assert key in pause.reason and "above max_error_rate" in pause.reason and pause.changed_at is not None
     [materialized] = [
         e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "archive_backups"
     ]
-    assert materialized.materialization.metadata["gate_passed"].value is False
+    assert metadata_value(materialized.materialization, "gate_passed") is False
 
     before = db_state(conn)
     for _ in range(2):  # as if re-run twice from the UI
@@ -307,7 +319,7 @@ def test_a_failed_gate_is_written_by_the_asset_and_its_checks_only_read(
             dg.AssetCheckSeverity.ERROR,
             NIGHT.isoformat(),
         )
-        assert gate.metadata["paused_by"].value == nights.ACTOR
+        assert metadata_value(gate, "paused_by") == nights.ACTOR
         assert db_state(conn) == before
 
 
@@ -324,7 +336,7 @@ def test_a_check_re_run_on_a_tampered_night_changes_nothing(conn, db_url, histor
     before = db_state(conn)
     first = run_checks_only(res)
     trip = next(e for e in first.get_asset_check_evaluations() if e.check_name == "backups_round_trip")
-    assert not trip.passed and trip.metadata["failed"].value == 1
+    assert not trip.passed and metadata_value(trip, "failed") == 1
     assert db_state(conn) == before and not pause_switch.pause_status(conn).paused
 
     # The asset decides the gate: it sends the memory back and pauses; the checks report it, twice alike.
@@ -336,12 +348,12 @@ def test_a_check_re_run_on_a_tampered_night_changes_nothing(conn, db_url, histor
     ).fetchone()
     assert (row["status"], row["failed_step"]) == ("embedded", "fidelity")
     assert pause_switch.pause_status(conn).paused
-    assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 0
+    assert one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"] == 0
     before = db_state(conn)
     for _ in range(2):
         again = run_checks_only(res)
         trip = next(e for e in again.get_asset_check_evaluations() if e.check_name == "backups_round_trip")
-        assert not trip.passed and "sent back after a failed round trip" in trip.metadata["failures"].value
+        assert not trip.passed and "sent back after a failed round trip" in metadata_value(trip, "failures")
         assert db_state(conn) == before
 
 
@@ -368,11 +380,11 @@ def test_database_setup_migrates_only_a_database_that_needs_it(databases):
         ) as r:
             assert check_schema(r.database.url) == TEST_DIM  # an empty database was migrated
         with psycopg.connect(url) as c:
-            applied = c.execute("SELECT max(applied_at) FROM schema_migrations").fetchone()[0]
+            applied = one(c.execute("SELECT max(applied_at) FROM schema_migrations"))[0]
         with (
             dg.build_resources({"database": DatabaseResource(database_url=url)}) as r,
             r.database.connect() as c,
         ):
-            assert c.execute("SELECT max(applied_at) AS t FROM schema_migrations").fetchone()["t"] == applied
+            assert one(c.execute("SELECT max(applied_at) AS t FROM schema_migrations"))["t"] == applied
     finally:
         databases.drop(url)

@@ -14,6 +14,7 @@ from memory_lib.core.config import DEFAULT_ANTHROPIC_MODEL
 from memory_lib.core.pricing import DEFAULT_PRICES, Usage, cost_usd
 from memory_lib.llm import ledger
 from testing.dagster_helpers import END, range_tags
+from testing.rows import one
 from testing.slow_path import NIGHT, SLOW_PATH_DEFS, resources
 
 
@@ -65,7 +66,7 @@ def test_memory_summaries_records_each_nights_ledger_per_model(
             f"claude-3-haiku: ${1000 * row.cost_usd / 20:.4f} per 1,000 memories at list price"
         )
         costs.append(meta["llm_cost_usd"])
-    total = conn.execute("SELECT sum(cost_usd) AS c FROM llm_usage").fetchone()["c"]
+    total = one(conn.execute("SELECT sum(cost_usd) AS c FROM llm_usage"))["c"]
     assert sum(costs) == pytest.approx(float(total), abs=1e-5)
 
 
@@ -165,6 +166,7 @@ def test_dry_run_metadata_shows_the_price_per_1000_of_the_default_model(
     assert result.success
     [event] = result.get_asset_materialization_events()
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert meta is not None
     assert meta["sampled"] == 10 and fake_llm.count("/v1/messages") == 10
     used = Usage()
     for r in fake_llm.requests:

@@ -30,7 +30,8 @@ from memory_lib.lifecycle import pause as pause_switch
 from memory_lib.lifecycle import restore
 from testing.backups import ARCHIVE_REFS_SQL, ARCHIVE_ROWS_SQL, members_sharing
 from testing.constants import TEST_DIM
-from testing.dagster_helpers import range_tags, table_fingerprint
+from testing.dagster_helpers import metadata_value, range_tags, table_fingerprint
+from testing.rows import one
 from testing.slow_path import (
     NIGHT,
     SLOW_PATH_DEFS,
@@ -192,6 +193,7 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
     requests = schedule.evaluate_tick(
         dg.build_schedule_context(scheduled_execution_time=tick.replace(hour=2))
     )
+    assert requests.run_requests is not None
     next_night = datetime.fromisoformat(requests.run_requests[0].partition_key).date()
     assert next_night == NIGHT + timedelta(days=1)
     fake_llm.reset()
@@ -488,7 +490,7 @@ def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url,
     recorded = next(e for e in first.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
     # The last by the retrievability probe's order (md5 of the id; it reads the first 10): the probe
     # would fail the step on a missing backup before the check could run.
-    ref = conn.execute(f"{ARCHIVE_REFS_SQL} ORDER BY md5(a.original_id::text) DESC LIMIT 1").fetchone()[
+    ref = one(conn.execute(f"{ARCHIVE_REFS_SQL} ORDER BY md5(a.original_id::text) DESC LIMIT 1"))[
         "storage_ref"
     ]
     lib_store = store.get_store()
@@ -509,13 +511,14 @@ def test_tiers_consistent_fails_when_a_committed_backup_disappears(conn, db_url,
     )
     again = next(e for e in alone.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
     assert again.passed and again.metadata["audited_at"] == recorded.metadata["audited_at"]
-    assert again.metadata["backups_checked"].value == recorded.metadata["backups_checked"].value > 0
+    assert metadata_value(again, "backups_checked") == metadata_value(recorded, "backups_checked") > 0
     result = materialize(res, defs=[assets.archive_rows, checks.tiers_consistent])
     assert checks_of(result)["tiers_consistent"] == (False, "ERROR")
     evaluation = next(e for e in result.get_asset_check_evaluations() if e.check_name == "tiers_consistent")
-    assert evaluation.metadata["backups_missing"].value == lost > 1
+    assert metadata_value(evaluation, "backups_missing") == lost > 1
     assert evaluation.metadata["audited_at"] != recorded.metadata["audited_at"]
     pause = pause_switch.pause_status(conn)  # archive_rows audited the night after its commit and paused
+    assert pause.reason is not None
     assert (
         pause.paused
         and "tier integrity failed" in pause.reason

@@ -38,6 +38,7 @@ from memory_lib.storage.object_versions import list_versions
 from memory_lib.storage.objectstore import S3ObjectStore, StoredObject
 from testing.constants import TEST_DIM
 from testing.factories import archival_services, archive_cleanly, make_client
+from testing.rows import one
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
@@ -78,9 +79,9 @@ def _derived(conn, user: str, memory_id: uuid.UUID) -> dict[str, int]:
         "key_moments": "memory_id = %s",
     }
     return {
-        t: conn.execute(
-            f"SELECT count(*) AS n FROM {t} WHERE user_id = %s AND {w}", (user, memory_id)
-        ).fetchone()["n"]
+        t: one(conn.execute(f"SELECT count(*) AS n FROM {t} WHERE user_id = %s AND {w}", (user, memory_id)))[
+            "n"
+        ]
         for t, w in q.items()
     }
 
@@ -89,6 +90,7 @@ def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
     """u1: hot, archived, restored (archived twice: two versions of its backup), superseded, digested;
     u2: alike."""
     client = make_client(conn, store, retrieval=RETRIEVAL)
+    assert client is not None
     ids: dict[str, list[uuid.UUID]] = {}
     for user in ("u1", "u2"):
         old = [
@@ -124,9 +126,9 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
     u2_before = _user_state(conn, "u2")
     u2_versions = {v for v in before_versions if v[0] not in u1_keys}
     assert (
-        conn.execute(
-            "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND details ? 'added'"
-        ).fetchone()["n"]
+        one(
+            conn.execute("SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND details ? 'added'")
+        )["n"]
         > 0
     )  # the supersede event carries words of the text
 
@@ -142,7 +144,7 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
     assert after_versions == u2_versions  # u2's backups, every version, untouched
     assert _user_state(conn, "u2") == u2_before
     for table in erased_tables():
-        assert conn.execute(f"SELECT count(*) AS n FROM {table} WHERE user_id = 'u1'").fetchone()["n"] == 0
+        assert one(conn.execute(f"SELECT count(*) AS n FROM {table} WHERE user_id = 'u1'"))["n"] == 0
     tombstones = conn.execute(
         "SELECT memory_id, actor, details FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
     ).fetchall()
@@ -159,7 +161,7 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
     redactions = conn.execute(
         "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'redacted'"
     )
-    assert redactions.fetchone()["n"] == len(ids["u1"])
+    assert one(redactions)["n"] == len(ids["u1"])
     # history still answers, with content-free events ending in the tombstone
     events = client.history("u1", ids["u1"][0])
     assert [e.event_type for e in events][-2:] == ["redacted", "forgotten"]
@@ -171,9 +173,11 @@ def test_forget_user_leaves_nothing_in_tables_or_object_versions(conn, versioned
     again = client.forget_user("u1", now=NOW)  # idempotent: nothing more to delete, no new tombstone
     assert again.already_forgotten and again.request_id == result.request_id
     assert again.rows_deleted == {} and again.object_versions_deleted == 0
-    assert conn.execute(
-        "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
-    ).fetchone()["n"] == len(ids["u1"])
+    assert one(
+        conn.execute(
+            "SELECT count(*) AS n FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
+        )
+    )["n"] == len(ids["u1"])
 
 
 def test_the_audit_log_stays_append_only_outside_the_redaction_path(conn, local_store):
@@ -209,6 +213,7 @@ def test_every_table_with_a_user_id_is_covered_by_forget(conn):
 
 def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, object_store):
     client = make_client(conn, object_store, retrieval=RETRIEVAL)
+    assert client is not None
     first = client.add("u1", "drives a red bicycle", now=OLD).memory_id
     second = client.update("u1", first, "drives a blue bicycle", now=OLD).memory_id
     third = client.update("u1", second, "drives a green bicycle", now=NOW).memory_id
@@ -329,6 +334,7 @@ def test_forget_user_cannot_be_outrun_by_a_backup_in_flight(db_url, versioned_st
         assert remaining(conn, store, "u1").clean
         assert not list_versions(store, packs.owner_prefix(store, "u1"))
         archived = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u2'").fetchone()
+        assert archived is not None
         assert archived["n"] == 4  # the other user's night went on
 
 
@@ -348,7 +354,7 @@ def test_a_backup_puts_nothing_of_a_user_being_forgotten(db_url, versioned_store
         run_plan(conn, first.plan)  # the request is recorded; the process dies here
         steps.close()
         assert (
-            conn.execute("SELECT status FROM forget_requests WHERE user_id = 'u1'").fetchone()["status"]
+            one(conn.execute("SELECT status FROM forget_requests WHERE user_id = 'u1'"))["status"]
             == "pending"
         )
 
@@ -358,13 +364,11 @@ def test_a_backup_puts_nothing_of_a_user_being_forgotten(db_url, versioned_store
         assert report.gate_passed and report.status.failed == 0
         assert not list_versions(store, packs.owner_prefix(store, "u1"))
         hot = conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1'").fetchone()
+        assert hot is not None
         assert hot["n"] == 3  # left hot for the forget: no archive row, no attempt
         assert not conn.execute("SELECT 1 FROM archival_attempts WHERE user_id = 'u1'").fetchall()
         assert not conn.execute("SELECT 1 FROM archived_memories WHERE user_id = 'u1'").fetchall()
-        assert (
-            conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u2'").fetchone()["n"]
-            == 3
-        )
+        assert one(conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u2'"))["n"] == 3
 
         result = client.forget_user("u1")
 
@@ -429,8 +433,9 @@ def test_a_killed_forget_user_is_completed_by_running_it_again(
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     with connect(db_url) as conn:
         request = conn.execute("SELECT * FROM forget_requests WHERE user_id = 'u1'").fetchone()
+        assert request is not None
         assert request["status"] == status
-        hot_rows = conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1'").fetchone()["n"]
+        hot_rows = one(conn.execute("SELECT count(*) AS n FROM memories WHERE user_id = 'u1'"))["n"]
         assert (hot_rows > 0) == (status == "pending")  # killed before or after the rows
         assert not {k for k, _ in _all_versions(store)} & {store.key_for(i) for i in ids["u1"]}
         assert not remaining(conn, store, "u1").clean or status == "rows_deleted"
@@ -439,10 +444,7 @@ def test_a_killed_forget_user_is_completed_by_running_it_again(
 
         assert result.resumed and result.request_id == request["id"]
         assert remaining(conn, store, "u1").clean
-        assert (
-            conn.execute("SELECT count(*) AS n FROM forget_requests WHERE user_id = 'u1'").fetchone()["n"]
-            == 1
-        )
+        assert one(conn.execute("SELECT count(*) AS n FROM forget_requests WHERE user_id = 'u1'"))["n"] == 1
         tombstones = conn.execute(
             "SELECT memory_id FROM memory_events WHERE user_id = 'u1' AND event_type = 'forgotten'"
         ).fetchall()

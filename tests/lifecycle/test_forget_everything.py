@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pytest
@@ -31,6 +32,7 @@ from memory_lib.storage.store import fetch_memories, insert_memories
 from testing.backups import ARCHIVE_REFS_SQL
 from testing.constants import TEST_DIM
 from testing.factories import NOW, archival_services, make_memories
+from testing.rows import one
 
 USERS = tuple(f"user-{c}" for c in "abcdefgh")
 CRITERIA = ArchivalCriteria()
@@ -50,12 +52,13 @@ def _holders(store: S3ObjectStore, user: str) -> list[str]:
     return sorted(k for k, data in _bytes_of_every_version(store).items() if needle in data)
 
 
-def _counts(conn: psycopg.Connection, user: str) -> tuple[int, int]:
+def _counts(conn: psycopg.Connection[Any], user: str) -> tuple[int, int]:
     row = conn.execute(
         """SELECT (SELECT count(*) FROM memories WHERE user_id = %(u)s) AS hot,
                   (SELECT count(*) FROM archived_memories WHERE user_id = %(u)s) AS archived""",
         {"u": user},
     ).fetchone()
+    assert row is not None
     return row["hot"], row["archived"]
 
 
@@ -190,14 +193,14 @@ def test_forget_finds_an_unrecorded_pack_of_the_old_layout_under_a_delete_marker
     assert [v for v in list_versions(store, legacy["bob"]) if not v.delete_marker]  # bob's is not alice's
 
 
-def _through_backup(conn: psycopg.Connection, store: S3ObjectStore, batch: str) -> None:
+def _through_backup(conn: psycopg.Connection[Any], store: S3ObjectStore, batch: str) -> None:
     claim_batch(conn, batch, CRITERIA, NOW)
     summarize_batch(conn, batch, ExtractiveSummarizer(), CRITERIA)
     embed_batch(conn, batch, HashingEmbedder(TEST_DIM), CRITERIA)
     backup_batch(conn, batch, store, CRITERIA)
 
 
-def _wait_for_lock(conn: psycopg.Connection, pid: int, what: str, timeout: float = 30.0) -> str:
+def _wait_for_lock(conn: psycopg.Connection[Any], pid: int, what: str, timeout: float = 30.0) -> str:
     """Wait until backend `pid` waits on a lock; returns the lock type it waits on."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -248,7 +251,7 @@ def test_forget_and_the_nightly_commit_of_the_same_user_serialize(db_url, versio
     assert waited == "advisory"  # the forget waited for the commit's user lock, not for a row
     assert _counts(setup, "alice") == (0, 0)
     assert remaining(setup, store, "alice").clean and _holders(store, "alice") == []
-    status = setup.execute("SELECT status FROM forget_requests WHERE user_id = 'alice'").fetchone()["status"]
+    status = one(setup.execute("SELECT status FROM forget_requests WHERE user_id = 'alice'"))["status"]
     assert status == "done"
     assert _counts(setup, "bob") == (0, 20)  # bob's memories archived, untouched by the forget
     for c in (holder, committer, forgetter, setup):
@@ -332,7 +335,7 @@ def test_without_versioning_a_backup_lost_before_commit_keeps_its_memories_hot(
         "SELECT memory_id FROM archival_attempts WHERE backup_key = %s AND status = 'embedded'", (key,)
     ).fetchall()
     assert len(rows) + len(hot) == 40
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == len(hot)
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == len(hot)
     assert batch_status(conn, "night-1").failed_by_step == {"verify": len(hot)}
     audit = recorded_audit(conn, "night-1")
     assert audit is not None and audit.passed and audit.committed.recovered == []

@@ -16,6 +16,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.objectstore import LocalObjectStore
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
+from testing.dagster_helpers import metadata_value
 from testing.factories import archival_services, archive_cleanly
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -270,7 +271,7 @@ def test_promotions_asset_runs_the_sweep(db_url, conn, local_store):
     result = _materialize_promotions(db_url, local_store, {"expansions_to_promote": 1, "as_of": as_of})
     assert result.success
     [mat] = result.asset_materializations_for_node("promotions")
-    assert mat.metadata["promoted"].value == 1 and mat.metadata["failed"].value == 0
+    assert metadata_value(mat, "promoted") == 1 and metadata_value(mat, "failed") == 0
     assert _is_hot(conn, memory_id)
     again = _materialize_promotions(db_url, local_store, {"expansions_to_promote": 1, "as_of": as_of})
     assert again.success

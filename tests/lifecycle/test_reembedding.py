@@ -21,7 +21,9 @@ from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingE
 from memory_lib.storage.db import check_schema, connect, migrate_database
 from testing.backups import ARCHIVE_REFS_SQL
 from testing.constants import TEST_DIM
+from testing.dagster_helpers import metadata_value
 from testing.factories import archival_services, make_client
+from testing.rows import one
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -173,8 +175,8 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
     old_client = make_client(conn, local_store, embedder=HashingEmbedder(TEST_DIM))
     new_client = make_client(conn, local_store, embedder=local)
     _history(conn, local_store)
-    n_hot = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
-    n_arch = conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"]
+    n_hot = one(conn.execute("SELECT count(*) AS n FROM memories"))["n"]
+    n_arch = one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"]
     assert n_hot == len(RECENT) and n_arch == len(OLD)
     baseline = {q: _hits(old_client, q) for q, _ in QUESTIONS}
     assert all(baseline.values())
@@ -198,6 +200,7 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
             "WHERE id = %s",
             (added.memory_id,),
         ).fetchone()
+        assert row is not None
         assert (
             row["embedding_model_next"] == LOCAL_MODEL_NAME and row["embedding_dim_next"] == LOCAL_MODEL_DIM
         )
@@ -226,10 +229,12 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
             "memory_digests": 0,
             "memory_facts": 0,
         }
-        stub_bits = conn.execute(
-            "SELECT count(*) AS n FROM archived_memories WHERE bit_length(summary_bits_next) = %s",
-            (LOCAL_MODEL_DIM,),
-        ).fetchone()["n"]
+        stub_bits = one(
+            conn.execute(
+                "SELECT count(*) AS n FROM archived_memories WHERE bit_length(summary_bits_next) = %s",
+                (LOCAL_MODEL_DIM,),
+            )
+        )["n"]
         assert stub_bits == n_arch
         # Before the flip, old-space searches are exactly what they were.
         for q, _ in QUESTIONS:
@@ -255,6 +260,7 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
         prev = conn.execute(
             "SELECT embedding_prev, embedding_model_prev FROM memories WHERE id = %s", (late.memory_id,)
         ).fetchone()
+        assert prev is not None
         assert prev["embedding_model_prev"] == HashingEmbedder(TEST_DIM).model
         assert reembedding.coverage(conn)["memories"] == 0
 
@@ -346,13 +352,13 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
             raise_on_error=False,
         )
         (mat,) = result.asset_materializations_for_node("reembedding")
-        assert mat.metadata["remaining"].value == 0
+        assert metadata_value(mat, "remaining") == 0
         assert {"rows_done", "rows_per_s", "seconds"} <= set(mat.metadata)
-        done += mat.metadata["rows_done"].value
+        done += metadata_value(mat, "rows_done")
         assert result.success  # a slice done while others are pending is a warning, not a failed run
         (check,) = result.get_asset_check_evaluations()
         uncovered = sum(reembedding.coverage(conn).values())
-        assert check.passed == (uncovered == 0) and check.metadata["uncovered"].value == uncovered
+        assert check.passed == (uncovered == 0) and metadata_value(check, "uncovered") == uncovered
         if i == 0:
             assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert done == len(RECENT) + len(OLD) + 2 and check.passed
@@ -360,9 +366,7 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
 
     assert run_job("reembedding_flip").success
     assert (
-        conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'").fetchone()[
-            "value"
-        ]
+        one(conn.execute("SELECT value FROM memory_archive_settings WHERE key = 'embedding_dim'"))["value"]
         == "96"
     )
     assert _hits(make_client(conn, local_store, embedder=target), "what coffee does the user like?")
@@ -374,6 +378,7 @@ def test_dagster_backfill_partitions_check_and_flip_jobs(db_url, local_store):
     assert run_job("reembedding_drop_old").success
     assert reembedding.active_migration(conn) is None
     state = conn.execute("SELECT state, flips FROM embedding_migrations").fetchone()
+    assert state is not None
     assert (state["state"], state["flips"]) == ("finished", 3)
     conn.close()
 
@@ -404,6 +409,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
     first = conn.execute(
         "SELECT content, embedding FROM memories WHERE id = %s", (arch[0]["original_id"],)
     ).fetchone()
+    assert first is not None
     np.testing.assert_array_equal(first["embedding"].to_numpy(), old.embed([first["content"]])[0])
     _flipped_to(conn, new)
 
@@ -414,9 +420,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
     )
     assert report.failed == 1 and "pass that embedder" in report.errors[0]
     assert (
-        conn.execute(
-            "SELECT count(*) AS n FROM memories WHERE id = %s", (arch[1]["original_id"],)
-        ).fetchone()["n"]
+        one(conn.execute("SELECT count(*) AS n FROM memories WHERE id = %s", (arch[1]["original_id"],)))["n"]
         == 0
     )
 
@@ -427,6 +431,7 @@ def test_restore_after_a_flip_reembeds_the_text_and_keeps_the_backup(db_url, loc
                           FROM memories WHERE id = %s""",
         (arch[1]["original_id"],),
     ).fetchone()
+    assert row is not None
     assert (row["embedding_model"], row["embedding_dim"]) == (new.model, 96)
     np.testing.assert_allclose(row["embedding"].to_numpy(), new.embed([row["content"]])[0], atol=1e-6)
     # A restore during the flipped state also fills the old space (dual write): flip back stays lossless.
@@ -460,7 +465,7 @@ def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_
     conn.execute("INSERT INTO memory_archive_settings (key, value) VALUES ('embedding_model', %s)", (model,))
     for dim in (0, 2001, "96", True):
         with pytest.raises(InvalidInputError, match="target_dim"):
-            reembedding.start(conn, "hashing-lexical-v1-96", dim, actor="test")
+            reembedding.start(conn, "hashing-lexical-v1-96", dim, actor="test")  # type: ignore[arg-type]  # the wrong type is the input under test
     with pytest.raises(InvalidInputError, match="makes 384-d"):
         reembedding.start(conn, LOCAL_MODEL_NAME, 512, actor="test")
     with pytest.raises(InvalidInputError, match="hashing-lexical-v1-128"):
@@ -473,7 +478,7 @@ def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_
     reembedding.start(conn, target.model, 96, actor="test")
     assert reembedding.backfill_batch(conn, target, "hot") == 1
     covered = "SELECT embedding_next IS NOT NULL AS has, embedding_model_next FROM memories WHERE id = %s"
-    assert conn.execute(covered, (added.memory_id,)).fetchone()["has"]
+    assert one(conn.execute(covered, (added.memory_id,)))["has"]
     # A write that changes the active vector without the second one (any writer, even raw SQL) clears it:
     # the second vector never describes old content, and the row is pending again.
     new_vec = HashingEmbedder(TEST_DIM).embed(["Prefers aisle seats now."])[0]
@@ -489,7 +494,7 @@ def test_a_changed_vector_clears_its_second_one_and_bad_requests_are_refused(db_
     # Other changes keep it.
     reembedding.backfill_batch(conn, target, "hot")
     conn.execute("UPDATE memories SET importance_score = 0.9 WHERE id = %s", (added.memory_id,))
-    assert conn.execute(covered, (added.memory_id,)).fetchone()["has"]
+    assert one(conn.execute(covered, (added.memory_id,)))["has"]
 
     with pytest.raises(InvalidInputError, match="kind"):
         reembedding.backfill_batch(conn, target, "warm")  # type: ignore[arg-type]
@@ -520,6 +525,7 @@ def test_both_clients_dual_write_adds_updates_and_restores(db_url, local_store):
 
     def assert_filled(memory_id):
         row = conn.execute(filled, (memory_id,)).fetchone()
+        assert row is not None
         assert row["embedding_model_next"] == target.model, row
         np.testing.assert_allclose(
             row["embedding_next"].to_numpy(), target.embed([row["content"]])[0], atol=1e-6

@@ -68,7 +68,7 @@ def test_the_night_after_a_restore_finds_the_restored_memories_hot(conn, local_s
         )
         restored = {m["id"] for m in memories}
     assert _hot(conn) == restored and not pause_status(conn).paused
-    assert exact_rows(conn, restored) == {i: before[i] for i in restored}  # byte-exact all the same
+    assert exact_rows(conn, list(restored)) == {i: before[i] for i in restored}  # byte-exact all the same
     at = conn.execute("SELECT min(restored_at) AS lo, max(restored_at) AS hi FROM memories").fetchone()
     assert datetime.now(UTC) - timedelta(minutes=5) < at["lo"] <= at["hi"] <= datetime.now(UTC)
 

@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,6 +28,7 @@ from memory_lib.storage.db import MIGRATIONS_DIR, connect, migrate
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.factories import make_memories
+from testing.rows import one
 
 TZ = "Europe/Berlin"  # a zone with DST: nights of 23 and 25 hours
 NIGHT0 = date(2026, 3, 20)  # the simulation crosses the change to summer time (29 March)
@@ -178,7 +180,7 @@ def test_the_upgrade_keeps_each_streak_at_the_floor(empty_database, tmp_path):
     every streak whose memory has not changed since, and the next night continues the count."""
     old = tmp_path / "sql"
     old.mkdir()
-    for f in sorted(MIGRATIONS_DIR.glob("[0-9]*.sql")):
+    for f in sorted(Path(str(MIGRATIONS_DIR)).glob("[0-9]*.sql")):
         if int(f.name[:3]) <= 20:
             shutil.copy(f, old / f.name)
     migrate(empty_database, embedding_dim=TEST_DIM, directory=old)
@@ -227,7 +229,7 @@ def test_rows_follow_their_memory_and_never_cross_users(conn):
     with pytest.raises(psycopg.errors.ForeignKeyViolation), conn.transaction():
         conn.execute("UPDATE memory_retention SET user_id = 'u2' WHERE memory_id = %s", (mems[0]["id"],))
     conn.execute("DELETE FROM memories WHERE id = %s", (mems[1]["id"],))
-    assert conn.execute("SELECT count(*) AS n FROM memory_retention").fetchone()["n"] == 3
+    assert one(conn.execute("SELECT count(*) AS n FROM memory_retention"))["n"] == 3
 
 
 def test_a_use_during_the_night_is_not_lost(conn, db_url):
@@ -255,10 +257,12 @@ def test_a_use_during_the_night_is_not_lost(conn, db_url):
         )
         worker.start()
         deadline = time.monotonic() + 30
-        while not conn.execute(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = %s",
-            (night_conn.info.backend_pid,),
-        ).fetchone()["n"]:
+        while not one(
+            conn.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = %s",
+                (night_conn.info.backend_pid,),
+            )
+        )["n"]:
             assert time.monotonic() < deadline, "the night never waited on the use"
             time.sleep(0.05)
         user.commit()
@@ -267,7 +271,7 @@ def test_a_use_during_the_night_is_not_lost(conn, db_url):
     finally:
         user.close()
         night_conn.close()
-    assert conn.execute("SELECT pending FROM memory_retention WHERE memory_id = %s", (mem["id"],)).fetchone()[
+    assert one(conn.execute("SELECT pending FROM memory_retention WHERE memory_id = %s", (mem["id"],)))[
         "pending"
     ]
     assert retention.score(conn, night, CONFIG, timezone=TZ).scored == 1

@@ -22,7 +22,9 @@ from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
 from testing.backups import ARCHIVE_ROWS_SQL
 from testing.constants import TEST_DIM
+from testing.dagster_helpers import metadata_value
 from testing.factories import archival_services, make_client
+from testing.rows import one
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)  # the test history's archival time
@@ -168,7 +170,7 @@ def test_conversion_is_idempotent_and_crash_safe(conn, local_store):
             f"u{i % 2}", f"Trip {i}: train to Lyon on platform {i}, seat {40 + i}.", importance=0.1, now=ADDED
         )
     _archive_all(conn, local_store)
-    assert conn.execute("SELECT count(*) AS n FROM archived_memories").fetchone()["n"] == 5
+    assert one(conn.execute("SELECT count(*) AS n FROM archived_memories"))["n"] == 5
 
     # Killed during its second batch (2 rows a batch): the first batch is in, whole, events included.
     with pytest.raises(SystemExit):
@@ -319,9 +321,9 @@ def test_blocking_check_fails_when_a_stubs_backup_is_deleted(conn, db_url, local
         [stub_conversions, stubs_backed_up], resources=res, instance=instance, partition_key=night.isoformat()
     )
     [evaluation] = ok.get_asset_check_evaluations()
-    assert ok.success and evaluation.passed and evaluation.metadata["stubs"].value == 1
+    assert ok.success and evaluation.passed and metadata_value(evaluation, "stubs") == 1
     # The bucket as checked now, on whichever night the result shows: its label says so.
-    assert evaluation.metadata["stubs_checked"].value.endswith("after this run (not as of this night)")
+    assert metadata_value(evaluation, "stubs_checked").endswith("after this run (not as of this night)")
 
     ref = _arch_of(conn, added.memory_id)["storage_ref"]
     local_store.delete(local_store.key_from_ref(ref))
@@ -334,8 +336,8 @@ def test_blocking_check_fails_when_a_stubs_backup_is_deleted(conn, db_url, local
     )
     [evaluation] = bad.get_asset_check_evaluations()
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
-    assert (
-        evaluation.metadata["backups_missing"].value == 1 and ref in evaluation.metadata["bad_backups"].value
+    assert metadata_value(evaluation, "backups_missing") == 1 and ref in metadata_value(
+        evaluation, "bad_backups"
     )
     assert all(spec.blocking for spec in stubs_backed_up.check_specs)
     # The stub itself is untouched by the check (read-only): still a stub.

@@ -85,7 +85,7 @@ def test_blank_text_is_refused(texts: list[str]):
 
 def test_a_bare_string_is_refused_and_no_texts_give_no_rows():
     with pytest.raises(InvalidInputError, match="sequence of strings"):
-        HashingEmbedder(64).embed("one string")  # type: ignore[arg-type]
+        HashingEmbedder(64).embed("one string")
     assert HashingEmbedder(64).embed([]).shape == (0, 64)
 
 

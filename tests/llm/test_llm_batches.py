@@ -24,6 +24,7 @@ from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
+from testing.rows import one
 
 PROVIDERS = ["anthropic", "openai"]
 MODEL = {"anthropic": "claude-3-haiku-20240307", "openai": "gpt-4o-mini"}
@@ -101,7 +102,7 @@ def test_an_expired_batch_falls_back_to_synchronous_calls(conn, local_store, fak
     assert fake_llm.batch_creates() == 1 and _sync_calls(fake_llm) == N // 2
     modes = {r["mode"]: r["n"] for r in conn.execute("SELECT mode, count(*) AS n FROM llm_usage GROUP BY 1")}
     assert modes == {"batch": N // 2, "sync": N // 2}
-    assert conn.execute("SELECT status FROM llm_batches").fetchone()["status"] == "expired"
+    assert one(conn.execute("SELECT status FROM llm_batches"))["status"] == "expired"
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -134,10 +135,7 @@ def test_a_crash_between_submit_and_checkpoint_never_submits_twice(
     assert fake_llm.batch_creates() == 1 and _sync_calls(fake_llm) == 0
     assert result.succeeded == N
     assert (
-        conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE status = 'summarized'").fetchone()[
-            "n"
-        ]
-        == N
+        one(conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE status = 'summarized'"))["n"] == N
     )
 
 
@@ -177,7 +175,7 @@ def test_below_the_threshold_summaries_stay_synchronous(conn, local_store, fake_
 def _one_each(conn, memories) -> None:
     """None lost, none duplicated: each memory exactly once in hot or archive."""
     ids = [m["id"] for m in memories]
-    hot = conn.execute("SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", (ids,)).fetchone()["n"]
+    hot = one(conn.execute("SELECT count(*) AS n FROM memories WHERE id = ANY(%s)", (ids,)))["n"]
     rows = conn.execute(
         "SELECT original_id FROM archived_memories WHERE original_id = ANY(%s)", (ids,)
     ).fetchall()
@@ -196,9 +194,13 @@ def test_a_refused_submission_releases_its_memories_says_why_and_the_next_run_ar
 
     report = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
 
+    assert report.why is not None
     assert not report.ok and report.archived == 0 and report.stalled
+    assert report.why is not None
     assert "archived 0 of 24 claimed" in report.why
+    assert report.why is not None
     assert "the provider rejected the submission" in report.why and "invalid x-api-key" in report.why
+    assert report.problem is not None
     assert "24 memories failed (summarize: 24)" in report.why and "401" in report.why
     assert report.why in report.problem  # the CLI's `problem` carries it
     [sub] = conn.execute("SELECT * FROM llm_batches").fetchall()
@@ -216,7 +218,7 @@ def test_a_refused_submission_releases_its_memories_says_why_and_the_next_run_ar
     again = run_batch(conn, services, ArchivalCriteria(), batch_key="night", as_of=NOW, actor="test")
     assert again.ok and batch_status(conn, "night").archived == N and not again.stalled and again.why is None
     assert fake_llm.batches_created() == 1
-    assert conn.execute("SELECT status FROM llm_batches").fetchone()["status"] == "collected"
+    assert one(conn.execute("SELECT status FROM llm_batches"))["status"] == "collected"
     _one_each(conn, memories)
 
 
@@ -242,6 +244,7 @@ def test_an_ambiguous_submission_is_kept_and_the_next_run_adopts_it(
     [sub] = conn.execute("SELECT * FROM llm_batches").fetchall()
     assert sub["status"] == "submitting" and sub["provider_batch_id"] is None
     assert sub["error"].startswith("outcome unknown (the provider may have created the batch")
+    assert report.why is not None
     assert (
         f"24 memories held by LLM batch {sub['submission_key']} in status 'submitting' since " in report.why
     )
@@ -407,8 +410,11 @@ def test_memories_stuck_behind_a_submission_fail_the_run_that_archives_the_rest(
 
     insert_memories(conn, memories[N:], actor="test")
     second = run_batch(conn, services, ArchivalCriteria(), batch_key="night-2", as_of=NOW, actor="test")
+    assert second.claim is not None
     assert second.claim.taken_over == N and second.archived == 5  # the new ones, synchronously
+    assert second.problem is not None
     assert not second.ok and second.stalled and second.gate_passed
+    assert second.why is not None
     assert "night-2: archived 5 of 29 claimed; 24 memories held by LLM batch night-1:" in second.problem
     assert "in status 'submitting' since" in second.why and "HTTP 500" in second.why
 
@@ -434,7 +440,9 @@ def test_a_night_that_waits_on_its_llm_batch_passes_the_gate_and_the_next_archiv
         local_store, summarizer=_summarizer(provider, fake_llm, batch_wait_seconds=0.05)
     )
     first = run_batch(conn, services, ArchivalCriteria(), batch_key="night-1", as_of=NOW, actor="test")
+    assert first.gate is not None
     assert first.archived == 0 and first.gate_passed and first.gate.waiting == N
+    assert first.gate is not None
     assert not pause_status(conn).paused
     assert f"{N} wait in an LLM batch submission" in first.gate.describe()
 

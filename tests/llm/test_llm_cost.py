@@ -17,6 +17,7 @@ from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, load_history
 from testing.factories import NOW, archival_services, make_memories
 from testing.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_domain, fake_entities
+from testing.rows import one
 
 
 def _summarizer(provider: str, server: FakeLLMServer, model: str | None = None):
@@ -79,9 +80,9 @@ def test_malformed_json_fails_only_that_memory_and_is_ledgered(conn, local_store
         (other["id"],),
     ).fetchone()
     assert (
-        conn.execute(
-            "SELECT count(*) AS n FROM archival_attempts WHERE memory_id = %s", (other["id"],)
-        ).fetchone()["n"]
+        one(conn.execute("SELECT count(*) AS n FROM archival_attempts WHERE memory_id = %s", (other["id"],)))[
+            "n"
+        ]
         == 0
     )
     expected = fake_entities(other["content"])
@@ -161,6 +162,7 @@ def test_dry_run_price_per_1000_is_the_sampled_usage_at_the_default_models_price
         conn, _services("anthropic", fake_llm, local_store), ArchivalCriteria(), as_of=NOW, sample_size=20
     )
     p = report.projection
+    assert p is not None
     sampled = len(report.samples)
     assert sampled == 20 and fake_llm.count("/v1/messages") == 20
     assert {r.body["model"] for r in fake_llm.requests} == {DEFAULT_ANTHROPIC_MODEL}

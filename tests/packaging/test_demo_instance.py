@@ -36,6 +36,7 @@ def _page(instance: dg.DagsterInstance, asset: str, night: str) -> dict:
     [record] = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[night]), limit=10
     ).records
+    assert record.asset_materialization is not None
     return {k: v.value for k, v in record.asset_materialization.metadata.items()}
 
 

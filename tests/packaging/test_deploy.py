@@ -12,11 +12,12 @@ from pathlib import Path
 
 import dagster as dg
 import psycopg
-import yaml
+import yaml  # type: ignore[import-untyped]  # a dependency of dagster
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from testing.dagster_helpers import sqlalchemy_url
+from testing.rows import one
 from tests.packaging.conftest import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def test_the_deploy_instance_runs_on_postgres_with_the_queue_and_the_llm_pool(
         assert instance.event_log_storage.get_concurrency_info("llm_api").slot_count == 1
         run_id = result.run_id
     with psycopg.connect(empty_database) as c:  # the run is in Postgres, not in a local SQLite file
-        assert c.execute("SELECT count(*) FROM runs WHERE run_id = %s", (run_id,)).fetchone()[0] == 1
+        assert one(c.execute("SELECT count(*) FROM runs WHERE run_id = %s", (run_id,)))[0] == 1
     assert not list(tmp_path.glob("**/*.db"))
 
 

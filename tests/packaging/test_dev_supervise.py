@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -182,7 +182,7 @@ def test_a_newest_turn_longer_than_its_budget_keeps_its_end():
 
 def test_bad_turns_are_named():
     with pytest.raises(InvalidInputError, match=r"recent_turns\[1\]"):
-        assemble_context(recent_turns=["ok", 42])
+        assemble_context(recent_turns=["ok", 42])  # type: ignore[list-item]  # the wrong type is the input under test
 
 
 # --------------------------------------------------------------------------- through the client
@@ -210,9 +210,11 @@ def test_build_context_packs_archived_summaries_and_hot_snippets_with_provenance
     ]
     ctx = client.build_context("u1", "kayak trip Porto", turns, ContextBudget(), phase2="always", now=NOW)
     [summary] = ctx.part("summaries")
+    assert summary.provenance is not None
     assert summary.text.startswith("[archived] ") and summary.source == "archived"
     assert summary.provenance.memory_id == old.memory_id and summary.provenance.storage_ref
     [snippet] = ctx.part("snippets")
+    assert snippet.provenance is not None
     assert snippet.provenance.memory_id == hot.memory_id and snippet.source == "hot"
     assert [b.role for b in ctx.part("recent_turns")] == ["user", "assistant"]
     assert ctx.total_tokens <= ContextBudget().total - ContextBudget().reserve

@@ -211,6 +211,7 @@ def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
     d = result.debug
     assert d is not None
     assert d.chosen_ids == tuple(h.id for h in result.hits) and len(d.chosen_ids) == 3
+    assert result.escalation is not None
     assert d.phase2_reason == result.phase2_reason == "too_few_hot_hits"
     assert d.escalation is result.escalation and d.tiers_searched == result.escalation.tiers_searched
     assert "archived" in d.tiers_searched
@@ -235,10 +236,12 @@ def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
 
     # The setting turns it on for every search; the argument wins; a non-boolean is refused.
     always = make_client(conn, local_store, retrieval=RetrievalConfig(limit=3, debug=True))
+    assert always is not None
+    assert d is not None
     assert always.search(USER, QUERY, now=NOW).debug.chosen_ids == d.chosen_ids
     assert always.search(USER, QUERY, now=NOW, debug=False).debug is None
     with pytest.raises(InvalidInputError) as err:
-        client.search(USER, QUERY, now=NOW, debug="yes")
+        client.search(USER, QUERY, now=NOW, debug="yes")  # type: ignore[arg-type]  # the wrong type is the input under test
     assert err.value.field == "debug"
 
 
@@ -246,7 +249,11 @@ def test_debug_without_phase2(conn, local_store):
     client = make_client(conn, local_store, retrieval=RetrievalConfig(strong_hot_similarity=-1.0, limit=2))
     _seed(conn, local_store)
     result = client.search(USER, QUERY, now=NOW, debug=True, phase3="never")
+    assert result.debug is not None
+    assert result is not None
+    assert result.debug is not None
     assert result.phase2_reason is None and result.debug.tiers_searched == ("hot",)
+    assert result.debug is not None
     assert result.debug.candidates_by_tier == {"hot": len(HOT), "archived": 0}
     assert {c.tier for c in result.debug.candidates} == {"hot"}
 
@@ -270,6 +277,8 @@ def test_debug_adds_a_search_warm_re_search(conn, local_store, fake_llm):
     _seed(conn, local_store)
     result = _llm_client(conn, local_store, fake_llm, "search_warm").search(USER, QUERY, now=NOW, debug=True)
     d = result.debug
+    assert result.escalation is not None
+    assert d is not None
     assert result.escalation.action == "search_warm" and d.escalation is result.escalation
     # Both searches' rows counted; each candidate once, at its best score; the chosen ids are the hits'.
     assert d.candidates_by_tier == {"hot": 2 * len(HOT), "archived": 2 * len(ARCHIVED)}
@@ -290,6 +299,7 @@ def test_phase3_retrieve_span(conn, local_store, fake_llm, spans):
     assert phase3.attributes["memory_archive.phase3.action"] == "search_cold"
     assert phase3.attributes["memory_archive.candidates.consolidated"] == len(result.consolidated)
     assert phase3.attributes["memory_archive.phase3.refined_query"] is True  # that there is one, not its text
+    assert result.escalation is not None
     [search] = [s for s in ours if s.name == "memory_archive.search"]
     assert tuple(search.attributes["memory_archive.tiers_searched"]) == result.escalation.tiers_searched
     blob = _attr_blob(spans.get_finished_spans())
@@ -426,7 +436,7 @@ def test_a_failed_step_ends_the_flows_span_before_the_callers(spans):
         return None
 
     with pytest.raises(RuntimeError), span("memory_archive.search"):
-        drive(None, flow())
+        drive(None, flow())  # type: ignore[arg-type]  # the wrong type is the input under test
     assert not trace.get_current_span().get_span_context().is_valid
     ours = {s.name: s for s in spans.get_finished_spans()}
     assert ours["retrieve"].parent.span_id == ours["memory_archive.search"].context.span_id

@@ -108,6 +108,7 @@ def test_who_is_x_is_answered_from_facts_when_xs_memories_are_archived(conn, loc
     result = client.search("alice", "Who is Sarah?", now=NOW)
 
     esc = result.escalation
+    assert esc is not None
     assert (esc.evaluator, esc.action, esc.refined_query) == (HEURISTIC, "search_facts", "Sarah")
     assert "who someone is" in esc.reason and esc.tiers_searched[-1] == "facts" and esc.fallback is None
     assert {h.kind for h in result.consolidated} == {"fact"}
@@ -144,15 +145,18 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
     client = make_client(conn, local_store)
     result = client.search("alice", "garden tomatoes compost", now=NOW)
     esc = result.escalation
+    assert esc is not None
     assert (esc.evaluator, esc.action, result.consolidated) == (HEURISTIC, "return", [])
     assert "digests" not in esc.tiers_searched and "facts" not in esc.tiers_searched
     never = client.search("alice", "Who is Sarah?", phase3="never", now=NOW)
+    assert never.escalation is not None
     assert (
         never.consolidated == []
         and never.escalation.action == "return"
         and never.escalation.evaluator == "caller"
     )
     always = client.search("alice", "garden tomatoes compost", phase3="always", now=NOW)
+    assert always.escalation is not None
     assert always.escalation.tiers_searched[-2:] == ("digests", "facts")
     assert any(h.kind == "digest" for h in always.consolidated)
     with pytest.raises(InvalidInputError, match="phase3"):
@@ -160,6 +164,7 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
     # Phase 1 strong (enough hot hits nearly restate the query): no evaluator is asked.
     strong = make_client(conn, local_store, settings=Settings(retrieval=RetrievalConfig(limit=1)))
     quick = strong.search("alice", "Booked the dentist for Tuesday morning.", now=NOW)
+    assert quick.escalation is not None
     assert quick.phase2_reason is None and quick.escalation.evaluator == "quick-check"
 
 
@@ -178,6 +183,7 @@ def test_a_digest_expands_to_its_memories_never_another_users(conn, db_url, loca
     )
     client = make_client(conn, local_store)
     result = client.search("alice", "what happened with Sarah in November 2025?", now=NOW)
+    assert result.escalation is not None
     assert result.escalation.action == "search_cold" and "before the hot horizon" in result.escalation.reason
     [hit] = [h for h in result.consolidated if h.kind == "digest"]
     assert hit.id == digest and hit.label == "[digest]" and hit.level == 2
@@ -241,6 +247,7 @@ def test_the_llm_evaluators_json_decision_drives_escalation(conn, local_store, f
         "alice", "tell me about my family", now=NOW
     )
     esc = result.escalation
+    assert esc is not None
     assert fake_llm.evaluation_requests() == 1
     assert (esc.evaluator, esc.action, esc.reason, esc.fallback) == (
         evaluator.name,
@@ -280,6 +287,8 @@ def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(
     evaluator = _evaluator(provider, fake_llm)
     result = make_client(conn, local_store, evaluator=evaluator).search("alice", "Who is Sarah?", now=NOW)
     esc = result.escalation
+    assert esc is not None
+    assert esc.fallback is not None
     assert fake_llm.evaluation_requests() == 1
     assert esc.evaluator == HEURISTIC and esc.fallback.startswith(f"{evaluator.name} answered malformed JSON")
     assert esc.action == "search_facts" and {h.kind for h in result.consolidated} == {"fact"}
@@ -297,12 +306,17 @@ def test_a_failing_evaluator_falls_back_and_the_llm_evaluator_comes_from_setting
     )
     client = make_client(conn, local_store, settings=settings)
     result = client.search("alice", "Who is Sarah?", now=NOW)  # the fake's own answer for "who": search_facts
+    assert result.escalation is not None
     assert result.escalation.evaluator == "openai:gpt-4o-mini" and result.escalation.action == "search_facts"
     fake_llm.fail_when_contains = "Sarah"
     try:
         failed = client.search("alice", "Who is Sarah?", now=NOW)
     finally:
+        assert failed.escalation is not None
+        assert failed.escalation.fallback is not None
         fake_llm.fail_when_contains = None
+    assert failed.escalation.fallback is not None
+    assert failed.escalation is not None
     assert failed.escalation.evaluator == HEURISTIC and "call failed" in failed.escalation.fallback
     assert "HTTP 500" in failed.escalation.fallback and FAKE_API_KEY not in failed.escalation.fallback
     with pytest.raises(InvalidInputError, match="phase3_evaluator"):

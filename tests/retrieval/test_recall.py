@@ -6,6 +6,7 @@ Real Postgres, real archival (offline summarizer, summary embeddings), the shipp
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -56,7 +57,7 @@ def _archive_everything_old(conn, embedder, store) -> int:
     return report.status.archived
 
 
-def _history(client: MemoryClient) -> dict[str, object]:
+def _history(client: MemoryClient) -> dict[str, uuid.UUID]:
     ids = {}
     for i, text in enumerate(OLD_FACTS):
         ids[text] = client.add("u1", text, importance=0.1, now=LAST_YEAR + timedelta(days=i)).memory_id
@@ -108,6 +109,7 @@ def test_or_full_text_finds_a_memory_sharing_one_rare_word_with_the_question(con
     question = "Which restaurant served me that bouillabaisse in the old port?"
     result = client.search("u1", question, phase2="never", now=NOW)
     hit = next(h for h in result.hits if h.provenance.memory_id == target)
+    assert hit is not None
     assert hit.scores.text_position == 1 and hit.scores.text_rank is not None
     # The one rare word matched; at most the memories written just before and after it rank by context.
     context = [h for h in result.hits if h.scores.text_rank is not None and h.provenance.memory_id != target]

@@ -17,6 +17,7 @@ from memory_lib.retrieval.search import parse_time_window, phase2_reason
 from memory_lib.retrieval.types import SearchFilters, SearchHit, SearchRequest
 from testing.constants import TEST_DIM
 from testing.factories import archival_services, make_client
+from testing.rows import one
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)  # old enough to be archived (min_age_days 90)
@@ -195,6 +196,7 @@ def test_full_text_finds_an_exact_order_number_that_vector_search_ranks_low(conn
     )  # within the default top 10, though fusion with the vector arm ranks it lower
     result = client.search("u1", query, text_query="ORD-4417", phase2="never", now=NOW)
     top = result.hits[0]
+    assert top is not None
     assert top.provenance.memory_id == target.memory_id
     assert top.scores.text_position == 1 and top.scores.vector_position > 5
     assert all(h.scores.text_rank is None for h in result.hits[1:])  # no other memory has the token
@@ -214,10 +216,7 @@ def test_archived_memory_is_found_labeled_and_carries_provenance(conn, object_st
     client.add("u1", "Bought oat milk and bread at the corner shop", now=NOW)
     _archive_old(conn, object_store)
     assert (
-        conn.execute("SELECT count(*) AS n FROM memories WHERE id = %s", (archived.memory_id,)).fetchone()[
-            "n"
-        ]
-        == 0
+        one(conn.execute("SELECT count(*) AS n FROM memories WHERE id = %s", (archived.memory_id,)))["n"] == 0
     )
 
     result = client.search("u1", "Project Heron budget in Lisbon", now=NOW)

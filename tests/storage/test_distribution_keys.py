@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import psycopg.sql
@@ -25,6 +26,7 @@ from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
 from testing.constants import TEST_DIM
 from testing.factories import archival_services
+from testing.rows import one
 
 # Tables that hold no user's data: settings and bookkeeping of the whole deployment. They stay on the
 # coordinator (or are reference tables, copied to every worker); their keys need no user_id.
@@ -71,7 +73,7 @@ _UNIQUE_INDEXES_SQL = """
 """
 
 
-def keys_without_user_id(conn: psycopg.Connection) -> list[str]:
+def keys_without_user_id(conn: psycopg.Connection[Any]) -> list[str]:
     """Every key of a per-user table that does not include user_id, as 'table.name: definition'."""
     problems: list[str] = []
     for k in conn.execute(_KEYS_SQL).fetchall():
@@ -94,7 +96,7 @@ def keys_without_user_id(conn: psycopg.Connection) -> list[str]:
     return sorted(problems)
 
 
-def per_user_tables(conn: psycopg.Connection) -> set[str]:
+def per_user_tables(conn: psycopg.Connection[Any]) -> set[str]:
     rows = conn.execute(
         "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p') "
         "AND NOT relispartition"
@@ -322,20 +324,24 @@ def test_the_migration_keeps_existing_rows_and_repairs_what_the_new_keys_check(e
 
     migrate_before(empty_database, "022", tmp_path)
     with psycopg.connect(empty_database, autocommit=True, row_factory=dict_row) as c:
-        hot = c.execute(
-            """INSERT INTO memories (user_id, content, content_sha256, embedding, embedding_model, embedding_dim)
+        hot = one(
+            c.execute(
+                """INSERT INTO memories (user_id, content, content_sha256, embedding, embedding_model, embedding_dim)
                VALUES ('u1', 'keeps a spare key under the mat', repeat('a', 64), '[1,0,0,0]', 'm', 4)
                RETURNING id"""
-        ).fetchone()["id"]
-        archive = c.execute(
-            """INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding,
+            )
+        )["id"]
+        archive = one(
+            c.execute(
+                """INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding,
                    summary_embedding_model, original_category, original_embedding_model, original_updated_at,
                    importance_score, archived_at, original_created_at, archive_reason, storage_ref,
                    backup_sha256, backup_size_bytes, summary_model, summarizer_kind)
                VALUES (gen_random_uuid(), 'u1', 'a trip to Lisbon', '[1,0,0,0]', 'm', 'episodic', 'm', now(),
                    0.2, now(), now(), 'force_age', 'local://x', repeat('b', 64), 10, 's', 'extractive')
                RETURNING id"""
-        ).fetchone()["id"]
+            )
+        )["id"]
         c.execute(
             """INSERT INTO archive_link_uses (archive_id, user_id, original_id, linked_from, used_at)
                VALUES (%(a)s, 'u1', gen_random_uuid(), %(h)s, now()), (%(a)s, 'u2', gen_random_uuid(), %(h)s, now())""",
@@ -348,7 +354,7 @@ def test_the_migration_keeps_existing_rows_and_repairs_what_the_new_keys_check(e
                       (gen_random_uuid(), NULL, 'x', 'm', 'sync', 'ok', 1, 1, 0, true)""",
             (hot,),
         )
-        assert c.execute("SELECT count(*) AS n FROM memory_retention").fetchone()["n"] == 1
+        assert one(c.execute("SELECT count(*) AS n FROM memory_retention"))["n"] == 1
 
     assert migrate(empty_database, embedding_dim=4)[0] == "022_distribution_keys"
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from testing.rows import one
+
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = textwrap.dedent(
     """
@@ -58,6 +60,7 @@ def _run(pgdata: Path, mode: str) -> subprocess.Popen:
 def test_server_stops_after_a_killed_holder(tmp_path):
     pgdata = tmp_path / "pg"
     holder = _run(pgdata, "hang")
+    assert holder.stdout is not None
     url = holder.stdout.readline().strip()
     with psycopg.connect(url) as c:
         assert c.execute("SELECT 1").fetchone() == (1,)
@@ -69,6 +72,7 @@ def test_server_stops_after_a_killed_holder(tmp_path):
 
     # A later process reuses the server, prunes the dead holder, and stops the server when done.
     second = _run(pgdata, "exit")
+    assert second.stdout is not None
     assert second.stdout.readline().strip() == url
     assert second.wait(timeout=60) == 0
     deadline = time.monotonic() + 30
@@ -108,12 +112,11 @@ def test_library_cli_and_dagster_reach_the_same_embedded_database(tmp_path, monk
     with MemoryClient.from_settings(Settings.from_env()) as memory:
         memory.add("alice", "Prefers a cortado in the morning")
         with memory._conn.connection() as conn:  # the client's pool
-            assert conn.execute("SELECT current_database() AS d").fetchone()["d"] == "memory_shared"
+            assert one(conn.execute("SELECT current_database() AS d"))["d"] == "memory_shared"
     with dg.build_resources({"database": DatabaseResource()}) as built, built.database.connect() as conn:
-        assert conn.execute("SELECT current_database() AS d").fetchone()["d"] == "memory_shared"
+        assert one(conn.execute("SELECT current_database() AS d"))["d"] == "memory_shared"
         assert (
-            conn.execute("SELECT content FROM memories").fetchone()["content"]
-            == "Prefers a cortado in the morning"
+            one(conn.execute("SELECT content FROM memories"))["content"] == "Prefers a cortado in the morning"
         )
 
     monkeypatch.setenv("MEMORY_ARCHIVE_EMBEDDED_DB", "memory_other")

@@ -10,6 +10,7 @@ import pytest
 from memory_lib.core.errors import SchemaError
 from memory_lib.storage.db import MIGRATIONS_DIR, migrate
 from testing.migrations import migrate_before
+from testing.rows import one
 
 
 def _tables(url: str) -> set[str]:
@@ -32,7 +33,7 @@ def test_rerun_is_a_noop(empty_database):
 
 def test_failing_migration_rolls_back_whole(empty_database, tmp_path):
     migrations = tmp_path / "sql"
-    shutil.copytree(MIGRATIONS_DIR, migrations)
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
     (migrations / "900_broken.sql").write_text(
         "CREATE TABLE half_done (id int);\nALTER TABLE memories ADD COLUMN oops int;\nSELECT 1/0;\n"
     )
@@ -59,7 +60,7 @@ def test_other_dimension_is_refused(empty_database):
 
 def test_edited_migration_is_detected(empty_database, tmp_path):
     migrations = tmp_path / "sql"
-    shutil.copytree(MIGRATIONS_DIR, migrations)
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
     migrate(empty_database, embedding_dim=32, directory=migrations)
     last = sorted(migrations.glob("[0-9]*.sql"))[-1]
     last.write_text(last.read_text() + "\nCREATE TABLE edited_later (id int);\n")
@@ -137,7 +138,7 @@ def test_clients_refuse_an_empty_database_at_once_without_ddl(empty_database, tm
     assert time.monotonic() - started < 10  # not a pool timeout
     assert _tables(empty_database) == set()  # the client created nothing
     with psycopg.connect(empty_database) as c:
-        assert c.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == 0
+        assert one(c.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'"))[0] == 0
 
 
 def test_a_partial_schema_names_the_missing_migrations(empty_database, tmp_path):
@@ -250,9 +251,7 @@ def test_a_role_that_may_not_create_extensions_migrates_once_the_dba_created_pgv
     assert migrate(role_url, embedding_dim=32) == []
     assert {"vector", "btree_gin"} <= _extensions(admin_url)  # btree_gin is trusted: the role created it
     with psycopg.connect(admin_url) as c:
-        assert (
-            c.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'memories'").fetchone()[0] == role
-        )
+        assert one(c.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'memories'"))[0] == role
 
 
 def test_missing_pgvector_is_one_clear_error_and_writes_nothing(limited_role, monkeypatch, tmp_path, capsys):
@@ -295,7 +294,7 @@ def test_an_extension_the_server_does_not_offer_is_named_and_nothing_is_written(
     from memory_lib.core.errors import MissingExtensionError
 
     migrations = tmp_path / "sql"
-    shutil.copytree(MIGRATIONS_DIR, migrations)
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
     (migrations / "900_needs_more.sql").write_text("CREATE EXTENSION IF NOT EXISTS no_such_extension;\n")
     with pytest.raises(
         MissingExtensionError, match=r"no_such_extension is not available on the Postgres server"
@@ -393,8 +392,8 @@ def test_a_ref_that_would_not_compose_back_stops_the_migration_and_changes_nothi
     with pytest.raises(psycopg.Error, match="does not compose back"):
         migrate(empty_database, embedding_dim=4)
     with psycopg.connect(empty_database, autocommit=True) as c:
-        assert c.execute("SELECT storage_ref FROM archived_memories").fetchone()[0] == bad
-        assert c.execute("SELECT to_regclass('backup_objects')").fetchone()[0] is None
+        assert one(c.execute("SELECT storage_ref FROM archived_memories"))[0] == bad
+        assert one(c.execute("SELECT to_regclass('backup_objects')"))[0] is None
 
 
 def test_memories_restored_before_migration_025_count_from_their_last_restore(empty_database, tmp_path):

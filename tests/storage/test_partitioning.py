@@ -31,15 +31,16 @@ from memory_lib.storage.store import insert_memories, tier_stats
 from testing.constants import TEST_DIM
 from testing.explain import base_name, hot_search_plan
 from testing.factories import NOW, archival_services, make_memories, parcel_rows
+from testing.rows import one
 
 USERS = ("ann", "ben", "cyd", "dot", "eve")
 
 
 def _fingerprint(conn, table: str) -> str:
     """Every column of every row, in id order."""
-    return conn.execute(
-        f"SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) AS h FROM {table} t"
-    ).fetchone()["h"]
+    return one(conn.execute(f"SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) AS h FROM {table} t"))[
+        "h"
+    ]
 
 
 def _state(conn) -> dict[str, object]:
@@ -124,27 +125,34 @@ def test_conversion_keeps_everything_and_prunes_a_users_search_to_one_partition(
     scanned = {p for p in (f"memories_p{i:03d}" for i in range(4)) if p in plan}
     assert len(scanned) == 1, plan
     (partition,) = scanned
-    hnsw = conn.execute(
-        """SELECT ic.relname FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam
+    hnsw = one(
+        conn.execute(
+            """SELECT ic.relname FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam
            WHERE x.indrelid = %s::regclass AND am.amname = 'hnsw'""",
-        (partition,),
-    ).fetchone()["relname"]
+            (partition,),
+        )
+    )["relname"]
     assert f"Index Scan using {hnsw}" in plan, plan
 
     # The tables work as before: a write gets its retention row, a night archives through the keys.
     added = client.add("ann", "Ann moved the Heron binder to the archive room", now=NOW - timedelta(days=1))
-    assert conn.execute(
-        "SELECT pending FROM memory_retention WHERE user_id = 'ann' AND memory_id = %s", (added.memory_id,)
-    ).fetchone()["pending"]
+    assert one(
+        conn.execute(
+            "SELECT pending FROM memory_retention WHERE user_id = 'ann' AND memory_id = %s",
+            (added.memory_id,),
+        )
+    )["pending"]
     services = archival_services(local_store)
     report = nights.run_night(
         conn, services, ArchivalCriteria(batch_size=10), NOW.date() + timedelta(days=1), "UTC"
     )
     assert report.ok and report.archived == 10, report.problem
-    orphans = conn.execute(
-        """SELECT count(*) AS n FROM memory_retention r
+    orphans = one(
+        conn.execute(
+            """SELECT count(*) AS n FROM memory_retention r
            WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.user_id = r.user_id AND m.id = r.memory_id)"""
-    ).fetchone()["n"]
+        )
+    )["n"]
     assert orphans == 0
 
     # Converting to the layout the tables have does nothing; back to plain tables keeps every row.
@@ -180,7 +188,7 @@ def test_the_setting_converts_on_migrate_and_bad_values_are_named(db_url):
     assert migrate_database(db_url, TEST_DIM) == []  # unset: the database keeps its layout
     for bad in (0, 1001, True):
         with pytest.raises(InvalidInputError, match=f"user_partitions.*{bad}"):
-            partitioning.check_partitions(bad)  # type: ignore[arg-type]
+            partitioning.check_partitions(bad)
     with pytest.raises(Exception, match="USER_PARTITIONS"):
         Settings.from_env({"MEMORY_ARCHIVE_USER_PARTITIONS": "0"})
     assert Settings.from_env({"MEMORY_ARCHIVE_USER_PARTITIONS": "16"}).user_partitions == 16
@@ -192,7 +200,7 @@ def test_tier_bytes_are_their_partitions_bytes(conn, local_store):
     _populate(conn, local_store)  # plain tables
 
     def size(relation: str) -> int:
-        return conn.execute("SELECT pg_total_relation_size(%s::regclass) AS b", (relation,)).fetchone()["b"]
+        return one(conn.execute("SELECT pg_total_relation_size(%s::regclass) AS b", (relation,)))["b"]
 
     stats = tier_stats(conn)
     assert (stats.hot_bytes, stats.archived_bytes) == (size("memories"), size("archived_memories"))
@@ -236,9 +244,9 @@ def test_a_large_users_search_reads_only_its_partition(conn):
     rows = parcel_rows(EXACT_MAX + 200, seed=3, dim=TEST_DIM, now=NOW, user_of=lambda i: "big")
     insert_memories(conn, rows, actor="test", now=NOW)
     conn.execute("ANALYZE memories")
-    home = conn.execute(
-        "SELECT DISTINCT tableoid::regclass::text AS p FROM memories WHERE user_id = 'big'"
-    ).fetchone()["p"]
+    home = one(
+        conn.execute("SELECT DISTINCT tableoid::regclass::text AS p FROM memories WHERE user_id = 'big'")
+    )["p"]
     assert _partitions_read(conn, HOT_SEARCH_SQL, "big") == {f"memories_p{i:03d}" for i in range(4)}
     request = SearchRequest(
         user_id="big",

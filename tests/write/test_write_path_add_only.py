@@ -17,6 +17,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.write.near_duplicates import restatement, salient_tokens, state_change, thresholds_for
 from testing.constants import TEST_DIM
 from testing.fake_llm import FAKE_API_KEY
+from testing.rows import one
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 ISSUE_EVENTS = [
@@ -93,6 +94,7 @@ def test_a_state_change_supersedes_when_told(conn_for, kind):
     embedder = _embedder(kind)
     conn = conn_for(embedder)
     client = _client(conn, embedder)
+    assert client is not None
     old = client.add("u", STATE[0], now=T0)
     new = client.add("u", STATE[1], supersedes=old.memory_id, now=T0 + timedelta(minutes=1))
     assert (new.outcome, new.previous_id, new.reason) == ("superseded", old.memory_id, "explicit")
@@ -132,18 +134,18 @@ def test_supersedes_refuses_what_it_cannot_replace_and_writes_nothing(conn):
     client = _client(conn, HashingEmbedder(TEST_DIM))
     mine = client.add("u", "Lives in Lisbon", now=T0)
     other = client.add("v", "Lives in Madrid", now=T0)
-    count = conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"]
+    count = one(conn.execute("SELECT count(*) AS n FROM memories"))["n"]
     with pytest.raises(InvalidInputError, match="supersedes") as info:
         client.add("u", "Lives in Porto", supersedes=other.memory_id, now=T0)  # another user's: not found
     assert str(other.memory_id) in str(info.value)
     with pytest.raises(InvalidInputError, match="supersedes"):
-        client.add("u", "Lives in Porto", supersedes="not-a-uuid", now=T0)
+        client.add("u", "Lives in Porto", supersedes="not-a-uuid", now=T0)  # type: ignore[arg-type]  # the wrong type is the input under test
     with pytest.raises(InvalidInputError, match="supersedes"):
         client.add("u", "Lives in Porto", supersedes=uuid.uuid4(), now=T0)
     client.update("u", mine.memory_id, "Lives in Faro", now=T0)
     with pytest.raises(InvalidInputError, match="superseded already"):
         client.add("u", "Lives in Porto", supersedes=mine.memory_id, now=T0)
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == count + 1  # the update only
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == count + 1  # the update only
 
 
 # --------------------------------------------------------------------------- the LLM judge
@@ -261,7 +263,7 @@ def test_demo_history_written_with_add_stays_live(conn):
     assert len(records) == 1000
     outcomes = [client.add(m.user_id, m.content, now=m.created_at).outcome for m in records]
     distinct = len({(m.user_id, " ".join(m.content.casefold().split())) for m in records})
-    live = conn.execute("SELECT count(*) AS n FROM memories WHERE superseded_by IS NULL").fetchone()["n"]
+    live = one(conn.execute("SELECT count(*) AS n FROM memories WHERE superseded_by IS NULL"))["n"]
     assert outcomes.count("superseded") == 0
     assert live >= 0.99 * distinct, (live, distinct, {o: outcomes.count(o) for o in set(outcomes)})
 

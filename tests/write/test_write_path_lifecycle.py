@@ -18,6 +18,7 @@ from memory_lib.lifecycle.eligibility import REASON_TTL_EXPIRED, eligible_counts
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.write import chunking
 from testing.factories import archival_services, make_client
+from testing.rows import one
 
 NIGHT = date(2026, 5, 10)
 TZ = "UTC"
@@ -39,7 +40,7 @@ _TOPICS = ["harbour", "ferry", "lighthouse", "storm", "tide", "cargo", "pilot", 
 def long_text(tokens: int = 3000, seed: int = 4) -> str:
     """Generated prose of about `tokens` WordPiece tokens; one sentence names the Vellmar invoice."""
     rng = random.Random(seed)
-    sentences = []
+    sentences: list[str] = []
     while chunking.count_tokens(" ".join(sentences)) < tokens:
         a, b = rng.sample(_TOPICS, 2)
         sentences.append(
@@ -101,21 +102,19 @@ def test_a_3000_token_text_is_stored_as_overlapping_chunks_and_found_once_per_pa
     again = client.add("u1", "  " + text.replace(" ", "  ") + " ", now=as_of(NIGHT) + timedelta(days=1))
     assert again.outcome == "duplicate" and again.parent_id == added.parent_id
     assert again.chunk_ids == added.chunk_ids
-    assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == len(rows) + 1
+    assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == len(rows) + 1
 
 
 def test_chunks_never_supersede_and_are_never_superseded(conn):
     client = make_client(conn)
     text = long_text(1200, seed=9)
     added = client.add("u1", text, now=as_of(NIGHT))
-    first = conn.execute("SELECT content FROM memories WHERE id = %s", (added.chunk_ids[0],)).fetchone()[
-        "content"
-    ]
+    first = one(conn.execute("SELECT content FROM memories WHERE id = %s", (added.chunk_ids[0],)))["content"]
     # A short text equal to a chunk but for one word would supersede a memory; a chunk is a passage.
     changed = first.replace("harbour", "marina", 1)
     other = client.add("u1", changed, now=as_of(NIGHT))
     assert other.outcome == "created"
-    live = conn.execute("SELECT count(*) AS n FROM memories WHERE superseded_by IS NULL").fetchone()["n"]
+    live = one(conn.execute("SELECT count(*) AS n FROM memories WHERE superseded_by IS NULL"))["n"]
     assert live == len(added.chunk_ids) + 1
 
 
@@ -164,12 +163,11 @@ def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired
     assert (row["ttl_days"], row["expires_at"], row["pinned"]) == (3, short.expires_at, False)
     canonical = client.add("u1", "Blood type is O negative", ttl_days=0, now=written)
     assert canonical.expires_at is None
-    assert conn.execute("SELECT pinned FROM memories WHERE id = %s", (canonical.memory_id,)).fetchone()[
-        "pinned"
-    ]
+    assert one(conn.execute("SELECT pinned FROM memories WHERE id = %s", (canonical.memory_id,)))["pinned"]
     plain = client.add("u1", "Likes the harbour walk on Sundays", now=written)
     # get and list show the expiry
     record = client.get("u1", short.memory_id)
+    assert record is not None
     assert (record.tier, record.ttl_days, record.expires_at) == ("hot", 3, short.expires_at)
     listed = {r.id: r for r in client.list("u1").items}
     assert (
@@ -199,6 +197,7 @@ def test_an_expired_memory_is_archived_at_the_next_night_with_reason_ttl_expired
         and expansion.original.archive_reason == REASON_TTL_EXPIRED
     )
     record = client.get("u1", short.memory_id)
+    assert record is not None
     assert (record.tier, record.archive_reason, record.expires_at) == ("archived", REASON_TTL_EXPIRED, None)
 
 
