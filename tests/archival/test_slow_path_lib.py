@@ -106,7 +106,7 @@ def test_run_night_archives_and_is_idempotent(conn, services):
     report = nights.run_night(conn, services, CRITERIA, night, "UTC")
     assert report is not None
     assert report.integrity is not None
-    assert report.integrity is not None
+    assert report.fidelity is not None and report.gate is not None
     assert report.fidelity.passed and report.gate.passed and report.integrity.passed
     assert report.archived > 0 and report.archived == report.integrity.archived
     after = one(conn.execute("SELECT count(*) AS n FROM memories"))["n"]
@@ -123,6 +123,7 @@ def test_run_night_archives_and_is_idempotent(conn, services):
     )
     again = nights.run_night(conn, services, CRITERIA, night, "UTC")
     assert again is not None
+    assert again.outcomes[0].claim is not None
     assert again.archived == 0 and not again.outcomes[0].claim.newly_claimed
     assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == after
 

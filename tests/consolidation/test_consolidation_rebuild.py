@@ -142,7 +142,8 @@ def test_a_covered_memorys_change_makes_its_digest_stale_and_the_next_build_rewr
     if change == "restore":  # an archived memory back to hot: its tier changes, the month's memories do not
         target = ids["lives"]
         assert client.restore("u1", original_id=target, now=NOW).restored
-        assert client.get("u1", target).tier == "hot"
+        record = client.get("u1", target)
+        assert record is not None and record.tier == "hot"
     elif change == "supersede":  # new text: a new version supersedes the old one, which leaves the month
         target = ids["tea"]
         result = client.update("u1", target, "Ada prefers black coffee in the morning.", now=NOW)
@@ -187,6 +188,7 @@ def test_a_covered_memorys_change_makes_its_digest_stale_and_the_next_build_rewr
         assert counts["memories"] == 3
         assert _facts_citing(conn, "u1", target) == []  # the facts that cited it are gone
     if change == "supersede":  # the new version is a memory of the month it was written in
+        assert new_id is not None
         june = _consolidate(conn, date(2025, 6, 1))
         assert (june["u1:2"], june["u1:facts"], june["u2:3"]) == ("built", "built", "empty")
         assert ("Ada", "prefers", "black coffee in the morning") in _facts_citing(conn, "u1", new_id)

@@ -99,7 +99,7 @@ def test_the_image_installs_the_package_pinned_and_not_editable():
 def test_constraints_pin_every_dependency_to_the_tested_versions():
     from deploy.pin_constraints import render
 
-    pins = {}
+    pins: dict[str, str] = {}
     for line in (DEPLOY / "constraints.txt").read_text().splitlines():
         if line and not line.startswith("#"):
             name, version = line.split("==")

@@ -32,7 +32,8 @@ def test_without_dagster_home_the_history_stays_in_the_state_dir(tmp_path, monke
     home = tmp_path / "state" / "dagster"
     with get_possibly_temporary_instance_for_cli("dagster dev") as instance:
         assert Path(instance.root_directory) == home
-        assert instance.get_ref().storage_data.module_name == "memory_assets.instance_storage"
+        storage = instance.get_ref().storage_data
+        assert storage is not None and storage.module_name == "memory_assets.instance_storage"
         assert instance.compute_log_manager._base_dir == str(home / "storage")  # type: ignore[attr-defined]
         _run_once(instance)
     assert (home / "history" / "runs.db").is_file() and (home / "schedules" / "schedules.db").is_file()

@@ -147,7 +147,7 @@ def test_build_context_puts_active_digests_first_then_archived_summaries_and_fac
         snippets[0].text.startswith("[fact] Sarah is the user's sister (since ")
         and snippets[0].source == "fact"
     )
-    assert [b.provenance.memory_id for b in snippets[1:]] == [hot]
+    assert [b.provenance and b.provenance.memory_id for b in snippets[1:]] == [hot]
     assert (
         ctx.render().index("[digest L3]") < ctx.render().index("[fact]") < ctx.render().index("user: Who is")
     )

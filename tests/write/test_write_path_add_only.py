@@ -99,7 +99,8 @@ def test_a_state_change_supersedes_when_told(conn_for, kind):
     new = client.add("u", STATE[1], supersedes=old.memory_id, now=T0 + timedelta(minutes=1))
     assert (new.outcome, new.previous_id, new.reason) == ("superseded", old.memory_id, "explicit")
     assert _live(conn, "u") == [STATE[1]]
-    assert client.get("u", old.memory_id).superseded_by == new.memory_id
+    record = client.get("u", old.memory_id)
+    assert record is not None and record.superseded_by == new.memory_id
     events = [(e.event_type, e.details.get("reason")) for e in client.history("u", old.memory_id)]
     assert ("superseded", "explicit") in events
     # The hidden version stays readable for audits, and search answers from the new one.

@@ -96,6 +96,7 @@ def test_a_3000_token_text_is_stored_as_overlapping_chunks_and_found_once_per_pa
     hit = client.search("u1", "Vellmar invoice quartermaster", phase2="never", now=as_of(NIGHT)).hits[0]
     assert "Vellmar invoice" in hit.text
     assert hit.provenance.parent_id == added.parent_id and hit.provenance.chunk_count == len(rows)
+    assert hit.provenance.chunk_index is not None
     assert hit.provenance.memory_id == added.chunk_ids[hit.provenance.chunk_index]
 
     # The same long text again is a duplicate of its parent; nothing new is written.
