@@ -175,7 +175,6 @@ def machine_info(conn: psycopg.Connection[Any] | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
-    assert info is not None
     if conn is not None:
         row = conn.execute(
             "SELECT current_setting('server_version') AS pg, "

@@ -104,7 +104,6 @@ def test_run_night_archives_and_is_idempotent(conn, services):
     night = last_night()
     before = one(conn.execute("SELECT count(*) AS n FROM memories"))["n"]
     report = nights.run_night(conn, services, CRITERIA, night, "UTC")
-    assert report is not None
     assert report.integrity is not None
     assert report.fidelity is not None and report.gate is not None
     assert report.fidelity.passed and report.gate.passed and report.integrity.passed
@@ -122,7 +121,6 @@ def test_run_night_archives_and_is_idempotent(conn, services):
         == 0
     )
     again = nights.run_night(conn, services, CRITERIA, night, "UTC")
-    assert again is not None
     assert again.outcomes[0].claim is not None
     assert again.archived == 0 and not again.outcomes[0].claim.newly_claimed
     assert one(conn.execute("SELECT count(*) AS n FROM memories"))["n"] == after

@@ -133,7 +133,6 @@ def test_a_covered_memorys_change_makes_its_digest_stale_and_the_next_build_rewr
     client = make_client(
         conn, local_store, embedder=EMB, retrieval=RetrievalConfig(near_duplicate_threshold=1.0)
     )
-    assert client is not None
     ids = month["u1"]
     before = {level: _digest(conn, "u1", level, start) for level, start in ((2, MONTH), (3, YEAR))}
     u2_before = _derived(conn, "u2")

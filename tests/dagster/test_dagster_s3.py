@@ -83,7 +83,6 @@ def test_a_run_on_a_missing_bucket_fails_before_any_step(seaweed):
     result = dg.materialize(
         [writes_a_backup], resources={"object_store": s3_resource(seaweed, bucket)}, raise_on_error=False
     )
-    assert result is not None
     assert not result.success
     assert not result.get_asset_materialization_events()
     failure = result.get_run_failure_event().message + "".join(

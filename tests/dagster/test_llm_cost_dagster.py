@@ -166,7 +166,6 @@ def test_dry_run_metadata_shows_the_price_per_1000_of_the_default_model(
     assert result.success
     [event] = result.get_asset_materialization_events()
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
-    assert meta is not None
     assert meta["sampled"] == 10 and fake_llm.count("/v1/messages") == 10
     used = Usage()
     for r in fake_llm.requests:

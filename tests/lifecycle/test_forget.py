@@ -97,7 +97,6 @@ def _seed(conn, store) -> dict[str, list[uuid.UUID]]:
     """u1: hot, archived, restored (archived twice: two versions of its backup), superseded, digested;
     u2: alike."""
     client = make_client(conn, store, retrieval=RETRIEVAL)
-    assert client is not None
     ids: dict[str, list[uuid.UUID]] = {}
     for user in ("u1", "u2"):
         old = [
@@ -220,7 +219,6 @@ def test_every_table_with_a_user_id_is_covered_by_forget(conn):
 
 def test_forget_one_memory_takes_its_superseded_versions_and_nothing_else(conn, object_store):
     client = make_client(conn, object_store, retrieval=RETRIEVAL)
-    assert client is not None
     first = client.add("u1", "drives a red bicycle", now=OLD).memory_id
     second = client.update("u1", first, "drives a blue bicycle", now=OLD).memory_id
     third = client.update("u1", second, "drives a green bicycle", now=NOW).memory_id

@@ -142,7 +142,6 @@ def test_build_context_puts_active_digests_first_then_archived_summaries_and_fac
         "November 2025" not in ctx.render() and "landlord" not in ctx.render()
     )  # covered by L3; another user's
     snippets = ctx.part("snippets")
-    assert snippets is not None
     assert (
         snippets[0].text.startswith("[fact] Sarah is the user's sister (since ")
         and snippets[0].source == "fact"

@@ -236,8 +236,6 @@ def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
 
     # The setting turns it on for every search; the argument wins; a non-boolean is refused.
     always = make_client(conn, local_store, retrieval=RetrievalConfig(limit=3, debug=True))
-    assert always is not None
-    assert d is not None
     assert always.search(USER, QUERY, now=NOW).debug.chosen_ids == d.chosen_ids
     assert always.search(USER, QUERY, now=NOW, debug=False).debug is None
     with pytest.raises(InvalidInputError) as err:
@@ -250,7 +248,6 @@ def test_debug_without_phase2(conn, local_store):
     _seed(conn, local_store)
     result = client.search(USER, QUERY, now=NOW, debug=True, phase3="never")
     assert result.debug is not None
-    assert result is not None
     assert result.debug is not None
     assert result.phase2_reason is None and result.debug.tiers_searched == ("hot",)
     assert result.debug is not None
@@ -278,7 +275,6 @@ def test_debug_adds_a_search_warm_re_search(conn, local_store, fake_llm):
     result = _llm_client(conn, local_store, fake_llm, "search_warm").search(USER, QUERY, now=NOW, debug=True)
     d = result.debug
     assert result.escalation is not None
-    assert d is not None
     assert result.escalation.action == "search_warm" and d.escalation is result.escalation
     # Both searches' rows counted; each candidate once, at its best score; the chosen ids are the hits'.
     assert d.candidates_by_tier == {"hot": 2 * len(HOT), "archived": 2 * len(ARCHIVED)}

@@ -108,7 +108,6 @@ def test_who_is_x_is_answered_from_facts_when_xs_memories_are_archived(conn, loc
     result = client.search("alice", "Who is Sarah?", now=NOW)
 
     esc = result.escalation
-    assert esc is not None
     assert (esc.evaluator, esc.action, esc.refined_query) == (HEURISTIC, "search_facts", "Sarah")
     assert "who someone is" in esc.reason and esc.tiers_searched[-1] == "facts" and esc.fallback is None
     assert {h.kind for h in result.consolidated} == {"fact"}
@@ -145,7 +144,6 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
     client = make_client(conn, local_store)
     result = client.search("alice", "garden tomatoes compost", now=NOW)
     esc = result.escalation
-    assert esc is not None
     assert (esc.evaluator, esc.action, result.consolidated) == (HEURISTIC, "return", [])
     assert "digests" not in esc.tiers_searched and "facts" not in esc.tiers_searched
     never = client.search("alice", "Who is Sarah?", phase3="never", now=NOW)
@@ -247,7 +245,6 @@ def test_the_llm_evaluators_json_decision_drives_escalation(conn, local_store, f
         "alice", "tell me about my family", now=NOW
     )
     esc = result.escalation
-    assert esc is not None
     assert fake_llm.evaluation_requests() == 1
     assert (esc.evaluator, esc.action, esc.reason, esc.fallback) == (
         evaluator.name,
@@ -287,7 +284,6 @@ def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(
     evaluator = _evaluator(provider, fake_llm)
     result = make_client(conn, local_store, evaluator=evaluator).search("alice", "Who is Sarah?", now=NOW)
     esc = result.escalation
-    assert esc is not None
     assert esc.fallback is not None
     assert fake_llm.evaluation_requests() == 1
     assert esc.evaluator == HEURISTIC and esc.fallback.startswith(f"{evaluator.name} answered malformed JSON")

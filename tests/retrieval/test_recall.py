@@ -109,7 +109,6 @@ def test_or_full_text_finds_a_memory_sharing_one_rare_word_with_the_question(con
     question = "Which restaurant served me that bouillabaisse in the old port?"
     result = client.search("u1", question, phase2="never", now=NOW)
     hit = next(h for h in result.hits if h.provenance.memory_id == target)
-    assert hit is not None
     assert hit.scores.text_position == 1 and hit.scores.text_rank is not None
     # The one rare word matched; at most the memories written just before and after it rank by context.
     context = [h for h in result.hits if h.scores.text_rank is not None and h.provenance.memory_id != target]

@@ -94,7 +94,6 @@ def test_a_state_change_supersedes_when_told(conn_for, kind):
     embedder = _embedder(kind)
     conn = conn_for(embedder)
     client = _client(conn, embedder)
-    assert client is not None
     old = client.add("u", STATE[0], now=T0)
     new = client.add("u", STATE[1], supersedes=old.memory_id, now=T0 + timedelta(minutes=1))
     assert (new.outcome, new.previous_id, new.reason) == ("superseded", old.memory_id, "explicit")
