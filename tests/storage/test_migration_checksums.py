@@ -117,7 +117,7 @@ def test_whole_text_checksums_are_those_the_earlier_runner_recorded():
 
 def test_a_comment_only_change_is_accepted(empty_database, tmp_path):
     migrations = tmp_path / "sql"
-    shutil.copytree(MIGRATIONS_DIR, migrations)
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
     migrate(empty_database, embedding_dim=32, directory=migrations)
     recorded = _recorded(empty_database)
     last = sorted(migrations.glob("0*.sql"))[-1]
@@ -130,7 +130,7 @@ def test_a_comment_only_change_is_accepted(empty_database, tmp_path):
 
 def test_an_sql_change_is_refused_naming_the_migration(empty_database, tmp_path):
     migrations = tmp_path / "sql"
-    shutil.copytree(MIGRATIONS_DIR, migrations)
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
     migrate(empty_database, embedding_dim=32, directory=migrations)
     path = migrations / "014_forget.sql"
     path.write_text(path.read_text().replace("'pending'", "'waiting'", 1))
@@ -151,7 +151,7 @@ def test_a_database_of_the_whole_text_runner_is_recorded_again_once(empty_databa
 
 def test_a_whole_text_checksum_of_other_sql_is_still_refused(empty_database, tmp_path):
     migrations = tmp_path / "sql"
-    shutil.copytree(MIGRATIONS_DIR, migrations)
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
     migrate(empty_database, embedding_dim=32, directory=migrations)
     _record_as_the_whole_text_runner_did(empty_database)
     path = migrations / "020_term_statistics.sql"
