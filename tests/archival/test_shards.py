@@ -266,7 +266,9 @@ def test_two_concurrent_dagster_shard_runs_archive_disjoint_sets(db_url, conn, s
         *(lambda i=i: _materialize(db_url, store, {SHARD_TAG: f"{i}/2"}) for i in range(2))
     )
     assert all(r.success for r in results)
-    archived = _assert_exactly_once(conn, store.get_store(), before_hot, eligible)
+    s3 = store.get_store()
+    assert isinstance(s3, S3ObjectStore)
+    archived = _assert_exactly_once(conn, s3, before_hot, eligible)
     per_shard = {}
     for i, result in enumerate(results):
         key = nights.batch_key_for(NIGHT, Shard(i, 2))

@@ -147,6 +147,7 @@ def world(databases, tmp_path_factory) -> World:
         arch = w.conn.execute(
             f"{ARCHIVE_ROWS_SQL} WHERE a.original_id = %s", (w.original_ids[kind],)
         ).fetchone()
+        assert arch is not None
         w.archive_ids[kind] = arch["id"]
         if kind == "good":
             continue

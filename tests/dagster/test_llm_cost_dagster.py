@@ -53,6 +53,7 @@ def test_memory_summaries_records_each_nights_ledger_per_model(
     costs = []
     for night in run_nights:
         meta = by_night[night.isoformat()]
+        assert meta is not None
         [row] = ledger.usage_of_batches(conn, [nights.batch_key_for(night)])
         # The night's own numbers (not the run's total), from the ledger, which the server's usage fed.
         assert meta["llm_requests"] == row.requests == 20

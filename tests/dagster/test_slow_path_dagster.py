@@ -194,6 +194,7 @@ def test_failing_summaries_trip_the_gate_and_pause_the_next_night(
         dg.build_schedule_context(scheduled_execution_time=tick.replace(hour=2))
     )
     assert requests.run_requests is not None
+    assert requests.run_requests[0].partition_key is not None
     next_night = datetime.fromisoformat(requests.run_requests[0].partition_key).date()
     assert next_night == NIGHT + timedelta(days=1)
     fake_llm.reset()

@@ -235,8 +235,10 @@ def test_debug_lists_tiers_candidates_scores_and_chosen_ids(conn, local_store):
     assert d.reranker is None
 
     # The setting turns it on for every search; the argument wins; a non-boolean is refused.
+    assert d is not None
     always = make_client(conn, local_store, retrieval=RetrievalConfig(limit=3, debug=True))
-    assert always.search(USER, QUERY, now=NOW).debug.chosen_ids == d.chosen_ids
+    debug = always.search(USER, QUERY, now=NOW).debug
+    assert debug is not None and debug.chosen_ids == d.chosen_ids
     assert always.search(USER, QUERY, now=NOW, debug=False).debug is None
     with pytest.raises(InvalidInputError) as err:
         client.search(USER, QUERY, now=NOW, debug="yes")  # type: ignore[arg-type]  # the wrong type is the input under test
@@ -273,10 +275,13 @@ def _llm_client(conn, store, fake_llm, action: str) -> MemoryClient:
 def test_debug_adds_a_search_warm_re_search(conn, local_store, fake_llm):
     _seed(conn, local_store)
     result = _llm_client(conn, local_store, fake_llm, "search_warm").search(USER, QUERY, now=NOW, debug=True)
+    assert result is not None
     d = result.debug
+    assert d is not None
     assert result.escalation is not None
     assert result.escalation.action == "search_warm" and d.escalation is result.escalation
     # Both searches' rows counted; each candidate once, at its best score; the chosen ids are the hits'.
+    assert d is not None
     assert d.candidates_by_tier == {"hot": 2 * len(HOT), "archived": 2 * len(ARCHIVED)}
     assert len({c.id for c in d.candidates}) == len(d.candidates) == len(HOT) + len(ARCHIVED)
     assert d.chosen_ids == tuple(h.id for h in result.hits)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, date, datetime, timedelta
+from typing import Literal
 
 import psycopg
 import pytest
@@ -108,6 +109,7 @@ def test_who_is_x_is_answered_from_facts_when_xs_memories_are_archived(conn, loc
     result = client.search("alice", "Who is Sarah?", now=NOW)
 
     esc = result.escalation
+    assert esc is not None
     assert (esc.evaluator, esc.action, esc.refined_query) == (HEURISTIC, "search_facts", "Sarah")
     assert "who someone is" in esc.reason and esc.tiers_searched[-1] == "facts" and esc.fallback is None
     assert {h.kind for h in result.consolidated} == {"fact"}
@@ -124,6 +126,7 @@ def test_who_is_x_is_answered_from_facts_when_xs_memories_are_archived(conn, loc
     expansion = client.expand_digest("alice", got[facts["sister"]])
     [memory] = expansion.memories
     assert memory.memory_id == ids["sarah"][0] and memory.tier == "archived" and not expansion.missing
+    assert memory.archive_id is not None
     original = client.expand("alice", memory.archive_id, now=NOW)
     assert "sister Sarah" in original.content
 
@@ -144,6 +147,7 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
     client = make_client(conn, local_store)
     result = client.search("alice", "garden tomatoes compost", now=NOW)
     esc = result.escalation
+    assert esc is not None
     assert (esc.evaluator, esc.action, result.consolidated) == (HEURISTIC, "return", [])
     assert "digests" not in esc.tiers_searched and "facts" not in esc.tiers_searched
     never = client.search("alice", "Who is Sarah?", phase3="never", now=NOW)
@@ -158,7 +162,7 @@ def test_default_settings_escalate_only_when_the_heuristic_says_so_and_say_so(co
     assert always.escalation.tiers_searched[-2:] == ("digests", "facts")
     assert any(h.kind == "digest" for h in always.consolidated)
     with pytest.raises(InvalidInputError, match="phase3"):
-        client.search("alice", "x", phase3="sometimes", now=NOW)
+        client.search("alice", "x", phase3="sometimes", now=NOW)  # type: ignore[arg-type]  # the wrong value is the input under test
     # Phase 1 strong (enough hot hits nearly restate the query): no evaluator is asked.
     strong = make_client(conn, local_store, settings=Settings(retrieval=RetrievalConfig(limit=1)))
     quick = strong.search("alice", "Booked the dentist for Tuesday morning.", now=NOW)
@@ -214,7 +218,7 @@ def test_a_digest_expands_to_its_memories_never_another_users(conn, db_url, loca
 ACTIONS = ["return", "search_warm", "search_cold", "search_facts"]
 
 
-def _evaluator(provider: str, server) -> LLMEvaluator:
+def _evaluator(provider: Literal["anthropic", "openai"], server) -> LLMEvaluator:
     url = server.base_url if provider == "anthropic" else server.openai_base_url
     return LLMEvaluator(llm_client(provider, FAKE_API_KEY, base_url=url, max_retries=0, timeout=5))
 
@@ -245,6 +249,7 @@ def test_the_llm_evaluators_json_decision_drives_escalation(conn, local_store, f
         "alice", "tell me about my family", now=NOW
     )
     esc = result.escalation
+    assert esc is not None
     assert fake_llm.evaluation_requests() == 1
     assert (esc.evaluator, esc.action, esc.reason, esc.fallback) == (
         evaluator.name,
@@ -284,6 +289,7 @@ def test_malformed_evaluator_json_falls_back_to_the_heuristic_and_says_so(
     evaluator = _evaluator(provider, fake_llm)
     result = make_client(conn, local_store, evaluator=evaluator).search("alice", "Who is Sarah?", now=NOW)
     esc = result.escalation
+    assert esc is not None
     assert esc.fallback is not None
     assert fake_llm.evaluation_requests() == 1
     assert esc.evaluator == HEURISTIC and esc.fallback.startswith(f"{evaluator.name} answered malformed JSON")

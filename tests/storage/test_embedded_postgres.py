@@ -11,9 +11,11 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import IO, cast
 
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 from testing.rows import one
 
@@ -111,6 +113,7 @@ def test_library_cli_and_dagster_reach_the_same_embedded_database(tmp_path, monk
     assert '"applied": ["001_' in capsys.readouterr().out
     with MemoryClient.from_settings(Settings.from_env()) as memory:
         memory.add("alice", "Prefers a cortado in the morning")
+        assert isinstance(memory._conn, ConnectionPool)
         with memory._conn.connection() as conn:  # the client's pool
             assert one(conn.execute("SELECT current_database() AS d"))["d"] == "memory_shared"
     with dg.build_resources({"database": DatabaseResource()}) as built, built.database.connect() as conn:
@@ -144,7 +147,7 @@ SERVE = textwrap.dedent(
 def _stop_leftover(pgdata: Path) -> None:
     """Stop a server a failed test left behind (SIGINT to its postmaster: a fast shutdown)."""
     pid = _postmaster_pid(pgdata)
-    if _alive(pid):
+    if pid is not None and _alive(pid):
         os.kill(pid, signal.SIGINT)
 
 
@@ -170,7 +173,7 @@ def test_servers_started_at_once_in_several_processes_all_come_up(tmp_path):
         for d in dirs
     ]
     try:
-        urls = [p.stdout.readline().strip() for p in procs]
+        urls = [cast(IO[str], p.stdout).readline().strip() for p in procs]  # stdout=PIPE: never None
         assert all(urls), "an embedded Postgres did not start (its process's stderr says why)"
         for url in urls:
             with psycopg.connect(url) as c:
@@ -179,7 +182,7 @@ def test_servers_started_at_once_in_several_processes_all_come_up(tmp_path):
         assert len(set(pids)) == 3 and all(_alive(p) for p in pids)
     finally:
         for p in procs:
-            p.stdin.close()  # each holder stops its server and exits
+            cast(IO[str], p.stdin).close()  # each holder stops its server and exits
         codes = []
         for p in procs:
             try:
