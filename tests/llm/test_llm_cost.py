@@ -167,10 +167,14 @@ def test_dry_run_price_per_1000_is_the_sampled_usage_at_the_default_models_price
     assert {r.body["model"] for r in fake_llm.requests} == {DEFAULT_ANTHROPIC_MODEL}
     # What the server reported it used, priced independently for the default model, over the memories sampled.
     used = _reported_usage(fake_llm)
-    list_1000 = 1000 * cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used) / sampled
-    batch_1000 = 1000 * cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used, batch=True) / sampled
+    list_cost = cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used)
+    batch_cost = cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used, batch=True)
+    assert list_cost is not None and batch_cost is not None
+    list_1000 = 1000 * list_cost / sampled
+    batch_1000 = 1000 * batch_cost / sampled
     assert p.usd_per_1000_memories == pytest.approx(list_1000, rel=1e-9) and list_1000 > 0
     assert p.usd_per_1000_memories_batch == pytest.approx(batch_1000, rel=1e-9)
+    assert p.usd_per_1000_memories is not None
     assert p.usd_per_1000_memories_batch == pytest.approx(p.usd_per_1000_memories / 2, rel=1e-9)
     # The same figure as the backlog projection, per memory.
     assert p.usd_per_1000_memories == pytest.approx(1000 * p.cost_usd / p.eligible, rel=0.01)
