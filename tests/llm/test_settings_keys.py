@@ -16,9 +16,9 @@ from memory_lib.llm.json_answers import json_llm_from_settings
 from memory_lib.llm.summarize import SummaryInput, summarizer_from_settings
 from memory_lib.retrieval.escalation import evaluator_from_settings
 from memory_lib.retrieval.rerank import reranker_from_settings
-from tests.conftest import TEST_DIM
-from tests.support.factories import ranked_hot_hits
-from tests.support.fake_llm import FakeLLMServer
+from testing.constants import TEST_DIM
+from testing.factories import ranked_hot_hits
+from testing.fake_llm import FakeLLMServer
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 EXPLICIT = "explicit-settings-key"
