@@ -109,10 +109,15 @@ def test_or_full_text_finds_a_memory_sharing_one_rare_word_with_the_question(con
     question = "Which restaurant served me that bouillabaisse in the old port?"
     result = client.search("u1", question, phase2="never", now=NOW)
     hit = next(h for h in result.hits if h.provenance.memory_id == target)
-    assert hit.scores.text_position == 1 and hit.scores.text_rank is not None
+    target_rank = hit.scores.text_rank
+    assert hit.scores.text_position == 1 and target_rank is not None
     # The one rare word matched; at most the memories written just before and after it rank by context.
-    context = [h for h in result.hits if h.scores.text_rank is not None and h.provenance.memory_id != target]
-    assert len(context) <= 2 and all(h.scores.text_rank < hit.scores.text_rank for h in context)
+    context = [
+        rank
+        for h in result.hits
+        if (rank := h.scores.text_rank) is not None and h.provenance.memory_id != target
+    ]
+    assert len(context) <= 2 and all(rank < target_rank for rank in context)
     assert result.hits[0].provenance.memory_id == target
     # Every-term-required (websearch) semantics, still available as text_query, would not match it at all.
     strict = client.search("u1", question, text_query=question, phase2="never", now=NOW)

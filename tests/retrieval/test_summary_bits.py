@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -127,7 +129,7 @@ def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, loca
     try:
         old = tmp_path / "sql"
         old.mkdir()
-        for path in sorted(MIGRATIONS_DIR.iterdir()):
+        for path in sorted(Path(str(MIGRATIONS_DIR)).iterdir()):
             # Every migration but 007 (and 011, stubs, which alters its column): today's archival code
             # writes halfvec rows as before 007.
             if path.name[0].isdigit() and path.name.endswith(".sql") and int(path.name[:3]) not in (7, 11):
@@ -154,7 +156,7 @@ def test_upgrade_to_007_keeps_archived_rows_searchable(databases, tmp_path, loca
         databases.drop(url)
 
 
-def _plan_statements(conn, plan) -> tuple[object, list[str]]:
+def _plan_statements(conn, plan) -> tuple[Any, list[str]]:
     """Run a search plan, recording the search statements it sent."""
     from memory_lib.core.plans import Sql, run_plan
 
