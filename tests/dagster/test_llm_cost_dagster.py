@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -44,16 +45,11 @@ def test_memory_summaries_records_each_nights_ledger_per_model(
         tags=range_tags(run_nights),
     )
     assert result.success
-    by_night = {
-        e.partition: {k: v.value for k, v in e.materialization.metadata.items()}
-        for e in result.get_asset_materialization_events()
-        if e.asset_key.path[-1] == "memory_summaries"
-    }
+    by_night = _summaries_by_night(result)
     assert set(by_night) == {n.isoformat() for n in run_nights}
     costs = []
     for night in run_nights:
         meta = by_night[night.isoformat()]
-        assert meta is not None
         [row] = ledger.usage_of_batches(conn, [nights.batch_key_for(night)])
         # The night's own numbers (not the run's total), from the ledger, which the server's usage fed.
         assert meta["llm_requests"] == row.requests == 20
@@ -71,11 +67,12 @@ def test_memory_summaries_records_each_nights_ledger_per_model(
     assert sum(costs) == pytest.approx(float(total), abs=1e-5)
 
 
-def _summaries_by_night(result) -> dict[str, dict]:
+def _summaries_by_night(result: Any) -> dict[str | None, dict[str, Any]]:
+    """Each night's memory_summaries metadata values (Dagster types them as the union of every kind)."""
     return {
         e.partition: {k: v.value for k, v in e.materialization.metadata.items()}
         for e in result.get_asset_materialization_events()
-        if e.asset_key.path[-1] == "memory_summaries"
+        if e.asset_key is not None and e.asset_key.path[-1] == "memory_summaries"
     }
 
 
@@ -107,7 +104,9 @@ def test_first_night_with_the_default_model_reports_its_batch_price_per_1000(
     tokens = Usage(
         row.input_tokens, row.output_tokens, row.cache_creation_input_tokens, row.cache_read_input_tokens
     )
-    expected = 1000 * cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, tokens, batch=True) / 20
+    batch_cost = cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, tokens, batch=True)
+    assert batch_cost is not None
+    expected = 1000 * batch_cost / 20
     assert expected > 0
     assert meta["usd_per_1000_memories"] == pytest.approx(expected, abs=1e-6)
     assert meta["usd_per_1000_memories_price"] == "batch"
@@ -166,13 +165,16 @@ def test_dry_run_metadata_shows_the_price_per_1000_of_the_default_model(
     )
     assert result.success
     [event] = result.get_asset_materialization_events()
-    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    meta: dict[str, Any] = {k: v.value for k, v in event.materialization.metadata.items()}
     assert meta["sampled"] == 10 and fake_llm.count("/v1/messages") == 10
     used = Usage()
     for r in fake_llm.requests:
         used = used + Usage(r.usage["input_tokens"], r.usage["output_tokens"])
-    list_1000 = 1000 * cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used) / 10
-    batch_1000 = 1000 * cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used, batch=True) / 10
+    list_cost = cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used)
+    batch_cost = cost_usd(DEFAULT_PRICES, DEFAULT_ANTHROPIC_MODEL, used, batch=True)
+    assert list_cost is not None and batch_cost is not None
+    list_1000 = 1000 * list_cost / 10
+    batch_1000 = 1000 * batch_cost / 10
     assert meta["usd_per_1000_memories_list"] == pytest.approx(list_1000, abs=1e-6) and list_1000 > 0
     assert meta["usd_per_1000_memories_batch"] == pytest.approx(batch_1000, abs=1e-6)
     assert meta["price_per_1000_memories"].startswith(
