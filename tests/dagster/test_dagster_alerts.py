@@ -169,7 +169,7 @@ def test_a_night_failing_its_gate_is_alerted_with_its_night_and_then_its_pause(
             resources={"alerts": AlertResource()},
         ).for_run_failure()
         skip = archival_failure_alert(context)
-        assert skip is not None
+        assert isinstance(skip, dg.SkipReason)
         [alert] = webhook.received
         assert alert["event"] == "run_failure" and alert["run_id"] == result.run_id
         assert alert["partition"] == NIGHT.isoformat() and NIGHT.isoformat() in alert["text"]

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
+from typing import Any, cast
 
 import dagster as dg
 import pytest
@@ -85,8 +86,11 @@ def test_a_run_on_a_missing_bucket_fails_before_any_step(seaweed):
     )
     assert not result.success
     assert not result.get_asset_materialization_events()
-    failure = result.get_run_failure_event().message + "".join(
-        str(e.event_specific_data.error.cause)
+    run_failure = result.get_run_failure_event().message
+    assert run_failure is not None
+    failure = run_failure + "".join(
+        # a failure event's data is a StepFailureData (Dagster types it as the union of every event's data)
+        str(cast(Any, e.event_specific_data).error.cause)
         for e in result.all_events
         if e.is_failure and e.event_specific_data
     )
