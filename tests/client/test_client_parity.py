@@ -30,8 +30,8 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import LocalObjectStore
 from memory_lib.write.memory_api import MemoryEvent, MemoryPage, decode_cursor
-from tests.conftest import TEST_DIM
-from tests.support.consolidation import insert_digest
+from testing.consolidation import insert_digest
+from testing.constants import TEST_DIM
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -245,7 +245,7 @@ def _seed(url: str, store: LocalObjectStore) -> dict[str, Any]:
 
 
 async def _scenario(
-    cls: type, url: str, store: LocalObjectStore, seed: dict[str, Any], state_dir: Path
+    cls: Any, url: str, store: LocalObjectStore, seed: dict[str, Any], state_dir: Path
 ) -> dict[str, Any]:
     """Every public method, through `cls`, on the seeded data: what each call returned or raised."""
     ids, out = seed["ids"], {}

@@ -22,8 +22,8 @@ from memory_lib.lifecycle.restore import restore_archive, restore_archives
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
-from tests.conftest import TEST_DIM
-from tests.support.backups import ARCHIVE_ROWS_SQL
+from testing.backups import ARCHIVE_ROWS_SQL
+from testing.constants import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)

@@ -10,7 +10,7 @@ from memory_lib.core.config import EmbeddingConfig, Settings
 from memory_lib.lifecycle import reembedding
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.db import connect
-from tests.conftest import TEST_DIM
+from testing.constants import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 TARGET = "text-embedding-3-small"
@@ -37,6 +37,7 @@ def test_an_explicit_embedding_base_url_is_the_one_the_dual_write_uses(
     row = conn.execute(
         "SELECT embedding_model_next, embedding_next FROM memories WHERE id = %s", (added.memory_id,)
     ).fetchone()
+    assert row is not None
     assert row["embedding_model_next"] == TARGET
     assert row["embedding_next"].to_numpy().shape == (96,)
     assert fake_llm.count("/v1/embeddings") == before + 1

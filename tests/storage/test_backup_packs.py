@@ -4,6 +4,7 @@ read, verified, restored and forgotten on its own. Real Postgres, local director
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 import pytest
 
@@ -222,7 +223,7 @@ def test_a_forget_killed_after_rewriting_the_pack_completes_when_run_again(conn,
 
     step = next(steps)
     while True:  # run until the rewritten pack is written, then stop: the rows still name the old one
-        result = run_plan(conn, step.plan) if isinstance(step, RunPlan) else step.fn()
+        result = run_plan(conn, step.plan) if isinstance(step, RunPlan) else cast(Call, step).fn()
         if (
             isinstance(step, Call)
             and isinstance(result, dict)
