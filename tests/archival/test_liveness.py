@@ -142,7 +142,7 @@ def _cli_env(db_url: str, root: Path, llm_url: str) -> dict[str, str]:
             "MEMORY_ARCHIVE_LLM_BASE_URL": llm_url,
             "ANTHROPIC_API_KEY": FAKE_API_KEY,
             "MEMORY_ARCHIVE_LOCAL_ROOT": str(root),
-            # Templated memories (tests.support.factories) whose first sentences differ by one number do
+            # Templated memories (testing.factories) whose first sentences differ by one number do
             # not tell them apart: the retrievability probe runs without a floor (tests/archival/test_post_commit.py).
             "MEMORY_ARCHIVE_RETRIEVAL__RETRIEVABILITY_FLOOR": "0",
             "PYTHONPATH": str(ROOT),

@@ -23,10 +23,10 @@ from memory_lib.llm.summarize import ExtractiveSummarizer
 from memory_lib.storage.db import connect
 from memory_lib.storage.objectstore import LocalObjectStore
 from memory_lib.storage.store import insert_memories
-from tests.conftest import TEST_DIM
-from tests.support.dagster_helpers import last_night
-from tests.support.factories import make_memories
-from tests.support.slow_path import SLOW_PATH_DEFS, materialize, materialized, resources
+from testing.constants import TEST_DIM
+from testing.dagster_helpers import last_night
+from testing.factories import make_memories
+from testing.slow_path import SLOW_PATH_DEFS, materialize, materialized, resources
 
 NOT_FINDABLE = "archived memories are not findable, archival paused"
 
@@ -56,7 +56,7 @@ def test_a_cli_archive_pauses_on_a_failed_retrievability_probe(cli_env, monkeypa
     assert out["problem"] == f"{kept.describe()}: {NOT_FINDABLE}"
     state = pause.pause_status(conn)
     assert state.paused and state.batch_key == key and state.details == {"check": RETRIEVABILITY_CHECK}
-    assert state.reason == kept.describe() and state.actor.startswith("cli:")
+    assert state.reason == kept.describe() and state.actor is not None and state.actor.startswith("cli:")
 
     # Paused: the next run claims nothing and says why (exit 3).
     assert main(["archive", "--limit", "5"]) == 3
