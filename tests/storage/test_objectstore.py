@@ -41,7 +41,7 @@ def _doc(n: int = 0) -> bytes:
 
 @pytest.fixture(scope="module")
 def raw_s3(seaweed: S3Endpoint):
-    """The session's SeaweedFS (tests/conftest.py), with this module's bucket."""
+    """The session's SeaweedFS (tests/fix_store.py), with this module's bucket."""
     client = seaweed.client()
     if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
         seaweed.create_bucket(BUCKET)
