@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from ..core.rows import Conn
     from ..llm.embedding import Embedder
-    from ..storage.objectstore import ObjectStore
+    from ..storage.objectstore import BackupReader
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def _same_fact(summary: str, question: str, min_overlap: float = 0.9) -> bool:
 def probe_night(
     conn: Conn,
     embedder: Embedder,
-    store: ObjectStore,
+    store: BackupReader,
     batch_key: str,
     *,
     config: RetrievalConfig | None = None,
@@ -215,7 +215,7 @@ def probe_night(
 def probe_nights(
     conn: Conn,
     embedder: Embedder,
-    store: ObjectStore,
+    store: BackupReader,
     batch_keys: Sequence[str],
     **kwargs: object,
 ) -> list[NightRetrievability]:

@@ -38,12 +38,18 @@ LOCAL_EXTRA_HINT = "pip install 'memory-archive[local]'"
 
 
 class Embedder(Protocol):
-    model: str
-    dim: int
-    kind: Literal["semantic", "lexical"]
-    # Tokens the model reads of one text (None: no limit). The write path chunks below it
-    # (memory_lib.write.chunking); an embedder without the attribute counts as unlimited.
-    max_tokens: int | None
+    """What every embedder has (read-only here: an embedder may fix them as it likes). An embedder may
+    also say `max_tokens`, the tokens its model reads of one text (None: no limit); the write path
+    chunks below it (memory_lib.write.chunking), and an embedder without it counts as unlimited."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def kind(self) -> Literal["semantic", "lexical"]: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 array of shape (len(texts), dim) with L2-normalized rows."""

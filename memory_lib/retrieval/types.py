@@ -30,9 +30,10 @@ class SearchFilters:
     (the `ts_seen` window). `categories` filters by type (`type in (...)`), `required_tags` by tags
     (GIN). Indexes: memories_user_type_seen, memories_tags (tests/write/test_write_path_filters.py)."""
 
-    categories: tuple[str, ...] | None = None
-    domains: tuple[str, ...] | None = None
-    required_tags: tuple[str, ...] | None = None
+    # Any sequence of strings is accepted; __post_init__ stores a tuple.
+    categories: Sequence[str] | None = None
+    domains: Sequence[str] | None = None
+    required_tags: Sequence[str] | None = None
     since: datetime | None = None
     until: datetime | None = None
     seen_since: datetime | None = None

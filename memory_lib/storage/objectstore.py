@@ -50,6 +50,12 @@ class StoredObject:
     version_id: str | None = None
 
 
+class BackupReader(Protocol):
+    """What reads a backup back by its ref, checked against its sha256 (every ObjectStore is one)."""
+
+    def read_ref(self, ref: str, sha256: str) -> bytes: ...
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """What the archiver needs from object storage. Keys are '/'-separated relative paths."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -38,7 +39,7 @@ class NaNEmbedder:
 
     inner: HashingEmbedder
 
-    kind = "lexical"
+    kind: Literal["lexical"] = "lexical"
 
     @property
     def model(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -41,7 +42,7 @@ class FlakyEmbedder:
     def dim(self) -> int:
         return self.inner.dim
 
-    kind = "lexical"
+    kind: Literal["lexical"] = "lexical"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if self.failures_left and any(MARK in t for t in texts):
@@ -114,7 +115,7 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
             FAKE_API_KEY, base_url=server.base_url, max_retries=1, retry_wait_max=0.01
         )
     elif step == "embed":
-        embedder = FlakyEmbedder(embedder)
+        embedder = FlakyEmbedder(HashingEmbedder(dim=TEST_DIM))
     elif step == "upload":
         store = FlakyStore(local_store, local_store.key_for(marked_id))
     elif step == "commit":

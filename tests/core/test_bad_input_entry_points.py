@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -114,20 +114,22 @@ class World:
         )
 
     def state(self) -> dict[str, Any]:
-        row = self.conn.execute(
-            """SELECT (SELECT count(*) FROM memories) AS memories,
+        row = one(
+            self.conn.execute(
+                """SELECT (SELECT count(*) FROM memories) AS memories,
                       (SELECT count(*) FROM archived_memories) AS archived,
                       (SELECT count(*) FROM memory_events) AS events,
                       (SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), '')) FROM memories t) AS hot_rows,
                       (SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), ''))
                          FROM archived_memories t) AS archived_rows"""
-        ).fetchone()
+            )
+        )
         objects = {k: hashlib.sha256(self.store.get(k)).hexdigest() for k in self.store.list()}
         return dict(row) | {"object_count": len(objects), "objects": objects}
 
 
 @pytest.fixture(scope="module")
-def world(databases, tmp_path_factory) -> World:
+def world(databases, tmp_path_factory) -> Iterator[World]:
     url = databases.new()
     store = LocalObjectStore(tmp_path_factory.mktemp("objects"), prefix="test")
     w = World(url, store)
@@ -476,11 +478,11 @@ LIBRARY_ROWS: list[tuple[str, str, Callable[[World], Any]]] = [
         lambda w: _insert(w, _memory(embedding_model="m\x00")),
     ),
     ("insert: a memory that is a string", "memory", lambda w: _insert(w, "remember this")),
-    ("insert: memories not a list", "memories", lambda w: insert_memories(w.conn, 42, actor="test")),
+    ("insert: memories not a list", "memories", lambda w: insert_memories(w.conn, 42, actor="test")),  # type: ignore[arg-type]
     ("insert: NUL in actor", "actor", lambda w: _insert(w, _memory(), actor="te\x00st")),
     ("insert: naive now", "now", lambda w: _insert(w, _memory(), now=NAIVE)),
     ("write path: zero-width content", "content", lambda w: prepare_memory("u1", "\u200b")),
-    ("write path: pinned='yes'", "pinned", lambda w: prepare_memory("u1", "a note", pinned="yes")),
+    ("write path: pinned='yes'", "pinned", lambda w: prepare_memory("u1", "a note", pinned="yes")),  # type: ignore[arg-type]
     ("write path: surrogate in domain", "domain", lambda w: prepare_memory("u1", "a note", domain="\udfff")),
     ("write path: NaN in the embedding", "embedding", lambda w: _add_with_embedding(w, _nan_vector())),
     (
@@ -493,7 +495,7 @@ LIBRARY_ROWS += [
     (
         f"restore.restore_archive (CLI): malformed backup ({kind})",
         field,
-        lambda w, k=kind: restore_archive(
+        lambda w, k=kind: restore_archive(  # type: ignore[misc]
             w.conn, w.store, user_id="u1", original_id=w.original_ids[k], actor="cli"
         ),
     )
@@ -517,7 +519,7 @@ LIBRARY_ROWS += [
         lambda w: _insert(w, _memory(), _memory(id=w.original_ids["good"], content="another text")),
     ),
     ("archived_ids: limit=-1", "limit", lambda w: archived_ids(w.conn, limit=-1)),
-    ("archived_ids: limit='5'", "limit", lambda w: archived_ids(w.conn, limit="5")),
+    ("archived_ids: limit='5'", "limit", lambda w: archived_ids(w.conn, limit="5")),  # type: ignore[arg-type]
     ("archived_ids: limit=True", "limit", lambda w: archived_ids(w.conn, limit=True)),
     ("archived_ids: blank user_id", "user_id", lambda w: archived_ids(w.conn, user_id=" ")),
     (
@@ -541,21 +543,33 @@ LIBRARY_ROWS += [
         "build_context: a counter returning 2.5",
         "counter",
         lambda w: w.client().build_context(
-            "u1", "cortado", ["hi"], counter=lambda t: 2.5, record_access=True
+            "u1",
+            "cortado",
+            ["hi"],
+            counter=lambda t: 2.5,  # type: ignore[arg-type, return-value]
+            record_access=True,
         ),
     ),
     (
         "build_context: a counter returning '3'",
         "counter",
         lambda w: w.client().build_context(
-            "u1", "cortado", ["hi"], counter=lambda t: "3", record_access=True
+            "u1",
+            "cortado",
+            ["hi"],
+            counter=lambda t: "3",  # type: ignore[arg-type, return-value]
+            record_access=True,
         ),
     ),
     (
         "build_context: a counter returning None",
         "counter",
         lambda w: w.client().build_context(
-            "u1", "cortado", ["hi"], counter=lambda t: None, record_access=True
+            "u1",
+            "cortado",
+            ["hi"],
+            counter=lambda t: None,  # type: ignore[arg-type, return-value]
+            record_access=True,
         ),
     ),
     (
@@ -573,7 +587,11 @@ LIBRARY_ROWS += [
         "client: a token_counter that is not callable",
         "token_counter",
         lambda w: MemoryClient(
-            w.conn, embedder=HashingEmbedder(TEST_DIM), object_store=w.store, actor="test", token_counter=42
+            w.conn,
+            embedder=HashingEmbedder(TEST_DIM),
+            object_store=w.store,
+            actor="test",
+            token_counter=42,  # type: ignore[arg-type]
         ),
     ),
 ]
@@ -640,7 +658,7 @@ def test_the_good_archive_still_expands_and_a_caller_item_with_an_aware_time_pac
     client = world.client()
     expansion = client.expand("u1", world.archive_ids["good"], now=NOW)
     assert "good locker code" in expansion.content
-    item = ContextItem("Earlier summary", "caller", created_at="2025-01-01T00:00:00Z")
+    item = ContextItem("Earlier summary", "caller", created_at="2025-01-01T00:00:00Z")  # type: ignore[arg-type]
     assert item.created_at == datetime(2025, 1, 1, tzinfo=UTC)
     context = client.build_context("u1", "cortado", ["hello"], summaries=[item], now=NOW)
     assert any(b.text == "Earlier summary" for b in context.blocks)
@@ -677,7 +695,7 @@ def test_a_context_budget_with_a_bad_value_is_our_error_naming_the_field():
 
 def test_a_date_string_in_search_filters_is_refused_naming_the_field():
     with pytest.raises(InvalidInputError) as info:
-        SearchFilters(since="2024-01-01")
+        SearchFilters(since="2024-01-01")  # type: ignore[arg-type]
     assert info.value.field == "filters.since"
 
 
@@ -699,7 +717,7 @@ def test_a_counter_that_goes_negative_later_is_refused_naming_what_it_returned()
         assemble_context(recent_turns=["fine", "a bad turn"], counter=counter)
     assert (info.value.field, info.value.value) == ("counter", -7)
     assert str(info.value).startswith("invalid counter=-7: ")
-    assemble_context(recent_turns=["fine"], counter=lambda t: np.int64(3))  # integers of any kind count
+    assemble_context(recent_turns=["fine"], counter=lambda t: np.int64(3))  # type: ignore[arg-type, return-value]  # integers of any kind count
 
 
 def test_restore_of_an_unknown_original_id_names_the_field(world):
@@ -727,7 +745,7 @@ def test_restore_of_an_id_of_the_wrong_kind_says_what_it_is(world, flavour):
     )
     for memory_id in (original_id, hot):  # archived and hot memories' own ids
         with pytest.raises(NotFoundError) as info:
-            _call(world, flavour, lambda c, m=memory_id: c.restore("u1", archive_id=m))
+            _call(world, flavour, lambda c, m=memory_id: c.restore("u1", archive_id=m))  # type: ignore[misc]
         assert str(info.value) == (
             f"archive_id={memory_id}: that is a memory's original_id, not an archive id: restore it by "
             "original_id (user_id='u1')"
@@ -770,7 +788,7 @@ def test_a_local_root_that_does_not_exist_yet_is_created(tmp_path):
     store = object_store_from_settings(
         Settings(object_store=ObjectStoreConfig(local_root=tmp_path / "a" / "b"))
     )
-    assert store.root.is_dir()
+    assert isinstance(store, LocalObjectStore) and store.root.is_dir()
 
 
 # --------------------------------------------------------------------------- the command line
@@ -778,12 +796,14 @@ def test_a_local_root_that_does_not_exist_yet_is_created(tmp_path):
 
 def _archive_state(url: str) -> dict[str, Any]:
     with connect(url) as conn:
-        return conn.execute(
-            """SELECT (SELECT count(*) FROM archival_batches) AS batches,
-                      (SELECT count(*) FROM archival_attempts) AS attempts,
-                      (SELECT count(*) FROM archived_memories) AS archived,
-                      (SELECT count(*) FROM memory_events) AS events"""
-        ).fetchone()
+        return one(
+            conn.execute(
+                """SELECT (SELECT count(*) FROM archival_batches) AS batches,
+                          (SELECT count(*) FROM archival_attempts) AS attempts,
+                          (SELECT count(*) FROM archived_memories) AS archived,
+                          (SELECT count(*) FROM memory_events) AS events"""
+            )
+        )
 
 
 def _old_memories(url: str) -> None:

@@ -46,8 +46,10 @@ def test_the_turn_after_a_match_is_found_by_context_and_only_with_context(conn):
         if h.provenance.memory_id == asked
     )
     # the answer shares no word with the question: its full-text score is the context share of the match's
+    assert matched.scores.text_rank is not None
     assert hit.scores.text_rank == RetrievalConfig().context_weight * matched.scores.text_rank
-    assert _rank(client, "u1", answer) is not None and _rank(client, "u1", answer) <= 3
+    rank = _rank(client, "u1", answer)
+    assert rank is not None and rank <= 3
     off = make_client(conn, retrieval=RetrievalConfig(context_weight=0.0))
     assert (
         next(

@@ -32,7 +32,7 @@ finite_f32 = arrays(
     np.float32, st.integers(1, 64), elements=st.floats(width=32, allow_nan=False, allow_infinity=False)
 )
 # What Postgres can hold: no NUL, no lone UTF-16 surrogates (validation refuses both before storage).
-storable_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+storable_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | storable_text,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(storable_text, children, max_size=3),
