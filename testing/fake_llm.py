@@ -26,10 +26,8 @@ No key is checked: tests pass an obviously fake one such as "test-key-not-a-secr
 from __future__ import annotations
 
 import base64
-import hashlib
 import itertools
 import json
-import math
 import re
 import threading
 import time
@@ -41,148 +39,28 @@ from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-import numpy as np
-
 from memory_lib.write.near_duplicates import content_words, state_change
 from memory_lib.write.write_judge import JUDGE_MARKER  # the prompt the write judge sends
+
+from .fake_answers import (
+    MESSAGE_OVERHEAD_TOKENS,
+    count_tokens,
+    fake_domain,
+    fake_embedding,
+    fake_entities,
+    fake_rerank,
+    fake_summary,
+    memory_content,
+    prompt_of,
+    request_texts,
+    unit_fraction,
+    wants_json,
+    word_count,
+)
 
 FAKE_API_KEY = "test-key-not-a-secret"
 EVALUATOR_MARKER = "You are evaluating memory search results."
 DEFAULT_EMBEDDING_DIM = 1536
-_SENTENCE = re.compile(r"\S.*?(?:[.!?](?=\s|$)|$)", re.DOTALL)
-
-
-def _unit_fraction(text: str) -> float:
-    """A stable number in [0, 1) for `text`: the same memory is always selected, or never."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2**64
-
-
-def memory_content(prompt: str) -> str:
-    """The memory inside a summary prompt (the whole prompt if it has no <memory> block)."""
-    # The last block: the instructions before it may mention the tag themselves.
-    end = prompt.rfind("</memory>")
-    start = prompt.rfind("<memory>", 0, end) if end >= 0 else -1
-    return prompt[start + len("<memory>") : end].strip() if start >= 0 else prompt.strip()
-
-
-def fake_summary(content: str) -> str:
-    """What the server answers for a memory: its first two sentences, whitespace collapsed."""
-    sentences = [s.strip() for s in _SENTENCE.findall(" ".join(content.split()))]
-    return " ".join(sentences[:2])
-
-
-_PASSAGE = re.compile(r"^\[(\d+)\] (.*)$", re.MULTILINE)
-
-
-def fake_rerank(prompt: str) -> str:
-    """A rerank prompt's answer: passage numbers by words shared with the <question>, most first."""
-    question = re.search(r"<question>(.*?)</question>", prompt, re.DOTALL)
-    block = re.search(r"<passages>(.*?)</passages>", prompt, re.DOTALL)
-    words = set(re.findall(r"\w+", (question.group(1) if question else "").lower()))
-    passages = [
-        (int(n), set(re.findall(r"\w+", text.lower())))
-        for n, text in _PASSAGE.findall(block.group(1) if block else "")
-    ]
-    ranked = sorted(passages, key=lambda p: (-len(words & p[1]), p[0]))
-    return ", ".join(str(n) for n, _ in ranked)
-
-
-def fake_embedding(text: str, dim: int) -> np.ndarray:
-    """The unit float32 vector the server answers for `text`."""
-    seed = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
-    vector = np.random.default_rng(seed).standard_normal(dim)
-    return (vector / np.linalg.norm(vector)).astype(np.float32)
-
-
-def _word_count(text: str) -> int:
-    return len(text.split())
-
-
-def count_tokens(text: str) -> int:
-    """Tokens as a BPE tokenizer counts English text: about one per 4 characters (Anthropic and OpenAI
-    both quote ~4 chars/token). Computed from the text, so usage grows with prompt and answer."""
-    return max(1, math.ceil(len(text) / 4))
-
-
-MESSAGE_OVERHEAD_TOKENS = 7  # role markers and message framing, as the providers bill them
-
-_NAME = re.compile(r"[A-Z][\w'’]*(?: (?:of |de )?[A-Z][\w'’]*)*")
-_WITH_DIGIT = re.compile(r"[$€£]?[\w-]*\d[\w,./-]*")
-_NOT_NAMES = frozenset(
-    [
-        "I",
-        "The",
-        "A",
-        "An",
-        "She",
-        "He",
-        "Her",
-        "His",
-        "They",
-        "Their",
-        "We",
-        "Our",
-        "It",
-        "My",
-        "You",
-        "Your",
-        "This",
-        "That",
-        "Then",
-        "And",
-        "But",
-        "So",
-    ]
-)
-_MONTH_NAMES = frozenset(
-    [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ]
-)
-
-
-def fake_entities(content: str) -> list[list[str]]:
-    """[name, type] pairs for a memory: capitalized names and tokens with digits, as a model would list them."""
-    found: dict[str, str] = {}
-    for m in _NAME.finditer(content):
-        words = [w for w in m.group().split() if w not in _NOT_NAMES]
-        name = " ".join(words)
-        if name and name not in _MONTH_NAMES:
-            found.setdefault(name, "person" if len(words) <= 2 else "organization")
-    for m in _WITH_DIGIT.finditer(content):
-        token = m.group().rstrip(".,-/")
-        kind = "amount" if token[:1] in "$€£" else "identifier" if any(c.isalpha() for c in token) else "date"
-        found.setdefault(token, kind)
-    return [[n, t] for n, t in list(found.items())[:8]]
-
-
-def fake_domain(content: str) -> str:
-    words = set(re.findall(r"[a-z]+", content.lower()))
-    for domain, cues in (
-        ("work", {"work", "project", "meeting", "team", "client", "deadline", "office"}),
-        ("family", {"mom", "dad", "kids", "son", "daughter", "wife", "husband", "family"}),
-        ("logistics", {"flight", "order", "delivery", "booking", "hotel", "train"}),
-    ):
-        if words & cues:
-            return domain
-    return "personal"
-
-
-def wants_json(prompt: str) -> bool:
-    """memory_lib's summary prompt asks for one JSON object with these keys."""
-    return '"summary"' in prompt and '"entities"' in prompt
 
 
 @dataclass(frozen=True)
@@ -430,11 +308,11 @@ class FakeLLMServer:
         out = []
         cut = len(batch["requests"]) // 2 if batch["outcome"] != "ended" else len(batch["requests"])
         for i, (custom_id, params) in enumerate(batch["requests"]):
-            content = self._request_texts("/v1/messages", params)[0]
+            content = request_texts("/v1/messages", params)[0]
             marker = self.batch_error_when_contains
             if i >= cut:
                 out.append(self._result_line(batch, custom_id, batch["outcome"], None))
-            elif (marker and marker in content) or _unit_fraction(content) < self.fail_fraction:
+            elif (marker and marker in content) or unit_fraction(content) < self.fail_fraction:
                 out.append(self._result_line(batch, custom_id, "errored", None))
             else:
                 answer = (
@@ -628,7 +506,7 @@ class FakeLLMServer:
         return Handler
 
     def _respond(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        texts = self._request_texts(path, body)
+        texts = request_texts(path, body)
         with self._lock:
             transient = self.transient_failures > 0
             if transient:
@@ -638,7 +516,7 @@ class FakeLLMServer:
                 {"retry-after": "0"},
             )
         marker = self.fail_when_contains
-        if any(_unit_fraction(t) < self.fail_fraction or (marker and marker in t) for t in texts):
+        if any(unit_fraction(t) < self.fail_fraction or (marker and marker in t) for t in texts):
             return self._error(path, self.fail_status, "persistent failure injected") + ({},)
         if path == "/v1/messages":
             return 200, self._anthropic_message(body, texts[0]), {}
@@ -647,20 +525,6 @@ class FakeLLMServer:
         if path == "/v1/embeddings":
             return 200, self._embeddings(body, texts), {}
         return self._error(path, 404, f"no route {path}") + ({},)
-
-    @staticmethod
-    def _request_texts(path: str, body: dict[str, Any]) -> list[str]:
-        """The memory contents a request is about: selection for faults goes by these."""
-        if path == "/v1/embeddings":
-            inputs = body.get("input", [])
-            return [inputs] if isinstance(inputs, str) else [str(t) for t in inputs]
-        prompt = ""
-        for message in body.get("messages", []):
-            content = message.get("content", "")
-            if isinstance(content, list):
-                content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-            prompt += str(content)
-        return [memory_content(prompt)]
 
     def _evaluation(self, prompt: str) -> str:
         if isinstance(self.evaluator_decision, str):
@@ -716,7 +580,7 @@ class FakeLLMServer:
             return fake_rerank(content)
         if self.summary_override is not None:
             return self.summary_override
-        if _unit_fraction(content) < self.empty_summary_fraction:
+        if unit_fraction(content) < self.empty_summary_fraction:
             return ""
         return fake_summary(content)
 
@@ -724,32 +588,22 @@ class FakeLLMServer:
         """The model's text: the summary JSON when the prompt asks for it, else the plain summary."""
         if self.raw_output_override is not None:
             return self.raw_output_override
-        prompt = self._prompt_of(body)
+        prompt = prompt_of(body)
         if JUDGE_MARKER in prompt:
             return self._judgement(prompt)
         summary = self._summary_for(content)
-        if not wants_json(self._prompt_of(body)):
+        if not wants_json(prompt_of(body)):
             return summary
         answer = json.dumps(
             {"summary": summary, "entities": fake_entities(content), "domain": fake_domain(content)}
         )
         marker = self.malformed_json_when_contains
-        if (marker and marker in content) or _unit_fraction("json:" + content) < self.malformed_json_fraction:
+        if (marker and marker in content) or unit_fraction("json:" + content) < self.malformed_json_fraction:
             return answer[: len(answer) // 2]  # cut mid-object: not JSON
         return answer
 
-    @staticmethod
-    def _prompt_of(body: dict[str, Any]) -> str:
-        prompt = ""
-        for message in body.get("messages", []):
-            content = message.get("content", "")
-            if isinstance(content, list):
-                content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-            prompt += str(content)
-        return prompt
-
     def input_tokens_for(self, body: dict[str, Any]) -> int:
-        return count_tokens(self._prompt_of(body)) + MESSAGE_OVERHEAD_TOKENS * len(body.get("messages", []))
+        return count_tokens(prompt_of(body)) + MESSAGE_OVERHEAD_TOKENS * len(body.get("messages", []))
 
     def _anthropic_message(self, body: dict[str, Any], content: str) -> dict[str, Any]:
         text = self._answer_for(body, content)
@@ -806,7 +660,7 @@ class FakeLLMServer:
                 base64.b64encode(vector.tobytes()).decode("ascii") if as_base64 else vector.tolist()
             )
             data.append({"object": "embedding", "index": index, "embedding": encoded})
-        tokens = sum(_word_count(t) for t in texts)
+        tokens = sum(word_count(t) for t in texts)
         return {
             "object": "list",
             "data": data,

@@ -15,7 +15,8 @@ import pytest
 from memory_lib.core.config import EmbeddingConfig, Settings
 from memory_lib.core.errors import EmbeddingError, InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder, OpenAIEmbedder, embedder_from_settings
-from testing.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_embedding
+from testing.fake_answers import fake_embedding
+from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 RELATED = [

@@ -16,7 +16,8 @@ from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import END, load_history
 from testing.factories import NOW, archival_services, make_memories
-from testing.fake_llm import FAKE_API_KEY, FakeLLMServer, fake_domain, fake_entities
+from testing.fake_answers import fake_domain, fake_entities
+from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 from testing.rows import one
 
 

@@ -28,14 +28,8 @@ from memory_lib.llm.summarize import (
     summarizer_from_settings,
 )
 from memory_lib.llm.transport import RateLimiter
-from testing.fake_llm import (
-    FAKE_API_KEY,
-    FakeLLMServer,
-    count_tokens,
-    fake_domain,
-    fake_entities,
-    fake_summary,
-)
+from testing.fake_answers import count_tokens, fake_domain, fake_entities, fake_summary
+from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
 PROVIDERS = ["anthropic", "openai"]
 ROUTE = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
