@@ -32,13 +32,8 @@ from .common import (
 from .search_corpus import ARCHIVED_PER_HOT, DB, DIM, NOW, Corpus, CorpusEmbedder
 
 LOAD_THREADS = 8
-
-
 LOAD_ARCHIVE = 2_000  # hot memories the archival run archives under load (at most a fifth of them)
-
-
 LOAD_TIMEOUT_S = 1_200.0
-
 
 # Every hot memory is eligible (the corpus' are minutes to days old at NOW), lowest importance first.
 LOAD_CRITERIA = ArchivalCriteria(
@@ -153,9 +148,12 @@ def under_load(url: str, report: Report, n: int, corpus: Corpus, workdir: Path |
                 def wait_for_archival() -> None:
                     deadline = time.monotonic() + LOAD_TIMEOUT_S
                     while not outcome and time.monotonic() < deadline:
+                        # Read is_alive before the get: a worker that put its result and exited during a
+                        # short get still has its result in the pipe, and gets a long get to deliver it.
+                        alive = worker.is_alive()
                         with contextlib.suppress(queue.Empty):
-                            outcome.update(out.get(timeout=0.5 if worker.is_alive() else 2.0))
-                        if not outcome and not worker.is_alive():
+                            outcome.update(out.get(timeout=0.5 if alive else 2.0))
+                        if not outcome and not alive:
                             break  # died without a word
                     done.set()
 
