@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
     from memory_assets.demo_data import generate_history
-    from memory_lib.core.models import NewMemory
     from memory_lib.storage.store import insert_memories
     from testing.fake_llm import FAKE_API_KEY, FakeLLMServer
 
@@ -59,24 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         vectors = embedder.embed([m.content for m in items])
         insert_memories(
             conn,
-            [
-                NewMemory(
-                    id=m.id,
-                    user_id=m.user_id,
-                    content=m.content,
-                    embedding=v,
-                    embedding_model=embedder.model,
-                    entity_links=m.entity_links,
-                    metadata=m.metadata,
-                    domain=m.domain,
-                    category=m.category,
-                    importance_score=m.importance_score,
-                    access_count=m.access_count,
-                    last_accessed_at=m.last_accessed_at,
-                    created_at=m.created_at,
-                )
-                for m, v in zip(items, vectors, strict=True)
-            ],
+            [m.as_new_memory(v, embedder.model) for m, v in zip(items, vectors, strict=True)],
             actor="bench",
         )
         summarizer = AnthropicSummarizer(

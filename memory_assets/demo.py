@@ -188,23 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute("DROP INDEX memories_embedding_hnsw")
         batch: list[NewMemory] = []
         for m, v in zip(items, vectors, strict=True):
-            batch.append(
-                NewMemory(
-                    id=m.id,
-                    user_id=m.user_id,
-                    content=m.content,
-                    embedding=v,
-                    embedding_model=embedder.model,
-                    entity_links=m.entity_links,
-                    metadata=m.metadata,
-                    domain=m.domain,
-                    category=m.category,
-                    importance_score=m.importance_score,
-                    access_count=m.access_count,
-                    last_accessed_at=m.last_accessed_at,
-                    created_at=m.created_at,
-                )
-            )
+            batch.append(m.as_new_memory(v, embedder.model))
             if len(batch) == 5000:
                 insert_memories(conn, batch, actor="demo-loader")
                 batch = []

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
+import numpy as np
+
 from memory_assets.demo_events import (
     EVENTS,
     WEIGHTS,
@@ -34,6 +36,7 @@ from memory_assets.demo_events import (
     team_calendar,
 )
 from memory_assets.demo_world import CHANGES, USERS, birthday, make_lives
+from memory_lib.core.models import NewMemory
 
 __all__ = ["DemoMemory", "birthday", "generate_history"]
 
@@ -51,6 +54,24 @@ class DemoMemory:
     created_at: datetime
     entity_links: list[uuid.UUID]
     metadata: dict
+
+    def as_new_memory(self, embedding: np.ndarray, embedding_model: str) -> NewMemory:
+        """This memory as a row to insert (memory_lib.storage.store.insert_memories), with its vector."""
+        return NewMemory(
+            id=self.id,
+            user_id=self.user_id,
+            content=self.content,
+            embedding=embedding,
+            embedding_model=embedding_model,
+            entity_links=self.entity_links,
+            metadata=self.metadata,
+            domain=self.domain,
+            category=self.category,
+            importance_score=self.importance_score,
+            access_count=self.access_count,
+            last_accessed_at=self.last_accessed_at,
+            created_at=self.created_at,
+        )
 
 
 def generate_history(

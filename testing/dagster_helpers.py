@@ -11,7 +11,6 @@ from typing import Any
 import psycopg
 
 from memory_assets.demo_data import generate_history
-from memory_lib.core.models import NewMemory
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.store import insert_memories
 
@@ -42,24 +41,7 @@ def load_history(
     embedder = HashingEmbedder(dim)
     items = list(generate_history(end=end, days=days, per_day=per_day, users=users))
     vectors = embedder.embed([m.content for m in items])
-    memories = [
-        NewMemory(
-            id=m.id,
-            user_id=m.user_id,
-            content=m.content,
-            embedding=v,
-            embedding_model=embedder.model,
-            entity_links=m.entity_links,
-            metadata=m.metadata,
-            domain=m.domain,
-            category=m.category,
-            importance_score=m.importance_score,
-            access_count=m.access_count,
-            last_accessed_at=m.last_accessed_at,
-            created_at=m.created_at,
-        )
-        for m, v in zip(items, vectors, strict=True)
-    ]
+    memories = [m.as_new_memory(v, embedder.model) for m, v in zip(items, vectors, strict=True)]
     return insert_memories(conn, memories, actor="test-loader")
 
 
