@@ -227,7 +227,6 @@ def restore_archives(
 
 
 # A group's locks and rows (_lock_group_plan): the users' write locks (core.locks, sorted), then the rows.
-LOCK_USERS_SQL = USERS_LOCK_SQL
 # Each (user_id, original_id) pair exactly: a row of another user with the same original_id is not read.
 LOCK_GROUP_SQL = f"""
     SELECT {ARCHIVE_ROW} FROM archived_memories a
@@ -250,7 +249,7 @@ def _lock_group_plan(members: Sequence[tuple[str, uuid.UUID]]) -> Plan[_Locked]:
     """Lock a group (members sorted by user): the write lock of each of its users ascending, then its
     archive rows in id order (memory_lib.core.locks); read which of the others are hot."""
     users = [u for u, _ in members]
-    yield Sql(LOCK_USERS_SQL, {"users": sorted(set(users))}, "one")
+    yield Sql(USERS_LOCK_SQL, {"users": sorted(set(users))}, "one")
     pairs = {"users": users, "ids": [o for _, o in members]}
     rows = yield Sql(LOCK_GROUP_SQL, pairs, "all")
     archived = {(r["user_id"], r["original_id"]): r for r in rows}

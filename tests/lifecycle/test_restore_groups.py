@@ -12,7 +12,7 @@ import pytest
 from memory_lib.archival import integrity
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria
-from memory_lib.core.locks import USER_LOCK_SQL
+from memory_lib.core.locks import USER_LOCK_SQL, USERS_LOCK_SQL
 from memory_lib.lifecycle import restore as restore_mod
 from memory_lib.storage.db import connect
 from memory_lib.storage.store import MEMORY_COLUMNS, insert_memories
@@ -139,11 +139,12 @@ def test_a_member_whose_write_fails_is_retried_alone_and_the_others_are_restored
 
 
 def test_a_group_takes_the_users_write_locks(conn, db_url):
-    """The group's one-statement user locks are the write locks every writer takes (core.locks)."""
+    """The group's one-statement user locks (the statement restore runs) are the write locks every writer
+    takes (core.locks)."""
     other = connect(db_url)
     try:
         with conn.transaction():
-            conn.execute(restore_mod.LOCK_USERS_SQL, {"users": ["alice", "bob"]})
+            conn.execute(USERS_LOCK_SQL, {"users": ["alice", "bob"]})
             other.execute("SET lock_timeout = '200ms'")
             for user in ("alice", "bob"):
                 with pytest.raises(psycopg.errors.LockNotAvailable), other.transaction():
