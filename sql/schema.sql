@@ -60,29 +60,15 @@ BEGIN
     RETURN NEW;
 END $$;
 
-CREATE FUNCTION public.archived_term_stats_rows() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        PERFORM term_stats_apply(array_agg(user_id), array_agg(archive_document(summary, lexemes)), 1)
-        FROM new_rows WHERE original_superseded_by IS NULL;
-    ELSE
-        PERFORM term_stats_apply(array_agg(user_id), array_agg(archive_document(summary, lexemes)), -1)
-        FROM old_rows WHERE original_superseded_by IS NULL;
-    END IF;
-    RETURN NULL;
-END $$;
-
 CREATE FUNCTION public.archived_term_stats_update() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF OLD.original_superseded_by IS NULL THEN
-        PERFORM term_stats_apply(ARRAY[OLD.user_id], ARRAY[archive_document(OLD.summary, OLD.lexemes)], -1);
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.original_superseded_by IS NULL THEN
+        PERFORM term_stats_doc(OLD.user_id, archive_document(OLD.summary, OLD.lexemes), -1);
     END IF;
-    IF NEW.original_superseded_by IS NULL THEN
-        PERFORM term_stats_apply(ARRAY[NEW.user_id], ARRAY[archive_document(NEW.summary, NEW.lexemes)], 1);
+    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.original_superseded_by IS NULL THEN
+        PERFORM term_stats_doc(NEW.user_id, archive_document(NEW.summary, NEW.lexemes), 1);
     END IF;
     RETURN NULL;
 END $$;
@@ -99,48 +85,37 @@ CREATE FUNCTION public.backup_ref(object_ref text, member_offset bigint, size bi
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN (object_ref || COALESCE(((('#bytes='::text || member_offset) || '-'::text) || ((member_offset + size) - 1)), ''::text));
 
-CREATE FUNCTION public.memories_term_stats_rows() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        PERFORM term_stats_apply(array_agg(user_id), array_agg(content_tsv), 1)
-        FROM new_rows WHERE superseded_by IS NULL;
-    ELSE
-        PERFORM term_stats_apply(array_agg(user_id), array_agg(content_tsv), -1)
-        FROM old_rows WHERE superseded_by IS NULL;
-    END IF;
-    RETURN NULL;
-END $$;
-
 CREATE FUNCTION public.memories_term_stats_update() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF OLD.superseded_by IS NULL THEN
-        PERFORM term_stats_apply(ARRAY[OLD.user_id], ARRAY[OLD.content_tsv], -1);
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.superseded_by IS NULL THEN
+        PERFORM term_stats_doc(OLD.user_id, OLD.content_tsv, -1);
     END IF;
-    IF NEW.superseded_by IS NULL THEN
-        PERFORM term_stats_apply(ARRAY[NEW.user_id], ARRAY[NEW.content_tsv], 1);
+    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.superseded_by IS NULL THEN
+        PERFORM term_stats_doc(NEW.user_id, NEW.content_tsv, 1);
     END IF;
     RETURN NULL;
 END $$;
 
 CREATE FUNCTION public.memory_events_append_only() RETURNS trigger
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 DECLARE
-    request text := nullif(current_setting('memory_archive.redacting', true), '');
+    request uuid;
 BEGIN
-    IF TG_OP = 'UPDATE' AND request IS NOT NULL
-       AND NEW.id = OLD.id AND NEW.memory_id = OLD.memory_id AND NEW.user_id = OLD.user_id
-       AND NEW.event_type = OLD.event_type AND NEW.actor = OLD.actor AND NEW.occurred_at = OLD.occurred_at
-       AND NOT OLD.details ? 'redacted'
-       AND NEW.details = memory_events_redacted(OLD.details, request::uuid) THEN
-        RETURN NEW;
+    IF TG_OP = 'UPDATE' AND NOT OLD.details ? 'redacted'
+       AND NEW.details ->> 'redacted' ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+        request := (NEW.details ->> 'redacted')::uuid;
+        IF NEW.id = OLD.id AND NEW.memory_id = OLD.memory_id AND NEW.user_id = OLD.user_id
+           AND NEW.event_type = OLD.event_type AND NEW.actor = OLD.actor AND NEW.occurred_at = OLD.occurred_at
+           AND NEW.details = memory_events_redacted(OLD.details, request)
+           AND EXISTS (SELECT 1 FROM forget_requests f WHERE f.user_id = OLD.user_id AND f.id = request) THEN
+            RETURN NEW;
+        END IF;
     END IF;
     RAISE EXCEPTION 'memory_events is append-only: % is not allowed', TG_OP;
-END $$;
+END $_$;
 
 CREATE FUNCTION public.memory_events_redacted(details jsonb, request uuid) RETURNS jsonb
     LANGUAGE sql IMMUTABLE
@@ -161,26 +136,19 @@ BEGIN
     RETURN NEW;
 END $$;
 
-CREATE FUNCTION public.memory_retention_track_insert() RETURNS trigger
+CREATE FUNCTION public.memory_retention_track() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    INSERT INTO memory_retention (user_id, memory_id, created_at)
-    SELECT n.user_id, n.id, n.created_at FROM memory_retention_new_rows n
-    ON CONFLICT (user_id, memory_id) DO UPDATE
-        SET pending = true, marks = memory_retention.marks + 1, created_at = EXCLUDED.created_at;
-    RETURN NULL;
-END $$;
-
-CREATE FUNCTION public.memory_retention_track_update() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    UPDATE memory_retention r SET pending = true, marks = r.marks + 1, created_at = n.created_at
-    FROM memory_retention_new_rows n JOIN memory_retention_old_rows o ON o.id = n.id AND o.user_id = n.user_id
-    WHERE r.user_id = n.user_id AND r.memory_id = n.id
-      AND (n.last_accessed_at, n.access_count, n.category, n.created_at)
-          IS DISTINCT FROM (o.last_accessed_at, o.access_count, o.category, o.created_at);
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO memory_retention (user_id, memory_id, created_at)
+        VALUES (NEW.user_id, NEW.id, NEW.created_at)
+        ON CONFLICT (user_id, memory_id) DO UPDATE
+            SET pending = true, marks = memory_retention.marks + 1, created_at = EXCLUDED.created_at;
+    ELSE
+        UPDATE memory_retention r SET pending = true, marks = r.marks + 1, created_at = NEW.created_at
+        WHERE r.user_id = NEW.user_id AND r.memory_id = NEW.id;
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -191,7 +159,6 @@ CREATE FUNCTION public.redact_memory_events(p_request uuid, p_user_id text, p_me
 DECLARE
     n integer;
 BEGIN
-    PERFORM set_config('memory_archive.redacting', p_request::text, true);
     WITH r AS (
         UPDATE memory_events SET details = memory_events_redacted(details, p_request)
         WHERE user_id = p_user_id AND (p_memory_ids IS NULL OR memory_id = ANY (p_memory_ids))
@@ -203,7 +170,6 @@ BEGIN
            jsonb_build_object('forget_request', p_request::text, 'events', count(*))
     FROM r GROUP BY memory_id;
     GET DIAGNOSTICS n = ROW_COUNT;
-    PERFORM set_config('memory_archive.redacting', '', true);
     RETURN n;
 END $$;
 
@@ -214,27 +180,22 @@ BEGIN
     RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP;
 END $$;
 
-CREATE FUNCTION public.term_stats_apply(p_users text[], p_docs tsvector[], p_sign integer) RETURNS void
+CREATE FUNCTION public.term_stats_doc(p_user text, p_doc tsvector, p_sign integer) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF coalesce(cardinality(p_users), 0) = 0 THEN
-        RETURN;
-    END IF;
     INSERT INTO user_corpus_stats AS s (user_id, docs, lexemes)
-    SELECT u, p_sign * count(*), p_sign * coalesce(sum(length(d)), 0)
-    FROM unnest(p_users, p_docs) AS x(u, d) GROUP BY u ORDER BY u
+    VALUES (p_user, p_sign, p_sign * coalesce(length(p_doc), 0))
     ON CONFLICT (user_id) DO UPDATE SET docs = s.docs + excluded.docs, lexemes = s.lexemes + excluded.lexemes;
-    INSERT INTO user_term_stats AS s (user_id, lexeme, df)
-    SELECT u, l, p_sign * count(*)
-    FROM unnest(p_users, p_docs) AS x(u, d), unnest(tsvector_to_array(d)) AS l
-    GROUP BY u, l ORDER BY u, l
-    ON CONFLICT (user_id, lexeme) DO UPDATE SET df = s.df + excluded.df;
+    IF p_doc IS NOT NULL AND length(p_doc) > 0 THEN
+        INSERT INTO user_term_stats AS s (user_id, lexeme, df)
+        SELECT p_user, l, p_sign FROM unnest(tsvector_to_array(p_doc)) AS l ORDER BY l
+        ON CONFLICT (user_id, lexeme) DO UPDATE SET df = s.df + excluded.df;
+    END IF;
     IF p_sign < 0 THEN
         DELETE FROM user_term_stats s
-        USING (SELECT DISTINCT u, l FROM unnest(p_users, p_docs) AS x(u, d), unnest(tsvector_to_array(d)) AS l) AS t
-        WHERE s.user_id = t.u AND s.lexeme = t.l AND s.df <= 0;
-        DELETE FROM user_corpus_stats s WHERE s.user_id = ANY(p_users) AND s.docs <= 0;
+        WHERE s.user_id = p_user AND s.lexeme = ANY (tsvector_to_array(p_doc)) AND s.df <= 0;
+        DELETE FROM user_corpus_stats s WHERE s.user_id = p_user AND s.docs <= 0;
     END IF;
 END $$;
 
@@ -244,10 +205,21 @@ CREATE FUNCTION public.term_stats_rebuild() RETURNS void
 BEGIN
     DELETE FROM user_term_stats;
     DELETE FROM user_corpus_stats;
-    INSERT INTO user_corpus_stats (user_id, docs, lexemes)
-    SELECT user_id, count(*), coalesce(sum(length(doc)), 0) FROM term_documents GROUP BY user_id;
-    INSERT INTO user_term_stats (user_id, lexeme, df)
-    SELECT user_id, l, count(*) FROM term_documents, unnest(tsvector_to_array(doc)) AS l GROUP BY user_id, l;
+    INSERT INTO user_corpus_stats AS s (user_id, docs, lexemes)
+    SELECT user_id, count(*), coalesce(sum(length(content_tsv)), 0)
+    FROM memories WHERE superseded_by IS NULL GROUP BY user_id;
+    INSERT INTO user_corpus_stats AS s (user_id, docs, lexemes)
+    SELECT user_id, count(*), coalesce(sum(length(archive_document(summary, lexemes))), 0)
+    FROM archived_memories WHERE original_superseded_by IS NULL GROUP BY user_id
+    ON CONFLICT (user_id) DO UPDATE SET docs = s.docs + excluded.docs, lexemes = s.lexemes + excluded.lexemes;
+    INSERT INTO user_term_stats AS s (user_id, lexeme, df)
+    SELECT user_id, l, count(*)
+    FROM memories, unnest(tsvector_to_array(content_tsv)) AS l WHERE superseded_by IS NULL GROUP BY user_id, l;
+    INSERT INTO user_term_stats AS s (user_id, lexeme, df)
+    SELECT user_id, l, count(*)
+    FROM archived_memories, unnest(tsvector_to_array(archive_document(summary, lexemes))) AS l
+    WHERE original_superseded_by IS NULL GROUP BY user_id, l
+    ON CONFLICT (user_id, lexeme) DO UPDATE SET df = s.df + excluded.df;
 END $$;
 
 CREATE FUNCTION public.term_stats_truncated() RETURNS trigger
@@ -719,17 +691,6 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE VIEW public.term_documents AS
- SELECT memories.user_id,
-    memories.content_tsv AS doc
-   FROM public.memories
-  WHERE (memories.superseded_by IS NULL)
-UNION ALL
- SELECT archived_memories.user_id,
-    public.archive_document(archived_memories.summary, archived_memories.lexemes) AS doc
-   FROM public.archived_memories
-  WHERE (archived_memories.original_superseded_by IS NULL);
-
 CREATE TABLE public.user_corpus_stats (
     user_id text NOT NULL,
     docs bigint NOT NULL,
@@ -930,17 +891,17 @@ CREATE TRIGGER archived_memories_lexemes BEFORE INSERT ON public.archived_memori
 
 CREATE TRIGGER archived_memories_quantize BEFORE INSERT OR UPDATE OF summary_embedding ON public.archived_memories FOR EACH ROW EXECUTE FUNCTION public.archived_memories_quantize();
 
-CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON public.archived_memories REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.archived_term_stats_rows();
+CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON public.archived_memories FOR EACH ROW EXECUTE FUNCTION public.archived_term_stats_update();
 
-CREATE TRIGGER archived_term_stats_insert AFTER INSERT ON public.archived_memories REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.archived_term_stats_rows();
+CREATE TRIGGER archived_term_stats_insert AFTER INSERT ON public.archived_memories FOR EACH ROW EXECUTE FUNCTION public.archived_term_stats_update();
 
 CREATE TRIGGER archived_term_stats_truncate AFTER TRUNCATE ON public.archived_memories FOR EACH STATEMENT EXECUTE FUNCTION public.term_stats_truncated();
 
 CREATE TRIGGER archived_term_stats_update AFTER UPDATE ON public.archived_memories FOR EACH ROW WHEN (((old.lexemes IS DISTINCT FROM new.lexemes) OR (old.summary IS DISTINCT FROM new.summary) OR (old.user_id IS DISTINCT FROM new.user_id) OR ((old.original_superseded_by IS NULL) <> (new.original_superseded_by IS NULL)))) EXECUTE FUNCTION public.archived_term_stats_update();
 
-CREATE TRIGGER memories_term_stats_delete AFTER DELETE ON public.memories REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memories_term_stats_rows();
+CREATE TRIGGER memories_term_stats_delete AFTER DELETE ON public.memories FOR EACH ROW EXECUTE FUNCTION public.memories_term_stats_update();
 
-CREATE TRIGGER memories_term_stats_insert AFTER INSERT ON public.memories REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memories_term_stats_rows();
+CREATE TRIGGER memories_term_stats_insert AFTER INSERT ON public.memories FOR EACH ROW EXECUTE FUNCTION public.memories_term_stats_update();
 
 CREATE TRIGGER memories_term_stats_truncate AFTER TRUNCATE ON public.memories FOR EACH STATEMENT EXECUTE FUNCTION public.term_stats_truncated();
 
@@ -952,9 +913,9 @@ CREATE TRIGGER memory_events_no_update BEFORE DELETE OR UPDATE ON public.memory_
 
 CREATE TRIGGER memory_facts_source_month BEFORE INSERT ON public.memory_facts FOR EACH ROW EXECUTE FUNCTION public.memory_facts_default_month();
 
-CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON public.memories REFERENCING NEW TABLE AS memory_retention_new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memory_retention_track_insert();
+CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON public.memories FOR EACH ROW EXECUTE FUNCTION public.memory_retention_track();
 
-CREATE TRIGGER memory_retention_track_update AFTER UPDATE ON public.memories REFERENCING OLD TABLE AS memory_retention_old_rows NEW TABLE AS memory_retention_new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memory_retention_track_update();
+CREATE TRIGGER memory_retention_track_update AFTER UPDATE ON public.memories FOR EACH ROW WHEN (((((old.last_accessed_at IS DISTINCT FROM new.last_accessed_at) OR (old.access_count IS DISTINCT FROM new.access_count)) OR (old.category IS DISTINCT FROM new.category)) OR (old.created_at IS DISTINCT FROM new.created_at))) EXECUTE FUNCTION public.memory_retention_track();
 
 ALTER TABLE ONLY public.archival_attempts
     ADD CONSTRAINT archival_attempts_batch_key_fkey FOREIGN KEY (batch_key) REFERENCES public.archival_batches(batch_key);

@@ -1,5 +1,8 @@
 """The database fixtures: one embedded Postgres per session; each test that needs a database gets a
-fresh one, cloned from a migrated template (fast, and tests cannot see each other's rows)."""
+fresh one, cloned from a migrated template (fast, and tests cannot see each other's rows).
+
+With TEST_CITUS_ADMIN_URL and TEST_CITUS_URL set (`make test`'s Citus pass), every test database is a
+distributed one on that cluster instead (testing.citus), emptied between tests."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from psycopg.conninfo import make_conninfo
 
 from memory_lib.core.rows import Conn
 from memory_lib.storage.db import EmbeddedPostgres, connect, migrate_database
+from testing.citus import CitusDatabases, citus_urls
 from testing.constants import TEST_DIM, TEST_USER_PARTITIONS
 
 
@@ -66,9 +70,37 @@ class DatabaseFactory:
         self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+class CitusDatabaseFactory(DatabaseFactory):
+    """The same interface on a Citus cluster: distributed databases, reused and emptied between tests."""
+
+    def __init__(self, admin_url: str, app_url: str):
+        super().__init__(admin_url)
+        self.cluster = CitusDatabases(admin_url, app_url)
+        self._dims: dict[str, int] = {}
+
+    def new(self, dim: int = TEST_DIM) -> str:
+        url = self.cluster.new(dim)
+        self._dims[url] = dim
+        return url
+
+    def new_empty(self, prefix: str = "empty") -> str:
+        pytest.skip("needs a database with no schema; the Citus pass's databases are migrated and distributed")
+
+    def drop(self, url: str) -> None:
+        self.cluster.release(url, self._dims.pop(url))
+
+
 @pytest.fixture(scope="session")
-def databases(pg_server: str) -> DatabaseFactory:
-    return DatabaseFactory(pg_server)
+def databases(request: pytest.FixtureRequest) -> Iterator[DatabaseFactory]:
+    urls = citus_urls()
+    if urls is None:
+        yield DatabaseFactory(request.getfixturevalue("pg_server"))
+        return
+    factory = CitusDatabaseFactory(*urls)
+    try:
+        yield factory
+    finally:
+        factory.cluster.drop_all()
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ ALL_BLOCKS = [b for page in PAGES for b in blocks(page)]
 
 
 def _of(lang: str) -> list[Block]:
-    return [b for b in ALL_BLOCKS if b.lang == lang and b.marker != "not-run"]
+    return [b for b in ALL_BLOCKS if b.lang == lang and b.marker not in ("not-run", "citus")]
 
 
 # --------------------------------------------------------------------------- classification
@@ -154,7 +154,7 @@ def test_every_block_is_classified() -> None:
             problems.append(f"{b}: a text block is output: mark it with one of {TEXT_MARKERS}")
         if b.marker in TEXT_MARKERS and b.lang != "text":
             problems.append(f"{b}: <!-- {b.marker} --> marks text blocks only")
-        if b.marker not in (None, "not-run", "run", *TEXT_MARKERS):
+        if b.marker not in (None, "not-run", "run", "citus", *TEXT_MARKERS):
             problems.append(f"{b}: unknown marker {b.marker!r}")
         if b.marker == "run" and (b.marker_arg != "demo" or b.lang != "python"):
             problems.append(f"{b}: only python blocks take <!-- run: demo -->")

@@ -426,7 +426,7 @@ def test_memories_restored_before_migration_025_count_from_their_last_restore(em
                    VALUES (%s, 'u1', %s, 'test', %s, '{}')""",
                 (memory_id, kind, at),
             )
-    assert migrate(empty_database, embedding_dim=4) == ["025_restores"]
+    assert migrate(empty_database, embedding_dim=4)[:1] == ["025_restores"]
     with connect(empty_database) as c:
         rows = c.execute(
             """SELECT m.id, m.restored_at, r.pending FROM memories m

@@ -1,0 +1,184 @@
+"""Test databases on a real Citus cluster, distributed by the statements the docs give.
+
+`make test` starts the cluster of `../shared/tools/citus/cluster.sh` and sets TEST_CITUS_ADMIN_URL (the
+superuser) and TEST_CITUS_URL (the application role, no superuser) for its Citus pass. A database here is
+what a user gets by following docs/how-to/distributed-postgres.md: made on every node with the extensions
+a DBA installs, migrated by the application role, then distributed by the page's SQL block run as written.
+Making one takes seconds, so a session keeps its databases and empties one between tests (`reset`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from memory_lib.storage.db import migrate_database
+
+DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "distributed-postgres.md"
+ADMIN_ENV, APP_ENV = "TEST_CITUS_ADMIN_URL", "TEST_CITUS_URL"
+# Kept across tests: what the migrations and the database's settings wrote.
+KEPT_TABLES = ("schema_migrations", "memory_archive_settings")
+# Append-only tables refuse TRUNCATE by trigger; the reset lifts that for its own transaction only.
+APPEND_ONLY_TRIGGERS = (
+    ("memory_events", "memory_events_no_truncate"),
+    ("archival_pause_events", "archival_pause_events_no_truncate"),
+)
+
+
+def citus_urls() -> tuple[str, str] | None:
+    """(admin, app) URLs when the Citus pass is on, else None."""
+    admin, app = os.environ.get(ADMIN_ENV), os.environ.get(APP_ENV)
+    return (admin, app) if admin and app else None
+
+
+def distribution_blocks(page: Path = DOCS_PAGE) -> dict[str, str]:
+    """The page's SQL blocks marked `<!-- citus: NAME -->`, by name."""
+    text = page.read_text(encoding="utf-8")
+    found = re.findall(r"<!--\s*citus:\s*([\w-]+)\s*-->\s*\n```sql\n(.*?)```", text, re.S)
+    return dict(found)
+
+
+def distribution_sql() -> str:
+    """The statements that distribute a migrated schema, exactly as the page prints them."""
+    return distribution_blocks()["distribute"]
+
+
+def run_script(url: str, script: str) -> None:
+    """Run a page's SQL block statement by statement in one session, as psql would."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in split_statements(script):
+            conn.execute(statement.encode())
+
+
+def split_statements(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _with_db(url: str, dbname: str) -> str:
+    return make_conninfo(url, dbname=dbname)
+
+
+class CitusDatabases:
+    """Distributed databases on one cluster, made on demand and reused: `new()` hands out one that is
+    free (emptied), `release()` empties it again."""
+
+    def __init__(self, admin_url: str, app_url: str, *, prefix: str | None = None):
+        self.admin_url, self.app_url = admin_url, app_url
+        self.role = str(conninfo_to_dict(app_url)["user"])
+        self.prefix = prefix or f"ct_{uuid.uuid4().hex[:6]}"
+        self._free: dict[int, list[str]] = {}
+        self._made: list[str] = []
+        self._settings: dict[str, list[tuple[object, ...]]] = {}
+
+    def _workers(self) -> list[tuple[str, int]]:
+        with psycopg.connect(self.admin_url) as conn:
+            rows = conn.execute(
+                "SELECT nodename, nodeport FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary'"
+            ).fetchall()
+        return [(str(h), int(p)) for h, p in rows]
+
+    def create(self, dim: int, *, distribute: bool = True) -> str:
+        """A new database on every node, set up as the docs' DBA steps say, migrated by the application
+        role and (unless `distribute` is false) distributed by the page's statements."""
+        name = f"{self.prefix}_{len(self._made)}"
+        workers = self._workers()
+        nodes = [self.admin_url] + [
+            make_conninfo(self.admin_url, host=h, port=str(p)) for h, p in workers
+        ]
+        for node in nodes:
+            with psycopg.connect(_with_db(node, "postgres"), autocommit=True) as conn:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        for node in nodes[1:]:
+            with psycopg.connect(_with_db(node, name), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION citus")
+        self._made.append(name)
+        coordinator = conninfo_to_dict(self.admin_url)
+        with psycopg.connect(_with_db(self.admin_url, name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION citus")
+            conn.execute(
+                "SELECT citus_set_coordinator_host(%s, %s)",
+                (coordinator.get("host", "127.0.0.1"), int(coordinator.get("port") or 5432)),
+            )
+            for host, port in workers:
+                conn.execute("SELECT citus_add_node(%s, %s)", (host, port))
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
+            role = sql.Identifier(self.role)
+            conn.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(name), role))
+            conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA public TO {}").format(role))
+        url = _with_db(self.app_url, name)
+        migrate_database(url, dim)
+        if distribute:
+            run_script(url, distribution_sql())
+        return url
+
+    def new(self, dim: int) -> str:
+        free = self._free.setdefault(dim, [])
+        if free:
+            return free.pop()
+        url = self.create(dim)
+        with psycopg.connect(url) as conn:
+            self._settings[url] = conn.execute("SELECT * FROM memory_archive_settings").fetchall()
+        return url
+
+    def release(self, url: str, dim: int) -> None:
+        self.reset(url)
+        self._free.setdefault(dim, []).append(url)
+
+    def reset(self, url: str) -> None:
+        """Empty every table but the migrations' record, and put the settings back as migrated."""
+        with psycopg.connect(url) as conn:
+            # Other tests' sessions on this database (a pool left open) would block the TRUNCATE.
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND usename = current_user"
+            )
+            tables = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND NOT tablename = ANY(%s)",
+                    (list(KEPT_TABLES),),
+                )
+            ]
+            conn.execute("SET citus.enable_unsafe_triggers = on")  # trigger DDL on distributed tables
+            for table, trigger in APPEND_ONLY_TRIGGERS:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(
+                        sql.Identifier(table), sql.Identifier(trigger)
+                    )
+                )
+            conn.execute(
+                sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+                    sql.SQL(", ").join(sql.Identifier(t) for t in tables)
+                )
+            )
+            for table, trigger in APPEND_ONLY_TRIGGERS:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ENABLE TRIGGER {}").format(sql.Identifier(table), sql.Identifier(trigger))
+                )
+            conn.execute("DELETE FROM memory_archive_settings")
+            rows = self._settings.get(url, [])
+            if rows:
+                placeholders = sql.SQL(", ").join(sql.Placeholder() * len(rows[0]))
+                for row in rows:
+                    conn.execute(
+                        sql.SQL("INSERT INTO memory_archive_settings VALUES ({})").format(placeholders),
+                        row,
+                    )
+
+    def drop_all(self) -> None:
+        workers = self._workers()
+        nodes = [self.admin_url] + [make_conninfo(self.admin_url, host=h, port=str(p)) for h, p in workers]
+        for name in self._made:
+            for node in nodes:
+                with psycopg.connect(_with_db(node, "postgres"), autocommit=True) as conn:
+                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        self._made.clear()
+        self._free.clear()
