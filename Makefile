@@ -46,10 +46,13 @@ screenshots: $(STAMP)
 
 # Then the core tests again on a schema partitioned by user (memories and archived_memories in 8 hash
 # partitions, memory_lib.storage.partitioning): every rule must hold in both layouts.
+CITUS_TESTS = tests/core tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
 PARTITIONED_TESTS = tests/core tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
+# Last, the core tests on a Citus cluster (scripts/test-citus.sh; skipped with a message without its kit).
 test: $(LOCAL_STAMP)
 	$(PY) -m pytest
 	TEST_USER_PARTITIONS=8 $(PY) -m pytest -m "not slow" -q $(PARTITIONED_TESTS)
+	PY=$(PY) scripts/test-citus.sh -m "not slow" -q $(CITUS_TESTS)
 
 # Style, format, types, the layer contracts (memory_lib/README.md) and MemoryClient generated from
 # AsyncMemoryClient (tools/async_to_sync.py): all must be clean.
