@@ -1,11 +1,14 @@
--- Bookkeeping triggers run per row, and touch only the row's own user.
+-- Bookkeeping that a distributed schema can run: per row, touching only the row's own user.
 --
 -- Distributed Postgres (Citus) runs a table's triggers on each shard, where a row trigger may read and
 -- write the same user's rows of colocated tables (they live on the same worker), but a statement trigger
--- with a transition table cannot run at all ("could not find named tuplestore"). So the term statistics
--- and the retention tracking, which used such statement triggers, now add each row as it is written. On
--- one machine the result is the same rows; the statistics lock the user's corpus row first, then its
--- terms in lexeme order, so two writers of one user queue instead of deadlocking.
+-- with a transition table cannot run at all ("could not find named tuplestore"). One node keeps the
+-- statement triggers of the term statistics and the retention tracking: they aggregate a bulk write
+-- (an archival chunk updates each of a user's terms once, where a trigger per row would update it once
+-- per row). `bookkeeping_per_row()` swaps them for the row triggers below that give the same rows; the
+-- distribution statements (docs/how-to/distributed-postgres.md) call it before distributing. The
+-- statistics lock the user's corpus row first, then its terms in lexeme order, so two writers of one
+-- user queue instead of deadlocking.
 
 CREATE FUNCTION term_stats_doc(p_user text, p_doc tsvector, p_sign integer) RETURNS void
     LANGUAGE plpgsql
@@ -26,17 +29,8 @@ BEGIN
     END IF;
 END $$;
 
-DROP TRIGGER memories_term_stats_insert ON memories;
-DROP TRIGGER memories_term_stats_delete ON memories;
-DROP TRIGGER archived_term_stats_insert ON archived_memories;
-DROP TRIGGER archived_term_stats_delete ON archived_memories;
-DROP TRIGGER memory_retention_track_insert ON memories;
-DROP TRIGGER memory_retention_track_update ON memories;
-DROP FUNCTION memories_term_stats_rows();
-DROP FUNCTION archived_term_stats_rows();
-DROP FUNCTION memory_retention_track_insert();
-DROP FUNCTION memory_retention_track_update();
-
+-- Updates were already per row (only when the document or its liveness changes); inserts and deletes
+-- use the same functions once per row after `bookkeeping_per_row()`.
 CREATE OR REPLACE FUNCTION memories_term_stats_update() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -63,16 +57,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER memories_term_stats_insert AFTER INSERT ON memories
-    FOR EACH ROW EXECUTE FUNCTION memories_term_stats_update();
-CREATE TRIGGER memories_term_stats_delete AFTER DELETE ON memories
-    FOR EACH ROW EXECUTE FUNCTION memories_term_stats_update();
-CREATE TRIGGER archived_term_stats_insert AFTER INSERT ON archived_memories
-    FOR EACH ROW EXECUTE FUNCTION archived_term_stats_update();
-CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON archived_memories
-    FOR EACH ROW EXECUTE FUNCTION archived_term_stats_update();
-
--- Retention: a new memory gets its row; a change of an input of its score marks the row pending.
+-- Retention per row: a new memory gets its row; a change of an input of its score marks the row pending.
 CREATE FUNCTION memory_retention_track() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -89,13 +74,33 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON memories
-    FOR EACH ROW EXECUTE FUNCTION memory_retention_track();
-CREATE TRIGGER memory_retention_track_update AFTER UPDATE ON memories
-    FOR EACH ROW
-    WHEN ((OLD.last_accessed_at, OLD.access_count, OLD.category, OLD.created_at)
-          IS DISTINCT FROM (NEW.last_accessed_at, NEW.access_count, NEW.category, NEW.created_at))
-    EXECUTE FUNCTION memory_retention_track();
+-- Idempotent: run again, it leaves the row triggers as they are.
+CREATE FUNCTION bookkeeping_per_row() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DROP TRIGGER IF EXISTS memories_term_stats_insert ON memories;
+    DROP TRIGGER IF EXISTS memories_term_stats_delete ON memories;
+    DROP TRIGGER IF EXISTS archived_term_stats_insert ON archived_memories;
+    DROP TRIGGER IF EXISTS archived_term_stats_delete ON archived_memories;
+    DROP TRIGGER IF EXISTS memory_retention_track_insert ON memories;
+    DROP TRIGGER IF EXISTS memory_retention_track_update ON memories;
+    CREATE TRIGGER memories_term_stats_insert AFTER INSERT ON memories
+        FOR EACH ROW EXECUTE FUNCTION memories_term_stats_update();
+    CREATE TRIGGER memories_term_stats_delete AFTER DELETE ON memories
+        FOR EACH ROW EXECUTE FUNCTION memories_term_stats_update();
+    CREATE TRIGGER archived_term_stats_insert AFTER INSERT ON archived_memories
+        FOR EACH ROW EXECUTE FUNCTION archived_term_stats_update();
+    CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON archived_memories
+        FOR EACH ROW EXECUTE FUNCTION archived_term_stats_update();
+    CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON memories
+        FOR EACH ROW EXECUTE FUNCTION memory_retention_track();
+    CREATE TRIGGER memory_retention_track_update AFTER UPDATE ON memories
+        FOR EACH ROW
+        WHEN ((OLD.last_accessed_at, OLD.access_count, OLD.category, OLD.created_at)
+              IS DISTINCT FROM (NEW.last_accessed_at, NEW.access_count, NEW.category, NEW.created_at))
+        EXECUTE FUNCTION memory_retention_track();
+END $$;
 
 -- The audit log's one allowed update, a redaction, is recognized by its data, not by a session setting
 -- (a setting made on the coordinator never reaches the worker where the row and its trigger are): the
@@ -169,8 +174,6 @@ BEGIN
 END $$;
 
 DROP VIEW term_documents;
-
-DROP FUNCTION term_stats_apply(text[], tsvector[], integer);
 
 -- == archival ==
 

@@ -60,6 +60,20 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE FUNCTION public.archived_term_stats_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM term_stats_apply(array_agg(user_id), array_agg(archive_document(summary, lexemes)), 1)
+        FROM new_rows WHERE original_superseded_by IS NULL;
+    ELSE
+        PERFORM term_stats_apply(array_agg(user_id), array_agg(archive_document(summary, lexemes)), -1)
+        FROM old_rows WHERE original_superseded_by IS NULL;
+    END IF;
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION public.archived_term_stats_update() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -84,6 +98,47 @@ CREATE FUNCTION public.backup_object_ref(ref text) RETURNS text
 CREATE FUNCTION public.backup_ref(object_ref text, member_offset bigint, size bigint) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN (object_ref || COALESCE(((('#bytes='::text || member_offset) || '-'::text) || ((member_offset + size) - 1)), ''::text));
+
+CREATE FUNCTION public.bookkeeping_per_row() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DROP TRIGGER IF EXISTS memories_term_stats_insert ON memories;
+    DROP TRIGGER IF EXISTS memories_term_stats_delete ON memories;
+    DROP TRIGGER IF EXISTS archived_term_stats_insert ON archived_memories;
+    DROP TRIGGER IF EXISTS archived_term_stats_delete ON archived_memories;
+    DROP TRIGGER IF EXISTS memory_retention_track_insert ON memories;
+    DROP TRIGGER IF EXISTS memory_retention_track_update ON memories;
+    CREATE TRIGGER memories_term_stats_insert AFTER INSERT ON memories
+        FOR EACH ROW EXECUTE FUNCTION memories_term_stats_update();
+    CREATE TRIGGER memories_term_stats_delete AFTER DELETE ON memories
+        FOR EACH ROW EXECUTE FUNCTION memories_term_stats_update();
+    CREATE TRIGGER archived_term_stats_insert AFTER INSERT ON archived_memories
+        FOR EACH ROW EXECUTE FUNCTION archived_term_stats_update();
+    CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON archived_memories
+        FOR EACH ROW EXECUTE FUNCTION archived_term_stats_update();
+    CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON memories
+        FOR EACH ROW EXECUTE FUNCTION memory_retention_track();
+    CREATE TRIGGER memory_retention_track_update AFTER UPDATE ON memories
+        FOR EACH ROW
+        WHEN ((OLD.last_accessed_at, OLD.access_count, OLD.category, OLD.created_at)
+              IS DISTINCT FROM (NEW.last_accessed_at, NEW.access_count, NEW.category, NEW.created_at))
+        EXECUTE FUNCTION memory_retention_track();
+END $$;
+
+CREATE FUNCTION public.memories_term_stats_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM term_stats_apply(array_agg(user_id), array_agg(content_tsv), 1)
+        FROM new_rows WHERE superseded_by IS NULL;
+    ELSE
+        PERFORM term_stats_apply(array_agg(user_id), array_agg(content_tsv), -1)
+        FROM old_rows WHERE superseded_by IS NULL;
+    END IF;
+    RETURN NULL;
+END $$;
 
 CREATE FUNCTION public.memories_term_stats_update() RETURNS trigger
     LANGUAGE plpgsql
@@ -152,6 +207,29 @@ BEGIN
     RETURN NULL;
 END $$;
 
+CREATE FUNCTION public.memory_retention_track_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO memory_retention (user_id, memory_id, created_at)
+    SELECT n.user_id, n.id, n.created_at FROM memory_retention_new_rows n
+    ON CONFLICT (user_id, memory_id) DO UPDATE
+        SET pending = true, marks = memory_retention.marks + 1, created_at = EXCLUDED.created_at;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION public.memory_retention_track_update() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE memory_retention r SET pending = true, marks = r.marks + 1, created_at = n.created_at
+    FROM memory_retention_new_rows n JOIN memory_retention_old_rows o ON o.id = n.id AND o.user_id = n.user_id
+    WHERE r.user_id = n.user_id AND r.memory_id = n.id
+      AND (n.last_accessed_at, n.access_count, n.category, n.created_at)
+          IS DISTINCT FROM (o.last_accessed_at, o.access_count, o.category, o.created_at);
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION public.redact_memory_events(p_request uuid, p_user_id text, p_memory_ids uuid[], p_actor text) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public'
@@ -178,6 +256,30 @@ CREATE FUNCTION public.slow_path_append_only() RETURNS trigger
     AS $$
 BEGIN
     RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP;
+END $$;
+
+CREATE FUNCTION public.term_stats_apply(p_users text[], p_docs tsvector[], p_sign integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF coalesce(cardinality(p_users), 0) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO user_corpus_stats AS s (user_id, docs, lexemes)
+    SELECT u, p_sign * count(*), p_sign * coalesce(sum(length(d)), 0)
+    FROM unnest(p_users, p_docs) AS x(u, d) GROUP BY u ORDER BY u
+    ON CONFLICT (user_id) DO UPDATE SET docs = s.docs + excluded.docs, lexemes = s.lexemes + excluded.lexemes;
+    INSERT INTO user_term_stats AS s (user_id, lexeme, df)
+    SELECT u, l, p_sign * count(*)
+    FROM unnest(p_users, p_docs) AS x(u, d), unnest(tsvector_to_array(d)) AS l
+    GROUP BY u, l ORDER BY u, l
+    ON CONFLICT (user_id, lexeme) DO UPDATE SET df = s.df + excluded.df;
+    IF p_sign < 0 THEN
+        DELETE FROM user_term_stats s
+        USING (SELECT DISTINCT u, l FROM unnest(p_users, p_docs) AS x(u, d), unnest(tsvector_to_array(d)) AS l) AS t
+        WHERE s.user_id = t.u AND s.lexeme = t.l AND s.df <= 0;
+        DELETE FROM user_corpus_stats s WHERE s.user_id = ANY(p_users) AND s.docs <= 0;
+    END IF;
 END $$;
 
 CREATE FUNCTION public.term_stats_doc(p_user text, p_doc tsvector, p_sign integer) RETURNS void
@@ -891,17 +993,17 @@ CREATE TRIGGER archived_memories_lexemes BEFORE INSERT ON public.archived_memori
 
 CREATE TRIGGER archived_memories_quantize BEFORE INSERT OR UPDATE OF summary_embedding ON public.archived_memories FOR EACH ROW EXECUTE FUNCTION public.archived_memories_quantize();
 
-CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON public.archived_memories FOR EACH ROW EXECUTE FUNCTION public.archived_term_stats_update();
+CREATE TRIGGER archived_term_stats_delete AFTER DELETE ON public.archived_memories REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.archived_term_stats_rows();
 
-CREATE TRIGGER archived_term_stats_insert AFTER INSERT ON public.archived_memories FOR EACH ROW EXECUTE FUNCTION public.archived_term_stats_update();
+CREATE TRIGGER archived_term_stats_insert AFTER INSERT ON public.archived_memories REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.archived_term_stats_rows();
 
 CREATE TRIGGER archived_term_stats_truncate AFTER TRUNCATE ON public.archived_memories FOR EACH STATEMENT EXECUTE FUNCTION public.term_stats_truncated();
 
 CREATE TRIGGER archived_term_stats_update AFTER UPDATE ON public.archived_memories FOR EACH ROW WHEN (((old.lexemes IS DISTINCT FROM new.lexemes) OR (old.summary IS DISTINCT FROM new.summary) OR (old.user_id IS DISTINCT FROM new.user_id) OR ((old.original_superseded_by IS NULL) <> (new.original_superseded_by IS NULL)))) EXECUTE FUNCTION public.archived_term_stats_update();
 
-CREATE TRIGGER memories_term_stats_delete AFTER DELETE ON public.memories FOR EACH ROW EXECUTE FUNCTION public.memories_term_stats_update();
+CREATE TRIGGER memories_term_stats_delete AFTER DELETE ON public.memories REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memories_term_stats_rows();
 
-CREATE TRIGGER memories_term_stats_insert AFTER INSERT ON public.memories FOR EACH ROW EXECUTE FUNCTION public.memories_term_stats_update();
+CREATE TRIGGER memories_term_stats_insert AFTER INSERT ON public.memories REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memories_term_stats_rows();
 
 CREATE TRIGGER memories_term_stats_truncate AFTER TRUNCATE ON public.memories FOR EACH STATEMENT EXECUTE FUNCTION public.term_stats_truncated();
 
@@ -913,9 +1015,9 @@ CREATE TRIGGER memory_events_no_update BEFORE DELETE OR UPDATE ON public.memory_
 
 CREATE TRIGGER memory_facts_source_month BEFORE INSERT ON public.memory_facts FOR EACH ROW EXECUTE FUNCTION public.memory_facts_default_month();
 
-CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON public.memories FOR EACH ROW EXECUTE FUNCTION public.memory_retention_track();
+CREATE TRIGGER memory_retention_track_insert AFTER INSERT ON public.memories REFERENCING NEW TABLE AS memory_retention_new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memory_retention_track_insert();
 
-CREATE TRIGGER memory_retention_track_update AFTER UPDATE ON public.memories FOR EACH ROW WHEN (((((old.last_accessed_at IS DISTINCT FROM new.last_accessed_at) OR (old.access_count IS DISTINCT FROM new.access_count)) OR (old.category IS DISTINCT FROM new.category)) OR (old.created_at IS DISTINCT FROM new.created_at))) EXECUTE FUNCTION public.memory_retention_track();
+CREATE TRIGGER memory_retention_track_update AFTER UPDATE ON public.memories REFERENCING OLD TABLE AS memory_retention_old_rows NEW TABLE AS memory_retention_new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.memory_retention_track_update();
 
 ALTER TABLE ONLY public.archival_attempts
     ADD CONSTRAINT archival_attempts_batch_key_fkey FOREIGN KEY (batch_key) REFERENCES public.archival_batches(batch_key);
