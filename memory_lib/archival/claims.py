@@ -9,6 +9,10 @@ Invariants:
   expired (or whose holder process is dead on this host), keeping their checkpoints: a failure is
   retried by the next night, and a killed run strands nothing. An attempt that failed
   `max_attempts` times is released and its memory stays hot (visible in `attempt_counts`).
+* A claim takes no row locks across users: candidates are read without locks; claiming one is an
+  INSERT ... ON CONFLICT DO NOTHING on the one-open index, taking one over an UPDATE per user with
+  `batch_key = old`. Each write routes to one user's shard (Citus), and a claimer that loses a race
+  for a memory just claims fewer.
 * A batch of a user shard (shards.py) claims and takes over only memories of its shard's users, so
   concurrent shard runs have disjoint work; their batch keys differ (nights.batch_key_for), so
   none takes over a batch another shard is still running.
@@ -21,7 +25,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -32,8 +36,11 @@ from ..core.errors import InvalidInputError
 from ..core.rows import Conn, Row
 from ..core.shards import ALL, Shard, shard_filter
 from ..core.statuses import OPEN_STATUSES, AttemptStatus
-from ..lifecycle.eligibility import ELIGIBLE_SQL, ORDER_SQL, REASON_SQL, criteria_params
+from ..lifecycle.eligibility import select_eligible
 from ..storage.db import pid_alive
+
+# Rounds of a claim that lost memories to concurrent claimers (each round sees their commits).
+CLAIM_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,9 @@ def claim_batch(
 
     First the open attempts of finished, expired or dead batches (checkpoints kept), then eligible
     memories. Idempotent: a batch is claimed once; claiming it again renews its lease and returns
-    what it holds. Concurrent claimers never share a memory (SKIP LOCKED and the one-open index).
+    what it holds. Concurrent claimers never share a memory: candidates are read without row locks,
+    and a claim is a write that only one of them can make (the one-open index, or a takeover's
+    `batch_key = old` condition).
     """
     batch_key = validation.batch_key("batch_key", batch_key)
     as_of = as_of.astimezone(UTC)
@@ -94,12 +103,21 @@ def claim_batch(
     if not isinstance(shard, Shard):
         raise InvalidInputError("shard", shard, "must be a Shard (shards.Shard.parse('i/n'))")
     holder = holder or Holder.this_process("memory-archive", track_pid=False)
-    dead = _dead_holders(conn)
+    existing = conn.execute(
+        "SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)
+    ).fetchone()
+    if existing is not None:
+        return _claimed_again(conn, batch_key, existing["as_of"], criteria, holder)
+    now = _db_now(conn)
+    # Candidates are read before the claim's transaction: a multi-shard read there would forbid
+    # writing the batch (a reference table) afterwards on Citus; the writes below re-check them.
+    takeable = _takeable(conn, shard, now, limit)
+    eligible = select_eligible(conn, criteria, as_of, limit, shard)
     with conn.transaction():
         inserted = conn.execute(
             """INSERT INTO archival_batches (batch_key, as_of, criteria, claimed_count, lease_owner,
                                              lease_host, lease_pid, lease_expires_at)
-               VALUES (%s, %s, %s, 0, %s, %s, %s, now() + make_interval(secs => %s))
+               VALUES (%s, %s, %s, 0, %s, %s, %s, %s)
                ON CONFLICT (batch_key) DO NOTHING RETURNING batch_key""",
             (
                 batch_key,
@@ -108,50 +126,123 @@ def claim_batch(
                 holder.owner,
                 holder.host,
                 holder.pid,
-                criteria.lease_seconds,
+                now + timedelta(seconds=criteria.lease_seconds),
             ),
         ).fetchone()
-        if inserted is None:
-            existing = conn.execute(
+        if inserted is None:  # a concurrent claimer of the same batch got there first
+            raced = conn.execute(
                 "SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)
             ).fetchone()
-            # The insert conflicted on this batch_key, and batches are never deleted.
-            assert existing is not None
-            _renew(conn, batch_key, criteria, holder)
-            by_reason = _reason_counts(conn, batch_key)
-            return ClaimResult(batch_key, existing["as_of"], sum(by_reason.values()), by_reason, False)
-        taken = conn.execute(
-            f"""WITH t AS (
-                   SELECT a.batch_key, a.memory_id, a.user_id FROM archival_attempts a
-                   JOIN archival_batches b ON b.batch_key = a.batch_key
-                   WHERE a.status = ANY(%(open)s) AND a.batch_key <> %(new)s AND {shard_filter("a.user_id")}
-                     AND (b.finished_at IS NOT NULL OR b.lease_expires_at IS NULL
-                          OR b.lease_expires_at < now() OR b.batch_key = ANY(%(dead)s))
-                   ORDER BY a.memory_id LIMIT %(limit)s FOR UPDATE OF a SKIP LOCKED)
-               UPDATE archival_attempts x SET batch_key = %(new)s, taken_over_from = x.batch_key,
-                                              updated_at = now()
-               FROM t WHERE x.batch_key = t.batch_key AND x.memory_id = t.memory_id AND x.user_id = t.user_id""",
-            {"open": list(OPEN_STATUSES), "new": batch_key, "dead": dead, "limit": limit} | shard.params(),
-        ).rowcount
-        rows = conn.execute(
-            f"""SELECT m.id, m.user_id, {REASON_SQL} AS reason {ELIGIBLE_SQL} {ORDER_SQL}
-                LIMIT %(limit)s FOR UPDATE OF m SKIP LOCKED""",
-            criteria_params(criteria, as_of, shard) | {"limit": limit - taken},
-        ).fetchall()
-        if rows:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    """INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason)
-                       VALUES (%s, %s, %s, %s)
-                       ON CONFLICT (user_id, memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
-                    [(batch_key, r["id"], r["user_id"], r["reason"]) for r in rows],
-                )
-        conn.execute(
-            "UPDATE archival_batches SET claimed_count = %s WHERE batch_key = %s",
-            (taken + len(rows), batch_key),
-        )
+            assert raced is not None  # the insert conflicted on this batch_key; batches are never deleted
+            claimed_again = raced["as_of"]
+        else:
+            claimed_again = None
+            taken = _take_over(conn, batch_key, takeable, now)
+            claimed = _claim_new(conn, batch_key, criteria, as_of, shard, limit - taken, eligible)
+            conn.execute(
+                "UPDATE archival_batches SET claimed_count = %s WHERE batch_key = %s",
+                (taken + claimed, batch_key),
+            )
+    if claimed_again is not None:
+        return _claimed_again(conn, batch_key, claimed_again, criteria, holder)
     by_reason = _reason_counts(conn, batch_key)
     return ClaimResult(batch_key, as_of, sum(by_reason.values()), by_reason, True, taken)
+
+
+def _claimed_again(
+    conn: Conn, batch_key: str, as_of: datetime, criteria: ArchivalCriteria, holder: Holder
+) -> ClaimResult:
+    _renew(conn, batch_key, criteria, holder)
+    by_reason = _reason_counts(conn, batch_key)
+    return ClaimResult(batch_key, as_of, sum(by_reason.values()), by_reason, False)
+
+
+def _db_now(conn: Conn) -> datetime:
+    """The server's clock, read once: statements take it as a parameter (Citus refuses now() inside
+    COALESCE/CASE over a reference table and volatile functions in distributed UPDATEs)."""
+    row = conn.execute("SELECT now() AS now").fetchone()
+    assert row is not None
+    return row["now"]
+
+
+def _takeable(conn: Conn, shard: Shard, now: datetime, limit: int) -> list[Row]:
+    """Open attempts of finished, expired or dead batches (of the shard's users), read without locks."""
+    return conn.execute(
+        f"""SELECT a.batch_key, a.memory_id, a.user_id FROM archival_attempts a
+            JOIN archival_batches b ON b.batch_key = a.batch_key
+            WHERE a.status = ANY(%(open)s) AND {shard_filter("a.user_id")}
+              AND (b.finished_at IS NOT NULL OR b.lease_expires_at IS NULL
+                   OR b.lease_expires_at < %(now)s OR b.batch_key = ANY(%(dead)s))
+            ORDER BY a.memory_id LIMIT %(limit)s""",
+        {"open": list(OPEN_STATUSES), "now": now, "dead": _dead_holders(conn), "limit": limit}
+        | shard.params(),
+    ).fetchall()
+
+
+def _by_user(rows: list[Row]) -> dict[str, list[Row]]:
+    """Rows grouped per user, users in a fixed order (concurrent claimers lock users in one order)."""
+    users: dict[str, list[Row]] = {}
+    for r in sorted(rows, key=lambda r: r["user_id"]):
+        users.setdefault(r["user_id"], []).append(r)
+    return users
+
+
+def _take_over(conn: Conn, batch_key: str, takeable: list[Row], now: datetime) -> int:
+    """Move the takeable attempts to `batch_key`, one statement per user (one shard each). The
+    `batch_key = old` condition makes it optimistic: an attempt another claimer moved first stays
+    with it (its batch is new, so not among the old ones)."""
+    taken = 0
+    for user_id, rows in _by_user(takeable).items():
+        taken += conn.execute(
+            """UPDATE archival_attempts SET batch_key = %(new)s, taken_over_from = batch_key,
+                                            updated_at = %(now)s
+               WHERE user_id = %(user)s AND memory_id = ANY(%(ids)s) AND batch_key = ANY(%(old)s)
+                 AND status = ANY(%(open)s)""",
+            {
+                "new": batch_key,
+                "now": now,
+                "user": user_id,
+                "ids": [r["memory_id"] for r in rows],
+                "old": sorted({r["batch_key"] for r in rows}),
+                "open": list(OPEN_STATUSES),
+            },
+        ).rowcount
+    return taken
+
+
+def _claim_new(
+    conn: Conn,
+    batch_key: str,
+    criteria: ArchivalCriteria,
+    as_of: datetime,
+    shard: Shard,
+    want: int,
+    eligible: list[Row],
+) -> int:
+    """Open an attempt for up to `want` eligible memories, one row each (routed to its user's shard).
+    The one-open index lets one claimer have a memory; the others skip it (after waiting for the
+    winner's commit) and look again, so concurrent claimers spread over the eligible memories."""
+    claimed, candidates = 0, eligible[: max(want, 0)]
+    for _ in range(CLAIM_ROUNDS):
+        if not candidates:
+            break
+        with conn.cursor() as cur:
+            cur.executemany(
+                """INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason)
+                   VALUES (%s, %s, %s, %s)
+                   ON CONFLICT (user_id, memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
+                [
+                    (batch_key, r["id"], user_id, r["reason"])
+                    for user_id, rows in _by_user(candidates).items()
+                    for r in rows
+                ],
+            )
+            n = cur.rowcount  # the sum over the rows (psycopg >= 3.1): a conflict counts 0
+        claimed += n
+        if n == len(candidates) or claimed >= want:
+            break
+        candidates = select_eligible(conn, criteria, as_of, want - claimed, shard)
+    return claimed
 
 
 def _renew(conn: Conn, batch_key: str, criteria: ArchivalCriteria, holder: Holder | None) -> None:
@@ -193,7 +284,7 @@ def renew_lease(conn: Conn, batch_key: str, criteria: ArchivalCriteria) -> None:
 def finish_batch(conn: Conn, batch_key: str) -> None:
     """The batch's commit step ran: what it still holds are failures, for the next batch to retry."""
     conn.execute(
-        "UPDATE archival_batches SET finished_at = coalesce(finished_at, now()) WHERE batch_key = %s",
+        "UPDATE archival_batches SET finished_at = now() WHERE batch_key = %s AND finished_at IS NULL",
         (batch_key,),
     )
 
