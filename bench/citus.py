@@ -155,7 +155,7 @@ def databases(admin_url: str, app_url: str) -> Iterator[Databases]:
 def cluster_info(admin_url: str) -> dict[str, Any]:
     with psycopg.connect(admin_url) as conn:
         row = conn.execute(
-            "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'citus'), "
+            "SELECT split_part(citus_version(), ' ', 2), "
             "(SELECT count(*) FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary'), "
             "current_setting('citus.shard_count')"
         ).fetchone()
@@ -285,7 +285,7 @@ def measure_search(report: Report, dbs: Databases, n: int, n_queries: int, embed
     urls = {"one node": dbs.node(), "cluster": dbs.distributed()}
     with ExitStack() as stack:
         conns = {s: stack.enter_context(bench_connect(u)) for s, u in urls.items()}
-        report.machine = report.machine or machine_info(conns["one node"])
+        report.machine = machine_info(conns["one node"])  # the versions the node database runs
         loads = load_corpus(conns, corpus)
     problems = check_loads(loads, n)
     if problems:
@@ -727,6 +727,8 @@ def run(opts: Options) -> Report:
     )
     failures: list[list[str]] = []
     report.params |= cluster_info(admin)
+    with bench_connect(admin) as conn:
+        report.machine = machine_info(conn)  # also when the search part fails
     with databases(admin, app) as dbs, scratch_dir(opts.workdir, "ma-bench-citus-") as root:
         try:
             measure_search(report, dbs, n, n_queries, embedder)
