@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -108,6 +109,7 @@ class Databases:
         self.cluster = CitusDatabases(admin_url, app_url, prefix=f"{self.prefix}_c")
         self.role = str(conninfo_to_dict(app_url)["user"])
         self._plain: list[str] = []
+        self._distributed: list[str] = []
 
     def node(self) -> str:
         """A plain database on the coordinator, set up as a DBA would for one node, migrated by the app role."""
@@ -128,19 +130,33 @@ class Databases:
     def distributed(self) -> str:
         with stopwatch() as t:
             url = self.cluster.create(DIM)
+        self._distributed.append(str(conninfo_to_dict(url)["dbname"]))
         log.info("distributed database made, migrated and distributed in %.1f s", t[0])
         return url
 
     def drop(self) -> None:
-        try:
-            self.cluster.drop_all()
-        finally:
-            with psycopg.connect(make_conninfo(self.admin_url, dbname="postgres"), autocommit=True) as conn:
-                for name in self._plain:
-                    conn.execute(
-                        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                    )
-            self._plain.clear()
+        """Every database of the run, all at once: each DROP DATABASE waits for a checkpoint of its node
+        (minutes on a loaded machine), and concurrent ones share it."""
+        with psycopg.connect(self.admin_url) as conn:
+            workers = conn.execute(
+                "SELECT nodename, nodeport FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary'"
+            ).fetchall()
+        nodes = [self.admin_url] + [make_conninfo(self.admin_url, host=h, port=str(p)) for h, p in workers]
+        pairs = [(self.admin_url, name) for name in self._plain] + [
+            (node, name) for name in self._distributed for node in nodes
+        ]
+
+        def drop_one(pair: tuple[str, str]) -> None:
+            node, name = pair
+            with psycopg.connect(make_conninfo(node, dbname="postgres"), autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+        with stopwatch() as t, ThreadPoolExecutor(max(1, len(pairs))) as pool:
+            list(pool.map(drop_one, pairs))
+        log.info("%d databases dropped in %.1f s", len(self._plain) + len(self._distributed), t[0])
+        self._plain.clear()
+        self._distributed.clear()
+        self.cluster.drop_all()  # its own record of them (IF EXISTS: nothing left to drop)
 
 
 @contextmanager
@@ -301,8 +317,10 @@ def measure_search(report: Report, dbs: Databases, n: int, n_queries: int, embed
             )
             for s, u in urls.items()
         }
+        load_start = loadavg()
         with stopwatch() as t:
             run = search_both(clients, corpus)
+        load_end = loadavg()
     log.info("searched in %.1f s", t[0])
     p = {s: percentiles_ms(run.times[s]) for s in SIDES}
     agree = agreement(run.tops["one node"], run.tops["cluster"])
@@ -359,7 +377,9 @@ def measure_search(report: Report, dbs: Databases, n: int, n_queries: int, embed
             f"(the first alternating) after 3 warm-up queries. Top-{K} compared by memory id (an archived hit's "
             f"original id): identical = same ids in the same order. Cluster: distributed by the docs' statements; the "
             f"users' memories shards are on {spread}. Load = binary COPY of both tables (through the coordinator on "
-            f"the cluster), HNSW built after. {verdict}.",
+            f"the cluster), HNSW built after. 1-min load average {load_start[0]} → {load_end[0]} on "
+            f"{report.machine.get('nproc', '?')} cores shared by the coordinator, both workers and this process. "
+            f"{verdict}.",
         )
     )
     report.figures["search"] = {
@@ -377,6 +397,7 @@ def measure_search(report: Report, dbs: Databases, n: int, n_queries: int, embed
         "top10": agree,
         "phase2_share": {s: run.phase2[s] / len(corpus.queries) for s in SIDES},
         "loads": loads,
+        "loadavg": [load_start, load_end],
     }
 
 
