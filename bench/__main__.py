@@ -1,6 +1,6 @@
 """`python -m bench NAME [--size N[,N...]] [--smoke] [--quick] [--json PATH]`: run benchmarks, print markdown, write JSON.
 
-NAME is one of search, archival, footprint, memory, locomo, write_path, or all (those six), or shards, partitions.
+NAME is one of search, archival, footprint, memory, locomo, write_path, or all (those six), or shards, partitions, citus.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 from .common import RESULTS_DIR, Options, Report, write_json
 
 BENCHMARKS = ("search", "archival", "footprint", "memory", "locomo", "write_path")
-# Named on its own, not part of `all` (`make bench` stays within its time budget): shard scaling.
-SEPARATE = ("shards", "partitions")
+# Named on its own, not part of `all` (`make bench` stays within its time budget): shard scaling,
+# tenant partitions, one node vs a Citus cluster (needs the cluster).
+SEPARATE = ("shards", "partitions", "citus")
 
 
 def _counts(flag: str) -> Callable[[str], list[int]]:
