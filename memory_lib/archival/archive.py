@@ -161,10 +161,11 @@ def embed_batch(
         """UPDATE archival_attempts
            SET status = 'embedded', summary_embedding = %b::vector::halfvec,
                summary_embedding_model = %s, error = NULL, failed_step = NULL, updated_at = now()
-           WHERE batch_key = %s AND memory_id = %s AND status = 'summarized'""",
+           WHERE batch_key = %s AND memory_id = %s AND status = 'summarized' AND user_id = %s""",
         params,
         criteria,
         result,
+        users={a["memory_id"]: a["user_id"] for a in todo},
     )
     chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
     for chunk, vectors in run_parallel(embed_chunk, chunks, 1, deadline=deadline):
@@ -215,12 +216,15 @@ def backup_batch(
         originals = fetch_memories(
             conn, [r["memory_id"] for r in todo], users=(r["user_id"] for r in todo), with_xmin=True
         )
+        # Two statements, not coalesce(backup_started_at, now()): Citus refuses now() in a COALESCE on a
+        # reference table. Two runs of one batch take turns (claims.working_on), so none races here.
         started_before = conn.execute(
-            """UPDATE archival_batches b SET backup_started_at = coalesce(b.backup_started_at, now())
-               FROM (SELECT backup_started_at FROM archival_batches WHERE batch_key = %s) AS before
-               WHERE b.batch_key = %s RETURNING before.backup_started_at AS at""",
-            (batch_key, batch_key),
+            "SELECT backup_started_at AS at FROM archival_batches WHERE batch_key = %s", (batch_key,)
         ).fetchone()
+        conn.execute(
+            "UPDATE archival_batches SET backup_started_at = now() WHERE batch_key = %s AND backup_started_at IS NULL",
+            (batch_key,),
+        )
         try:
             if started_before is not None and started_before["at"] is not None:
                 integrity.purge_unrecorded_packs(
@@ -263,11 +267,12 @@ def backup_batch(
                SET status = 'backed_up', backup_key = %s, backup_ref = %s, backup_sha256 = %s,
                    backup_size_bytes = %s, backup_version_id = %s, backup_archived_at = %s,
                    backup_row_xmin = %s, error = NULL, failed_step = NULL, updated_at = now()
-               WHERE batch_key = %s AND memory_id = %s AND status = 'embedded'""",
+               WHERE batch_key = %s AND memory_id = %s AND status = 'embedded' AND user_id = %s""",
             params,
             criteria,
             result,
             saved,
+            users={a["memory_id"]: a["user_id"] for a in todo},
         )
         when: dict[uuid.UUID, datetime] = {}
         by_user: dict[str, list[Row]] = {}
@@ -406,8 +411,9 @@ def commit_batch(
         for attempt, problem in zip(by_key[key], outcomes, strict=True):
             if problem is not None:
                 result.processed += 1
-                record_failure(conn, batch_key, attempt["memory_id"], Step.VERIFY, problem, criteria, result)
-                return_to_status(conn, batch_key, attempt["memory_id"], AttemptStatus.EMBEDDED)
+                mid, user = attempt["memory_id"], attempt["user_id"]
+                record_failure(conn, batch_key, mid, Step.VERIFY, problem, criteria, result, user_id=user)
+                return_to_status(conn, batch_key, mid, AttemptStatus.EMBEDDED, user)
             else:
                 ready.append(attempt)
     # A user's memories together, a backup object's members together: a chunk locks few users, and
@@ -425,10 +431,11 @@ def commit_batch(
             workers=workers,
             deadline=deadline,
         )
+        users = {a["memory_id"]: a["user_id"] for a in chunk}
         for mid, problem in missing:  # not archived: hot, and backed up again by the next run
             result.processed += 1
-            record_failure(conn, batch_key, mid, Step.VERIFY, problem, criteria, result)
-            return_to_status(conn, batch_key, mid, AttemptStatus.EMBEDDED)
+            record_failure(conn, batch_key, mid, Step.VERIFY, problem, criteria, result, user_id=users[mid])
+            return_to_status(conn, batch_key, mid, AttemptStatus.EMBEDDED, users[mid])
 
     for i in range(0, len(ready), chunk_size):
         chunk = ready[i : i + chunk_size]
@@ -441,7 +448,16 @@ def commit_batch(
                     commit([attempt], 1)
                 except psycopg.Error as exc:
                     result.processed += 1
-                    record_failure(conn, batch_key, attempt["memory_id"], Step.COMMIT, exc, criteria, result)
+                    record_failure(
+                        conn,
+                        batch_key,
+                        attempt["memory_id"],
+                        Step.COMMIT,
+                        exc,
+                        criteria,
+                        result,
+                        user_id=attempt["user_id"],
+                    )
     result.seconds = time.monotonic() - started
     return result
 
@@ -515,10 +531,11 @@ def backup_still_matches(row: Row, attempt: Row) -> bool:
     return sha256_hex(doc.to_json_bytes()) == attempt["backup_sha256"]
 
 
-def return_to_status(conn: Conn, batch_key: str, memory_id: uuid.UUID, status: str) -> None:
+def return_to_status(conn: Conn, batch_key: str, memory_id: uuid.UUID, status: str, user_id: str) -> None:
     conn.execute(
-        "UPDATE archival_attempts SET status = %s WHERE batch_key = %s AND memory_id = %s AND status <> 'released'",
-        (status, batch_key, memory_id),
+        """UPDATE archival_attempts SET status = %s
+           WHERE batch_key = %s AND user_id = %s AND memory_id = %s AND status <> 'released'""",
+        (status, batch_key, user_id, memory_id),
     )
 
 
@@ -546,13 +563,16 @@ def _commit_chunk(
         # The users' write locks before any row lock (memory_lib.core.locks): a forget of the same user
         # waits for this commit, or this commit finds the rows it erased gone.
         lock_users(conn, (a["user_id"] for a in chunk))
-        rows = conn.execute(
-            f"""SELECT {MEMORY_COLUMNS}, {ROW_XMIN} FROM memories WHERE user_id = ANY(%s) AND id = ANY(%s)
-                ORDER BY id FOR UPDATE""",
-            (users, ids),
-            binary=True,
-        ).fetchall()
-        live = {r["id"]: r for r in rows}
+        # Row locks one user at a time: a locking read must route to one shard on Citus.
+        live: dict[uuid.UUID, Row] = {}
+        for user in users:
+            rows = conn.execute(
+                f"""SELECT {MEMORY_COLUMNS}, {ROW_XMIN} FROM memories WHERE user_id = %s AND id = ANY(%s)
+                    ORDER BY id FOR UPDATE""",
+                (user, [a["memory_id"] for a in chunk if a["user_id"] == user]),
+                binary=True,
+            ).fetchall()
+            live.update((r["id"], r) for r in rows)
         # Read under the row locks, and only what is still backed up in this batch: an attempt another
         # run committed, or that a takeover moved, since `todo` was read is not ours to touch.
         meta = {

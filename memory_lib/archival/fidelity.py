@@ -213,7 +213,7 @@ def reset_unfaithful_backups(conn: Conn, report: FidelityReport, criteria: Archi
     sink = StepResult(Step.FIDELITY)
     for mid, problem in report.failures.items():
         row = conn.execute(
-            "SELECT status FROM archival_attempts WHERE batch_key = %s AND memory_id = %s",
+            "SELECT status, user_id FROM archival_attempts WHERE batch_key = %s AND memory_id = %s",
             (report.batch_key, mid),
         ).fetchone()
         if row is None or row["status"] != "backed_up":
@@ -226,7 +226,8 @@ def reset_unfaithful_backups(conn: Conn, report: FidelityReport, criteria: Archi
             IntegrityError("backup", "round trip", problem),
             criteria,
             sink,
+            user_id=row["user_id"],
         )
-        return_to_status(conn, report.batch_key, mid, AttemptStatus.EMBEDDED)
+        return_to_status(conn, report.batch_key, mid, AttemptStatus.EMBEDDED, row["user_id"])
         sent_back += 1
     return sent_back

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -80,15 +80,28 @@ def record_failure(
     exc: BaseException,
     criteria: ArchivalCriteria,
     result: StepResult,
+    *,
+    user_id: str,
 ) -> None:
     message = f"{type(exc).__name__}: {exc}"[:1000]
+    # The time is a parameter: Citus refuses now() inside CASE on a distributed table.
+    clock = conn.execute("SELECT now() AS now").fetchone()
+    assert clock is not None
     row = conn.execute(
         """UPDATE archival_attempts
-           SET attempts = attempts + 1, failed_step = %s, error = %s, updated_at = now(),
-               status = CASE WHEN attempts + 1 >= %s THEN 'released' ELSE status END,
-               released_at = CASE WHEN attempts + 1 >= %s THEN now() END
-           WHERE batch_key = %s AND memory_id = %s RETURNING status""",
-        (step, message, criteria.max_attempts, criteria.max_attempts, batch_key, memory_id),
+           SET attempts = attempts + 1, failed_step = %(step)s, error = %(error)s, updated_at = %(now)s,
+               status = CASE WHEN attempts + 1 >= %(max)s THEN 'released' ELSE status END,
+               released_at = CASE WHEN attempts + 1 >= %(max)s THEN %(now)s::timestamptz END
+           WHERE batch_key = %(batch)s AND user_id = %(user)s AND memory_id = %(id)s RETURNING status""",
+        {
+            "step": step,
+            "error": message,
+            "now": clock["now"],
+            "max": criteria.max_attempts,
+            "batch": batch_key,
+            "user": user_id,
+            "id": memory_id,
+        },
     ).fetchone()
     result.failed += 1
     if row and row["status"] == "released":
@@ -107,7 +120,9 @@ class Checkpoints:
     recorded per memory. A value the database refuses (DataError: a NUL, a bad vector) fails that
     memory only: its set is written again one row at a time, so its neighbours are still recorded.
 
-    `params(memory_id, outcome)` gives the UPDATE's parameters; raising there fails that memory only.
+    `params(memory_id, outcome)` gives the UPDATE's parameters but the last; the memory's user (from
+    `users`, memory id -> user id) is appended, so `sql` ends with `AND user_id = %s` and each row
+    routes to its user's shard. Raising in `params` fails that memory only.
     `saved(outcome)` runs once per memory whose checkpoint was written.
     """
 
@@ -122,8 +137,11 @@ class Checkpoints:
         result: StepResult,
         saved: Callable[[Any], None] | None = None,
         before_flush: Callable[[], None] | None = None,
+        *,
+        users: Mapping[uuid.UUID, str],
     ) -> None:
         self.conn, self.batch_key, self.step, self.sql = conn, batch_key, step, sql
+        self.users = users
         self.params, self.criteria, self.result, self.saved = params, criteria, result, saved
         self.before_flush = before_flush
         self._pending: list[tuple[uuid.UUID, Any, Sequence[Any]]] = []
@@ -144,14 +162,24 @@ class Checkpoints:
         self.result.processed += 1
         if not isinstance(outcome, BaseException):
             try:
-                self._pending.append((memory_id, outcome, self.params(memory_id, outcome)))
+                p = (*self.params(memory_id, outcome), self.users[memory_id])
+                self._pending.append((memory_id, outcome, p))
             except Exception as exc:
                 outcome = exc
             else:
                 if len(self._pending) >= CHECKPOINT_CHUNK and not self._held:
                     self.flush()
                 return
-        record_failure(self.conn, self.batch_key, memory_id, self.step, outcome, self.criteria, self.result)
+        record_failure(
+            self.conn,
+            self.batch_key,
+            memory_id,
+            self.step,
+            outcome,
+            self.criteria,
+            self.result,
+            user_id=self.users[memory_id],
+        )
 
     def flush(self) -> None:
         if self.before_flush is not None:
@@ -169,7 +197,14 @@ class Checkpoints:
                         self.conn.execute(self.sql, p)
                 except psycopg.DataError as exc:
                     record_failure(
-                        self.conn, self.batch_key, memory_id, self.step, exc, self.criteria, self.result
+                        self.conn,
+                        self.batch_key,
+                        memory_id,
+                        self.step,
+                        exc,
+                        self.criteria,
+                        self.result,
+                        user_id=self.users[memory_id],
                     )
                 else:
                     self._ok(outcome)

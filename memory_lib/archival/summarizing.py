@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -59,7 +59,9 @@ def summarize_batch(
     claimed = pending_attempts(conn, batch_key, AttemptStatus.CLAIMED)
     originals = _summary_inputs(conn, claimed)
     ledger = _LedgerBuffer(conn, batch_key)
-    checkpoints = summary_checkpoints(conn, batch_key, criteria, result, ledger)
+    checkpoints = summary_checkpoints(
+        conn, batch_key, criteria, result, ledger, {a["memory_id"]: a["user_id"] for a in claimed}
+    )
     todo = [a for a in claimed if a["llm_submission"] is None]
     waiting = [a for a in claimed if a["llm_submission"] is not None]
     threshold = getattr(summarizer, "batch_threshold", 0)
@@ -342,6 +344,7 @@ def summary_checkpoints(
     criteria: ArchivalCriteria,
     result: StepResult,
     ledger: _LedgerBuffer,
+    users: Mapping[uuid.UUID, str],
 ) -> Checkpoints:
     """Checkpoints of accepted summaries (claimed -> summarized), the ledger written before each set."""
 
@@ -377,10 +380,11 @@ def summary_checkpoints(
                key_entities = %s, summary_entities = %s, domain_guess = %s, input_tokens = %s,
                output_tokens = %s, cost_usd = %s, llm_submission = NULL,
                error = NULL, failed_step = NULL, updated_at = now()
-           WHERE batch_key = %s AND memory_id = %s AND status = 'claimed'""",
+           WHERE batch_key = %s AND memory_id = %s AND status = 'claimed' AND user_id = %s""",
         params,
         criteria,
         result,
         saved,
         before_flush=ledger.flush,
+        users=users,
     )

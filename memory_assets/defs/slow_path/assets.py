@@ -263,7 +263,7 @@ def memory_summaries(
             t = nights.totals([o])
             preview = conn.execute(
                 """SELECT a.memory_id, m.content, a.summary FROM archival_attempts a
-                   JOIN memories m ON m.id = a.memory_id
+                   JOIN memories m ON m.id = a.memory_id AND m.user_id = a.user_id
                    WHERE a.batch_key = %s AND a.summary IS NOT NULL ORDER BY a.updated_at DESC LIMIT 5""",
                 (o.batch_key,),
             ).fetchall()
