@@ -143,3 +143,21 @@ def test_every_statement_of_a_users_update_is_a_router_query(conn, fake_llm, exp
     assert client.update("u", added.memory_id, importance=0.9, now=T0).outcome == "updated"
     assert client.update("u", added.memory_id, "Prefers flat white", now=T0).outcome == "superseded"
     _assert_router(_per_user(explained, tables))
+
+
+def test_the_dual_write_of_a_users_add_during_a_reembedding_is_router(conn, explained):
+    from memory_lib.lifecycle import reembedding
+
+    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
+    tables = _distributed_tables(conn)
+    client.add("u", "Waters the fern every Sunday", now=T0)
+    reembedding.start(conn, HashingEmbedder(96).model, 96, actor="test")
+    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
+    explained.statements.clear()
+    added = client.add("u", "Feeds the cat at seven", now=T0)
+    row = conn.execute(
+        "SELECT embedding_model_next FROM memories WHERE id = %s", (added.memory_id,)
+    ).fetchone()
+    assert row is not None and row["embedding_model_next"] == HashingEmbedder(96).model  # dual-written
+    assert [q for q, _ in explained.statements if "embedding_next" in q]
+    _assert_router(_per_user(explained, tables))
