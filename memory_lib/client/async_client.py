@@ -121,18 +121,18 @@ class AsyncMemoryClient(Flows):
         p = self._parts
         return await drive_async(self._connection, flow, object_store=p.object_store, embedder=p.embedder)
 
-    async def _write(self, flow: Flow[tuple[T, list[uuid.UUID]]]) -> T:
+    async def _write(self, user_id: str, flow: Flow[tuple[T, list[uuid.UUID]]]) -> T:
         result, ids = await self._drive(flow)
         if ids:
-            await self._dual_write(ids)
+            await self._dual_write(user_id, ids)
         return result
 
-    async def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
+    async def _dual_write(self, user_id: str, ids: Sequence[uuid.UUID]) -> None:
         """During a re-embedding, fill the new rows' second vectors now (memory_lib.lifecycle.reembedding); the
         backfill fills whatever this misses, so a failure here is logged, never raised."""
         try:
             async with self._connection() as conn:
-                await self._parts.dual.fill_async(conn, "hot", ids)
+                await self._parts.dual.fill_async(conn, "hot", ids, user_id=user_id)
         except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
             log.warning(
                 "dual write of %d memories failed; the re-embedding backfill will fill them",
@@ -170,6 +170,7 @@ class AsyncMemoryClient(Flows):
         is stored as chunks sharing a parent id. ttl_days: None (no TTL), 0 (pinned canonical fact) or
         N days, after which the nightly run archives it (reason ttl_expired). See memory_lib.write.write_path."""
         return await self._write(
+            user_id,
             self._add(
                 user_id,
                 content,
@@ -184,7 +185,7 @@ class AsyncMemoryClient(Flows):
                 ttl_days=ttl_days,
                 supersedes=supersedes,
                 now=now,
-            )
+            ),
         )
 
     # -- read
@@ -264,7 +265,7 @@ class AsyncMemoryClient(Flows):
     ) -> RestoreOutcome:
         """Bring an archived memory back to the hot tier now (idempotent)."""
         return await self._write(
-            self._restore(user_id, archive_id=archive_id, original_id=original_id, now=now)
+            user_id, self._restore(user_id, archive_id=archive_id, original_id=original_id, now=now)
         )
 
     # -- the memory API (memory_lib.write.memory_api) and erasure (memory_lib.lifecycle.forget)
@@ -295,6 +296,7 @@ class AsyncMemoryClient(Flows):
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
         fields change in place. Audited either way (see memory_lib.write.memory_api)."""
         return await self._write(
+            user_id,
             self._update(
                 user_id,
                 memory_id,
@@ -307,7 +309,7 @@ class AsyncMemoryClient(Flows):
                 pinned=pinned,
                 allow_secrets=allow_secrets,
                 now=now,
-            )
+            ),
         )
 
     async def delete(

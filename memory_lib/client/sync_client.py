@@ -123,18 +123,18 @@ class MemoryClient(Flows):
         p = self._parts
         return drive(self._connection, flow, object_store=p.object_store, embedder=p.embedder)
 
-    def _write(self, flow: Flow[tuple[T, list[uuid.UUID]]]) -> T:
+    def _write(self, user_id: str, flow: Flow[tuple[T, list[uuid.UUID]]]) -> T:
         result, ids = self._drive(flow)
         if ids:
-            self._dual_write(ids)
+            self._dual_write(user_id, ids)
         return result
 
-    def _dual_write(self, ids: Sequence[uuid.UUID]) -> None:
+    def _dual_write(self, user_id: str, ids: Sequence[uuid.UUID]) -> None:
         """During a re-embedding, fill the new rows' second vectors now (memory_lib.lifecycle.reembedding); the
         backfill fills whatever this misses, so a failure here is logged, never raised."""
         try:
             with self._connection() as conn:
-                self._parts.dual.fill(conn, "hot", ids)
+                self._parts.dual.fill(conn, "hot", ids, user_id=user_id)
         except Exception:  # noqa: BLE001 - the write itself succeeded; the backfill covers these rows
             log.warning(
                 "dual write of %d memories failed; the re-embedding backfill will fill them",
@@ -172,6 +172,7 @@ class MemoryClient(Flows):
         is stored as chunks sharing a parent id. ttl_days: None (no TTL), 0 (pinned canonical fact) or
         N days, after which the nightly run archives it (reason ttl_expired). See memory_lib.write.write_path."""
         return self._write(
+            user_id,
             self._add(
                 user_id,
                 content,
@@ -186,7 +187,7 @@ class MemoryClient(Flows):
                 ttl_days=ttl_days,
                 supersedes=supersedes,
                 now=now,
-            )
+            ),
         )
 
     # -- read
@@ -265,7 +266,9 @@ class MemoryClient(Flows):
         now: datetime | None = None,
     ) -> RestoreOutcome:
         """Bring an archived memory back to the hot tier now (idempotent)."""
-        return self._write(self._restore(user_id, archive_id=archive_id, original_id=original_id, now=now))
+        return self._write(
+            user_id, self._restore(user_id, archive_id=archive_id, original_id=original_id, now=now)
+        )
 
     # -- the memory API (memory_lib.write.memory_api) and erasure (memory_lib.lifecycle.forget)
 
@@ -295,6 +298,7 @@ class MemoryClient(Flows):
         """Change a live hot memory: new text supersedes it with a new, re-embedded version; other
         fields change in place. Audited either way (see memory_lib.write.memory_api)."""
         return self._write(
+            user_id,
             self._update(
                 user_id,
                 memory_id,
@@ -307,7 +311,7 @@ class MemoryClient(Flows):
                 pinned=pinned,
                 allow_secrets=allow_secrets,
                 now=now,
-            )
+            ),
         )
 
     def delete(self, user_id: str, memory_id: uuid.UUID, *, now: datetime | None = None) -> ForgetResult:

@@ -362,17 +362,19 @@ def build_level(
         return DigestOutcome(user_id, level, inp.period_start, "unchanged", existing["id"], n)
     draft = builder.build(inp)
     vector = embedder.embed([draft.summary])[0]
+    # now() in VALUES, not in DO UPDATE SET: Citus allows only immutable functions there.
     row = conn.execute(
         """INSERT INTO memory_digests (user_id, level, period_start, period_end, summary, body, embedding,
-               embedding_model, source_memory_ids, source_digest_ids, source_fingerprint, summarizer_kind, summary_model)
+               embedding_model, source_memory_ids, source_digest_ids, source_fingerprint, summarizer_kind, summary_model,
+               built_at)
            VALUES (%(u)s, %(l)s, %(s)s, %(e)s, %(summary)s, %(body)s, %(v)s, %(em)s, %(mids)s, %(dids)s, %(fp)s,
-                   %(kind)s, %(model)s)
+                   %(kind)s, %(model)s, now())
            ON CONFLICT (user_id, level, period_start) DO UPDATE SET
                period_end = EXCLUDED.period_end, summary = EXCLUDED.summary, body = EXCLUDED.body,
                embedding = EXCLUDED.embedding, embedding_model = EXCLUDED.embedding_model,
                source_memory_ids = EXCLUDED.source_memory_ids, source_digest_ids = EXCLUDED.source_digest_ids,
                source_fingerprint = EXCLUDED.source_fingerprint, summarizer_kind = EXCLUDED.summarizer_kind,
-               summary_model = EXCLUDED.summary_model, built_at = now()
+               summary_model = EXCLUDED.summary_model, built_at = EXCLUDED.built_at
            RETURNING id""",
         {
             "u": user_id,

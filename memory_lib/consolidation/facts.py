@@ -319,10 +319,11 @@ def lock_user(conn: Conn, family: str, user_id: str) -> None:
 
 
 def _record_build(conn: Conn, user_id: str, family: str, month: date, fp: str, builder: str) -> None:
+    # now() in VALUES, not in DO UPDATE SET: Citus allows only immutable functions there.
     conn.execute(
-        """INSERT INTO consolidation_builds (user_id, family, period_start, source_fingerprint, builder)
-           VALUES (%s, %s, %s, %s, %s) ON CONFLICT (user_id, family, period_start) DO UPDATE SET
-           source_fingerprint = EXCLUDED.source_fingerprint, builder = EXCLUDED.builder, built_at = now()""",
+        """INSERT INTO consolidation_builds (user_id, family, period_start, source_fingerprint, builder, built_at)
+           VALUES (%s, %s, %s, %s, %s, now()) ON CONFLICT (user_id, family, period_start) DO UPDATE SET
+           source_fingerprint = EXCLUDED.source_fingerprint, builder = EXCLUDED.builder, built_at = EXCLUDED.built_at""",
         (user_id, family, month, fp, builder),
     )
 

@@ -78,38 +78,39 @@ class ProvenanceProblem:
     problem: str  # "missing" (no such memory) or "other user" (the memory is another user's)
 
 
-_PROVENANCE_SQL = """
-WITH refs AS (
-    SELECT 'memory_digests' AS tbl, d.id::text AS row_id, d.user_id, s.mid
-    FROM memory_digests d, unnest(d.source_memory_ids) AS s(mid)
-    WHERE (%(user)s::text IS NULL OR d.user_id = %(user)s) AND d.period_start >= %(start)s AND d.period_end <= %(end)s
-    UNION ALL
-    SELECT 'memory_facts', f.id::text, f.user_id, s.mid
-    FROM memory_facts f, unnest(f.source_memory_ids) AS s(mid)
-    WHERE (%(user)s::text IS NULL OR f.user_id = %(user)s) AND f.source_month >= %(start)s AND f.source_month < %(end)s
-    UNION ALL
-    SELECT 'key_moments', k.id::text, k.user_id, k.memory_id
-    FROM key_moments k
-    WHERE (%(user)s::text IS NULL OR k.user_id = %(user)s) AND k.month >= %(start)s AND k.month < %(end)s
-), owners AS (
-    SELECT r.*, coalesce(m.user_id, a.user_id) AS owner
-    FROM refs r
-    LEFT JOIN memories m ON m.id = r.mid
-    LEFT JOIN archived_memories a ON a.original_id = r.mid
+# Each reference joined to the same user's rows by (user_id, id): colocated, so one statement per table
+# runs on every worker at once (a join by id alone crosses users: Citus refuses it). What is not the
+# user's is then looked up by id alone, to say whether it is another user's or missing.
+_REFS = (
+    (
+        "memory_digests",
+        "memory_digests d CROSS JOIN unnest(d.source_memory_ids) AS s(mid)",
+        "s.mid",
+        "d.period_start >= %(start)s AND d.period_end <= %(end)s",
+    ),
+    (
+        "memory_facts",
+        "memory_facts d CROSS JOIN unnest(d.source_memory_ids) AS s(mid)",
+        "s.mid",
+        "d.source_month >= %(start)s AND d.source_month < %(end)s",
+    ),
+    ("key_moments", "key_moments d", "d.memory_id", "d.month >= %(start)s AND d.month < %(end)s"),
 )
-SELECT tbl, row_id, user_id, mid::text AS memory_id,
-       CASE WHEN owner IS NULL THEN 'missing' ELSE 'other user' END AS problem
-FROM owners WHERE owner IS DISTINCT FROM user_id
-UNION ALL
-SELECT 'memory_digests', d.id::text, d.user_id, s.did::text,
-       CASE WHEN c.id IS NULL THEN 'missing lower digest' ELSE 'other user''s digest' END
-FROM memory_digests d CROSS JOIN unnest(d.source_digest_ids) AS s(did)
-LEFT JOIN memory_digests c ON c.id = s.did
-WHERE (%(user)s::text IS NULL OR d.user_id = %(user)s) AND d.period_start >= %(start)s AND d.period_end <= %(end)s
-  AND c.user_id IS DISTINCT FROM d.user_id
-ORDER BY 1, 2, 4
-LIMIT %(limit)s
-"""
+_UNOWNED_SQL = """
+    SELECT %(tbl)s AS tbl, d.id::text AS row_id, d.user_id, {mid}::text AS memory_id FROM {source}
+    WHERE (%(user)s::text IS NULL OR d.user_id = %(user)s) AND {period}
+      AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.user_id = d.user_id AND m.id = {mid})
+      AND NOT EXISTS (SELECT 1 FROM archived_memories a WHERE a.user_id = d.user_id AND a.original_id = {mid})"""
+_UNOWNED_DIGESTS_SQL = """
+    SELECT 'memory_digests' AS tbl, d.id::text AS row_id, d.user_id, s.did::text AS memory_id
+    FROM memory_digests d CROSS JOIN unnest(d.source_digest_ids) AS s(did)
+    WHERE (%(user)s::text IS NULL OR d.user_id = %(user)s) AND d.period_start >= %(start)s
+      AND d.period_end <= %(end)s
+      AND NOT EXISTS (SELECT 1 FROM memory_digests c WHERE c.user_id = d.user_id AND c.id = s.did)"""
+_OWNED_SQL = """
+    SELECT id::text AS id FROM memories WHERE id = ANY(%(ids)s::uuid[])
+    UNION SELECT original_id::text FROM archived_memories WHERE original_id = ANY(%(ids)s::uuid[])"""
+_OWNED_DIGESTS_SQL = "SELECT id::text AS id FROM memory_digests WHERE id = ANY(%(ids)s::uuid[])"
 
 
 def check_provenance(
@@ -122,11 +123,31 @@ def check_provenance(
 ) -> list[ProvenanceProblem]:
     """References to memories (or lower digests) that do not exist or belong to another user; [] is a pass.
     `start`/`end` limit it to digests inside [start, end) and facts / key moments of months in it."""
-    params = {"user": user_id, "limit": limit, "start": start or date.min, "end": end or date.max}
-    rows = conn.execute(_PROVENANCE_SQL, params).fetchall()
-    return [
-        ProvenanceProblem(r["tbl"], r["row_id"], r["user_id"], r["memory_id"], r["problem"]) for r in rows
+    params = {"user": user_id, "start": start or date.min, "end": end or date.max}
+    memory_refs: list[Any] = []
+    for tbl, source, mid, period in _REFS:
+        sql = _UNOWNED_SQL.format(source=source, mid=mid, period=period)
+        memory_refs += conn.execute(sql, params | {"tbl": tbl}).fetchall()
+    digest_refs = conn.execute(_UNOWNED_DIGESTS_SQL, params).fetchall()
+    found: set[str] = set()
+    for refs, sql in ((memory_refs, _OWNED_SQL), (digest_refs, _OWNED_DIGESTS_SQL)):
+        if refs:
+            ids = sorted({r["memory_id"] for r in refs})
+            found |= {r["id"] for r in conn.execute(sql, {"ids": ids}).fetchall()}
+    problems = [
+        ProvenanceProblem(
+            r["tbl"],
+            r["row_id"],
+            r["user_id"],
+            r["memory_id"],
+            ("other user" if r["memory_id"] in found else "missing")
+            if is_memory
+            else ("other user's digest" if r["memory_id"] in found else "missing lower digest"),
+        )
+        for refs, is_memory in ((memory_refs, True), (digest_refs, False))
+        for r in refs
     ]
+    return sorted(problems, key=lambda p: (p.table, p.row_id, p.memory_id))[:limit]
 
 
 def missing_digests(

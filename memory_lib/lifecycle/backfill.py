@@ -133,12 +133,21 @@ def _fill_flow(
     return (yield RunPlan(_write_plan(m, g, rows, vecs)))
 
 
-def fill_flow(migration: Migration, kind: Kind, ids: Sequence[uuid.UUID], embedder: Embedder) -> Flow[int]:
+def fill_flow(
+    migration: Migration,
+    kind: Kind,
+    ids: Sequence[uuid.UUID],
+    embedder: Embedder,
+    *,
+    user_id: str | None = None,
+) -> Flow[int]:
     """Dual write as a flow (both clients drive it): fill the secondary columns of just-written rows
-    `ids` that are still pending, embedded by `embedder` (the secondary space's). The same statements
-    as a backfill batch, for a few rows."""
+    `ids` (of `user_id`, when given: the statements then stay on that user's shard) that are still
+    pending, embedded by `embedder` (the secondary space's). The same statements as a backfill batch,
+    for a few rows."""
+    where = "AND id = ANY(%(ids)s)" + ("" if user_id is None else " AND user_id = %(user_id)s")
     return _fill_flow(
-        migration, group_of(kind), embedder, "AND id = ANY(%(ids)s)", {"ids": list(ids)}, len(ids)
+        migration, group_of(kind), embedder, where, {"ids": list(ids), "user_id": user_id}, len(ids)
     )
 
 
@@ -228,17 +237,19 @@ class DualWriter:
             self._at = time.monotonic()
         return self._migration
 
-    def fill(self, conn: Conn, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
+    def fill(self, conn: Conn, kind: Kind, ids: Sequence[uuid.UUID], *, user_id: str | None = None) -> int:
         m = self.migration(conn)
         if m is None or not ids:
             return 0
         try:
-            return drive(conn, fill_flow(m, kind, ids, self._make(*m.secondary)))
+            return drive(conn, fill_flow(m, kind, ids, self._make(*m.secondary), user_id=user_id))
         except ReembeddingError:
             self._at = -float("inf")  # the migration moved on (flipped, finished): ask again next time
             return 0
 
-    async def fill_async(self, conn: AsyncConn, kind: Kind, ids: Sequence[uuid.UUID]) -> int:
+    async def fill_async(
+        self, conn: AsyncConn, kind: Kind, ids: Sequence[uuid.UUID], *, user_id: str | None = None
+    ) -> int:
         """`fill` for the async client (embedding and the embedder's first load run in a thread)."""
         if time.monotonic() - self._at > self.ttl:
             try:
@@ -251,7 +262,7 @@ class DualWriter:
             return 0
         embedder = await asyncio.to_thread(self._make, *m.secondary)
         try:
-            return await drive_async(conn, fill_flow(m, kind, ids, embedder))
+            return await drive_async(conn, fill_flow(m, kind, ids, embedder, user_id=user_id))
         except ReembeddingError:
             self._at = -float("inf")
             return 0

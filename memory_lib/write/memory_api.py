@@ -442,7 +442,8 @@ def update_plan(
             dim=int(shape["dim"]),
             embedding_model=shape["model"] or embedding_model,
         )
-        yield Sql(BIND_MODEL_SQL, {"model": embedding_model}, "rowcount")
+        if shape["model"] is None:  # as write_path._start: bound once
+            yield Sql(BIND_MODEL_SQL, {"model": embedding_model}, "rowcount")
         new_id = valid.id
         # Supersede first: the new version may share the old one's dedupe key (a change of case only),
         # and only one live memory may hold a key.

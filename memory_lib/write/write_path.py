@@ -281,7 +281,8 @@ def _start(memory: PreparedMemory, dim: int, embedding_model: str, actor: str, n
     validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     validation.timestamp("now", now)
     shape = yield from checked_shape_plan(dim, embedding_model)
-    yield Sql(BIND_MODEL_SQL, {"model": embedding_model}, "rowcount")
+    if shape["model"] is None:  # bound once: the settings table is replicated to every node on Citus
+        yield Sql(BIND_MODEL_SQL, {"model": embedding_model}, "rowcount")
     # Serialize writers of one user: the duplicate checks and the insert must see the same rows.
     yield Sql(USER_LOCK_SQL, {"user_id": memory.user_id}, "one")
     return shape
