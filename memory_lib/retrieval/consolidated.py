@@ -80,7 +80,8 @@ FACT_SQL = f"""
     FROM c JOIN memory_facts f ON f.id = c.id LEFT JOIN vec v ON v.id = c.id LEFT JOIN txt x ON x.id = c.id
     WHERE f.user_id = %(user_id)s"""
 
-# "Active": a digest not yet covered by a higher-level digest of the same user.
+# "Active": a digest not yet covered by a higher-level digest of the same user (named as a constant:
+# a distributed database routes the statement to the user's shard).
 ACTIVE_DIGESTS_SQL = """
     SELECT 'digest' AS kind, d.id, d.user_id, d.summary AS text, d.level, d.period_start, d.period_end, d.body,
            d.source_memory_ids, NULL::timestamptz AS valid_from, NULL::timestamptz AS valid_to,
@@ -88,7 +89,7 @@ ACTIVE_DIGESTS_SQL = """
            false AS in_vector, NULL::float8 AS text_rank
     FROM memory_digests d
     WHERE d.user_id = %(user_id)s AND NOT EXISTS (
-        SELECT 1 FROM memory_digests h WHERE h.user_id = d.user_id AND h.level > d.level
+        SELECT 1 FROM memory_digests h WHERE h.user_id = %(user_id)s AND h.level > d.level
           AND h.period_start <= d.period_start AND h.period_end >= d.period_end)
     ORDER BY d.level DESC, d.period_start DESC
     LIMIT %(limit)s"""

@@ -74,6 +74,7 @@ from .sql import (
     archived_search_sql,
     homes_of,
     pruned,
+    search_session_sql,
     statement_for,
 )
 from .types import SearchHit, SearchRequest, SearchResult, Source, debug_record
@@ -151,10 +152,12 @@ def search_plan(
         yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
     else:
         yield LOCK_VECTOR_TABLES
-    session = yield Sql(
-        SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search), "user_id": request.user_id}, "one"
-    )
-    homes = homes_of(session)  # the tiers hash-partitioned by user: each walk reads the user's partition
+    session = yield Sql(search_session_sql(cfg.hnsw_ef_search), {}, "one")
+    if session["partitioned"]:  # the tiers hash-partitioned by user: each walk reads the user's partition
+        session = yield Sql(
+            SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search), "user_id": request.user_id}, "one"
+        )
+    homes = homes_of(session)
     kind = request.embedder_kind
     upfront = phase2_reason_upfront(request, window) if archived_cap > 0 else None
     if one_statement and upfront is not None and hot_cap > 0 and archived_vectors is ARCHIVED_VECTORS:

@@ -67,6 +67,21 @@ SEARCH_SETTINGS_SQL = """
                                          WHERE a.user_id = %(user_id)s LIMIT 1) END AS archived_home
     FROM (SELECT c.relkind = 'p' AS partitioned FROM pg_class c WHERE c.oid = 'memories'::regclass) AS t"""
 
+
+# What a search runs with, as one round trip (simple protocol: no parameters, so ef_search is written
+# in): whether the tiers are partitioned by user (the row: the first statement's), then the settings of
+# SEARCH_SETTINGS_SQL as SET LOCAL. On a distributed database (Citus) a setting must be a SET LOCAL, after
+# citus.propagate_set_commands = 'local', to reach the workers that run the search; on one node that
+# first one is an unused placeholder setting. The partitions holding the user's rows are read by
+# SEARCH_SETTINGS_SQL only when the tiers are partitioned.
+def search_session_sql(ef_search: int) -> str:
+    return f"""SELECT c.relkind = 'p' AS partitioned FROM pg_class c WHERE c.oid = 'memories'::regclass;
+    SET LOCAL citus.propagate_set_commands = 'local';
+    SET LOCAL hnsw.ef_search = {int(ef_search)};
+    SET LOCAL hnsw.iterative_scan = relaxed_order;
+    SET LOCAL enable_seqscan = off"""
+
+
 # The full-text query. A natural question becomes an OR of its English lexemes (stemmed, stop words
 # dropped): websearch_to_tsquery ANDs every term and matched ~15% of LoCoMo questions at all, the OR
 # query ranked by ts_rank_cd reaches BM25-level recall (shared notes). Lexemes are quoted, so any
@@ -234,9 +249,12 @@ def _tier_ctes(t: _Tier) -> str:
          WHERE (SELECT yes FROM {a}_exact) AND {user_live} AND {arm.where} {t.filters}
          ORDER BY {arm.distance} LIMIT %({t.pool})s * {arm.oversample})
         UNION ALL
-        -- `user_id || ''` is not indexable: the planner walks the graph and filters by user.
+        -- `user_id || ''` is not indexable: the planner walks the graph and filters by user. So is the
+        -- key under another collation than its indexes' (`C`, the same equality), which a distributed
+        -- database prunes by: the whole statement then runs on the user's shard (docs: distributed-postgres).
         (SELECT {a}.id FROM {t.table} {a}
-         WHERE NOT (SELECT yes FROM {a}_exact) AND ({a}.user_id || '') = %(user_id)s AND {t.live}
+         WHERE NOT (SELECT yes FROM {a}_exact) AND ({a}.user_id || '') = %(user_id)s
+               AND {a}.user_id = %(user_id)s COLLATE "C" AND {t.live}
                AND {arm.where} {t.filters}
          ORDER BY {arm.distance} LIMIT %({t.pool})s * {arm.oversample})
     ), {a}_candidates AS (
@@ -312,12 +330,19 @@ def archived_search_sql(arm: VectorArm, *, include_superseded: bool = False) -> 
     return _tier_sql(_archived_tier(arm, "pool", include_superseded), include_superseded)
 
 
+# storage.packs.ref_sql with the backup object looked up by the searched user as a constant, not the
+# row's user_id: the same row (every archive row read is that user's), and a lookup a distributed
+# database routes to the user's shard instead of every shard of backup_objects.
+_REF = ref_sql("a").replace("o.user_id = a.user_id", "o.user_id = %(user_id)s")
+if ref_sql("a") == _REF:  # a changed ref_sql would silently keep reading every shard
+    raise RuntimeError("storage.packs.ref_sql changed shape: rewrite retrieval.sql._REF")
+
 # A stub shows its stub text (memory_lib.lifecycle.stubs.stub_text); its full-text entry is the whole summary's.
 ARCHIVED_SELECT = f"""a.original_id AS memory_id, a.id AS archive_id, a.user_id,
            CASE WHEN a.stubbed_at IS NULL THEN a.summary ELSE '[archived] ' || left(a.summary, 200) END AS text,
            a.original_created_at AS created_at, a.original_updated_at AS updated_at,
            a.original_category AS category, a.original_domain AS domain, a.metadata -> 'tags' AS tags,
-           {ref_sql("a")} AS storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk,
+           {_REF} AS storage_ref, a.archived_at, a.metadata -> 'chunk' AS chunk,
            a.original_superseded_by AS superseded_by"""
 ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
