@@ -170,11 +170,11 @@ _INSERT_SQL = """
     INSERT INTO forget_requests (user_id, memory_id, actor, memory_ids, object_keys, requested_at, updated_at)
     VALUES (%(user_id)s, %(memory_id)s, %(actor)s, %(ids)s, %(keys)s, %(now)s, %(now)s) RETURNING *"""
 _STATUS_SQL = """
-    UPDATE forget_requests SET status = %(status)s, updated_at = clock_timestamp(),
+    UPDATE forget_requests SET status = %(status)s, updated_at = %(at)s,
            object_versions_deleted = object_versions_deleted + %(versions)s
     WHERE user_id = %(user_id)s AND id = %(id)s RETURNING *"""
 _DONE_SQL = """
-    UPDATE forget_requests SET status = 'done', updated_at = clock_timestamp(), completed_at = clock_timestamp(),
+    UPDATE forget_requests SET status = 'done', updated_at = %(at)s, completed_at = %(at)s,
            object_versions_deleted = object_versions_deleted + %(versions)s
     WHERE user_id = %(user_id)s AND id = %(id)s AND status = 'rows_deleted' RETURNING *"""
 _TOMBSTONE_SQL = """
@@ -193,6 +193,15 @@ _TOMBSTONE_SQL = """
     GROUP BY t.memory_id"""
 # The tombstone's time is the database clock, like the redaction's: an erasure is recorded when it
 # happened, whatever `now` a caller passes (that one is the request's requested_at).
+# The database clock read first and passed to the UPDATEs: distributed Postgres refuses a VOLATILE
+# function (clock_timestamp()) in an UPDATE of a distributed table.
+_CLOCK_SQL = "SELECT clock_timestamp() AS at"
+
+
+def _clock() -> Plan[datetime]:
+    row = yield Sql(_CLOCK_SQL, {}, "one")
+    return row["at"]
+
 
 # --------------------------------------------------------------------------- steps
 
@@ -448,8 +457,11 @@ def _moved_plan(
 
 
 def _status_plan(user_id: str, request_id: uuid.UUID, status: str, versions: int) -> Plan[Row]:
+    at = yield from _clock()
     row = yield Sql(
-        _STATUS_SQL, {"user_id": user_id, "id": request_id, "status": status, "versions": versions}, "one"
+        _STATUS_SQL,
+        {"user_id": user_id, "id": request_id, "status": status, "versions": versions, "at": at},
+        "one",
     )
     return row
 
@@ -509,9 +521,16 @@ def _rows_plan(
     counts["tombstones"] = yield events(EventType.FORGOTTEN, tombstones, actor=actor, now=None)
     row = yield Sql(
         """UPDATE forget_requests SET status = 'rows_deleted', memory_ids = %(ids)s, object_keys = %(keys)s,
-                  rows_deleted = %(counts)s, updated_at = clock_timestamp()
+                  rows_deleted = %(counts)s, updated_at = %(at)s
            WHERE user_id = %(user_id)s AND id = %(id)s RETURNING *""",
-        {"ids": ids, "keys": keys, "counts": Jsonb(counts), "user_id": user, "id": current["id"]},
+        {
+            "ids": ids,
+            "keys": keys,
+            "counts": Jsonb(counts),
+            "user_id": user,
+            "id": current["id"],
+            "at": (yield from _clock()),
+        },
         "one",
     )
     return row
@@ -519,7 +538,8 @@ def _rows_plan(
 
 def _done_plan(user_id: str, request_id: uuid.UUID, versions: int) -> Plan[Row]:
     key = {"user_id": user_id, "id": request_id}
-    row = yield Sql(_DONE_SQL, key | {"versions": versions}, "one")
+    at = yield from _clock()
+    row = yield Sql(_DONE_SQL, key | {"versions": versions, "at": at}, "one")
     if row is None:  # finished by a concurrent run
         row = yield Sql(
             "SELECT * FROM forget_requests WHERE user_id = %(user_id)s AND id = %(id)s", key, "one"

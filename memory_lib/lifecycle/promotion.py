@@ -79,11 +79,21 @@ class RestoreOutcome:
 
 # An archive row as every move reads it: its columns and its backup (storage_ref, backup_sha256).
 ARCHIVE_ROW = f"a.*, {packs.backup_sql('a')}"
+# The same from JOINED_FROM: the backup object by a join on (user_id, id) instead of packs.ref_sql's
+# correlated subquery, so that a locking read of one user routes to that user's shard (Citus refuses
+# FOR UPDATE across shards, and the subquery makes the statement multi-shard).
+JOINED_ROW = (
+    "a.*, backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) AS storage_ref,"
+    " encode(a.backup_digest, 'hex') AS backup_sha256"
+)
+JOINED_FROM = (
+    "archived_memories a LEFT JOIN backup_objects o ON o.user_id = a.user_id AND o.id = a.backup_object"
+)
 ARCHIVE_SQL = f"""
-    SELECT {ARCHIVE_ROW} FROM archived_memories a
+    SELECT {JOINED_ROW} FROM {JOINED_FROM}
     WHERE a.user_id = %(user_id)s AND a.id = %(archive_id)s"""
 ARCHIVE_BY_ORIGINAL_SQL = f"""
-    SELECT {ARCHIVE_ROW} FROM archived_memories a
+    SELECT {JOINED_ROW} FROM {JOINED_FROM}
     WHERE a.user_id = %(user_id)s AND a.original_id = %(original_id)s"""
 LOCK_ARCHIVE_SQL = ARCHIVE_SQL + " FOR UPDATE OF a"
 LOCK_ARCHIVE_BY_ORIGINAL_SQL = ARCHIVE_BY_ORIGINAL_SQL + " FOR UPDATE OF a"
@@ -143,10 +153,10 @@ _RESTORE_ROW = (
     "%(category_{i})s, %(importance_score_{i})s, %(access_count_{i})s, %(last_accessed_at_{i})s, "
     "%(created_at_{i})s, %(updated_at_{i})s, false, %(superseded_by_{i})s, %(dedupe_key_{i})s, %(restored_at)s)"
 )
-# The archive rows by their exact (user_id, id) pairs: never another user's row with the same id.
+# The archive rows of one user by id: never another user's row with the same id; one statement per user,
+# so that each routes to its user's shard on distributed Postgres.
 DELETE_ARCHIVES_SQL = """
-    DELETE FROM archived_memories a USING unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, id)
-    WHERE a.user_id = t.user_id AND a.id = t.id"""
+    DELETE FROM archived_memories a WHERE a.user_id = %(user_id)s AND a.id = ANY(%(ids)s)"""
 # The rule for a restored memory's backup: kept, and recorded by the audit event of the restore or
 # re-promotion that kept it (details.storage_ref, written by restore_many_rows_plan) until forget, which
 # deletes the object, redacts the event. Of the object refs given (%s: backup_objects.ref's form), those
@@ -279,8 +289,8 @@ def restore_many_rows_plan(
     vectors: Mapping[uuid.UUID, np.ndarray] | None = None,
 ) -> Plan[None]:
     """Move locked archive rows back to `memories` from their verified backups, inside the caller's
-    transaction, in three statements whatever their number: one multi-row INSERT of the hot rows, one
-    DELETE of the archive rows by (user_id, id), one multi-row INSERT of the audit events (the
+    transaction, in three statements whatever their number: one multi-row INSERT of the hot rows, a
+    DELETE of the archive rows per user (one for a group of one user), one multi-row INSERT of the audit events (the
     statement-level triggers on both tables fire once for all of them). Every row keeps its own
     user_id: each hot row and event is its backup's, each deleted archive row the exact (user_id, id)
     locked. The DELETE must remove every row given (they are locked), else IntegrityError and the
@@ -336,11 +346,12 @@ def restore_many_rows_plan(
         params.update({f"{k}_{i}": v for k, v in values.items()})
         rows.append(_RESTORE_ROW.format(i=i))
     yield Sql(RESTORE_INSERT_SQL + ",\n".join(rows), params, "rowcount")
-    deleted = yield Sql(
-        DELETE_ARCHIVES_SQL,
-        {"users": [a["user_id"] for a, _ in items], "ids": [a["id"] for a, _ in items]},
-        "rowcount",
-    )
+    by_user: dict[str, list[uuid.UUID]] = {}
+    for arch, _ in items:
+        by_user.setdefault(arch["user_id"], []).append(arch["id"])
+    deleted = 0
+    for user, ids in sorted(by_user.items()):
+        deleted += yield Sql(DELETE_ARCHIVES_SQL, {"user_id": user, "ids": ids}, "rowcount")
     if deleted != len(items):
         raise IntegrityError("archive rows deleted on restore", str(len(items)), str(deleted))
     recorded = [

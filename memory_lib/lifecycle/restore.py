@@ -14,9 +14,10 @@ memories.restored_at, memory_lib.lifecycle.eligibility); and its backup object i
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ import psycopg
 
 from ..core import validation
 from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
-from ..core.locks import USERS_LOCK_SQL
+from ..core.locks import USER_LOCK_SQL
 from ..core.plans import Plan, Sql, drive, run_plan
 from ..core.rows import Conn, Row
 from ..llm.embedding import Embedder
@@ -37,8 +38,9 @@ from .pause import set_pause
 from .promotion import (
     AN_ARCHIVE_ID,
     AN_ORIGINAL_ID,
-    ARCHIVE_ROW,
     IS_MEMORY_ID_SQL,
+    JOINED_FROM,
+    JOINED_ROW,
     ORIGINAL_OF_ARCHIVE_SQL,
     restore_flow,
     restore_many_rows_plan,
@@ -187,9 +189,10 @@ def restore_archives(
     `pause_archival=False`): the nights then archive nothing at all, the memories never archived
     included, until the pause is cleared when the rollback is done.
 
-    The memories go by groups of `commit_every`, one transaction per group (a group never spans a
-    chunk). In a group, the users' write locks are taken ascending and the archive rows locked in id
-    order (memory_lib.core.locks); each backup is verified against its row's recorded sha256 like
+    The memories go by groups of at most `commit_every` memories of one user, one transaction per
+    group (a group never spans a chunk or a user: cross-user work goes per user, so on distributed
+    Postgres no statement locks rows on several shards). In a group, the user's write lock is taken
+    and the archive rows locked in id order (memory_lib.core.locks); each backup is verified against its row's recorded sha256 like
     restore_archive's, and a memory whose backup fails is reported and left archived; the verified
     ones are moved together by three multi-row statements (promotion.restore_many_rows_plan: one
     trigger firing and one round trip per statement for the group instead of per memory). When
@@ -226,16 +229,29 @@ def restore_archives(
         prefetch.close()
 
 
-# A group's locks and rows (_lock_group_plan): the users' write locks (core.locks, sorted), then the rows.
-# Each (user_id, original_id) pair exactly: a row of another user with the same original_id is not read.
+# A group's locks and rows (_lock_group_plan): a group is one user's (restore_archives), so each statement
+# is filtered by its user and, on distributed Postgres, routes to that user's shard (no row locks across
+# shards). The user's write lock (core.locks), then the rows: a row of another user with the same
+# original_id is not read.
 LOCK_GROUP_SQL = f"""
-    SELECT {ARCHIVE_ROW} FROM archived_memories a
-    JOIN unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, original_id)
-      ON a.user_id = t.user_id AND a.original_id = t.original_id
+    SELECT {JOINED_ROW} FROM {JOINED_FROM}
+    WHERE a.user_id = %(user_id)s AND a.original_id = ANY(%(ids)s)
     ORDER BY a.id FOR UPDATE OF a"""
-HOT_GROUP_SQL = """
-    SELECT m.user_id, m.id FROM memories m
-    JOIN unnest(%(users)s::text[], %(ids)s::uuid[]) AS t(user_id, id) ON m.user_id = t.user_id AND m.id = t.id"""
+HOT_GROUP_SQL = "SELECT m.user_id, m.id FROM memories m WHERE m.user_id = %(user_id)s AND m.id = ANY(%(ids)s)"
+
+
+# Archive rows with their backups, for the unlocked reads that choose what to restore.
+_ROWS = f"SELECT {JOINED_ROW} FROM {JOINED_FROM}"
+
+
+def _user_groups(
+    members: Sequence[tuple[str, uuid.UUID]], size: int
+) -> Iterator[list[tuple[str, uuid.UUID]]]:
+    """`members` (sorted by user) cut into groups of at most `size` members of one user each."""
+    for _, same in itertools.groupby(members, key=lambda m: m[0]):
+        mine = list(same)
+        for i in range(0, len(mine), size):
+            yield mine[i : i + size]
 
 
 @dataclass
@@ -246,11 +262,14 @@ class _Locked:
 
 
 def _lock_group_plan(members: Sequence[tuple[str, uuid.UUID]]) -> Plan[_Locked]:
-    """Lock a group (members sorted by user): the write lock of each of its users ascending, then its
-    archive rows in id order (memory_lib.core.locks); read which of the others are hot."""
-    users = [u for u, _ in members]
-    yield Sql(USERS_LOCK_SQL, {"users": sorted(set(users))}, "one")
-    pairs = {"users": users, "ids": [o for _, o in members]}
+    """Lock a group (members of one user): the user's write lock, then its archive rows in id order
+    (memory_lib.core.locks); read which of the others are hot."""
+    users = {u for u, _ in members}
+    if len(users) != 1:
+        raise InvalidInputError("group", sorted(users), "a restore group holds the memories of one user")
+    user_id = users.pop()
+    yield Sql(USER_LOCK_SQL, {"user_id": user_id}, "one")
+    pairs = {"user_id": user_id, "ids": [o for _, o in members]}
     rows = yield Sql(LOCK_GROUP_SQL, pairs, "all")
     archived = {(r["user_id"], r["original_id"]): r for r in rows}
     hot: set[tuple[str, uuid.UUID]] = set()
@@ -363,11 +382,11 @@ def _restore_archives(
     started = time.monotonic()
 
     def restore(members: list[tuple[str, uuid.UUID]]) -> None:
-        """A chunk's members, in user order, by groups of `commit_every`: one transaction each (it
-        takes its users' write locks ascending: memory_lib.core.locks). An exception that escapes
-        rolls the open group back: its memories stay archived."""
-        for i in range(0, len(members), commit_every):
-            group = members[i : i + commit_every]
+        """A chunk's members, in user order, by groups of at most `commit_every` of one user: one
+        transaction each, under its user's write lock (memory_lib.core.locks), whose statements stay
+        on that user's rows (one shard on distributed Postgres). An exception that escapes rolls the
+        open group back: its memories stay archived."""
+        for group in _user_groups(members, commit_every):
             store.settle(oid for _, oid in group)  # its backups read before it locks (core/locks.py)
             with conn.transaction():
                 _restore_group(conn, store, group, actor=actor, embedder=embedder, report=report)
@@ -376,8 +395,8 @@ def _restore_archives(
         archives = {
             r["original_id"]: r
             for r in conn.execute(
-                f"""SELECT a.original_id, a.user_id, {packs.backup_sql("a")}
-                    FROM archived_memories a
+                f"""SELECT a.original_id, a.user_id, a.storage_ref, a.backup_sha256
+                    FROM ({_ROWS}) a
                     WHERE a.original_id = ANY(%(ids)s) AND (%(u)s::text IS NULL OR a.user_id = %(u)s)""",
                 {"ids": ids, "u": user_id},
             ).fetchall()
@@ -411,8 +430,8 @@ def _restore_archives(
         cursor: tuple[datetime, uuid.UUID] | None = None
         while True:
             page = conn.execute(
-                f"""SELECT a.user_id, a.original_id, a.archived_at, {packs.backup_sql("a")}
-                    FROM archived_memories a
+                f"""SELECT a.user_id, a.original_id, a.archived_at, a.storage_ref, a.backup_sha256
+                    FROM ({_ROWS}) a
                     WHERE (%(u)s::text IS NULL OR a.user_id = %(u)s)
                       AND (%(c_at)s::timestamptz IS NULL OR (a.archived_at, a.original_id) > (%(c_at)s, %(c_id)s))
                     ORDER BY a.archived_at, a.original_id LIMIT %(n)s""",

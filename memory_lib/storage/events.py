@@ -3,7 +3,7 @@
 Three shapes, one column list and one clock rule:
 
 * `event(...)`: one event, as a plan's `Sql` (`EVENT_SQL`);
-* `events(...)`: one event per (memory_id, user_id, details) of three parallel arrays (`EVENTS_SQL`);
+* `events(...)`: one event per (memory_id, user_id, details), one multi-row VALUES;
 * `insert_select(source)`: one event per row of a query (`memory_id`, `user_id`, `details` columns),
   for the set-based writers (the archival commit, bulk store, stubbing), which build the details in SQL.
 
@@ -95,6 +95,11 @@ def event(
     )
 
 
+_VALUES_ROW = (
+    "(%(memory_id_{i})s, %(user_id_{i})s, %(event_type)s, %(actor)s, " + _OCCURRED_AT + ", %(details_{i})s)"
+)
+
+
 def events(
     event_type: EventType | str,
     rows: Sequence[tuple[uuid.UUID, str, dict[str, Any]]],
@@ -102,15 +107,13 @@ def events(
     actor: str,
     now: datetime | None,
 ) -> Sql:
-    """One event per (memory_id, user_id, details) of `rows`, in one statement (result: the rowcount)."""
+    """One event per (memory_id, user_id, details) of `rows`, in one statement (result: the rowcount).
+    A multi-row VALUES, not EVENTS_SQL's INSERT ... SELECT from arrays: distributed Postgres routes it to
+    the shards of its rows' users (one, for one user's events) instead of pulling rows to the coordinator."""
     params = event_params(event_type, actor, now)
-    return Sql(
-        EVENTS_SQL,
-        params
-        | {
-            "memory_ids": [r[0] for r in rows],
-            "user_ids": [r[1] for r in rows],
-            "details": [Jsonb(r[2]) for r in rows],
-        },
-        "rowcount",
-    )
+    if not rows:
+        return Sql(EVENTS_SQL, params | {"memory_ids": [], "user_ids": [], "details": []}, "rowcount")
+    for i, (memory_id, user_id, details) in enumerate(rows):
+        params |= {f"memory_id_{i}": memory_id, f"user_id_{i}": user_id, f"details_{i}": Jsonb(details)}
+    values = ",\n    ".join(_VALUES_ROW.format(i=i) for i in range(len(rows)))
+    return Sql(f"{_INSERT}\n    VALUES {values}", params, "rowcount")
