@@ -9,6 +9,8 @@ import pytest
 
 from memory_lib.core.errors import SchemaError
 from memory_lib.storage.db import MIGRATIONS_DIR, migrate
+from memory_lib.storage.sql_text import sql_statements
+from testing.constants import TEST_DIM
 from testing.migrations import migrate_before
 from testing.rows import one
 
@@ -438,3 +440,41 @@ def test_memories_restored_before_migration_025_count_from_their_last_restore(em
         memories[1]["id"]: (NOW - timedelta(days=5), True),
         memories[2]["id"]: (None, False),
     }
+
+
+def test_a_migration_runs_statement_by_statement_and_its_server_warnings_are_logged(db_url, tmp_path, caplog):
+    """A pending migration on a migrated database: its statements (a function body with semicolons,
+    comments with them) run one by one in one transaction, and the server's WARNING and NOTICE are in
+    migrate's log under the migration's name. The probe is removed again (the Citus pass reuses the
+    database)."""
+    migrations = tmp_path / "sql"
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
+    (migrations / "999_probe.sql").write_text(
+        "-- a comment; with a semicolon\n"
+        "CREATE FUNCTION probe_fn() RETURNS text LANGUAGE plpgsql AS $$\n"
+        "BEGIN RAISE NOTICE 'probe notice'; RETURN 'a;b'; END $$;\n"
+        "/* another; comment */\n"
+        "DO $$ BEGIN RAISE WARNING 'probe warning: %', probe_fn(); END $$;\n"
+    )
+    try:
+        with caplog.at_level("INFO", logger="memory_lib.storage.migrations"):
+            assert migrate(db_url, embedding_dim=TEST_DIM, directory=migrations) == ["999_probe"]
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert warnings == ["migration 999_probe: server WARNING: probe warning: a;b"]
+        assert "migration 999_probe: server NOTICE: probe notice" in caplog.text
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("DROP FUNCTION IF EXISTS probe_fn()")
+            c.execute("DELETE FROM schema_migrations WHERE version = 999")
+
+
+def test_sql_statements_cut_at_semicolons_outside_literals_and_comments():
+    text = (
+        "SELECT 'a;b'; -- c;\n/* x; /* nested; */ */ SELECT $f$;$f$;\n"
+        "SELECT E'\\';', \"q;\"; -- only a comment;\n"
+    )
+    assert sql_statements(text) == [
+        "SELECT 'a;b';",
+        "-- c;\n/* x; /* nested; */ */ SELECT $f$;$f$;",
+        "SELECT E'\\';', \"q;\";",
+    ]
