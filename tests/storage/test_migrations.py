@@ -10,6 +10,7 @@ import pytest
 from memory_lib.core.errors import SchemaError
 from memory_lib.storage.db import MIGRATIONS_DIR, migrate
 from memory_lib.storage.sql_text import sql_statements
+from testing.citus import citus_urls
 from testing.constants import TEST_DIM
 from testing.migrations import migrate_before
 from testing.rows import one
@@ -186,7 +187,8 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
 
     role = f"app_{uuid.uuid4().hex[:8]}"
     dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
-    with psycopg.connect(db_url, autocommit=True) as admin:
+    superuser = make_conninfo(databases.server_url, dbname=dbname)  # db_url's role may not create roles
+    with psycopg.connect(superuser, autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN")
         admin.execute(f"ALTER ROLE {role} SET lock_timeout = '5s'")  # waiting for the lock fails, not hangs
         admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
@@ -205,9 +207,16 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
                     added.memory_id
                 ]
     finally:
-        with psycopg.connect(databases.server_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-            admin.execute(f"DROP ROLE IF EXISTS {role}")
+        if citus_urls() is None:
+            with psycopg.connect(databases.server_url, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+                admin.execute(f"DROP ROLE IF EXISTS {role}")
+        else:  # the Citus pass reuses the database: take back what the test changed
+            with psycopg.connect(superuser, autocommit=True) as admin:
+                admin.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}")
+                admin.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role}")
+                admin.execute(f"GRANT TEMPORARY ON DATABASE {dbname} TO PUBLIC")
+                admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 # --------------------------------------------------------------------------- a role that may not create extensions
