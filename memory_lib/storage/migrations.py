@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from ..core.errors import MissingExtensionError, SchemaError
 from ..core.rows import Conn, Row
 from .first_shipped_comments import as_first_shipped
-from .sql_text import full_text_checksum, sql_checksum
+from .sql_text import full_text_checksum, sql_checksum, sql_statements
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,9 @@ def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | Non
     """
     migrations = load_migrations(directory, embedding_dim=embedding_dim)
     applied_now: list[str] = []
+    applying = ["(setup)"]  # the migration whose statements the server is answering
     with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        conn.add_notice_handler(lambda diag: _relay_server_message(applying[0], diag))
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_ID,))
             present = _prepare_extensions(conn, migrations)  # before anything is written
@@ -135,8 +137,18 @@ def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | Non
                         _record_checksum(conn, mig)
                     continue
                 log.info("applying migration %s", mig.name)
+                applying[0] = mig.name
+                # What distributed Postgres (Citus) needs to apply a migration to a distributed schema:
+                # triggers on distributed tables (each of ours touches only its row's user, as Citus asks),
+                # and one connection per worker, so that a function created after a change of a
+                # distributed table reaches the workers in the same transaction. Placeholder settings,
+                # without effect, where Citus is not installed.
+                conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
+                conn.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
                 try:
-                    conn.execute(_without_present_extensions(mig.sql, present))
+                    # One statement at a time: Citus forwards a trigger's DDL to the shards as the text sent.
+                    for statement in sql_statements(_without_present_extensions(mig.sql, present)):
+                        conn.execute(statement)
                 except psycopg.errors.InsufficientPrivilege as exc:
                     raise _privilege_error(conn, f"migration {mig.name}", exc) from exc
                 conn.execute(
@@ -150,6 +162,23 @@ def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | Non
                     )
                 applied_now.append(mig.name)
     return applied_now
+
+
+def _relay_server_message(migration: str, diag: psycopg.errors.Diagnostic) -> None:
+    """Log a NOTICE or WARNING the server sent while migrating: Citus says there what it did not
+    distribute (a view left on the coordinator, for one); a WARNING is logged as one."""
+    severity = diag.severity_nonlocalized or diag.severity or "NOTICE"
+    text = " ".join(
+        part
+        for part in (
+            diag.message_primary,
+            diag.message_detail,
+            diag.message_hint and f"({diag.message_hint})",
+        )
+        if part
+    )
+    level = logging.WARNING if severity == "WARNING" else logging.INFO
+    log.log(level, "migration %s: server %s: %s", migration, severity, text)
 
 
 def _one(cur: psycopg.Cursor[Row]) -> Row:

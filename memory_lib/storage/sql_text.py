@@ -101,6 +101,41 @@ def sql_without_comments(sql: str) -> str:
     return "".join(out)
 
 
+def sql_statements(sql: str) -> list[str]:
+    """`sql` cut into its statements at the semicolons outside literals and comments (scanned as
+    `sql_without_comments` does), each as written, comments kept; a piece holding only comments is
+    dropped. Distributed Postgres (Citus) forwards some statements to its workers as the text the client
+    sent, which must then be one statement. A `BEGIN ATOMIC` function body would be cut: none is used."""
+    statements: list[str] = []
+    start, i, n = 0, 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if sql.startswith("/*", i):
+            i = _end_of_block_comment(sql, i)
+            continue
+        if ch in "'\"":
+            prefix = sql[i - 1] if i else ""
+            escapes = (
+                ch == "'" and prefix in "Ee" and prefix != "" and (i < 2 or not _is_ident_char(sql[i - 2]))
+            )
+            i = _end_of_quoted(sql, i, ch, backslashes=escapes)
+            continue
+        if ch == "$" and (i == 0 or not _is_ident_char(sql[i - 1])) and (tag := _DOLLAR_TAG.match(sql, i)):
+            close = sql.find(tag.group(0), tag.end())
+            i = n if close < 0 else close + len(tag.group(0))
+            continue
+        i += 1
+        if ch == ";":
+            statements.append(sql[start:i])
+            start = i
+    statements.append(sql[start:])
+    return [s.strip() for s in statements if sql_without_comments(s).strip(_WHITESPACE + ";")]
+
+
 def sql_checksum(sql: str) -> str:
     """sha256 of `sql` without its comments: the same for two texts that differ only in comments or in
     whitespace outside literals, different when a statement, literal or function body differs."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,6 +23,7 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.llm.embedding import HashingEmbedder
+from testing.citus import distribution_sql, split_statements
 from testing.constants import TEST_DIM
 from testing.factories import archival_services
 from testing.rows import one
@@ -273,34 +273,49 @@ def test_a_workflows_statements_on_per_user_tables_name_user_id(conn, local_stor
 
 # --------------------------------------------------------------------------- the docs page's statements
 
-DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "distributed-postgres.md"
 # Reference tables that stay plain tables on the coordinator (no foreign key from a per-user table).
 COORDINATOR_ONLY = frozenset(
     {"schema_migrations", "archival_pause", "archival_pause_events", "archival_skipped_nights"}
 )
-
-
-def _citus_block() -> str:
-    (block,) = re.findall(r"```sql\n(.*?)```", DOCS_PAGE.read_text(), re.DOTALL)
-    return block
+_TRIGGERS_OFF = re.compile(r"ALTER TABLE (\w+) DISABLE TRIGGER USER")
+_TRIGGERS_ON = re.compile(r"ALTER TABLE (\w+) ENABLE TRIGGER USER")
 
 
 def test_the_docs_distribute_every_table_in_an_order_citus_accepts(conn):
     """The page's statements parse (as PL/pgSQL, which parses each statement without running it), name
     every per-user table once, distributed by user_id and colocated with memories, every other reference
-    table once, and come after the tables their foreign keys point at."""
-    block = _citus_block()
+    table once, and come after the tables their foreign keys point at; the tables whose triggers write
+    other tables have them off while their rows are copied. (tests/storage/test_citus_distribution.py
+    runs them on a cluster.)"""
+    block = distribution_sql()
     body = re.sub(r"(?m)^SELECT ", "PERFORM ", block)
     with conn.transaction(force_rollback=True):
         conn.execute(
             f"CREATE FUNCTION pg_temp.citus_block() RETURNS void LANGUAGE plpgsql AS $body$ BEGIN {body} END $body$"
         )
-    calls = re.findall(r"SELECT (create_\w+)\('(\w+)'(.*?)\);", block)
-    assert len(calls) == len(block.strip().splitlines()) - block.count("\n\n")
-    order = [table for _, table, _ in calls]
+    statements = split_statements(block)
+    calls = [re.fullmatch(r"SELECT (create_\w+)\('(\w+)'(.*?)\)", s) for s in statements]
+    order = [m.group(2) for m in calls if m]
+    others = [s for s, m in zip(statements, calls, strict=True) if not m]
+    off = [m.group(1) for s in others if (m := _TRIGGERS_OFF.fullmatch(s))]
+    on = [m.group(1) for s in others if (m := _TRIGGERS_ON.fullmatch(s))]
+    assert others == [
+        "SET citus.enable_unsafe_triggers = on",
+        *(f"ALTER TABLE {t} DISABLE TRIGGER USER" for t in off),
+        *(f"ALTER TABLE {t} ENABLE TRIGGER USER" for t in on),
+    ]
+    assert (
+        statements[: len(off) + 1] == others[: len(off) + 1] and statements[-len(on) :] == others[-len(on) :]
+    )
+    writers = conn.execute(
+        """SELECT DISTINCT c.relname AS tbl FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+           WHERE c.relnamespace = 'public'::regnamespace AND NOT c.relispartition AND NOT t.tgisinternal
+             AND t.tgtype & 2 = 0 AND t.tgtype & (4 | 8 | 16) <> 0"""  # AFTER a row change
+    ).fetchall()
+    assert sorted(off) == sorted(on) == sorted(r["tbl"] for r in writers)
     assert len(order) == len(set(order))
-    reference = {t for fn, t, _ in calls if fn == "create_reference_table"}
-    distributed = {t: rest for fn, t, rest in calls if fn == "create_distributed_table"}
+    reference = {m.group(2) for m in calls if m and m.group(1) == "create_reference_table"}
+    distributed = {m.group(2): m.group(3) for m in calls if m and m.group(1) == "create_distributed_table"}
     assert reference == REFERENCE_TABLES - COORDINATOR_ONLY
     assert set(distributed) == per_user_tables(conn)
     assert distributed.pop("memories") == ", 'user_id'"

@@ -9,6 +9,9 @@ import pytest
 
 from memory_lib.core.errors import SchemaError
 from memory_lib.storage.db import MIGRATIONS_DIR, migrate
+from memory_lib.storage.sql_text import sql_statements
+from testing.citus import citus_urls
+from testing.constants import TEST_DIM
 from testing.migrations import migrate_before
 from testing.rows import one
 
@@ -184,7 +187,8 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
 
     role = f"app_{uuid.uuid4().hex[:8]}"
     dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
-    with psycopg.connect(db_url, autocommit=True) as admin:
+    superuser = make_conninfo(databases.server_url, dbname=dbname)  # db_url's role may not create roles
+    with psycopg.connect(superuser, autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN")
         admin.execute(f"ALTER ROLE {role} SET lock_timeout = '5s'")  # waiting for the lock fails, not hangs
         admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
@@ -203,9 +207,16 @@ def test_a_client_needs_no_ddl_rights_and_no_migration_lock(databases, db_url, t
                     added.memory_id
                 ]
     finally:
-        with psycopg.connect(databases.server_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-            admin.execute(f"DROP ROLE IF EXISTS {role}")
+        if citus_urls() is None:
+            with psycopg.connect(databases.server_url, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+                admin.execute(f"DROP ROLE IF EXISTS {role}")
+        else:  # the Citus pass reuses the database: take back what the test changed
+            with psycopg.connect(superuser, autocommit=True) as admin:
+                admin.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}")
+                admin.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role}")
+                admin.execute(f"GRANT TEMPORARY ON DATABASE {dbname} TO PUBLIC")
+                admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 # --------------------------------------------------------------------------- a role that may not create extensions
@@ -438,3 +449,43 @@ def test_memories_restored_before_migration_025_count_from_their_last_restore(em
         memories[1]["id"]: (NOW - timedelta(days=5), True),
         memories[2]["id"]: (None, False),
     }
+
+
+def test_a_migration_runs_statement_by_statement_and_its_server_warnings_are_logged(db_url, tmp_path, caplog):
+    """A pending migration on a migrated database: its statements (a function body with semicolons,
+    comments with them) run one by one in one transaction, and the server's WARNING and NOTICE are in
+    migrate's log under the migration's name. The probe is removed again (the Citus pass reuses the
+    database)."""
+    migrations = tmp_path / "sql"
+    shutil.copytree(str(MIGRATIONS_DIR), migrations)
+    (migrations / "999_probe.sql").write_text(
+        "-- a comment; with a semicolon\n"
+        "CREATE FUNCTION probe_fn() RETURNS text LANGUAGE plpgsql AS $$\n"
+        "BEGIN RAISE NOTICE 'probe notice'; RETURN 'a;b'; END $$;\n"
+        "/* another; comment */\n"
+        "DO $$ BEGIN RAISE WARNING 'probe warning: %', probe_fn(); END $$;\n"
+    )
+    try:
+        with caplog.at_level("INFO", logger="memory_lib.storage.migrations"):
+            assert migrate(db_url, embedding_dim=TEST_DIM, directory=migrations) == ["999_probe"]
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert [w for w in warnings if "999_probe" in w] == [
+            "migration 999_probe: server WARNING: probe warning: a;b"
+        ]
+        assert "migration 999_probe: server NOTICE: probe notice" in caplog.text
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("DROP FUNCTION IF EXISTS probe_fn()")
+            c.execute("DELETE FROM schema_migrations WHERE version = 999")
+
+
+def test_sql_statements_cut_at_semicolons_outside_literals_and_comments():
+    text = (
+        "SELECT 'a;b'; -- c;\n/* x; /* nested; */ */ SELECT $f$;$f$;\n"
+        "SELECT E'\\';', \"q;\"; -- only a comment;\n"
+    )
+    assert sql_statements(text) == [
+        "SELECT 'a;b';",
+        "-- c;\n/* x; /* nested; */ */ SELECT $f$;$f$;",
+        "SELECT E'\\';', \"q;\";",
+    ]
