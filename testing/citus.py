@@ -17,18 +17,15 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.json import Jsonb
 
 from memory_lib.storage.db import migrate_database
 
 DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "distributed-postgres.md"
 ADMIN_ENV, APP_ENV = "TEST_CITUS_ADMIN_URL", "TEST_CITUS_URL"
-# Kept across tests: what the migrations and the database's settings wrote.
-KEPT_TABLES = ("schema_migrations", "memory_archive_settings")
-# Append-only tables refuse TRUNCATE by trigger; the reset lifts that for its own transaction only.
-APPEND_ONLY_TRIGGERS = (
-    ("memory_events", "memory_events_no_truncate"),
-    ("archival_pause_events", "archival_pause_events_no_truncate"),
-)
+# Kept across tests: the migrations' record. Emptied and then put back as the migrations left them:
+SEEDED_TABLES = ("memory_archive_settings", "archival_pause")
+KEPT_TABLES = ("schema_migrations",)
 
 
 def citus_urls() -> tuple[str, str] | None:
@@ -75,7 +72,7 @@ class CitusDatabases:
         self.prefix = prefix or f"ct_{uuid.uuid4().hex[:6]}"
         self._free: dict[int, list[str]] = {}
         self._made: list[str] = []
-        self._settings: dict[str, list[tuple[object, ...]]] = {}
+        self._seeded: dict[str, dict[str, list[tuple[object, ...]]]] = {}
 
     def _workers(self) -> list[tuple[str, int]]:
         with psycopg.connect(self.admin_url) as conn:
@@ -89,9 +86,7 @@ class CitusDatabases:
         role and (unless `distribute` is false) distributed by the page's statements."""
         name = f"{self.prefix}_{len(self._made)}"
         workers = self._workers()
-        nodes = [self.admin_url] + [
-            make_conninfo(self.admin_url, host=h, port=str(p)) for h, p in workers
-        ]
+        nodes = [self.admin_url] + [make_conninfo(self.admin_url, host=h, port=str(p)) for h, p in workers]
         for node in nodes:
             with psycopg.connect(_with_db(node, "postgres"), autocommit=True) as conn:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -125,7 +120,10 @@ class CitusDatabases:
             return free.pop()
         url = self.create(dim)
         with psycopg.connect(url) as conn:
-            self._settings[url] = conn.execute("SELECT * FROM memory_archive_settings").fetchall()
+            self._seeded[url] = {
+                t: conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(t))).fetchall()
+                for t in SEEDED_TABLES
+            }
         return url
 
     def release(self, url: str, dim: int) -> None:
@@ -133,44 +131,36 @@ class CitusDatabases:
         self._free.setdefault(dim, []).append(url)
 
     def reset(self, url: str) -> None:
-        """Empty every table but the migrations' record, and put the settings back as migrated."""
-        with psycopg.connect(url) as conn:
-            # Other tests' sessions on this database (a pool left open) would block the TRUNCATE.
+        """Empty every table but the migrations' record and put back what the migrations seeded, as the
+        superuser: with triggers off on every node (the append-only tables refuse a DELETE by trigger;
+        a TRUNCATE of distributed tables deadlocked with itself), one connection per worker."""
+        dbname = conninfo_to_dict(url)["dbname"]
+        with psycopg.connect(_with_db(self.admin_url, str(dbname))) as conn:
+            # Other tests' sessions on this database (a pool left open) would hold locks.
             conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND usename = current_user"
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND usename = %s",
+                (self.role,),
             )
+            conn.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
+            conn.execute("SET LOCAL citus.propagate_set_commands = 'local'")
+            conn.execute("SET LOCAL session_replication_role = 'replica'")
             tables = [
                 r[0]
                 for r in conn.execute(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND NOT tablename = ANY(%s)",
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> ALL(%s)",
                     (list(KEPT_TABLES),),
                 )
             ]
-            conn.execute("SET citus.enable_unsafe_triggers = on")  # trigger DDL on distributed tables
-            for table, trigger in APPEND_ONLY_TRIGGERS:
-                conn.execute(
-                    sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(
-                        sql.Identifier(table), sql.Identifier(trigger)
-                    )
-                )
-            conn.execute(
-                sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
-                    sql.SQL(", ").join(sql.Identifier(t) for t in tables)
-                )
-            )
-            for table, trigger in APPEND_ONLY_TRIGGERS:
-                conn.execute(
-                    sql.SQL("ALTER TABLE {} ENABLE TRIGGER {}").format(sql.Identifier(table), sql.Identifier(trigger))
-                )
-            conn.execute("DELETE FROM memory_archive_settings")
-            rows = self._settings.get(url, [])
-            if rows:
-                placeholders = sql.SQL(", ").join(sql.Placeholder() * len(rows[0]))
+            for table in tables:
+                conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
+            for table, rows in self._seeded.get(url, {}).items():
                 for row in rows:
                     conn.execute(
-                        sql.SQL("INSERT INTO memory_archive_settings VALUES ({})").format(placeholders),
-                        row,
+                        sql.SQL("INSERT INTO {} VALUES ({})").format(
+                            sql.Identifier(table), sql.SQL(", ").join(sql.Placeholder() * len(row))
+                        ),
+                        [Jsonb(v) if isinstance(v, dict | list) else v for v in row],
                     )
 
     def drop_all(self) -> None:
@@ -179,6 +169,8 @@ class CitusDatabases:
         for name in self._made:
             for node in nodes:
                 with psycopg.connect(_with_db(node, "postgres"), autocommit=True) as conn:
-                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+                    conn.execute(
+                        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                    )
         self._made.clear()
         self._free.clear()

@@ -84,7 +84,9 @@ class CitusDatabaseFactory(DatabaseFactory):
         return url
 
     def new_empty(self, prefix: str = "empty") -> str:
-        pytest.skip("needs a database with no schema; the Citus pass's databases are migrated and distributed")
+        pytest.skip(
+            "needs a database with no schema; the Citus pass's databases are migrated and distributed"
+        )
 
     def drop(self, url: str) -> None:
         self.cluster.release(url, self._dims.pop(url))

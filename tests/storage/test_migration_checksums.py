@@ -109,7 +109,9 @@ def test_each_shipped_migration_differs_from_its_first_text_only_in_comments():
 def test_whole_text_checksums_are_those_the_earlier_runner_recorded():
     # Migrations written after that runner (026 on) never had a whole-text checksum recorded.
     recorded = {m.version: m.whole_text_checksum for m in load_migrations(embedding_dim=32)}
-    assert {v: c for v, c in recorded.items() if v in WHOLE_TEXT_CHECKSUMS_DIM_32} == WHOLE_TEXT_CHECKSUMS_DIM_32
+    assert {
+        v: c for v, c in recorded.items() if v in WHOLE_TEXT_CHECKSUMS_DIM_32
+    } == WHOLE_TEXT_CHECKSUMS_DIM_32
 
 
 # --------------------------------------------------------------------------- migrate
