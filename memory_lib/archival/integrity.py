@@ -285,13 +285,26 @@ def prune_archived_attempts(conn: Conn, batch_key: str) -> int:
     are unchanged. Open and released attempts are never pruned: retries, takeovers, eligibility and
     liveness read them. Idempotent: a second call finds nothing to delete.
     """
-    with conn.transaction():
-        pruned = conn.execute(
-            f"""DELETE FROM archival_attempts t USING archived_memories a
-               WHERE t.batch_key = %s AND t.status = 'archived' AND a.original_id = t.memory_id AND a.user_id = t.user_id
-                 AND a.backup_digest = decode(t.backup_sha256, 'hex') AND {packs.ref_sql("a")} = t.backup_ref""",
+    users = [
+        r["user_id"]
+        for r in conn.execute(
+            """SELECT DISTINCT user_id FROM archival_attempts WHERE batch_key = %s AND status = 'archived'
+               ORDER BY 1""",
             (batch_key,),
-        ).rowcount
+        ).fetchall()
+    ]
+    with conn.transaction():
+        # One DELETE per user (one shard each): Citus refuses a write to the batch (a reference table)
+        # after a multi-shard write in the same transaction.
+        pruned = 0
+        for user in users:
+            pruned += conn.execute(
+                f"""DELETE FROM archival_attempts t USING archived_memories a
+                   WHERE t.batch_key = %s AND t.user_id = %s AND t.status = 'archived'
+                     AND a.user_id = t.user_id AND a.original_id = t.memory_id
+                     AND a.backup_digest = decode(t.backup_sha256, 'hex') AND {packs.ref_sql("a")} = t.backup_ref""",
+                (batch_key, user),
+            ).rowcount
         if pruned:
             conn.execute(
                 "UPDATE archival_batches SET archived_pruned = archived_pruned + %s WHERE batch_key = %s",
