@@ -101,6 +101,11 @@ def _lock_all(conn: Conn, timeout: str = "30s") -> None:
     """ACCESS EXCLUSIVE on every vector table, for this transaction. Waiting behind a long transaction
     would queue every search behind this lock: give up after `timeout` instead (retry later)."""
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+    # Citus: the DDL and the guard functions that follow over one connection per node (it refuses a
+    # function command after DDL run in parallel in the transaction), and the guard trigger created on
+    # the shards (it touches only its own row). One node: unused settings.
+    conn.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
+    conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
     conn.execute(_LOCK_ALL)
 
 
