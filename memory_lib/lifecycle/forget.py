@@ -159,8 +159,11 @@ _DONE_FOR_USER_SQL = """
 _FORGETTING_SQL = """
     SELECT user_id, memory_id, memory_ids FROM forget_requests
     WHERE user_id = ANY(%(users)s) AND status <> 'done'"""
-_REFS_SQL = f"""
-    SELECT {packs.ref_sql("a")} AS ref FROM archived_memories a
+# The archive rows' refs by a join on (user_id, id), not packs.ref_sql's correlated subquery: the
+# statement then stays on the user's shard on distributed Postgres.
+_REFS_SQL = """
+    SELECT backup_ref(o.ref, a.backup_offset, a.backup_size_bytes) AS ref
+          FROM archived_memories a LEFT JOIN backup_objects o ON o.user_id = a.user_id AND o.id = a.backup_object
           WHERE a.user_id = %(user_id)s AND a.original_id = ANY(%(ids)s)
     UNION SELECT backup_ref FROM archival_attempts
           WHERE user_id = %(user_id)s AND memory_id = ANY(%(ids)s) AND backup_ref IS NOT NULL

@@ -42,8 +42,8 @@ class Explained:
         self.statements: list[tuple[str, str | None]] = []
 
     def wrap(self, conn: Any, plan: Iterator[Any]) -> Iterator[Any]:
-        op = next(plan)
         try:
+            op = next(plan)  # a plan may end before its first statement
             while True:
                 if isinstance(op, Sql):
                     text = None
