@@ -51,6 +51,7 @@ from ..llm.summarize import (
     summarizer_from_settings,
 )
 from ..storage import events, packs
+from ..storage.db import ONE_CONNECTION_PER_WORKER
 from ..storage.object_versions import kept_version
 from ..storage.objectstore import ObjectStore, object_store_from_settings
 from ..storage.store import MEMORY_COLUMNS, ROW_XMIN, fetch_memories, store_shape
@@ -560,6 +561,7 @@ def _commit_chunk(
     ids = [a["memory_id"] for a in chunk]
     users = sorted({a["user_id"] for a in chunk})  # every statement names the users: one shard each
     with conn.transaction():
+        conn.execute(ONE_CONNECTION_PER_WORKER)
         # The users' write locks before any row lock (memory_lib.core.locks): a forget of the same user
         # waits for this commit, or this commit finds the rows it erased gone.
         lock_users(conn, (a["user_id"] for a in chunk))

@@ -37,7 +37,7 @@ from ..core.rows import Conn, Row
 from ..core.shards import ALL, Shard, shard_filter
 from ..core.statuses import OPEN_STATUSES, AttemptStatus
 from ..lifecycle.eligibility import select_eligible
-from ..storage.db import pid_alive
+from ..storage.db import ONE_CONNECTION_PER_WORKER, pid_alive
 
 # Rounds of a claim that lost memories to concurrent claimers (each round sees their commits).
 CLAIM_ROUNDS = 8
@@ -114,6 +114,7 @@ def claim_batch(
     takeable = _takeable(conn, shard, now, limit)
     eligible = select_eligible(conn, criteria, as_of, limit, shard)
     with conn.transaction():
+        conn.execute(ONE_CONNECTION_PER_WORKER)
         inserted = conn.execute(
             """INSERT INTO archival_batches (batch_key, as_of, criteria, claimed_count, lease_owner,
                                              lease_host, lease_pid, lease_expires_at)

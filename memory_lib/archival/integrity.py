@@ -19,6 +19,7 @@ from ..core.rows import Conn, Row
 from ..core.statuses import OPEN_STATUSES
 from ..lifecycle.promotion import KEPT_BACKUPS_SQL
 from ..storage import packs
+from ..storage.db import ONE_CONNECTION_PER_WORKER
 from ..storage.object_versions import list_versions, make_current, purge
 from ..storage.objectstore import ObjectStore, StoredObject
 from ..storage.store import MEMORY_COLUMNS
@@ -294,6 +295,7 @@ def prune_archived_attempts(conn: Conn, batch_key: str) -> int:
         ).fetchall()
     ]
     with conn.transaction():
+        conn.execute(ONE_CONNECTION_PER_WORKER)
         # One DELETE per user (one shard each): Citus refuses a write to the batch (a reference table)
         # after a multi-shard write in the same transaction.
         pruned = 0

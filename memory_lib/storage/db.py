@@ -190,6 +190,12 @@ def connect(url: str | SecretStr, *, autocommit: bool = True, register: bool = T
     return conn
 
 
+# The first statement of a transaction that writes a reference table (a batch, the settings) after, or
+# beside, writes of distributed tables: Citus then uses one connection per worker, where parallel
+# connections would make it refuse the reference table's write. A placeholder setting on one Postgres.
+ONE_CONNECTION_PER_WORKER = "SET LOCAL citus.multi_shard_modify_mode = 'sequential'"
+
+
 def migrate_database(url: str, default_dim: int, *, user_partitions: int | None = None) -> list[str]:
     """Apply pending migrations; an initialized database keeps the embedding dim it was created with
     (`default_dim` only sizes a new database's vectors). Then, when `user_partitions` is set, bring
