@@ -8,7 +8,7 @@ has no shards to route to."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,7 +41,7 @@ class Explained:
     def __init__(self) -> None:
         self.statements: list[tuple[str, str | None]] = []
 
-    def wrap(self, conn: Any, plan: Iterator[Any]) -> Iterator[Any]:
+    def wrap(self, conn: Any, plan: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
         try:
             op = next(plan)  # a plan may end before its first statement
             while True:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -152,7 +152,7 @@ def test_the_search_settings_reach_the_worker(conn: Conn) -> None:
 
     _corpus(conn, big=False)
 
-    def plan() -> Iterator[Any]:
+    def plan() -> Generator[Any, Any, Any]:
         yield Snapshot()
         yield Sql(search_session_sql(57), {}, "one")
         row = yield Sql(

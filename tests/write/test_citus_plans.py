@@ -7,7 +7,7 @@ statement with server-side parameters in a form it refuses, which aborts the tra
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,7 +35,7 @@ class Explained:
     def __init__(self) -> None:
         self.statements: list[tuple[str, dict[str, Any] | None]] = []
 
-    def wrap(self, conn: Any, plan: Iterator[Any]) -> Iterator[Any]:
+    def wrap(self, conn: Any, plan: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
         op = next(plan)
         try:
             while True:
@@ -44,6 +44,7 @@ class Explained:
                     if re.match(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", op.query, re.I):
                         cur = psycopg.ClientCursor(conn, row_factory=dict_row)
                         row = cur.execute("EXPLAIN (FORMAT JSON) " + op.query, op.params).fetchone()
+                        assert row is not None
                         explained = row["QUERY PLAN"][0]["Plan"]
                     self.statements.append((op.query, explained))
                 op = plan.send((yield op))
