@@ -47,11 +47,12 @@ screenshots: $(STAMP)
 # Then the core tests again on a schema partitioned by user (memories and archived_memories in 8 hash
 # partitions, memory_lib.storage.partitioning): every rule must hold in both layouts.
 # The Citus pass runs the tests written for the cluster (distribution as the docs print it, a later
-# migration, the plans of a user's add, search, expand, restore and forget, the same top-10 as one node)
-# and the claim tests. The rest of the core suites do not pass on Citus yet (docs/how-to/distributed-postgres.md,
+# migration, the plans of a user's add, search, expand, restore and forget, the same top-10 as one node),
+# the claim tests, the write path's and promotion's. The rest of the core suites do not pass on Citus yet (docs/how-to/distributed-postgres.md,
 # "Limits that remain"), nor does the dual write of a re-embedding, deselected here.
 CITUS_TESTS = tests/storage/test_citus_distribution.py tests/write/test_citus_plans.py \
 	tests/retrieval/test_citus_plans.py tests/lifecycle/test_citus_plans.py tests/archival/test_archive_selection.py \
+	tests/write/test_write_path.py tests/lifecycle/test_promotion.py \
 	--deselect tests/write/test_citus_plans.py::test_the_dual_write_of_a_users_add_during_a_reembedding_is_router
 PARTITIONED_TESTS = tests/core tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
 # Last, the Citus tests on a real cluster (scripts/test-citus.sh; skipped with a message without its kit).
