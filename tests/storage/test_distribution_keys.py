@@ -301,11 +301,12 @@ def test_the_docs_distribute_every_table_in_an_order_citus_accepts(conn):
     on = [m.group(1) for s in others if (m := _TRIGGERS_ON.fullmatch(s))]
     assert others == [
         "SET citus.enable_unsafe_triggers = on",
+        "SELECT bookkeeping_per_row()",
         *(f"ALTER TABLE {t} DISABLE TRIGGER USER" for t in off),
         *(f"ALTER TABLE {t} ENABLE TRIGGER USER" for t in on),
     ]
     assert (
-        statements[: len(off) + 1] == others[: len(off) + 1] and statements[-len(on) :] == others[-len(on) :]
+        statements[: len(off) + 2] == others[: len(off) + 2] and statements[-len(on) :] == others[-len(on) :]
     )
     writers = conn.execute(
         """SELECT DISTINCT c.relname AS tbl FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
