@@ -136,6 +136,12 @@ def run_seaweedfs(workdir: Path) -> Iterator[S3Endpoint]:
         f"-ip.bind={HOST}",
         "-master.telemetry=false",
         "-admin.ui=false",
+        # Every bucket is a collection that takes a volume of its own; the automatic cap follows the
+        # free disk (about one volume per GB), so a session of a few hundred test buckets would run
+        # out ("no free volumes left", HTTP 500) on a machine with little free disk. Small volumes,
+        # many of them: test objects are tiny.
+        "-master.volumeSizeLimitMB=64",
+        "-volume.max=2000",
         "-webdav=false",
         f"-master.port={master}",
         f"-master.port.grpc={master_grpc}",
