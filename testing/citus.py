@@ -81,6 +81,11 @@ class CitusDatabases:
             ).fetchall()
         return [(str(h), int(p)) for h, p in rows]
 
+    def worker_urls(self, url: str) -> list[str]:
+        """The superuser on `url`'s database on each worker."""
+        name = str(conninfo_to_dict(url)["dbname"])
+        return [make_conninfo(self.admin_url, host=h, port=str(p), dbname=name) for h, p in self._workers()]
+
     def create(self, dim: int, *, distribute: bool = True) -> str:
         """A new database on every node, set up as the docs' DBA steps say, migrated by the application
         role and (unless `distribute` is false) distributed by the page's statements."""

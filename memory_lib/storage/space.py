@@ -20,8 +20,14 @@ SHAPE_SQL = """
 # transaction holding ACCESS EXCLUSIVE locks on these tables. Taking ACCESS SHARE on them BEFORE reading
 # the settings makes a statement wait for a flip in progress and then see its settings and columns
 # together. LOCK takes no snapshot, so in a REPEATABLE READ plan the snapshot is taken after it.
+# On Citus, LOCK of a distributed table goes to every worker (a round trip to each node on every add
+# and search); with citus.enable_ddl_propagation off it stays on the coordinator, where a flip's DDL
+# takes its ACCESS EXCLUSIVE lock first, so the wait is the same for clients of the coordinator. On
+# one node the setting is an unused placeholder. SET takes no snapshot either.
 LOCK_VECTOR_TABLES = Sql(
-    "LOCK TABLE memories, archived_memories, memory_digests, memory_facts IN ACCESS SHARE MODE",
+    """SET LOCAL citus.enable_ddl_propagation = off;
+    LOCK TABLE memories, archived_memories, memory_digests, memory_facts IN ACCESS SHARE MODE;
+    SET LOCAL citus.enable_ddl_propagation TO DEFAULT""",
     {},
     "rowcount",
 )

@@ -16,6 +16,7 @@ from memory_lib.retrieval.search import search_plan
 from memory_lib.retrieval.sql import SEARCH_SETTINGS_SQL
 from memory_lib.retrieval.types import SearchRequest
 from memory_lib.retrieval.warm import month_scope, scope_sql
+from memory_lib.storage.space import LOCK_VECTOR_TABLES
 from testing.constants import TEST_DIM
 from testing.explain import base_name, plan_nodes
 
@@ -54,12 +55,12 @@ def _explaining(plan, plans: list[tuple[str, dict[str, Any]]]):
     op = next(plan)
     try:
         while True:
-            # (LOCK TABLE, search.LOCK_VECTOR_TABLES, names the table but reads nothing: no plan to explain;
+            # (storage.space.LOCK_VECTOR_TABLES names the table but reads nothing: no plan to explain;
             # the session settings read one row of the user's, only to find its partition when partitioned)
             if (
                 isinstance(op, Sql)
                 and ("archived_memories" in op.query)
-                and not op.query.startswith("LOCK")
+                and op.query != LOCK_VECTOR_TABLES.query
                 and op.query != SEARCH_SETTINGS_SQL
             ):
                 row = yield Sql("EXPLAIN (ANALYZE, FORMAT JSON) " + op.query, op.params, "one")

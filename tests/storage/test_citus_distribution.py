@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from memory_lib.storage.db import connect
 from memory_lib.storage.migrations import migrate, shipped_migrations
 from memory_lib.storage.objectstore import LocalObjectStore
+from memory_lib.storage.space import LOCK_VECTOR_TABLES
 from testing.citus import CitusDatabases, citus_urls, distribution_blocks, distribution_sql, run_script
 from testing.constants import TEST_DIM
 from testing.factories import archive_cleanly, make_client
@@ -276,3 +277,37 @@ def test_a_migration_after_distribution_reaches_every_shard(cluster, tmp_path, c
     # Run again: nothing pending.
     assert migrate(url, embedding_dim=TEST_DIM, directory=directory) == []
     shutil.rmtree(directory)
+
+
+SHARD_LOCKS = """SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+    WHERE l.mode = 'AccessShareLock' AND c.relname ~ '^(memories|archived_memories)(_[0-9]+)?$'"""
+
+
+def test_the_space_lock_of_add_and_search_stays_on_the_coordinator_and_still_waits_for_a_flip(cluster):
+    """Every add and search first takes ACCESS SHARE on the vector tables (storage.space): on Citus that
+    lock is the coordinator's alone (no worker locks its copy of the tables or a shard), and it still
+    makes a flip's ACCESS EXCLUSIVE wait. A plain LOCK of the same tables does reach the workers."""
+    url = cluster.create(TEST_DIM)
+    workers = cluster.worker_urls(url)
+    assert workers
+
+    def shard_locks() -> int:
+        total = 0
+        for worker in workers:
+            with psycopg.connect(worker) as conn:
+                total += int(conn.execute(SHARD_LOCKS).fetchone()[0])
+        return total
+
+    with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as flipper:
+        with holder.transaction():
+            holder.execute(LOCK_VECTOR_TABLES.query)
+            assert shard_locks() == 0
+            flipper.execute("SET lock_timeout = '300ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable), flipper.transaction():
+                flipper.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+        with holder.transaction():
+            holder.execute("LOCK TABLE memories, archived_memories IN ACCESS SHARE MODE")
+            assert shard_locks() > 0
+        # Released at commit: the flip's lock is granted.
+        with flipper.transaction():
+            flipper.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
