@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 
 # A dollar-quote delimiter: $$ or $tag$, the tag an identifier without `$` (a `$1` parameter is not one).
 _DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
@@ -57,83 +58,60 @@ def _end_of_block_comment(sql: str, start: int) -> int:
     return len(sql)
 
 
+def _tokens(sql: str) -> Iterator[tuple[str, int, int]]:
+    """The text as PostgreSQL's lexer sees it, in order: ("space" | "comment" | "literal" | "char",
+    start, end). A literal (string, quoted identifier, dollar-quoted body) is one token, comments in it
+    included; "char" is one character of anything else."""
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch in _WHITESPACE:
+            kind, end = "space", i + 1
+        elif sql.startswith("--", i):
+            newline = sql.find("\n", i)
+            kind, end = "comment", n if newline < 0 else newline  # the line break itself is whitespace
+        elif sql.startswith("/*", i):
+            kind, end = "comment", _end_of_block_comment(sql, i)
+        elif ch in "'\"":
+            prefix = sql[i - 1] if i else ""
+            escapes = (
+                ch == "'" and prefix in "Ee" and prefix != "" and (i < 2 or not _is_ident_char(sql[i - 2]))
+            )
+            kind, end = "literal", _end_of_quoted(sql, i, ch, backslashes=escapes)
+        elif ch == "$" and (i == 0 or not _is_ident_char(sql[i - 1])) and (tag := _DOLLAR_TAG.match(sql, i)):
+            close = sql.find(tag.group(0), tag.end())
+            kind, end = "literal", n if close < 0 else close + len(tag.group(0))
+        else:
+            kind, end = "char", i + 1
+        yield kind, i, end
+        i = end
+
+
 def sql_without_comments(sql: str) -> str:
     """`sql` without its comments, whitespace outside literals collapsed (see the module docstring)."""
     out: list[str] = []
     pending = ""  # whitespace seen since the last token: "", " " or "\n"
-    i, n = 0, len(sql)
-
-    def gap(kind: str) -> None:
-        nonlocal pending
-        if kind == "\n" or not pending:
-            pending = kind
-
-    while i < n:
-        ch = sql[i]
-        if ch in _WHITESPACE:
-            gap("\n" if ch in "\n\r" else " ")
-            i += 1
+    for kind, start, end in _tokens(sql):
+        if kind == "space" or kind == "comment":
+            gap = "\n" if kind == "space" and sql[start] in "\n\r" else " "
+            if gap == "\n" or not pending:
+                pending = gap
             continue
-        if sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end  # the line break itself is whitespace, kept as such
-            continue
-        if sql.startswith("/*", i):
-            i = _end_of_block_comment(sql, i)
-            gap(" ")
-            continue
-        if ch in "'\"":
-            prefix = sql[i - 1] if i else ""
-            escapes = (
-                ch == "'" and prefix in "Ee" and prefix != "" and (i < 2 or not _is_ident_char(sql[i - 2]))
-            )
-            end = _end_of_quoted(sql, i, ch, backslashes=escapes)
-        elif ch == "$" and (i == 0 or not _is_ident_char(sql[i - 1])) and (tag := _DOLLAR_TAG.match(sql, i)):
-            close = sql.find(tag.group(0), tag.end())
-            end = n if close < 0 else close + len(tag.group(0))
-        else:
-            end = i + 1
         if pending and out:
             out.append(pending)
         pending = ""
-        out.append(sql[i:end])
-        i = end
+        out.append(sql[start:end])
     return "".join(out)
 
 
 def sql_statements(sql: str) -> list[str]:
-    """`sql` cut into its statements at the semicolons outside literals and comments (scanned as
-    `sql_without_comments` does), each as written, comments kept; a piece holding only comments is
-    dropped. Distributed Postgres (Citus) forwards some statements to its workers as the text the client
-    sent, which must then be one statement. A `BEGIN ATOMIC` function body would be cut: none is used."""
-    statements: list[str] = []
-    start, i, n = 0, 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        if sql.startswith("/*", i):
-            i = _end_of_block_comment(sql, i)
-            continue
-        if ch in "'\"":
-            prefix = sql[i - 1] if i else ""
-            escapes = (
-                ch == "'" and prefix in "Ee" and prefix != "" and (i < 2 or not _is_ident_char(sql[i - 2]))
-            )
-            i = _end_of_quoted(sql, i, ch, backslashes=escapes)
-            continue
-        if ch == "$" and (i == 0 or not _is_ident_char(sql[i - 1])) and (tag := _DOLLAR_TAG.match(sql, i)):
-            close = sql.find(tag.group(0), tag.end())
-            i = n if close < 0 else close + len(tag.group(0))
-            continue
-        i += 1
-        if ch == ";":
-            statements.append(sql[start:i])
-            start = i
-    statements.append(sql[start:])
-    return [s.strip() for s in statements if sql_without_comments(s).strip(_WHITESPACE + ";")]
+    """`sql` cut into its statements at the semicolons outside literals and comments, each as written,
+    comments kept; a piece holding only comments is dropped. Distributed Postgres (Citus) forwards some
+    statements to its workers as the text the client sent, which must then be one statement. A
+    `BEGIN ATOMIC` function body would be cut: none is used."""
+    cuts = [end for kind, start, end in _tokens(sql) if kind == "char" and sql[start] == ";"]
+    pieces = [sql[a:b] for a, b in zip([0, *cuts], [*cuts, len(sql)], strict=True)]
+    return [s.strip() for s in pieces if sql_without_comments(s).strip(_WHITESPACE + ";")]
 
 
 def sql_checksum(sql: str) -> str:
