@@ -438,6 +438,7 @@ def copy_hot(conn: psycopg.Connection[Any], rows: Iterable[HotRow], *, model: st
 
 
 _ARCHIVED_COPY = [
+    ("id", "uuid"),
     ("original_id", "uuid"),
     ("user_id", "text"),
     ("summary", "text"),
@@ -458,11 +459,16 @@ _ARCHIVED_COPY = [
 ]
 
 
+_ARCHIVE_ID_NAMESPACE = uuid.UUID("5d0c6f43-2b1e-4e0a-9a57-9f3c1b7e2a10")
+
+
 def copy_archived(
     conn: psycopg.Connection[Any], rows: Iterable[HotRow], *, model: str, archived_at: datetime
 ) -> int:
     """Binary COPY of archive rows (summary = the row's content) for search latency fixtures. Their
-    backups are not read: each user's rows name one fixture object (backup_objects)."""
+    backups are not read: each user's rows name one fixture object (backup_objects). An archive row's
+    id is derived from its original's, so databases loaded with the same rows hold the same ids (ties in
+    a ranking are broken by id)."""
     columns = ", ".join(c for c, _ in _ARCHIVED_COPY)
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(
@@ -488,6 +494,7 @@ def _copy_archived_rows(copy: Any, rows: Iterable[HotRow], *, model: str, archiv
     for r in rows:
         copy.write_row(
             (
+                uuid.uuid5(_ARCHIVE_ID_NAMESPACE, str(r.id)),
                 r.id,
                 r.user_id,
                 r.content,

@@ -52,6 +52,12 @@ def test_search_same_rows_on_both_sides_and_figures_add_up(smoke: dict[str, Any]
     assert 0 <= top["identical"] <= top["same_set"] <= 1 and 0 <= top["mean_overlap"] <= 1
     assert top["same_set"] <= top["mean_overlap"] + 1e-12  # a query with the same set has overlap 1
     assert set(fig["users"].values()) and "?" not in fig["users"].values()  # every user's shard found
+    # The same rows rank the same on one node and on the cluster when the vector arms are exact (ties
+    # cut by id): at the smoke size every user is under the exact threshold, so the default is too.
+    assert fig["top10_exact_scans"]["identical"] == 1.0
+    assert top["identical"] == 1.0
+    for side in ("one node", "cluster"):
+        assert fig["top10_vs_exact"][side]["mean_overlap"] == 1.0
 
 
 def test_archival_keeps_every_memory_exactly_once(smoke: dict[str, Any]) -> None:
