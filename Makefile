@@ -52,7 +52,7 @@ screenshots: $(STAMP)
 # "Limits that remain"), nor does the dual write of a re-embedding, deselected here.
 CITUS_TESTS = tests/storage/test_citus_distribution.py tests/write/test_citus_plans.py \
 	tests/retrieval/test_citus_plans.py tests/lifecycle/test_citus_plans.py tests/archival/test_archive_selection.py \
-	tests/write/test_write_path.py tests/lifecycle/test_promotion.py \
+	tests/write/test_write_path.py tests/lifecycle/test_promotion.py bench/tests/test_bench_citus.py \
 	--deselect tests/write/test_citus_plans.py::test_the_dual_write_of_a_users_add_during_a_reembedding_is_router
 PARTITIONED_TESTS = tests/core tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
 # Last, the Citus tests on a real cluster (scripts/test-citus.sh; skipped with a message without its kit).
