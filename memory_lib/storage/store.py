@@ -142,9 +142,9 @@ def insert_memories(
                 copy.set_types(_COPY_TYPES)
                 for m in valid:
                     copy.write_row(_copy_row(m, shape.dim, now))
-        except psycopg.errors.UniqueViolation as exc:  # a concurrent insert of the same id committed first
-            # (a partition's own key when the table is partitioned by user: memories_p003_pkey)
-            if not re.fullmatch(r"memories(_p\d{3})?_pkey", exc.diag.constraint_name or ""):
+        except (psycopg.errors.UniqueViolation, psycopg.errors.InternalError) as exc:
+            # a concurrent insert of the same id committed first
+            if not _violates_memories_key(exc):
                 raise
             raise _taken_id_error(exc, positions) from None
         conn.execute(
@@ -194,10 +194,25 @@ def _refuse_taken_ids(conn: Conn, ids: list[uuid.UUID], positions: Mapping[uuid.
         raise error
 
 
-def _taken_id_error(
-    exc: psycopg.errors.UniqueViolation, positions: Mapping[uuid.UUID, int]
-) -> InvalidInputError:
-    found = re.search(r"\(id(?:, user_id)?\)=\(([0-9a-f-]{36})[,)]", exc.diag.message_detail or "")
+# The key of memories, of a partition when the table is partitioned by user (memories_p003_pkey), or of
+# a Citus shard (memories_pkey_102034).
+_MEMORIES_KEY = re.compile(r"memories(_p\d{3})?_pkey(_\d+)?")
+_UNIQUE_MESSAGE = re.compile(r'duplicate key value violates unique constraint "([^"]+)"')
+
+
+def _violates_memories_key(exc: psycopg.Error) -> bool:
+    """A unique violation of memories' key. Citus relays a worker's COPY error as an internal error
+    (SQLSTATE XX000) with the worker's message, so the constraint is read from the message there."""
+    name = exc.diag.constraint_name
+    if name is None and isinstance(exc, psycopg.errors.InternalError):
+        found = _UNIQUE_MESSAGE.match(exc.diag.message_primary or "")
+        name = found.group(1) if found else None
+    return _MEMORIES_KEY.fullmatch(name or "") is not None
+
+
+def _taken_id_error(exc: psycopg.Error, positions: Mapping[uuid.UUID, int]) -> InvalidInputError:
+    detail = exc.diag.message_detail or str(exc)
+    found = re.search(r"\(id(?:, user_id)?\)=\(([0-9a-f-]{36})[,)]", detail)
     taken = uuid.UUID(found.group(1)) if found else None
     at = positions.get(taken) if taken is not None else None
     where = f"memories[{at}]" if at is not None else "a memory of this call"
