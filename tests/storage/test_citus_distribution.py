@@ -295,7 +295,9 @@ def test_the_space_lock_of_add_and_search_stays_on_the_coordinator_and_still_wai
         total = 0
         for worker in workers:
             with psycopg.connect(worker) as conn:
-                total += int(conn.execute(SHARD_LOCKS).fetchone()[0])
+                row = conn.execute(SHARD_LOCKS).fetchone()
+                assert row is not None
+                total += int(row[0])
         return total
 
     with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as flipper:
