@@ -46,7 +46,8 @@ def vector_text(v: np.ndarray) -> str:
     return "[" + ",".join(repr(float(x)) for x in v) + "]"
 
 
-def _write_sql(g: Group, suffix: str, dim: int) -> str:
+def _write_sql(g: Group, suffix: str, dim: int, *, one_user: bool = False) -> str:
+    """`one_user`: the rows are one user's (%(user_id)s), filtered so, so the UPDATE stays on its shard."""
     if g.kind == "hot":
         sets = (
             f"embedding{suffix} = v.vec::vector({dim}), embedding_model{suffix} = %(model)s, "
@@ -66,7 +67,8 @@ def _write_sql(g: Group, suffix: str, dim: int) -> str:
                FROM unnest(%(ids)s::uuid[], %(vecs)s::text[], %(texts)s::text[], %(needs)s::boolean[])
                     AS v(vid, vec, vtext, vneeds)
                WHERE t.id = v.vid AND t.{g.model}{suffix} IS NULL
-                 AND ({g.text}) IS NOT DISTINCT FROM v.vtext AND ({g.needs_vector}) = v.vneeds"""
+                 AND ({g.text}) IS NOT DISTINCT FROM v.vtext AND ({g.needs_vector}) = v.vneeds
+                 {"AND t.user_id = %(user_id)s" if one_user else ""}"""
 
 
 # FOR SHARE: a flip (FOR UPDATE of this row, then the tables) waits for a batch holding it, or the batch
@@ -107,7 +109,9 @@ def _embed_rows(embedder: Embedder, m: Migration, rows: Sequence[Row]) -> list[s
     return [by_id[r["id"]] for r in rows]
 
 
-def _write_plan(m: Migration, g: Group, rows: Sequence[Row], vecs: Sequence[str | None]) -> Plan[int]:
+def _write_plan(
+    m: Migration, g: Group, rows: Sequence[Row], vecs: Sequence[str | None], user_id: str | None = None
+) -> Plan[int]:
     """Write the embedded rows still as they were read (_write_sql), under the migration row's share
     lock (STATE_SQL): a flip waits for it, or it sees the flip and writes nothing."""
     check_state(m, (yield Sql(STATE_SQL, {"id": m.id}, "one")))
@@ -117,8 +121,10 @@ def _write_plan(m: Migration, g: Group, rows: Sequence[Row], vecs: Sequence[str 
         "texts": [r["text"] for r in rows],
         "needs": [bool(r["needs_vector"]) for r in rows],
         "model": m.secondary[0],
+        "user_id": user_id,
     }
-    return (yield Sql(_write_sql(g, m.suffix, m.secondary[1]), params, "rowcount"))
+    sql = _write_sql(g, m.suffix, m.secondary[1], one_user=user_id is not None)
+    return (yield Sql(sql, params, "rowcount"))
 
 
 def _fill_flow(
@@ -130,7 +136,7 @@ def _fill_flow(
     if not rows:
         return 0
     vecs = yield Call(functools.partial(_embed_rows, embedder, m, rows))
-    return (yield RunPlan(_write_plan(m, g, rows, vecs)))
+    return (yield RunPlan(_write_plan(m, g, rows, vecs, params.get("user_id"))))
 
 
 def fill_flow(

@@ -112,10 +112,12 @@ def _lock_all(conn: Conn, timeout: str = "30s") -> None:
 # --------------------------------------------------------------------------- start / abort
 
 
-def _guard_sql(g: Group, suffix: str) -> str:
+def _guard_sql(g: Group, suffix: str) -> list[str]:
+    """The guard's statements, one per string: Citus sends a DDL statement's text to the shards, and a
+    string of several there fails ("cannot insert multiple commands into a prepared statement")."""
     clear = " ".join(f"NEW.{c.name}{suffix} := NULL;" for c in g.cols)
-    return f"""
-        CREATE OR REPLACE FUNCTION {g.table}_reembed_guard() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    return [
+        f"""CREATE OR REPLACE FUNCTION {g.table}_reembed_guard() RETURNS trigger LANGUAGE plpgsql AS $fn$
         BEGIN
             -- A secondary vector is valid only for the content its active twin was made from.
             IF NEW.{g.vector} IS DISTINCT FROM OLD.{g.vector}
@@ -123,18 +125,27 @@ def _guard_sql(g: Group, suffix: str) -> str:
                 {clear}
             END IF;
             RETURN NEW;
-        END $fn$;
-        DROP TRIGGER IF EXISTS {g.table}_reembed_guard ON {g.table};
-        CREATE TRIGGER {g.table}_reembed_guard BEFORE UPDATE ON {g.table}
-            FOR EACH ROW EXECUTE FUNCTION {g.table}_reembed_guard();"""
+        END $fn$""",
+        f"DROP TRIGGER IF EXISTS {g.table}_reembed_guard ON {g.table}",
+        f"""CREATE TRIGGER {g.table}_reembed_guard BEFORE UPDATE ON {g.table}
+            FOR EACH ROW EXECUTE FUNCTION {g.table}_reembed_guard()""",
+    ]
 
 
-def _drop_guards_sql() -> str:
-    return "".join(
-        f"DROP TRIGGER IF EXISTS {g.table}_reembed_guard ON {g.table}; "
-        f"DROP FUNCTION IF EXISTS {g.table}_reembed_guard();"
+def _drop_guards_sql() -> list[str]:
+    return [
+        stmt
         for g in VECTOR_GROUPS
-    )
+        for stmt in (
+            f"DROP TRIGGER IF EXISTS {g.table}_reembed_guard ON {g.table}",
+            f"DROP FUNCTION IF EXISTS {g.table}_reembed_guard()",
+        )
+    ]
+
+
+def _run_all(conn: Conn, statements: list[str]) -> None:
+    for statement in statements:
+        conn.execute(statement)
 
 
 def start(conn: Conn, target_model: str, target_dim: int, *, actor: str) -> Migration:
@@ -206,7 +217,7 @@ def start(conn: Conn, target_model: str, target_dim: int, *, actor: str) -> Migr
         )
         for g in VECTOR_GROUPS:
             if g.kind is not None:
-                conn.execute(_guard_sql(g, "_next"))
+                _run_all(conn, _guard_sql(g, "_next"))
         migration = active_migration(conn)
     assert migration is not None
     return migration
@@ -256,7 +267,7 @@ def _by_id(conn: Conn, mid: int) -> Migration:
 
 
 def _drop_secondary(conn: Conn, suffix: str) -> None:
-    conn.execute(_drop_guards_sql())
+    _run_all(conn, _drop_guards_sql())
     for g in VECTOR_GROUPS:
         drops = ", ".join(f"DROP COLUMN {c.name}{suffix}" for c in g.cols)
         conn.execute(f"ALTER TABLE {g.table} {drops}")
@@ -316,22 +327,25 @@ def ensure_indexes(conn: Conn) -> list[str]:
 # --------------------------------------------------------------------------- flip
 
 
-def _quantize_sql(dim: int) -> str:
+def _quantize_sql(dim: int) -> list[str]:
     """007's trigger for the dimension now active (its UPDATE OF column list binds to the column itself)."""
-    return f"""
-        DROP TRIGGER IF EXISTS archived_memories_quantize ON archived_memories;
-        CREATE OR REPLACE FUNCTION archived_memories_quantize() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    return [
+        "DROP TRIGGER IF EXISTS archived_memories_quantize ON archived_memories",
+        f"""CREATE OR REPLACE FUNCTION archived_memories_quantize() RETURNS trigger LANGUAGE plpgsql AS $fn$
         BEGIN
             IF NEW.summary_embedding IS NOT NULL THEN
                 NEW.summary_bits := binary_quantize(NEW.summary_embedding)::bit({dim});
                 NEW.summary_embedding := NULL;
             END IF;
             RETURN NEW;
-        END $fn$;
-        CREATE TRIGGER archived_memories_quantize BEFORE INSERT OR UPDATE OF summary_embedding ON archived_memories
-            FOR EACH ROW EXECUTE FUNCTION archived_memories_quantize();
-        ALTER TABLE archived_memories DROP CONSTRAINT IF EXISTS archived_stub_without_vector,
-            ADD CONSTRAINT archived_stub_without_vector CHECK ((stubbed_at IS NULL) = (summary_bits IS NOT NULL));"""
+        END $fn$""",
+        """CREATE TRIGGER archived_memories_quantize BEFORE INSERT OR UPDATE OF summary_embedding ON archived_memories
+            FOR EACH ROW EXECUTE FUNCTION archived_memories_quantize()""",
+        # Two statements: Citus runs an ADD CONSTRAINT only as the ALTER's one subcommand.
+        "ALTER TABLE archived_memories DROP CONSTRAINT IF EXISTS archived_stub_without_vector",
+        """ALTER TABLE archived_memories ADD CONSTRAINT archived_stub_without_vector
+            CHECK ((stubbed_at IS NULL) = (summary_bits IS NOT NULL))""",
+    ]
 
 
 def _swap(conn: Conn, m: Migration, *, to_state: str, actor: str, lock_timeout: str) -> Migration:
@@ -368,10 +382,10 @@ def _swap(conn: Conn, m: Migration, *, to_state: str, actor: str, lock_timeout: 
         ]
         if nulls:
             conn.execute(f"ALTER TABLE {g.table} {', '.join(nulls)}")
-    conn.execute(_quantize_sql(new_dim))
+    _run_all(conn, _quantize_sql(new_dim))
     for g in VECTOR_GROUPS:
         if g.kind is not None:
-            conn.execute(_guard_sql(g, outgoing))
+            _run_all(conn, _guard_sql(g, outgoing))
     rerender_migration_checksums(conn, new_dim)  # reads the settings' dim: before they change
     for key, value in (("embedding_model", new_model), ("embedding_dim", str(new_dim))):
         conn.execute(

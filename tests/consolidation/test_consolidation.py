@@ -235,9 +235,9 @@ def test_a_change_to_a_covered_memory_rebuilds_and_nothing_else_writes(conn, his
     assert second["source_fingerprint"] != first["source_fingerprint"]
     assert set(second["source_memory_ids"]) == set(first["source_memory_ids"])
     # Supersede: the memory leaves the digest.
-    conn.execute(
-        "UPDATE memories SET superseded_by = gen_random_uuid(), updated_at = now() WHERE id = %s",
-        (archived["original_id"],),
+    conn.execute(  # the id as a parameter: Citus refuses a VOLATILE function in an UPDATE
+        "UPDATE memories SET superseded_by = %s, updated_at = now() WHERE id = %s",
+        (uuid.uuid4(), archived["original_id"]),
     )
     assert again().status == "built"
     third = _digest(conn, user, 2, month)
@@ -284,14 +284,17 @@ def test_checks_fail_on_dangling_or_cross_user_provenance(conn, history):
     }
     # Freshness: an archived month without its digest is reported.
     conn.execute("DELETE FROM memory_digests")
+    # The backup object first: Citus plans no INSERT whose VALUES read another table (a subquery).
+    backup = conn.execute(
+        "INSERT INTO backup_objects (user_id, ref) VALUES ('u9', 'x') RETURNING id"
+    ).fetchone()["id"]
     conn.execute(
-        """WITH o AS (INSERT INTO backup_objects (user_id, ref) VALUES ('u9', 'x') RETURNING id)
-        INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding, summary_embedding_model,
+        """INSERT INTO archived_memories (original_id, user_id, summary, summary_embedding, summary_embedding_model,
         original_category, original_embedding_model, original_updated_at, importance_score, archived_at, original_created_at,
         archive_reason, backup_object, backup_digest, backup_size_bytes, summary_model, summarizer_kind)
         VALUES (gen_random_uuid(), 'u9', 'Ada met Maya.', %s, 'm', 'episodic', 'm', now(), 0.1, now(), '2024-02-03', 'force_age',
-                (SELECT id FROM o), sha256(''), 1, 'm', 'k')""",
-        (EMB.embed(["Ada met Maya."])[0].astype("float16"),),
+                %s, sha256(''), 1, 'm', 'k')""",
+        (EMB.embed(["Ada met Maya."])[0].astype("float16"), backup),
     )
     assert [(r["user_id"], r["month"]) for r in missing_digests(conn)] == [("u9", date(2024, 2, 1))]
 

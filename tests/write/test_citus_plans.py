@@ -20,6 +20,7 @@ from memory_lib.core import plans as plan_runtime
 from memory_lib.core.config import ChunkingConfig, LLMConfig, Settings, WriteConfig
 from memory_lib.core.plans import Sql
 from memory_lib.llm.embedding import HashingEmbedder
+from memory_lib.storage.db import connect
 from testing.citus import citus_urls
 from testing.constants import TEST_DIM
 from testing.fake_llm import FAKE_API_KEY
@@ -146,8 +147,19 @@ def test_every_statement_of_a_users_update_is_a_router_query(conn, fake_llm, exp
     _assert_router(_per_user(explained, tables))
 
 
-def test_the_dual_write_of_a_users_add_during_a_reembedding_is_router(conn, explained):
+@pytest.fixture
+def own_conn(databases) -> Generator[Any, None, None]:
+    """A database of its own (dropped with the session's): a re-embedding changes the schema, and the
+    Citus pass empties and reuses the others between tests."""
+    conn = connect(databases.cluster.create(TEST_DIM))
+    yield conn
+    conn.close()
+
+
+def test_the_dual_write_of_a_users_add_during_a_reembedding_is_router(own_conn, explained):
     from memory_lib.lifecycle import reembedding
+
+    conn = own_conn
 
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
     tables = _distributed_tables(conn)
