@@ -7,21 +7,26 @@ from datetime import timedelta
 from typing import Any
 
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.retrieval.sql import EXACT_MAX, MATCH_CAP, SEARCH_SETTINGS_SQL
+from memory_lib.retrieval.sql import EXACT_MAX, MATCH_CAP, SEARCH_SETTINGS_SQL, search_session_sql
 from memory_lib.retrieval.types import SearchFilters
 from testing.constants import TEST_DIM
 
 
 def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    """`node` and every node below it, depth first."""
-    return [node, *(n for child in node.get("Plans", ()) for n in plan_nodes(child))]
+    """`node` and every node below it, depth first; on Citus, also the nodes of each task's plan on its
+    worker (a distributed statement's plan holds them under "Distributed Query")."""
+    children = list(node.get("Plans", ()))
+    for task in node.get("Distributed Query", {}).get("Job", {}).get("Tasks", ()):
+        children += [p["Plan"] for plans in task.get("Remote Plan", ()) for p in plans]
+    return [node, *(n for child in children for n in plan_nodes(child))]
 
 
 def base_name(name: str | None) -> str | None:
     """A relation or index name without the partition suffix (`memories_p003` -> `memories`,
     `memories_embedding_hnsw_p003` -> `memories_embedding_hnsw`): the same plans on a schema
-    partitioned by user (memory_lib.storage.partitioning) read the partition's own table and index."""
-    return None if name is None else re.sub(r"_p\d{3}$", "", name)
+    partitioned by user (memory_lib.storage.partitioning) read the partition's own table and index;
+    nor a Citus shard's (`memories_102008`): a worker reads its shard's table and index."""
+    return None if name is None else re.sub(r"_p\d{3}$", "", re.sub(r"_\d{6,}$", "", name))
 
 
 def search_statement_tier(sql: str) -> str | None:
@@ -50,6 +55,7 @@ def hot_search_plan(conn: Any, sql: str, user: str, *, analyze: bool = False) ->
     }
     explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
     with conn.transaction():  # the search's settings are local to its transaction, as in search_plan
+        conn.execute(search_session_sql(100))  # SET LOCALs that reach a Citus worker too
         conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": user})
         plan = conn.execute(explain + sql, params, prepare=False).fetchone()
     return plan_nodes(plan["QUERY PLAN"][0]["Plan"])
