@@ -313,10 +313,11 @@ def record_intent(
     new intent: its time and error start over."""
     with conn.transaction():
         conn.execute(
-            """INSERT INTO llm_batches (submission_key, batch_key, provider, model, memory_ids)
-               VALUES (%s, %s, %s, %s, %s)
+            # The time comes in VALUES (EXCLUDED.created_at): Citus refuses now() in DO UPDATE SET.
+            """INSERT INTO llm_batches (submission_key, batch_key, provider, model, memory_ids, created_at)
+               VALUES (%s, %s, %s, %s, %s, now())
                ON CONFLICT (submission_key) DO UPDATE
-                 SET status = 'submitting', error = NULL, created_at = now(), ended_at = NULL
+                 SET status = 'submitting', error = NULL, created_at = EXCLUDED.created_at, ended_at = NULL
                  WHERE llm_batches.status = 'failed' AND llm_batches.provider_batch_id IS NULL""",
             (key, batch_key, provider, model, memory_ids),
         )
@@ -378,11 +379,13 @@ def mark(conn: Conn, key: str, status: str, error: str | None = None) -> None:
         "canceled": "ended_at",
         "failed": "ended_at",
     }.get(status)
+    # The server's time as a parameter: Citus refuses now() inside COALESCE on a reference table.
+    now = conn.execute("SELECT now() AS now").fetchone()["now"] if stamp else None  # type: ignore[index]
     conn.execute(
-        f"""UPDATE llm_batches SET status = %s, error = coalesce(%s, error)
-                {f", {stamp} = coalesce({stamp}, now())" if stamp else ""}
-            WHERE submission_key = %s""",
-        (status, error, key),
+        f"""UPDATE llm_batches SET status = %(status)s, error = coalesce(%(error)s, error)
+                {f", {stamp} = coalesce({stamp}, %(now)s)" if stamp else ""}
+            WHERE submission_key = %(key)s""",
+        {"status": status, "error": error, "now": now, "key": key},
     )
 
 
