@@ -232,10 +232,12 @@ def _claim_new(
                 """INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason)
                    VALUES (%s, %s, %s, %s)
                    ON CONFLICT (user_id, memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
+                # In (user_id, id) order: concurrent claimers of overlapping candidates wait on each
+                # other's uncommitted rows of the one-open index in one order, never in a cycle.
                 [
                     (batch_key, r["id"], user_id, r["reason"])
                     for user_id, rows in _by_user(candidates).items()
-                    for r in rows
+                    for r in sorted(rows, key=lambda r: r["id"])
                 ],
             )
             n = cur.rowcount  # the sum over the rows (psycopg >= 3.1): a conflict counts 0
