@@ -12,7 +12,7 @@ Invariants:
 * A claim takes no row locks across users: candidates are read without locks; claiming one is an
   INSERT ... ON CONFLICT DO NOTHING on the one-open index, taking one over an UPDATE per user with
   `batch_key = old`. Each write routes to one user's shard (Citus), and a claimer that loses a race
-  for a memory just claims fewer.
+  for a memory just claims fewer (one that loses a deadlock to another claimer claims again, whole).
 * A batch of a user shard (shards.py) claims and takes over only memories of its shard's users, so
   concurrent shard runs have disjoint work; their batch keys differ (nights.batch_key_for), so
   none takes over a batch another shard is still running.
@@ -41,6 +41,8 @@ from ..storage.db import ONE_CONNECTION_PER_WORKER, pid_alive
 
 # Rounds of a claim that lost memories to concurrent claimers (each round sees their commits).
 CLAIM_ROUNDS = 8
+# Tries of a claim that lost a deadlock to a concurrent claimer (each try is the whole claim again).
+CLAIM_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,26 @@ def claim_batch(
     if not isinstance(shard, Shard):
         raise InvalidInputError("shard", shard, "must be a Shard (shards.Shard.parse('i/n'))")
     holder = holder or Holder.this_process("memory-archive", track_pid=False)
+    for attempt in range(CLAIM_TRIES):
+        try:
+            return _claim(conn, batch_key, criteria, as_of, limit, holder, shard)
+        except psycopg.errors.DeadlockDetected:
+            # Claimers of overlapping memories wait on each other's uncommitted attempts; across claim
+            # rounds that can be a cycle. The victim's whole claim rolled back: it claims again.
+            if attempt == CLAIM_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _claim(
+    conn: Conn,
+    batch_key: str,
+    criteria: ArchivalCriteria,
+    as_of: datetime,
+    limit: int,
+    holder: Holder,
+    shard: Shard,
+) -> ClaimResult:
     existing = conn.execute(
         "SELECT as_of FROM archival_batches WHERE batch_key = %s", (batch_key,)
     ).fetchone()
@@ -232,10 +254,12 @@ def _claim_new(
                 """INSERT INTO archival_attempts (batch_key, memory_id, user_id, archive_reason)
                    VALUES (%s, %s, %s, %s)
                    ON CONFLICT (user_id, memory_id) WHERE status NOT IN ('archived', 'released') DO NOTHING""",
+                # In (user_id, id) order: concurrent claimers of overlapping candidates wait on each
+                # other's uncommitted rows of the one-open index in one order, never in a cycle.
                 [
                     (batch_key, r["id"], user_id, r["reason"])
                     for user_id, rows in _by_user(candidates).items()
-                    for r in rows
+                    for r in sorted(rows, key=lambda r: r["id"])
                 ],
             )
             n = cur.rowcount  # the sum over the rows (psycopg >= 3.1): a conflict counts 0

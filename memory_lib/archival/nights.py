@@ -40,19 +40,27 @@ def night_totals(conn: Conn, night: date) -> dict[str, int]:
     """The night's attempts by status over all its batches (every shard), read from the database: the
     night's own totals, whichever shard run asks. Keys: batches, claimed, archived, open, released."""
     key = batch_key_for(night)
+    # The batches (a reference table) first, then one aggregate over their attempts: Citus cannot push
+    # down a subquery over the batches in the target list of an aggregate over a distributed table.
+    batches = conn.execute(
+        """SELECT batch_key, archived_pruned FROM archival_batches
+           WHERE batch_key = %s OR batch_key LIKE %s""",
+        (key, key + "-shard-%"),
+    ).fetchall()
+    pruned = sum(b["archived_pruned"] or 0 for b in batches)
     row = conn.execute(
-        """WITH b AS (SELECT batch_key, archived_pruned FROM archival_batches
-                      WHERE batch_key = %(k)s OR batch_key LIKE %(like)s),
-                p AS (SELECT coalesce(sum(archived_pruned), 0) AS n FROM b)
-           SELECT (SELECT count(*) FROM b) AS batches, count(a.memory_id) + (SELECT n FROM p) AS claimed,
-                  count(*) FILTER (WHERE a.status = 'archived') + (SELECT n FROM p) AS archived,
+        """SELECT count(a.memory_id) AS claimed,
+                  count(*) FILTER (WHERE a.status = 'archived') AS archived,
                   count(*) FILTER (WHERE a.status = ANY(%(open)s)) AS open,
                   count(*) FILTER (WHERE a.status = 'released') AS released
-           FROM archival_attempts a WHERE a.batch_key IN (SELECT batch_key FROM b)""",
-        {"k": key, "like": key + "-shard-%", "open": list(OPEN_STATUSES)},
+           FROM archival_attempts a WHERE a.batch_key = ANY(%(keys)s)""",
+        {"keys": [b["batch_key"] for b in batches], "open": list(OPEN_STATUSES)},
     ).fetchone()
     assert row is not None  # an aggregate without GROUP BY returns exactly one row
-    return {k: int(v) for k, v in row.items()}
+    totals = {"batches": len(batches), **row}
+    totals["claimed"] += pruned
+    totals["archived"] += pruned
+    return {k: int(totals[k]) for k in ("batches", "claimed", "archived", "open", "released")}
 
 
 def parse_night(partition_key: str) -> date:

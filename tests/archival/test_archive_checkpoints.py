@@ -107,23 +107,20 @@ def test_a_refused_vector_fails_its_memory_only_in_a_set_of_checkpoints(conn, mo
 
 
 def test_a_checkpoint_the_database_refuses_fails_that_memory_and_keeps_the_rest(
-    conn, local_store, monkeypatch
+    conn, local_store, monkeypatch, test_trigger
 ):
     """A backup checkpoint refused for one memory (a trigger raising a data exception): the other
     backups of its set and of the other sets are recorded, that memory stays to be backed up again."""
     monkeypatch.setattr(steps, "CHECKPOINT_CHUNK", 4)
     memories = _insert(conn)
     marked = memories[5]["id"]
-    conn.execute(
-        f"""CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN IF NEW.memory_id = '{marked}' AND NEW.status = 'backed_up' THEN
+    test_trigger(
+        "refuse_marked",
+        "archival_attempts",
+        "BEFORE UPDATE",
+        f"""BEGIN IF NEW.memory_id = '{marked}' AND NEW.status = 'backed_up' THEN
                 RAISE EXCEPTION 'refused checkpoint' USING ERRCODE = 'data_exception'; END IF;
-            RETURN NEW; END $$"""
-    )
-    conn.execute("SET citus.enable_unsafe_triggers = on")  # a trigger on a distributed table (Citus pass)
-    conn.execute(
-        """CREATE TRIGGER refuse_marked BEFORE UPDATE ON archival_attempts
-           FOR EACH ROW EXECUTE FUNCTION refuse_marked()"""
+            RETURN NEW; END""",
     )
     claim_batch(conn, "night", CRITERIA, NOW)
     summarize_batch(conn, "night", ExtractiveSummarizer(), CRITERIA)

@@ -84,7 +84,8 @@ def _setup(conn, store):
 def _assert_exactly_once(conn, store, expected_total: int) -> None:
     row = conn.execute(
         """SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived,
-                  (SELECT count(*) FROM memories m JOIN archived_memories a ON a.original_id = m.id) AS both_tiers"""
+                  (SELECT count(*) FROM memories m
+                   JOIN archived_memories a ON a.user_id = m.user_id AND a.original_id = m.id) AS both_tiers"""
     ).fetchone()
     assert row["hot"] + row["archived"] == expected_total
     assert row["both_tiers"] == 0
@@ -102,7 +103,7 @@ def _assert_exactly_once(conn, store, expected_total: int) -> None:
 
 
 @pytest.mark.parametrize("step", ["summarize", "embed", "upload", "verify", "commit"])
-def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, tmp_path):
+def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, tmp_path, test_trigger):
     marked_id, store = _setup(conn, local_store)
     summarizer: Summarizer = ExtractiveSummarizer()
     embedder: Embedder = HashingEmbedder(dim=TEST_DIM)
@@ -119,11 +120,11 @@ def test_failure_at_each_step_is_recorded_and_retried(conn, local_store, step, t
     elif step == "upload":
         store = FlakyStore(local_store, local_store.key_for(marked_id))
     elif step == "commit":
-        conn.execute(
-            f"""CREATE FUNCTION fail_marked() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN IF NEW.original_id = '{marked_id}' THEN RAISE EXCEPTION 'disk full'; END IF; RETURN NEW; END $$;
-                CREATE TRIGGER fail_marked BEFORE INSERT ON archived_memories
-                FOR EACH ROW EXECUTE FUNCTION fail_marked();"""
+        test_trigger(
+            "fail_marked",
+            "archived_memories",
+            "BEFORE INSERT",
+            f"BEGIN IF NEW.original_id = '{marked_id}' THEN RAISE EXCEPTION 'disk full'; END IF; RETURN NEW; END",
         )
 
     svc = ArchivalServices(summarizer, embedder, store)

@@ -66,7 +66,7 @@ def _assert_every_archive_row_has_its_backup(conn: psycopg.Connection[Any], stor
     for r in rows:  # read back, byte-exact
         assert sha256_hex(store.read_ref(r["storage_ref"], r["backup_sha256"])) == r["backup_sha256"]
     both = conn.execute(
-        "SELECT count(*) AS n FROM memories m JOIN archived_memories a ON a.original_id = m.id"
+        "SELECT count(*) AS n FROM memories m JOIN archived_memories a ON a.user_id = m.user_id AND a.original_id = m.id"
     ).fetchone()
     assert both is not None
     assert both["n"] == 0

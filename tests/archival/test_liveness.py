@@ -48,7 +48,7 @@ def _counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
         one(
             conn.execute(
                 """SELECT (SELECT count(*) FROM memories) AS hot, (SELECT count(*) FROM archived_memories) AS archived,
-                      (SELECT count(*) FROM memories m JOIN archived_memories a ON a.original_id = m.id) AS both_tiers,
+                      (SELECT count(*) FROM memories m JOIN archived_memories a ON a.user_id = m.user_id AND a.original_id = m.id) AS both_tiers,
                       (SELECT count(*) FROM archival_attempts WHERE status = ANY(%s)) AS open""",
                 (["claimed", "summarized", "embedded", "backed_up"],),
             )

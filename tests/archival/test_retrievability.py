@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import dagster as dg
@@ -174,14 +175,22 @@ class _RecordingStore:
 def _supersede_archived(conn, key: str, *, first: int | None = None) -> set[str]:
     """Mark the night's archive rows as superseded originals (the `first` in the probe's sample order, or
     all); returns their storage refs."""
-    rows = conn.execute(
-        f"""UPDATE archived_memories a SET original_superseded_by = gen_random_uuid()
-           WHERE a.original_id IN (SELECT original_id FROM archived_memories WHERE metadata ->> 'batch_key' = %s
-                                   ORDER BY md5(original_id::text), original_id LIMIT %s)
-           RETURNING {ref_sql("a")} AS storage_ref""",
+    # The rows first, then one UPDATE each with its id as a parameter: a distributed UPDATE takes no
+    # volatile function (gen_random_uuid) and no multi-shard subquery with a LIMIT (Citus).
+    picked = conn.execute(
+        """SELECT user_id, original_id FROM archived_memories WHERE metadata ->> 'batch_key' = %s
+           ORDER BY md5(original_id::text), original_id LIMIT %s""",
         (key, first),
     ).fetchall()
-    return {r["storage_ref"] for r in rows}
+    refs = set()
+    for p in picked:
+        row = conn.execute(
+            f"""UPDATE archived_memories a SET original_superseded_by = %s
+               WHERE a.user_id = %s AND a.original_id = %s RETURNING {ref_sql("a")} AS storage_ref""",
+            (uuid.uuid4(), p["user_id"], p["original_id"]),
+        ).fetchone()
+        refs.add(row["storage_ref"])
+    return refs
 
 
 def test_probe_never_samples_superseded_archive_rows(conn, db_url, store_resource):
