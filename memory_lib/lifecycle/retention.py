@@ -73,11 +73,9 @@ def config_key(config: RetentionConfig, timezone: str) -> str:
 # 0.5 ** (d / h) = floor + tol for d; floor_since rounds it up to a night end (local midnight in the
 # Slow Path's timezone: Postgres does the DST arithmetic) and never before the night the inputs were
 # first seen (kept when they did not change: a changed setting alone does not restart a streak).
-# One statement over colocated tables joined on (user_id, id), with the users' filter on the updated
-# table too and only IMMUTABLE functions (seconds are added to floor_at in UTC, not by the STABLE
-# timestamptz + interval): distributed Postgres runs it on the users' shards in one step, where CTEs
-# and a join with the categories' unnest() became subplans through the coordinator.
-_CATEGORY = "array_position(%(cats)s::text[], m.category)"
+# One statement over colocated tables joined on (user_id, id), with only IMMUTABLE functions (seconds
+# are added to floor_at in UTC, not by the STABLE timestamptz + interval): distributed Postgres runs
+# it on the users' shards in one step, where the CTEs became subplans through the coordinator.
 _SCORE_SQL = f"""
 UPDATE memory_retention r SET
     -- Still pending when a write or a use marked it after the inputs below were read.
@@ -96,20 +94,20 @@ FROM (
                           AT TIME ZONE 'UTC'
                 END AS floor_at
     FROM (
-        SELECT m.user_id, m.id, m.created_at, m.category, m.access_count, r.marks,
-               (%(floors)s::float8[])[{_CATEGORY}] AS floor,
+        SELECT m.user_id, m.id, m.created_at, m.category, m.access_count, c.floor, r.marks,
                {TOUCHED_SQL} AS touched,
-               (%(half)s::float8[])[{_CATEGORY}] * (1.0 + %(boost)s * ln(1.0 + m.access_count)) AS h,
+               c.half_life * (1.0 + %(boost)s * ln(1.0 + m.access_count)) AS h,
                CASE WHEN r.last_touched_at = {TOUCHED_SQL}
                          AND r.access_count = m.access_count AND r.category = m.category
                     THEN coalesce(r.scored_as_of, %(as_of)s) ELSE %(as_of)s END AS seen
         FROM memory_retention r
         JOIN memories m ON m.user_id = r.user_id AND m.id = r.memory_id
+        JOIN unnest(%(cats)s::text[], %(half)s::float8[], %(floors)s::float8[]) AS c(category, half_life, floor)
+             ON c.category = m.category
         WHERE r.pending AND r.user_id = ANY(%(users)s) AND r.created_at <= %(as_of)s
-          AND m.category = ANY(%(cats)s::text[])
     ) s
 ) f
-WHERE r.user_id = ANY(%(users)s) AND r.user_id = f.user_id AND r.memory_id = f.id
+WHERE r.user_id = f.user_id AND r.memory_id = f.id
 """
 
 # A row as of the end of a night (%(as_of)s): the score, at the floor or not, the streak.
