@@ -73,29 +73,12 @@ def config_key(config: RetentionConfig, timezone: str) -> str:
 # 0.5 ** (d / h) = floor + tol for d; floor_since rounds it up to a night end (local midnight in the
 # Slow Path's timezone: Postgres does the DST arithmetic) and never before the night the inputs were
 # first seen (kept when they did not change: a changed setting alone does not restart a streak).
+# One statement over colocated tables joined on (user_id, id), with only IMMUTABLE functions (seconds
+# are added to floor_at in UTC, not by the STABLE timestamptz + interval): distributed Postgres runs
+# it on the users' shards in one step, where the CTEs became subplans through the coordinator.
 _SCORE_SQL = f"""
-WITH c AS (
-    SELECT * FROM unnest(%(cats)s::text[], %(half)s::float8[], %(floors)s::float8[]) AS c(category, half_life, floor)
-), s AS (
-    SELECT m.user_id, m.id, m.created_at, m.category, m.access_count, c.floor, r.marks,
-           {TOUCHED_SQL} AS touched,
-           c.half_life * (1.0 + %(boost)s * ln(1.0 + m.access_count)) AS h,
-           CASE WHEN r.last_touched_at = {TOUCHED_SQL}
-                     AND r.access_count = m.access_count AND r.category = m.category
-                THEN coalesce(r.scored_as_of, %(as_of)s) ELSE %(as_of)s END AS seen
-    FROM memory_retention r
-    JOIN memories m ON m.user_id = r.user_id AND m.id = r.memory_id
-    JOIN c ON c.category = m.category
-    WHERE r.pending AND r.user_id = ANY(%(users)s) AND r.created_at <= %(as_of)s
-), f AS (
-    SELECT s.*, CASE WHEN s.floor + %(tol)s >= 1.0 THEN s.touched
-                     WHEN s.h IS NULL OR s.floor + %(tol)s <= power(0.5::float8, {MAX_HALF_LIVES}) THEN NULL
-                     ELSE s.touched + make_interval(secs => s.h * 86400.0 * ln(1.0 / (s.floor + %(tol)s)) / ln(2.0))
-                END AS floor_at
-    FROM s
-)
 UPDATE memory_retention r SET
-    -- Still pending when a write or a use marked it after the inputs above were read.
+    -- Still pending when a write or a use marked it after the inputs below were read.
     pending = r.marks <> f.marks, created_at = f.created_at, category = f.category, last_touched_at = f.touched,
     access_count = f.access_count, half_life_days = f.h, floor = f.floor, floor_at = f.floor_at,
     scored_as_of = f.seen,
@@ -103,7 +86,27 @@ UPDATE memory_retention r SET
     floor_since = CASE WHEN f.floor_at IS NOT NULL THEN greatest(f.seen, CASE
         WHEN (f.floor_at AT TIME ZONE %(tz)s)::time = time '00:00' THEN f.floor_at
         ELSE (date_trunc('day', f.floor_at AT TIME ZONE %(tz)s) + interval '1 day') AT TIME ZONE %(tz)s END) END
-FROM f
+FROM (
+    SELECT s.*, CASE WHEN s.floor + %(tol)s >= 1.0 THEN s.touched
+                     WHEN s.h IS NULL OR s.floor + %(tol)s <= power(0.5::float8, {MAX_HALF_LIVES}) THEN NULL
+                     ELSE ((s.touched AT TIME ZONE 'UTC')
+                           + make_interval(secs => s.h * 86400.0 * ln(1.0 / (s.floor + %(tol)s)) / ln(2.0)))
+                          AT TIME ZONE 'UTC'
+                END AS floor_at
+    FROM (
+        SELECT m.user_id, m.id, m.created_at, m.category, m.access_count, c.floor, r.marks,
+               {TOUCHED_SQL} AS touched,
+               c.half_life * (1.0 + %(boost)s * ln(1.0 + m.access_count)) AS h,
+               CASE WHEN r.last_touched_at = {TOUCHED_SQL}
+                         AND r.access_count = m.access_count AND r.category = m.category
+                    THEN coalesce(r.scored_as_of, %(as_of)s) ELSE %(as_of)s END AS seen
+        FROM memory_retention r
+        JOIN memories m ON m.user_id = r.user_id AND m.id = r.memory_id
+        JOIN unnest(%(cats)s::text[], %(half)s::float8[], %(floors)s::float8[]) AS c(category, half_life, floor)
+             ON c.category = m.category
+        WHERE r.pending AND r.user_id = ANY(%(users)s) AND r.created_at <= %(as_of)s
+    ) s
+) f
 WHERE r.user_id = f.user_id AND r.memory_id = f.id
 """
 

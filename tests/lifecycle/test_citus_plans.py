@@ -153,3 +153,33 @@ def test_forget_one_memory_and_a_user_are_router_queries(conn, local_store, expl
         explained.take(), "forget_requests", "redact_memory_events", "DELETE FROM archived_memories"
     )
     assert conn.execute("SELECT count(*) AS n FROM memories WHERE id = %s", (hot,)).fetchone()["n"] == 0
+
+
+def test_retention_scoring_runs_on_the_users_shards_in_one_step(conn) -> None:
+    """A night's statement for a batch of users is one distributed step: each shard's task joins its
+    own rows (Citus 13.2 does not prune an UPDATE ... FROM by `user_id = ANY`: a task per shard, an
+    index lookup where the batch has no user), no subplan through the coordinator."""
+    from memory_lib.core.config import RetentionConfig
+    from memory_lib.lifecycle import retention
+    from memory_lib.storage.store import insert_memories
+    from testing.factories import make_memories
+
+    users = ("u1", "u2", "u3")
+    insert_memories(conn, make_memories(6, dim=TEST_DIM, users=users, now=NOW, age_days=10), actor="test")
+    config = RetentionConfig()
+    params = retention.category_params(config) | {
+        "as_of": NOW,
+        "boost": config.retrieval_boost,
+        "tol": config.floor_tolerance,
+        "tz": "UTC",
+    }
+    cur = psycopg.ClientCursor(conn, row_factory=dict_row)
+
+    def plan(batch: list[str]) -> str:
+        rows = cur.execute("EXPLAIN (COSTS OFF) " + retention._SCORE_SQL, params | {"users": batch})
+        return "\n".join(r["QUERY PLAN"] for r in rows.fetchall())
+
+    for batch in (["u1"], list(users)):
+        text = plan(batch)
+        assert "Distributed Subplan" not in text and "Update on memory_retention_" in text, text
+    assert retention.score(conn, NOW, config).scored == 6

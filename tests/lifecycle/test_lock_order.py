@@ -36,8 +36,8 @@ def _free(other, user_id: str, table: str, row_id: uuid.UUID) -> bool:
         took = other.execute(
             f"SELECT pg_try_advisory_xact_lock({user_lock_key('%(u)s')}) AS ok", {"u": user_id}
         ).fetchone()["ok"]
-        row = other.execute(
-            f"SELECT id FROM {table} WHERE id = %s FOR UPDATE SKIP LOCKED", (row_id,)
+        row = other.execute(  # by (user_id, id): a row lock stays on the user's shard when distributed
+            f"SELECT id FROM {table} WHERE user_id = %s AND id = %s FOR UPDATE SKIP LOCKED", (user_id, row_id)
         ).fetchone()
     return bool(took) and row is not None
 
