@@ -13,7 +13,7 @@ export DAGSTER_HOME ?= $(MEMORY_ARCHIVE_STATE_DIR)/dagster
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-local demo dev screenshots test lint bench docs schema clean
+.PHONY: install install-local demo dev screenshots test test-citus lint bench docs schema clean
 
 # deploy/constraints.txt pins the dependencies to the versions the tests ran on (the image uses it too):
 # a fresh machine gets the same versions, not whatever the registry serves that day.
@@ -46,15 +46,24 @@ screenshots: $(STAMP)
 
 # Then the core tests again on a schema partitioned by user (memories and archived_memories in 8 hash
 # partitions, memory_lib.storage.partitioning): every rule must hold in both layouts.
-# The Citus pass runs the suites that pass on a cluster (tests the database cannot offer there, such as
-# an empty one, skip with their reason): core and storage (distribution as the docs print it, a later
-# migration), the plans of a user's add, search, expand, restore and forget, the claim tests, the write
-# path's and promotion's, and the citus bench's smoke. The rest do not pass on Citus yet
-# (docs/how-to/distributed-postgres.md, "Limits that remain").
-CITUS_TESTS = tests/core tests/storage tests/write/test_citus_plans.py \
-	tests/retrieval/test_citus_plans.py tests/lifecycle/test_citus_plans.py tests/archival/test_archive_selection.py \
-	tests/write/test_write_path.py tests/lifecycle/test_promotion.py bench/tests/test_bench_citus.py \
-	--deselect tests/write/test_citus_plans.py::test_the_dual_write_of_a_users_add_during_a_reembedding_is_router
+# The Citus pass (scripts/test-citus.sh) runs, on a real cluster, a test of every workflow that fits CI's
+# time: the docs' distribution statements and a later migration, the plans of a user's statements, the
+# write path, consolidation, archival (claims, checkpoints, failures, shards, the CLI and the Dagster
+# night), promotion, forget, restore, retention, stubs, re-embedding and search. `make test-citus` runs
+# every core suite there (a longer run). Tests the cluster cannot offer a database for
+# (an empty one) skip with their reason.
+CITUS_TESTS = tests/storage/test_citus_distribution.py tests/core/test_input_validation.py \
+	tests/write/test_citus_plans.py tests/write/test_write_path.py tests/write/test_unsupersede.py \
+	tests/consolidation tests/client/test_cli.py::test_archive_until_drained_runs_batches_until_one_is_not_full \
+	tests/archival/test_archive_selection.py tests/archival/test_archive_checkpoints.py \
+	tests/archival/test_archive_failures.py tests/archival/test_shards.py tests/dagster/test_slow_path_dagster.py \
+	tests/lifecycle/test_citus_plans.py tests/lifecycle/test_promotion.py tests/lifecycle/test_forget.py \
+	tests/lifecycle/test_restore_groups.py tests/lifecycle/test_retention.py tests/lifecycle/test_stubs.py \
+	tests/lifecycle/test_reembedding.py tests/retrieval/test_citus_plans.py tests/retrieval/test_search.py \
+	bench/tests/test_bench_citus.py
+CITUS_ALL_TESTS = tests/core tests/storage tests/write tests/consolidation tests/client tests/archival \
+	tests/lifecycle tests/retrieval tests/dagster/test_slow_path_dagster.py tests/dagster/test_dagster_truth.py \
+	bench/tests/test_bench_citus.py
 PARTITIONED_TESTS = tests/core tests/archival tests/lifecycle tests/retrieval tests/write tests/client tests/storage tests/consolidation
 # Last, the Citus tests on a real cluster (scripts/test-citus.sh; skipped with a message without its kit).
 test: $(LOCAL_STAMP)
@@ -64,6 +73,10 @@ test: $(LOCAL_STAMP)
 
 # Style, format, types, the layer contracts (memory_lib/README.md) and MemoryClient generated from
 # AsyncMemoryClient (tools/async_to_sync.py): all must be clean.
+# Every core suite on the Citus cluster (the kit of scripts/test-citus.sh).
+test-citus: $(LOCAL_STAMP)
+	PY=$(PY) scripts/test-citus.sh -m "not slow" -q $(CITUS_ALL_TESTS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_lib memory_assets tests bench testing scripts tools
 	$(VENV)/bin/ruff format --check memory_lib memory_assets tests bench testing scripts tools

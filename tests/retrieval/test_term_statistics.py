@@ -19,6 +19,7 @@ from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import Summary, SummaryInput
 from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP, search_session_sql
 from memory_lib.storage.store import insert_memories
+from testing.citus import citus_urls
 from testing.constants import TEST_DIM
 from testing.explain import base_name, plan_nodes
 from testing.factories import archival_services, make_client
@@ -135,6 +136,8 @@ def test_statistics_stay_exact_through_add_update_archive_restore_stub_and_forge
     _assert_exact(conn, "forget_user")
     assert all(u == "u1" for u, _, _ in _stats(conn)[0])
 
+    if citus_urls() is not None:
+        return  # TRUNCATE of a distributed table deadlocks on Citus (docs/how-to/distributed-postgres.md, limits)
     conn.execute("TRUNCATE memories CASCADE")  # archive rows stay: their statistics too
     _assert_exact(conn, "truncate")
     assert _stats(conn)[1]
