@@ -246,7 +246,7 @@ def _tier_ctes(t: _Tier) -> str:
         FROM (SELECT 1 FROM {t.table} {a} WHERE {a}.user_id = %(user_id)s LIMIT %(exact_max)s + 1) AS s
     ), {a}_vec AS (
         -- Ties (hamming distances of sign bits are integers) are cut by id, so the same rows give
-        -- the same candidates on any layout; the graph walk below has no such order to offer.
+        -- the same candidates on any layout (the graph walk below has no such order to offer).
         (SELECT {a}.id FROM {t.table} {a}
          WHERE (SELECT yes FROM {a}_exact) AND {user_live} AND {arm.where} {t.filters}
          ORDER BY {arm.distance}, {a}.id LIMIT %({t.pool})s * {arm.oversample})
