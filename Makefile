@@ -51,9 +51,7 @@ screenshots: $(STAMP)
 # write path, consolidation, archival (claims, checkpoints, failures, shards, the CLI and the Dagster
 # night), promotion, forget, restore, retention, stubs, re-embedding and search. `make test-citus` runs
 # every core suite there (a longer run). Tests the cluster cannot offer a database for
-# (an empty one) skip with their reason. Deselected: forget racing a night's backup step failed once
-# on the cluster after other tests (its night's fidelity read found objects forget had deleted) and
-# passed alone; until that race is understood it is a stated limit (docs/how-to/distributed-postgres.md).
+# (an empty one) skip with their reason.
 CITUS_TESTS = tests/storage/test_citus_distribution.py tests/core/test_input_validation.py \
 	tests/write/test_citus_plans.py tests/write/test_write_path.py tests/write/test_unsupersede.py \
 	tests/consolidation tests/client/test_cli.py::test_archive_until_drained_runs_batches_until_one_is_not_full \
@@ -62,8 +60,7 @@ CITUS_TESTS = tests/storage/test_citus_distribution.py tests/core/test_input_val
 	tests/lifecycle/test_citus_plans.py tests/lifecycle/test_promotion.py tests/lifecycle/test_forget.py \
 	tests/lifecycle/test_restore_groups.py tests/lifecycle/test_retention.py tests/lifecycle/test_stubs.py \
 	tests/lifecycle/test_reembedding.py tests/retrieval/test_citus_plans.py tests/retrieval/test_search.py \
-	bench/tests/test_bench_citus.py \
-	--deselect tests/lifecycle/test_forget.py::test_forget_user_cannot_be_outrun_by_a_backup_in_flight
+	bench/tests/test_bench_citus.py
 CITUS_ALL_TESTS = tests/core tests/storage tests/write tests/consolidation tests/client tests/archival \
 	tests/lifecycle tests/retrieval tests/dagster/test_slow_path_dagster.py tests/dagster/test_dagster_truth.py \
 	bench/tests/test_bench_citus.py

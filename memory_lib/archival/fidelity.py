@@ -17,6 +17,7 @@ from ..core.errors import IntegrityError
 from ..core.models import BackupObject, sha256_hex, to_float32
 from ..core.rows import Conn, Row
 from ..core.statuses import AttemptStatus, Step
+from ..lifecycle.forget import forgetting
 from ..storage import packs
 from ..storage.objectstore import ObjectStore
 from ..storage.store import fetch_memories
@@ -31,6 +32,7 @@ class FidelityReport:
     checked: int = 0
     faithful: int = 0
     stale: int = 0  # the hot row changed after its backup: commit backs it up again, nothing is lost
+    erased: int = 0  # a forget erased the memory (and its backup) while it was read: not a failure
     bytes_read: int = 0
     seconds: float = 0.0
     failures: dict[uuid.UUID, str] = field(default_factory=dict)
@@ -150,8 +152,31 @@ def verify_backups(
                 report.stale += 1
             else:
                 report.faithful += 1
+    if report.failures:
+        _drop_erased(conn, report, attempts)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _drop_erased(conn: Conn, report: FidelityReport, attempts: list[Row]) -> None:
+    """A forget that began after the attempts were read deletes its user's backups, then its rows
+    (memory_lib.lifecycle.forget): a read that failed on such a memory is the erasure, not a bad backup.
+    Those leave the failures: the memory's attempt is gone, or an open forget covers it."""
+    failed = [a for a in attempts if a["memory_id"] in report.failures]
+    users = sorted({a["user_id"] for a in failed})
+    present = {
+        r["memory_id"]
+        for r in conn.execute(
+            """SELECT memory_id FROM archival_attempts
+               WHERE batch_key = %s AND user_id = ANY(%s) AND memory_id = ANY(%s)""",
+            (report.batch_key, users, [a["memory_id"] for a in failed]),
+        ).fetchall()
+    }
+    covered = forgetting(conn, users)
+    for a in failed:
+        if a["memory_id"] not in present or covered(a["user_id"], a["memory_id"]):
+            del report.failures[a["memory_id"]]
+            report.erased += 1
 
 
 def _check_one(

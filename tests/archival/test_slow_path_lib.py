@@ -204,6 +204,36 @@ def test_fidelity_catches_a_tampered_object_and_sends_it_back(conn, services, ob
     assert fidelity.verify_backups(conn, object_store, key).passed
 
 
+def test_a_backup_a_forget_deleted_meanwhile_is_erased_not_unfaithful(conn, services, object_store):
+    """Forget deletes a user's backups, then its rows: a night's round trip that reads in between finds
+    the object gone. While the forget is open, or once its rows are gone, that is the erasure, not a
+    failure that would pause archival; without a forget it is a failure."""
+    services = ArchivalServices(services.summarizer, services.embedder, object_store)
+    key = _backed_up_night(conn, services)
+    first, second = conn.execute(
+        "SELECT memory_id, user_id, backup_key FROM archival_attempts WHERE batch_key = %s "
+        "AND status = 'backed_up' ORDER BY user_id, memory_id",
+        (key,),
+    ).fetchall()[:2]
+    for backup_key in {first["backup_key"], second["backup_key"]}:  # one pack or two
+        object_store.delete(backup_key)
+    report = fidelity.verify_backups(conn, object_store, key)
+    assert {first["memory_id"], second["memory_id"]} <= set(report.failures)  # no forget: failures
+    assert report.erased == 0
+
+    conn.execute(
+        "INSERT INTO forget_requests (user_id, memory_id, memory_ids, actor) VALUES (%s, %s, %s, 'test')",
+        (first["user_id"], first["memory_id"], [first["memory_id"]]),
+    )
+    conn.execute(
+        "DELETE FROM archival_attempts WHERE batch_key = %s AND user_id = %s AND memory_id = %s",
+        (key, second["user_id"], second["memory_id"]),
+    )
+    report = fidelity.verify_backups(conn, object_store, key)
+    assert first["memory_id"] not in report.failures and second["memory_id"] not in report.failures
+    assert report.erased == 1  # the open forget's; the deleted attempt is no longer the night's to read
+
+
 def test_a_memory_changed_after_its_backup_is_stale_not_unfaithful(conn, services):
     key = _backed_up_night(conn, services)
     mid = one(conn.execute("SELECT memory_id FROM archival_attempts WHERE batch_key = %s LIMIT 1", (key,)))[
