@@ -112,6 +112,7 @@ def backups_round_trip(
                 "checked": report.checked,
                 "faithful": report.faithful,
                 "stale": report.stale,
+                "erased": report.erased,  # forgotten while the night read them: not failures
                 "failed": len(failures),
                 **size_metadata("bytes_read", report.bytes_read, note="backups read back this night"),
                 "duration_s": round(report.seconds, 2),
