@@ -206,8 +206,8 @@ def test_fidelity_catches_a_tampered_object_and_sends_it_back(conn, services, ob
 
 def test_a_backup_a_forget_deleted_meanwhile_is_erased_not_unfaithful(conn, services, object_store):
     """Forget deletes a user's backups, then its rows: a night's round trip that reads in between finds
-    the object gone. While the forget is open, or once its rows are gone, that is the erasure, not a
-    failure that would pause archival; without a forget it is a failure."""
+    the object gone. While the forget is open that is the erasure, not a failure that would pause
+    archival; without a forget it is a failure. An attempt the forget already deleted is not read."""
     services = ArchivalServices(services.summarizer, services.embedder, object_store)
     key = _backed_up_night(conn, services)
     first, second = conn.execute(
