@@ -12,13 +12,18 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from memory_lib.core import plans as plan_runtime
+from memory_lib.core.plans import Sql
 from memory_lib.storage.db import migrate_database
 
 DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "distributed-postgres.md"
@@ -179,3 +184,49 @@ class CitusDatabases:
                     )
         self._made.clear()
         self._free.clear()
+
+
+class PlanRecorder:
+    """Every statement the plan runtime (memory_lib.core.plans) runs, explained just before it runs, in
+    its plan's transaction, with its values bound client-side (Citus 13.2 refuses the EXPLAIN of a
+    statement with server-side parameters on a worker). A plan is the text of EXPLAIN (COSTS OFF), or
+    with fmt="json" the JSON plan's root; None for what is not a query (a LOCK, a SET)."""
+
+    def __init__(self, fmt: Literal["text", "json"] = "text") -> None:
+        self.fmt = fmt
+        self.statements: list[tuple[str, Any]] = []
+
+    def _explain(self, conn: Any, op: Sql) -> Any:
+        if not re.match(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", op.query, re.I):
+            return None
+        cur = psycopg.ClientCursor(conn, row_factory=dict_row)
+        if self.fmt == "json":
+            row = cur.execute("EXPLAIN (FORMAT JSON) " + op.query, op.params).fetchone()
+            assert row is not None
+            return row["QUERY PLAN"][0]["Plan"]
+        rows = cur.execute("EXPLAIN (COSTS OFF) " + op.query, op.params).fetchall()
+        return "\n".join(r["QUERY PLAN"] for r in rows)
+
+    def wrap(self, conn: Any, plan: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+        try:
+            op = next(plan)  # a plan may end before its first statement
+            while True:
+                if isinstance(op, Sql):
+                    self.statements.append((op.query, self._explain(conn, op)))
+                op = plan.send((yield op))
+        except StopIteration as stop:
+            return stop.value
+
+    def take(self) -> list[tuple[str, Any]]:
+        out, self.statements = self.statements, []
+        return out
+
+    def install(self, monkeypatch: Any) -> PlanRecorder:
+        """Record every plan the sync runtime runs (its inner `_run_plan`: public callers included)."""
+        original = plan_runtime._run_plan
+
+        def run(conn: Any, plan: Any, **kw: Any) -> Any:
+            return original(conn, self.wrap(conn, plan), **kw)
+
+        monkeypatch.setattr(plan_runtime, "_run_plan", run)
+        return self

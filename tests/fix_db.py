@@ -46,7 +46,9 @@ class DatabaseFactory:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             conn.execute(sql)
 
-    def new(self, dim: int = TEST_DIM) -> str:
+    def new(self, dim: int = TEST_DIM, *, shared: bool = True) -> str:
+        """A fresh database. `shared=False`: the test changes the schema, so its database is never
+        handed to another test (every database here is fresh anyway; a Citus one is reused)."""
         if dim not in self._templates:
             template = f"tmpl_dim_{dim}"
             self._admin(f"DROP DATABASE IF EXISTS {template}")
@@ -78,7 +80,9 @@ class CitusDatabaseFactory(DatabaseFactory):
         self.cluster = CitusDatabases(admin_url, app_url)
         self._dims: dict[str, int] = {}
 
-    def new(self, dim: int = TEST_DIM) -> str:
+    def new(self, dim: int = TEST_DIM, *, shared: bool = True) -> str:
+        if not shared:  # never reused: dropped with the session's (drop_all)
+            return self.cluster.create(dim)
         url = self.cluster.new(dim)
         self._dims[url] = dim
         return url
@@ -89,7 +93,8 @@ class CitusDatabaseFactory(DatabaseFactory):
         )
 
     def drop(self, url: str) -> None:
-        self.cluster.release(url, self._dims.pop(url))
+        if url in self._dims:
+            self.cluster.release(url, self._dims.pop(url))
 
 
 @pytest.fixture(scope="session")
@@ -106,8 +111,9 @@ def databases(request: pytest.FixtureRequest) -> Iterator[DatabaseFactory]:
 
 
 @pytest.fixture
-def db_url(databases: DatabaseFactory) -> Iterator[str]:
-    url = databases.new()
+def db_url(databases: DatabaseFactory, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh migrated database; a test marked `schema_changing` gets one no other test will use."""
+    url = databases.new(shared=request.node.get_closest_marker("schema_changing") is None)
     yield url
     databases.drop(url)
 

@@ -8,7 +8,6 @@ has no shards to route to."""
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,12 +16,10 @@ import pytest
 from psycopg.rows import dict_row
 
 from memory_lib.client import MemoryClient
-from memory_lib.core import plans as plan_runtime
 from memory_lib.core.config import Settings
-from memory_lib.core.plans import Sql
 from memory_lib.lifecycle.restore import restore_archive, restore_archives
 from memory_lib.llm.embedding import HashingEmbedder
-from testing.citus import citus_urls
+from testing.citus import PlanRecorder, citus_urls
 from testing.constants import TEST_DIM
 from testing.factories import archive_cleanly
 
@@ -35,42 +32,9 @@ NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=200)
 
 
-class Explained:
-    """Every statement the plans ran, with its plan text (None: not a query, e.g. a LOCK)."""
-
-    def __init__(self) -> None:
-        self.statements: list[tuple[str, str | None]] = []
-
-    def wrap(self, conn: Any, plan: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
-        try:
-            op = next(plan)  # a plan may end before its first statement
-            while True:
-                if isinstance(op, Sql):
-                    text = None
-                    if re.match(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", op.query, re.I):
-                        cur = psycopg.ClientCursor(conn, row_factory=dict_row)
-                        rows = cur.execute("EXPLAIN (COSTS OFF) " + op.query, op.params).fetchall()
-                        text = "\n".join(r["QUERY PLAN"] for r in rows)
-                    self.statements.append((op.query, text))
-                op = plan.send((yield op))
-        except StopIteration as stop:
-            return stop.value
-
-    def take(self) -> list[tuple[str, str | None]]:
-        out, self.statements = self.statements, []
-        return out
-
-
 @pytest.fixture
-def explained(monkeypatch: pytest.MonkeyPatch) -> Explained:
-    seen = Explained()
-    original = plan_runtime._run_plan
-
-    def run(conn: Any, plan: Any, **kw: Any) -> Any:
-        return original(conn, seen.wrap(conn, plan), **kw)
-
-    monkeypatch.setattr(plan_runtime, "_run_plan", run)
-    return seen
+def explained(monkeypatch: pytest.MonkeyPatch) -> PlanRecorder:
+    return PlanRecorder().install(monkeypatch)
 
 
 def _router(plan: str) -> bool:
@@ -114,7 +78,7 @@ def _archive_id(conn: Any, original_id: Any) -> Any:
     return row["id"]
 
 
-def test_expand_and_re_promotion_are_router_queries(conn, local_store, explained: Explained) -> None:
+def test_expand_and_re_promotion_are_router_queries(conn, local_store, explained: PlanRecorder) -> None:
     client = _client(conn, local_store)
     (memory_id,) = _archive(conn, local_store, client, "u1", 1)
     archive_id = _archive_id(conn, memory_id)
@@ -126,7 +90,7 @@ def test_expand_and_re_promotion_are_router_queries(conn, local_store, explained
     _assert_router(explained.take(), "INSERT INTO memories", "DELETE FROM archived_memories")
 
 
-def test_restore_one_a_user_and_all_are_router_queries(conn, local_store, explained: Explained) -> None:
+def test_restore_one_a_user_and_all_are_router_queries(conn, local_store, explained: PlanRecorder) -> None:
     client = _client(conn, local_store)
     mine = _archive(conn, local_store, client, "u1", 3)
     theirs = _archive(conn, local_store, client, "u2", 2)
@@ -141,7 +105,7 @@ def test_restore_one_a_user_and_all_are_router_queries(conn, local_store, explai
     _assert_router(explained.take(), "FOR UPDATE", "DELETE FROM archived_memories")
 
 
-def test_forget_one_memory_and_a_user_are_router_queries(conn, local_store, explained: Explained) -> None:
+def test_forget_one_memory_and_a_user_are_router_queries(conn, local_store, explained: PlanRecorder) -> None:
     client = _client(conn, local_store)
     archived = _archive(conn, local_store, client, "u1", 2)
     hot = client.add("u1", "a hot note of u1 about the depot", now=NOW).memory_id

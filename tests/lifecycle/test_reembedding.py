@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import numpy as np
@@ -21,7 +20,6 @@ from memory_lib.lifecycle.reembedding import ReembeddingError
 from memory_lib.llm.embedding import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, HashingEmbedder, LocalEmbedder
 from memory_lib.storage.db import check_schema, connect, migrate_database
 from testing.backups import ARCHIVE_REFS_SQL
-from testing.citus import citus_urls
 from testing.constants import TEST_DIM
 from testing.dagster_helpers import metadata_value
 from testing.factories import archival_services, make_client
@@ -55,17 +53,8 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture
-def db_url(databases) -> Iterator[str]:
-    """A re-embedding changes the schema (columns, the dimension, the migrations' checksums): on Citus,
-    where a database is emptied and reused between tests, such a test gets one of its own (dropped with
-    the session's)."""
-    if citus_urls() is not None:
-        yield databases.cluster.create(TEST_DIM)
-        return
-    url = databases.new()
-    yield url
-    databases.drop(url)
+# A re-embedding changes the schema (columns, the dimension, the migrations' checksums).
+pytestmark = pytest.mark.schema_changing
 
 
 @pytest.fixture(scope="module")

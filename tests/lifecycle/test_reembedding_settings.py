@@ -3,7 +3,6 @@ settings: an OpenAI secondary reaches the base URL the client was given, not the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -13,24 +12,14 @@ from memory_lib.core.config import EmbeddingConfig, Settings
 from memory_lib.lifecycle import reembedding
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.storage.db import connect
-from testing.citus import citus_urls
 from testing.constants import TEST_DIM
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 TARGET = "text-embedding-3-small"
 
 
-@pytest.fixture
-def db_url(databases) -> Iterator[str]:
-    """A re-embedding changes the schema (columns, the dimension, the migrations' checksums): on Citus,
-    where a database is emptied and reused between tests, such a test gets one of its own (dropped with
-    the session's)."""
-    if citus_urls() is not None:
-        yield databases.cluster.create(TEST_DIM)
-        return
-    url = databases.new()
-    yield url
-    databases.drop(url)
+# A re-embedding changes the schema (columns, the dimension, the migrations' checksums).
+pytestmark = pytest.mark.schema_changing
 
 
 def test_an_explicit_embedding_base_url_is_the_one_the_dual_write_uses(

@@ -7,21 +7,15 @@ statement with server-side parameters in a form it refuses, which aborts the tra
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 from memory_lib.client import MemoryClient
-from memory_lib.core import plans as plan_runtime
 from memory_lib.core.config import ChunkingConfig, LLMConfig, Settings, WriteConfig
-from memory_lib.core.plans import Sql
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.storage.db import connect
-from testing.citus import citus_urls
+from testing.citus import PlanRecorder, citus_urls
 from testing.constants import TEST_DIM
 from testing.fake_llm import FAKE_API_KEY
 
@@ -30,39 +24,9 @@ pytestmark = pytest.mark.skipif(citus_urls() is None, reason="reads Citus plans:
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
 
-class Explained:
-    """Every statement the patched runtime ran, with its plan (None: not explainable, e.g. LOCK)."""
-
-    def __init__(self) -> None:
-        self.statements: list[tuple[str, dict[str, Any] | None]] = []
-
-    def wrap(self, conn: Any, plan: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
-        op = next(plan)
-        try:
-            while True:
-                if isinstance(op, Sql):
-                    explained = None
-                    if re.match(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", op.query, re.I):
-                        cur = psycopg.ClientCursor(conn, row_factory=dict_row)
-                        row = cur.execute("EXPLAIN (FORMAT JSON) " + op.query, op.params).fetchone()
-                        assert row is not None
-                        explained = row["QUERY PLAN"][0]["Plan"]
-                    self.statements.append((op.query, explained))
-                op = plan.send((yield op))
-        except StopIteration as stop:
-            return stop.value
-
-
 @pytest.fixture
-def explained(monkeypatch: pytest.MonkeyPatch) -> Explained:
-    seen = Explained()
-    original = plan_runtime.run_plan
-
-    def run_plan(conn: Any, plan: Any, **kw: Any) -> Any:
-        return original(conn, seen.wrap(conn, plan), **kw)
-
-    monkeypatch.setattr(plan_runtime, "run_plan", run_plan)
-    return seen
+def explained(monkeypatch: pytest.MonkeyPatch) -> PlanRecorder:
+    return PlanRecorder("json").install(monkeypatch)
 
 
 def _distributed_tables(conn) -> set[str]:
@@ -79,7 +43,7 @@ def _citus_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def _per_user(explained: Explained, tables: set[str]) -> list[tuple[str, dict[str, Any]]]:
+def _per_user(explained: PlanRecorder, tables: set[str]) -> list[tuple[str, dict[str, Any]]]:
     """The explained statements that name a distributed (per-user) table."""
     names = re.compile(r"\b(" + "|".join(sorted(tables)) + r")\b")
     return [(q, p) for q, p in explained.statements if p is not None and names.search(q)]
@@ -147,19 +111,9 @@ def test_every_statement_of_a_users_update_is_a_router_query(conn, fake_llm, exp
     _assert_router(_per_user(explained, tables))
 
 
-@pytest.fixture
-def own_conn(databases) -> Generator[Any, None, None]:
-    """A database of its own (dropped with the session's): a re-embedding changes the schema, and the
-    Citus pass empties and reuses the others between tests."""
-    conn = connect(databases.cluster.create(TEST_DIM))
-    yield conn
-    conn.close()
-
-
-def test_the_dual_write_of_a_users_add_during_a_reembedding_is_router(own_conn, explained):
+@pytest.mark.schema_changing  # a re-embedding
+def test_the_dual_write_of_a_users_add_during_a_reembedding_is_router(conn, explained):
     from memory_lib.lifecycle import reembedding
-
-    conn = own_conn
 
     client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
     tables = _distributed_tables(conn)
