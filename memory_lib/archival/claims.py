@@ -33,7 +33,7 @@ from psycopg.types.json import Jsonb
 from ..core import validation
 from ..core.config import ArchivalCriteria
 from ..core.errors import InvalidInputError
-from ..core.rows import Conn, Row
+from ..core.rows import Conn, Row, server_now
 from ..core.shards import ALL, Shard, shard_filter
 from ..core.statuses import OPEN_STATUSES, AttemptStatus
 from ..lifecycle.eligibility import select_eligible
@@ -130,7 +130,7 @@ def _claim(
     ).fetchone()
     if existing is not None:
         return _claimed_again(conn, batch_key, existing["as_of"], criteria, holder)
-    now = _db_now(conn)
+    now = server_now(conn)
     # Candidates are read before the claim's transaction: a multi-shard read there would forbid
     # writing the batch (a reference table) afterwards on Citus; the writes below re-check them.
     takeable = _takeable(conn, shard, now, limit)
@@ -178,14 +178,6 @@ def _claimed_again(
     _renew(conn, batch_key, criteria, holder)
     by_reason = _reason_counts(conn, batch_key)
     return ClaimResult(batch_key, as_of, sum(by_reason.values()), by_reason, False)
-
-
-def _db_now(conn: Conn) -> datetime:
-    """The server's clock, read once: statements take it as a parameter (Citus refuses now() inside
-    COALESCE/CASE over a reference table and volatile functions in distributed UPDATEs)."""
-    row = conn.execute("SELECT now() AS now").fetchone()
-    assert row is not None
-    return row["now"]
 
 
 def _takeable(conn: Conn, shard: Shard, now: datetime, limit: int) -> list[Row]:

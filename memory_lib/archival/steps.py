@@ -18,7 +18,7 @@ import psycopg
 
 from ..core.config import ArchivalCriteria
 from ..core.errors import DeadlineExceeded
-from ..core.rows import Conn, Row
+from ..core.rows import Conn, Row, server_now
 from ..core.statuses import AttemptStatus
 from .claims import renew_lease
 
@@ -84,9 +84,7 @@ def record_failure(
     user_id: str,
 ) -> None:
     message = f"{type(exc).__name__}: {exc}"[:1000]
-    # The time is a parameter: Citus refuses now() inside CASE on a distributed table.
-    clock = conn.execute("SELECT now() AS now").fetchone()
-    assert clock is not None
+    now = server_now(conn)  # a parameter: Citus refuses now() inside CASE on a distributed table
     row = conn.execute(
         """UPDATE archival_attempts
            SET attempts = attempts + 1, failed_step = %(step)s, error = %(error)s, updated_at = %(now)s,
@@ -96,7 +94,7 @@ def record_failure(
         {
             "step": step,
             "error": message,
-            "now": clock["now"],
+            "now": now,
             "max": criteria.max_attempts,
             "batch": batch_key,
             "user": user_id,

@@ -53,7 +53,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..core.errors import SummarizationError
-from ..core.rows import Conn
+from ..core.rows import Conn, server_now
 from ..core.statuses import OPEN_STATUSES
 from .client import LLMClient
 
@@ -379,8 +379,7 @@ def mark(conn: Conn, key: str, status: str, error: str | None = None) -> None:
         "canceled": "ended_at",
         "failed": "ended_at",
     }.get(status)
-    # The server's time as a parameter: Citus refuses now() inside COALESCE on a reference table.
-    now = conn.execute("SELECT now() AS now").fetchone()["now"] if stamp else None  # type: ignore[index]
+    now = server_now(conn) if stamp else None  # a parameter: Citus refuses now() inside COALESCE
     conn.execute(
         f"""UPDATE llm_batches SET status = %(status)s, error = coalesce(%(error)s, error)
                 {f", {stamp} = coalesce({stamp}, %(now)s)" if stamp else ""}
