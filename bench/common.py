@@ -37,6 +37,7 @@ from memory_lib.storage.db import EmbeddedPostgres, migrate
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCOMO_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
+REALTALK_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "realtalk"
 
 
 # --------------------------------------------------------------------------- options and report

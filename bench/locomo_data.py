@@ -9,7 +9,10 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
+
+from .common import LOCOMO_DEFAULT, REALTALK_DEFAULT
 
 import psycopg
 
@@ -17,12 +20,15 @@ KS = (5, 10, 20)
 TOP = max(KS)
 CUTOFF_DAYS = 30
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+REALTALK_CATEGORY_NAMES = {1: "multi-answer", 2: "temporal", 3: "inference"}
 SETTINGS = ("all_hot", "tiered", "tiered_first_sentence", "hot_only", "phase3_auto", "phase3_always")
 BASELINES = ("bm25", "dense", "rrf")
 DB: TypeAlias = psycopg.Connection[Any]  # bench_connect's connections: autocommit, dict rows
 # --cv: (RetrievalConfig.vector_weight, RetrievalConfig.context_weight) candidates
 CV_GRID = tuple((wv, cw) for wv in (0.05, 0.1, 0.25, 0.5) for cw in (0.3, 0.5, 0.7, 1.0))
-_DIA = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+_DIA = re.compile(r"D\s*:?\s*(\d+)\s*[:;]\s*(\d+)")
+# A range of turns, "D12:3-D12:5" or "D12:3-5": every turn between, both ends included.
+_RANGE = re.compile(r"D\s*(\d+)\s*:\s*(\d+)\s*-\s*(?:D\s*(\d+)\s*:\s*)?(\d+)")
 
 
 _SESSION = re.compile(r"session_(\d+)")
@@ -35,6 +41,26 @@ def parse_dia_ids(value: Any) -> list[str]:
     if not isinstance(value, str):
         return []
     return [f"D{int(a)}:{int(b)}" for a, b in _DIA.findall(value)]
+
+
+def parse_evidence(value: Any, order: Sequence[str]) -> list[str]:
+    """parse_dia_ids, with ranges ("D12:3-D12:5", "D12:3-5") expanded to every turn between their ends in
+    the conversation's turn order `order` (a range with an end not in the conversation: its ends only)."""
+    if isinstance(value, list):
+        return [i for v in value for i in parse_evidence(v, order)]
+    if not isinstance(value, str):
+        return []
+    position = {d: i for i, d in enumerate(order)}
+    out: list[str] = []
+    for part in _RANGE.split(value)[::5]:  # the text between ranges
+        out += parse_dia_ids(part)
+    for d, first, d2, last in _RANGE.findall(value):
+        a, b = f"D{int(d)}:{int(first)}", f"D{int(d2 or d)}:{int(last)}"
+        if a in position and b in position and position[a] <= position[b]:
+            out += order[position[a] : position[b] + 1]
+        else:
+            out += [a, b]
+    return out
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,25 @@ class Conversation:
     unknown_evidence_ids: int
 
 
+def _questions(
+    conv_id: str, qas: Sequence[dict[str, Any]], turns: list[Turn]
+) -> tuple[list[Question], int, int]:
+    """The questions with at least one evidence turn in the conversation (unknown ids dropped), how many
+    were skipped, how many evidence ids were unknown."""
+    order = [t.dia_id for t in turns]
+    known = set(order)
+    questions, skipped, unknown = [], 0, 0
+    for qa in qas:
+        evidence = set(parse_evidence(qa.get("evidence", []), order))
+        unknown += len(evidence - known)
+        evidence &= known
+        if not evidence or not str(qa.get("question", "")).strip():
+            skipped += 1
+            continue
+        questions.append(Question(qa["question"], int(qa.get("category", 0)), frozenset(evidence)))
+    return questions, skipped, unknown
+
+
 def _session_date(text: str) -> datetime:
     return datetime.strptime(" ".join(text.split()), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
 
@@ -86,16 +131,74 @@ def load_conversations(path: Path) -> list[Conversation]:
                     continue
                 content = f"{t.get('speaker', '?')}: {text}"
                 turns.append(Turn(uuid.uuid4(), ids[0], content, date + timedelta(seconds=i)))
-        known = {t.dia_id for t in turns}
-        questions, skipped, unknown = [], 0, 0
-        for qa in s.get("qa", ()):
-            evidence = set(parse_dia_ids(qa.get("evidence", [])))
-            unknown += len(evidence - known)
-            evidence &= known
-            if not evidence or not str(qa.get("question", "")).strip():
-                skipped += 1
-                continue
-            questions.append(Question(qa["question"], int(qa.get("category", 0)), frozenset(evidence)))
+        questions, skipped, unknown = _questions(s["sample_id"], s.get("qa", ()), turns)
         assert last is not None
         out.append(Conversation(s["sample_id"], turns, questions, last + timedelta(days=1), skipped, unknown))
     return out
+
+
+def _message_time(text: str) -> datetime:
+    return datetime.strptime(text.strip(), "%d.%m.%Y, %H:%M:%S").replace(tzinfo=UTC)
+
+
+def load_realtalk(directory: Path) -> list[Conversation]:
+    """REALTALK's chats (one `Chat_*.json` per conversation, LoCoMo's format without the `conversation`
+    wrapper): every message "<speaker>: <clean_text>" (plus its image's caption) written at its own time,
+    `now` a day after the last message."""
+    out = []
+    for path in sorted(directory.glob("Chat_*.json"), key=lambda p: int(p.stem.split("_")[1])):
+        chat = json.loads(path.read_text())
+        sessions = sorted(int(m.group(1)) for k in chat if (m := _SESSION.fullmatch(k)))
+        turns: list[Turn] = []
+        for n in sessions:
+            for t in chat[f"session_{n}"]:
+                ids = parse_dia_ids(t.get("dia_id"))
+                text = str(t.get("clean_text") or "").strip()
+                if t.get("blip_caption"):
+                    text = f"{text} [shares {t['blip_caption']}]".strip()
+                if not ids or not text:
+                    continue
+                content = f"{t.get('speaker', '?')}: {text}"
+                turns.append(Turn(uuid.uuid4(), ids[0], content, _message_time(t["date_time"])))
+        conv_id = "_".join(path.stem.split("_")[:2]).lower()
+        questions, skipped, unknown = _questions(conv_id, chat.get("qa", ()), turns)
+        now = max(t.created_at for t in turns) + timedelta(days=1)
+        out.append(Conversation(conv_id, turns, questions, now, skipped, unknown))
+    return out
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A conversation benchmark the locomo bench runs: where its data is, how to read it, its question
+    categories, and the archival cut-off that leaves a similar share hot (LoCoMo spans months, REALTALK's
+    chats three weeks: 30 days archives 79% of LoCoMo's memories, 7 days 74% of REALTALK's)."""
+
+    name: str
+    title: str
+    default_path: Path
+    load: Callable[[Path], list[Conversation]]
+    categories: dict[int, str]
+    cutoff_days: int
+    source: str  # where a user gets the data (never copied into this project)
+
+
+DATASETS = {
+    "locomo": Dataset(
+        "locomo",
+        "LoCoMo",
+        LOCOMO_DEFAULT,
+        load_conversations,
+        CATEGORY_NAMES,
+        CUTOFF_DAYS,
+        "data/locomo10.json from snap-research/LoCoMo (CC BY-NC 4.0)",
+    ),
+    "realtalk": Dataset(
+        "realtalk",
+        "REALTALK",
+        REALTALK_DEFAULT,
+        load_realtalk,
+        REALTALK_CATEGORY_NAMES,
+        7,
+        "data/Chat_*.json from danny911kr/REALTALK (no licence stated: evaluation only), in one directory",
+    ),
+}
