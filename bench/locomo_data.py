@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
-from .common import LOCOMO_DEFAULT, REALTALK_DEFAULT
-
 import psycopg
+
+from .common import LOCOMO_DEFAULT, REALTALK_DEFAULT
 
 KS = (5, 10, 20)
 TOP = max(KS)
