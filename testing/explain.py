@@ -49,7 +49,9 @@ def hot_search_plan(conn: Any, sql: str, user: str, *, analyze: bool = False) ->
         "match_cap": MATCH_CAP,
         "exact_max": EXACT_MAX,
         "context_weight": 0.5,
-        "context_window": timedelta(minutes=30),
+        "context_window": timedelta(minutes=60),
+        "context_neighbours": 5,
+        "context_decay": 0.85,
         "pool": 40,
         **SearchFilters().params(),
     }

@@ -213,12 +213,22 @@ class RetrievalConfig(BaseModel):
     context_weight: float = Field(
         0.7,
         ge=0.0,
-        description="A memory written just before or after one of the best full-text matches (within "
-        "context_window_minutes) gains this share of that match's score: in a conversation the answer "
-        "often follows the turn that shares the question's words. 0: off.",
+        description="A memory written shortly before or after one of the best full-text matches (up to "
+        "context_neighbours on each side, within context_window_minutes) gains this share of that match's "
+        "score, times context_decay per step away: in a conversation the answer often follows the message "
+        "that shares the question's words. 0: off.",
+    )
+    context_neighbours: int = Field(
+        5, ge=1, le=50, description="How many memories on each side of a match can be its context."
+    )
+    context_decay: float = Field(
+        0.85,
+        gt=0.0,
+        le=1.0,
+        description="Each step further from the match keeps this share of the context credit (1: none lost).",
     )
     context_window_minutes: float = Field(
-        30.0, gt=0.0, description="How close in time two memories must be written to be each other's context."
+        60.0, gt=0.0, description="How close in time two memories must be written to be each other's context."
     )
     text_ranking: Literal["bm25", "ts_rank_cd"] = Field(
         "bm25", description="Full-text score of natural questions: idf-weighted (BM25-like) or ts_rank_cd."

@@ -12,7 +12,7 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
 * Phase 1, hot memories: the `pool` nearest by cosine (HNSW, `hnsw.ef_search` from config, iterative
   scan so filters cannot starve the result) and the `pool` best full-text matches. Full text is an OR
   of the query's English lexemes (stop words dropped, stems), ranked BM25-like (idf of each term among
-  all the user's memories, both tiers, length-normalized; see _tier_sql): a memory sharing one rare word
+  all the user's memories, both tiers, not length-normalized; see _tier_ctes): a memory sharing one rare word
   with the question is a candidate, and rare words weigh more than common ones. `text_query` lets a caller send exact tokens (an
   order number) to full text with websearch syntax ("quoted phrases", `or`, `-term`: all terms
   required) and a natural question to the vector arm.
@@ -140,6 +140,8 @@ def search_plan(
         "exact_max": EXACT_MAX,
         "context_weight": cfg.context_weight,
         "context_window": timedelta(minutes=cfg.context_window_minutes),
+        "context_neighbours": cfg.context_neighbours,
+        "context_decay": cfg.context_decay,
         **request.filters.params(),
     }
     scope = None  # the months a question names: the only archive rows read (memory_lib.retrieval.warm)

@@ -144,8 +144,8 @@ class _Tier:
     key: str  # the tie-break of `created` order, as the tier's (user, created) index sorts it
 
 
-# The query's terms with the user's BM25 statistics: document frequencies from user_term_stats and N,
-# avgdl from user_corpus_stats (both kept exact on write by sql/020's triggers, over the user's live
+# The query's terms with the user's BM25 statistics: document frequencies from user_term_stats and N
+# from user_corpus_stats (both kept exact on write by sql/020's triggers, over the user's live
 # memories of both tiers), so a search reads one row per query term and one per user, never the
 # user's postings lists to count them. Shared by the tiers when one statement searches both.
 def _bm25_prelude(include_superseded: bool = False) -> str:
@@ -153,8 +153,7 @@ def _bm25_prelude(include_superseded: bool = False) -> str:
     # the live statistics, which still rank it).
     only_live = "false" if include_superseded else "true"
     return f"""q AS MATERIALIZED (SELECT {_TSQUERY} AS tsq), corpus AS MATERIALIZED (
-        SELECT greatest(coalesce(max(us.docs), 0), 1)::float8 AS n,
-               greatest(coalesce(max(us.lexemes)::float8 / nullif(max(us.docs), 0), 1), 1) AS avgdl
+        SELECT greatest(coalesce(max(us.docs), 0), 1)::float8 AS n
         FROM user_corpus_stats us WHERE us.user_id = %(user_id)s
     ), idf AS MATERIALIZED (
         SELECT t.tq, coalesce(s.df, 0)::float8 AS df,
@@ -186,48 +185,52 @@ def _bm25_prelude(include_superseded: bool = False) -> str:
 def _tier_ctes(t: _Tier) -> str:
     """One tier's candidates: the `pool` nearest by cosine and the `pool` best full-text matches.
 
-    Full-text score of an OR query (bm25 mode): BM25 (k1 1.2, b 0.75) with tf taken as 1 (memories are
-    short): Σ idf(term) over the query terms a document contains, idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
-    length-normalized by the user's mean document length. The statistics are the user's, over both
-    tiers (an archive row's document: its summary's lexemes and its fingerprint, the original's lexemes
-    the summary lacks), so scores of
-    both tiers compare and one ranking merges them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
+    Full-text score of an OR query (bm25 mode): BM25 with tf taken as 1 and no length normalization
+    (b 0): Σ idf(term) over the query terms a memory contains, idf = ln(1 + (N - df + 0.5) / (df + 0.5)).
+    Memories are short, and in chat the shortest are greetings and back-channel ("What about Kate?"):
+    normalizing by length ranked them above the message that says something with the same words. The
+    statistics are the user's, over both tiers (an archive row's document: its summary's lexemes and its
+    fingerprint, the original's lexemes the summary lacks), so scores of both tiers compare and one
+    ranking merges them. ts_rank_cd breaks ties. websearch mode: ts_rank_cd.
 
-    Context: the memory written just before and the one just after each of the `pool` best matches
-    (within context_window, same tier) gain context_weight × that match's score. In a conversation the
-    turn that answers a question often shares no word with it, while the turn before it does (LoCoMo
-    dev split, MiniLM tiered recall@10: 0.724 at weight 0.3, 0.747 at the default 0.7; bench locomo --cv).
+    Context: up to context_neighbours memories written before and as many after each of the `pool` best
+    matches (within context_window of it, same tier) gain context_weight × that match's score ×
+    context_decay^(steps away - 1). In a conversation the message that answers a question often shares
+    no word with it, while one a few messages before it does; real chat comes in bursts of short
+    messages, so the answer is often several messages on, not the next one.
     """
     a, arm = t.alias, t.arm
     user_live = f"{a}.user_id = %(user_id)s AND {t.live}"
-    # The memory written just before / just after a match, within the context window: same user, same
-    # tier, same filters. One probe of the tier's (user_id, created) index each. Memories written at the
-    # same instant are a batch (an import, facts extracted together), not a conversation: not context.
-    neighbour = f"""(SELECT {a}.id FROM {t.table} {a}
+    # The memories written just before / just after a match (step 1 the nearest), within the context
+    # window: same user, same tier, same filters. One probe of the tier's (user_id, created) index each
+    # side. Memories written at the same instant are a batch (an import, facts extracted together), not a
+    # conversation: not context.
+    neighbour = f"""(SELECT {a}.id, row_number() OVER (ORDER BY {t.created} DESC, {t.key} DESC) AS step
+                 FROM {t.table} {a}
                  WHERE {user_live} {t.filters}
                    AND {t.created} >= b.created - %(context_window)s::interval AND {t.created} < b.created
-                 ORDER BY {t.created} DESC, {t.key} DESC LIMIT 1)
+                 ORDER BY {t.created} DESC, {t.key} DESC LIMIT %(context_neighbours)s)
             UNION ALL
-            (SELECT {a}.id FROM {t.table} {a}
+            (SELECT {a}.id, row_number() OVER (ORDER BY {t.created}, {t.key}) AS step
+                 FROM {t.table} {a}
                  WHERE {user_live} {t.filters}
                    AND {t.created} > b.created AND {t.created} <= b.created + %(context_window)s::interval
-                 ORDER BY {t.created}, {t.key} LIMIT 1)"""
+                 ORDER BY {t.created}, {t.key} LIMIT %(context_neighbours)s)"""
     return f"""{a}_hits AS MATERIALIZED (
         SELECT {a}.id, {t.created} AS created, {t.key} AS key, {t.tsv} AS tsv, sel.tsq
         FROM {t.table} {a}, sel
         WHERE sel.tsq IS NOT NULL AND {user_live} AND {t.tsv} @@ sel.tsq {t.filters}
         LIMIT %(match_cap)s
     ), {a}_matched AS (
-        SELECT h.id, h.created, h.key, length(h.tsv)::float8 AS dl, ts_rank_cd(h.tsv, h.tsq) AS cd,
+        SELECT h.id, h.created, h.key, ts_rank_cd(h.tsv, h.tsq) AS cd,
                (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE h.tsv @@ i.tq) AS idf_sum
         FROM {a}_hits h
     ), {a}_bm25 AS MATERIALIZED (
-        SELECT id, created, key,
-               idf_sum * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / corpus.avgdl)) + 1e-3 * cd AS score
-        FROM {a}_matched, corpus
+        SELECT id, created, key, idf_sum + 1e-3 * cd AS score
+        FROM {a}_matched
         ORDER BY score DESC, id LIMIT %({t.pool})s
     ), {a}_context AS (
-        SELECT n.id, max(b.score) AS score
+        SELECT n.id, max(b.score * power(%(context_decay)s::float8, n.step - 1)) AS score
         FROM {a}_bm25 b CROSS JOIN LATERAL ({neighbour}) AS n
         WHERE %(context_weight)s > 0 AND NOT %(websearch)s  -- explicit text_query: those tokens only
         GROUP BY n.id

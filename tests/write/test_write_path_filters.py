@@ -59,7 +59,9 @@ def _plan(conn, filters: SearchFilters) -> str:
         "match_cap": _MATCH_CAP,
         "exact_max": 1000,
         "context_weight": 0.5,
-        "context_window": timedelta(minutes=30),
+        "context_window": timedelta(minutes=60),
+        "context_neighbours": 5,
+        "context_decay": 0.85,
         "pool": 40,
         **filters.params(),
     }
