@@ -1,29 +1,41 @@
-"""locomo: what a user of the library gets on LoCoMo, through the public API with default settings, before
-and after archival.
+"""locomo: what a user of the library gets on long conversations, through the public API with default
+settings, before and after archival, against BM25 in the same run: does the ranking generalize from
+LoCoMo's scripted sessions to real chat?
 
-`python -m bench locomo [--data FILE] [--embedder E[,E]] [--queries N] [--quick] [--cv] [--phase3] [--json OUT]`
-reads its questions at run time from --data (default ../shared/data/locomo/locomo-dev.json, CC BY-NC 4.0;
-nothing of it is stored in this project). Each conversation gets its own database and user:
+`python -m bench locomo [--dataset locomo,realtalk] [--data PATH] [--embedder E[,E]] [--queries N] [--quick]
+[--cv] [--phase3] [--json OUT]` reads each dataset at run time (bench.locomo_data.DATASETS; --data
+overrides the path of the one --dataset); nothing of either is stored in this project or its tests:
+
+* LoCoMo (snap-research/LoCoMo, CC BY-NC 4.0; default ../shared/data/locomo/locomo-dev.json): scripted
+  sessions months apart, a session's turns written one second apart at its date; categories 1 multi-hop,
+  2 temporal, 3 open-domain, 4 single-hop, 5 adversarial; archival cut-off 30 days.
+* REALTALK (danny911kr/REALTALK; the authors state no licence: evaluation only, never copied; default the
+  directory ../shared/data/realtalk/ of Chat_*.json): real 21-day messaging chats, each message at its own
+  time (bursts minutes to days apart); evidence ranges expanded; categories 1 multi-answer, 2 temporal,
+  3 inference; archival cut-off 7 days (leaves a similar share hot as 30 days on LoCoMo).
+
+The default is both datasets; --smoke and --quick read LoCoMo only unless --dataset is given. Each
+conversation gets its own database and user:
 
 * load, through the user's path: every dialogue turn "<speaker>: <text>" (plus the shared image's caption)
-  is written by `MemoryClient.add(user, text, metadata={"dia_id": id}, now=<its session's date, turn order
-  kept by seconds>)`, the client built with `Settings()`: the default write path, so a turn that repeats
-  or restates a live memory comes back `duplicate` or `merged` and adds no row. Each turn's dia_id maps
-  to the memory holding it after its add (duplicate, merged: the surviving memory; a refused text: none),
+  is written by `MemoryClient.add(user, text, metadata={"dia_id": id}, now=<the turn's time>)`, the client
+  built with `Settings()`: the default write path, so a turn that repeats or restates a live memory comes
+  back `duplicate` or `merged` and adds no row. Each turn's dia_id maps to the memory holding it after its add (duplicate, merged: the surviving memory; a refused text: none),
   and a hit on a memory counts for every turn it holds. Vectors are computed up front in one batch and
   served by a caching wrapper, so the client embeds exactly the texts it would (the normalized turn);
-* search, through `MemoryClient.search(user, question, limit=k, now=<a day after the last session>)` with
+* search, through `MemoryClient.search(user, question, limit=k, now=<a day after the last turn>)` with
   no retrieval override (phase 2 and phase 3 in their default "auto" modes, the offline phase-3 heuristic):
   three separate searches per question, k = 5, 10 and 20; recall@k = the share of the question's evidence
   turns held by the hits of the limit-k search (not a prefix of one longer ranking). The zero-hit share,
   latency p50/p95 (question vector precomputed) and the phase 2 / phase 3 shares come from the limit-10
   searches;
-* settings: (a) all hot, right after loading; (b) tiered: every memory older than CUTOFF_DAYS archived by
-  `memory_lib.archival.pipeline.run_batch` with the default `ExtractiveSummarizer` and the run's
-  embedder, archived hits mapped back to their turns through the original memory id; (b') the same on a
-  copy of the loaded database summarized by `FirstSentenceSummarizer` (bench only, imitating a terse
-  LLM: the first sentence, its capitalised names, numbers, month and weekday names dropped); (c) hot only: the (b) database searched with phase2="never" and phase3="never" (a phase-3 warm
-  search would reach the archive), what deleting instead of archiving would lose; with --phase3, (d)
+* settings: (a) all hot, right after loading; (b) tiered: every memory older than the dataset's cut-off
+  archived by `memory_lib.archival.pipeline.run_batch` with the default `ExtractiveSummarizer` and the
+  run's embedder, archived hits mapped back to their turns through the original memory id; (b') the same
+  on a copy of the loaded database summarized by `FirstSentenceSummarizer` (bench only, imitating a terse
+  LLM: the first sentence, its capitalised names, numbers, month and weekday names dropped); (c) hot only:
+  the (b) database searched with phase2="never" and phase3="never" (a phase-3 warm search would reach the
+  archive), what deleting instead of archiving would lose; with --phase3, (d)
   phase 3 auto and (e) phase 3 always: the (b) database consolidated by the product
   (`consolidate_month` with ExtractiveDigestBuilder + RuleFactExtractor + the run's embedder for every
   month, then yearly digests by `build_level(..., 3, ...)`), searched the same way with phase3 "auto" or
@@ -33,20 +45,27 @@ nothing of it is stored in this project). Each conversation gets its own databas
 * baselines over every turn's text, no library code in the ranking: BM25 (k1 1.2, b 0.75, Lucene idf) over
   the turns' Postgres English lexemes, exact dense cosine, and their reciprocal rank fusion (k 60); their
   recall@k is the top-k prefix of one ranking;
-* --cv: per embedder, leave one conversation out: every question of every conversation is searched once
+* --cv: per dataset and embedder, leave one conversation out: every question of every conversation is searched once
   per (vector_weight, context_weight) in CV_GRID (`Settings(retrieval=RetrievalConfig(vector_weight=v,
   context_weight=c))`, limit 10) on the (b) database; each fold picks the pair with the best recall@10
   over the other conversations' questions and reports its recall@10 on the held-out one, beside the
   default's;
-* tables: recall@5/10/20, zero-hit share, ratios to all hot (recall@5, recall@10) and to BM25
-  (recall@10), latency, and a row (b') / (b) at recall@10; recall@10 by category; loading (turns, memories,
-  turns merged/duplicate on write, refused) and archival per summarizer; with --cv the folds;
+* folds, always: leave one conversation out, per dataset and embedder: each conversation's tiered (b) and
+  BM25 recall@10 and their ratio, overall and for category 1, then pooled over all questions and the
+  weakest fold's ratio. The defaults fit nothing, so each fold's figure is its held-out figure;
+* tables: first "Generalization" (per dataset and embedder: tiered and BM25 recall@10, pooled and minimum
+  fold ratio, category-1 ratio, all hot and tiered / all hot at @5 and @10, latency); then per dataset:
+  recall@5/10/20, zero-hit share, ratios to all hot (recall@5, recall@10) and to BM25 (recall@10), latency,
+  and a row (b') / (b) at recall@10; loading (turns, memories, turns merged/duplicate on write, refused)
+  and archival per summarizer; per embedder recall@10 by category (the dataset's names), the folds, with
+  --phase3 phase 3, with --cv the cross-validated weights;
 * --quick (development): the first 2 conversations, their first 60 questions, the hashing embedder unless
   --embedder is given, no phase 3. --smoke: the first conversation, 25 questions, hashing.
 
 The JSON carries `default.{all_hot,tiered,tiered_first_sentence,hot_only}.{recall@5,recall@10,recall@20,
-zero_hit_share}` and `baselines.{bm25,dense,rrf}.recall@k` for the first embedder at the top level, every
-embedder under `by_embedder`.
+zero_hit_share}` and `baselines.{bm25,dense,rrf}.recall@k` for the first dataset's first embedder at the top
+level; `figures[key]` per dataset x embedder (key: the embedder in a one-dataset run, "<dataset>/<embedder>"
+with several), each also under `by_embedder`; `figures.generalization` the first table's lines.
 """
 
 from __future__ import annotations
@@ -423,7 +442,7 @@ def selected(opts: Options) -> list[tuple[Dataset, Path]]:
         path = opts.data or ds.default_path
         if not path.exists():
             raise FileNotFoundError(
-                f"{ds.title} data not found at {path}: download {ds.source} and pass "
+                f"{ds.title} data not found at {path}: download {ds.source}; then pass "
                 f"--dataset {n} --data PATH"
             )
         out.append((ds, path))
