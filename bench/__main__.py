@@ -42,6 +42,18 @@ def _counts(flag: str) -> Callable[[str], list[int]]:
 _sizes = _counts("--size")
 
 
+def _datasets(text: str) -> tuple[str, ...]:
+    from .locomo_data import DATASETS
+
+    names = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    unknown = [n for n in names if n not in DATASETS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"--dataset {text!r}: expected {','.join(DATASETS)} (comma-separated)"
+        )
+    return names
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -69,9 +81,16 @@ def parser() -> argparse.ArgumentParser:
         "--queries", type=int, help="queries per measurement (search, locomo: questions per conversation)"
     )
     p.add_argument(
+        "--dataset",
+        type=_datasets,
+        help="locomo: conversation benchmarks, comma-separated: locomo,realtalk (default both; "
+        "locomo only with --smoke or --quick)",
+    )
+    p.add_argument(
         "--data",
         type=Path,
-        help="locomo: the LoCoMo JSON file (default ../shared/data/locomo/locomo-dev.json)",
+        help="locomo: the path of the one --dataset (default ../shared/data/locomo/locomo-dev.json, "
+        "../shared/data/realtalk/)",
     )
     p.add_argument(
         "--embedder",
@@ -118,6 +137,7 @@ def options(args: argparse.Namespace) -> Options:
         smoke=args.smoke,
         queries=args.queries,
         data=args.data,
+        datasets=args.dataset,
         embedders=tuple(e.strip() for e in args.embedder.split(",") if e.strip()) if args.embedder else None,
         s3_endpoint=args.s3_endpoint,
         s3_bucket=args.s3_bucket,

@@ -50,7 +50,8 @@ class Options:
     sizes: list[int] | None = None  # None: the benchmark's default (or smoke) sizes
     smoke: bool = False
     queries: int | None = None
-    data: Path | None = None  # LoCoMo file
+    data: Path | None = None  # locomo: the one dataset's file or directory (footprint: the LoCoMo file)
+    datasets: tuple[str, ...] | None = None  # locomo: None = both (LoCoMo only with --smoke, --quick)
     embedders: tuple[str, ...] | None = None  # locomo: None = local + hashing (hashing only with --smoke)
     s3_endpoint: str | None = None  # use this S3 server instead of starting SeaweedFS
     s3_bucket: str | None = None

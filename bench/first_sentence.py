@@ -11,6 +11,7 @@ from memory_lib.llm.summarize import (
     check_summary_text,
     split_sentences,
 )
+from memory_lib.llm.summary import _REFUSAL  # what the archive refuses as a refusal
 
 _SPEAKER = re.compile(r"^[^\s:][^:\n]{0,40}:\s+")
 
@@ -93,7 +94,12 @@ class FirstSentenceSummarizer:
                 continue
             if reduced:
                 return reduced
-        return text[spans[0][0] : spans[0][1]]  # nothing survives the drop: the sentence as written
+        # Nothing survives the drop: the sentence as written, less leading words while it reads as a
+        # refusal ("I'm sorry you ...": chat says it, the archive refuses it), as a terse LLM would drop them.
+        words = text[spans[0][0] : spans[0][1]].split()
+        while len(words) > 1 and _REFUSAL.match(" ".join(words)):
+            words = words[1:]
+        return " ".join(words)
 
     @staticmethod
     def _reduce(sentence: str, names: set[str]) -> str:

@@ -1,29 +1,41 @@
-"""locomo: what a user of the library gets on LoCoMo, through the public API with default settings, before
-and after archival.
+"""locomo: what a user of the library gets on long conversations, through the public API with default
+settings, before and after archival, against BM25 in the same run: does the ranking generalize from
+LoCoMo's scripted sessions to real chat?
 
-`python -m bench locomo [--data FILE] [--embedder E[,E]] [--queries N] [--quick] [--cv] [--phase3] [--json OUT]`
-reads its questions at run time from --data (default ../shared/data/locomo/locomo-dev.json, CC BY-NC 4.0;
-nothing of it is stored in this project). Each conversation gets its own database and user:
+`python -m bench locomo [--dataset locomo,realtalk] [--data PATH] [--embedder E[,E]] [--queries N] [--quick]
+[--cv] [--phase3] [--json OUT]` reads each dataset at run time (bench.locomo_data.DATASETS; --data
+overrides the path of the one --dataset); nothing of either is stored in this project or its tests:
+
+* LoCoMo (snap-research/LoCoMo, CC BY-NC 4.0; default ../shared/data/locomo/locomo-dev.json): scripted
+  sessions months apart, a session's turns written one second apart at its date; categories 1 multi-hop,
+  2 temporal, 3 open-domain, 4 single-hop, 5 adversarial; archival cut-off 30 days.
+* REALTALK (danny911kr/REALTALK; the authors state no licence: evaluation only, never copied; default the
+  directory ../shared/data/realtalk/ of Chat_*.json): real 21-day messaging chats, each message at its own
+  time (bursts minutes to days apart); evidence ranges expanded; categories 1 multi-answer, 2 temporal,
+  3 inference; archival cut-off 7 days (leaves a similar share hot as 30 days on LoCoMo).
+
+The default is both datasets; --smoke and --quick read LoCoMo only unless --dataset is given. Each
+conversation gets its own database and user:
 
 * load, through the user's path: every dialogue turn "<speaker>: <text>" (plus the shared image's caption)
-  is written by `MemoryClient.add(user, text, metadata={"dia_id": id}, now=<its session's date, turn order
-  kept by seconds>)`, the client built with `Settings()`: the default write path, so a turn that repeats
-  or restates a live memory comes back `duplicate` or `merged` and adds no row. Each turn's dia_id maps
-  to the memory holding it after its add (duplicate, merged: the surviving memory; a refused text: none),
+  is written by `MemoryClient.add(user, text, metadata={"dia_id": id}, now=<the turn's time>)`, the client
+  built with `Settings()`: the default write path, so a turn that repeats or restates a live memory comes
+  back `duplicate` or `merged` and adds no row. Each turn's dia_id maps to the memory holding it after its add (duplicate, merged: the surviving memory; a refused text: none),
   and a hit on a memory counts for every turn it holds. Vectors are computed up front in one batch and
   served by a caching wrapper, so the client embeds exactly the texts it would (the normalized turn);
-* search, through `MemoryClient.search(user, question, limit=k, now=<a day after the last session>)` with
+* search, through `MemoryClient.search(user, question, limit=k, now=<a day after the last turn>)` with
   no retrieval override (phase 2 and phase 3 in their default "auto" modes, the offline phase-3 heuristic):
   three separate searches per question, k = 5, 10 and 20; recall@k = the share of the question's evidence
   turns held by the hits of the limit-k search (not a prefix of one longer ranking). The zero-hit share,
   latency p50/p95 (question vector precomputed) and the phase 2 / phase 3 shares come from the limit-10
   searches;
-* settings: (a) all hot, right after loading; (b) tiered: every memory older than CUTOFF_DAYS archived by
-  `memory_lib.archival.pipeline.run_batch` with the default `ExtractiveSummarizer` and the run's
-  embedder, archived hits mapped back to their turns through the original memory id; (b') the same on a
-  copy of the loaded database summarized by `FirstSentenceSummarizer` (bench only, imitating a terse
-  LLM: the first sentence, its capitalised names, numbers, month and weekday names dropped); (c) hot only: the (b) database searched with phase2="never" and phase3="never" (a phase-3 warm
-  search would reach the archive), what deleting instead of archiving would lose; with --phase3, (d)
+* settings: (a) all hot, right after loading; (b) tiered: every memory older than the dataset's cut-off
+  archived by `memory_lib.archival.pipeline.run_batch` with the default `ExtractiveSummarizer` and the
+  run's embedder, archived hits mapped back to their turns through the original memory id; (b') the same
+  on a copy of the loaded database summarized by `FirstSentenceSummarizer` (bench only, imitating a terse
+  LLM: the first sentence, its capitalised names, numbers, month and weekday names dropped); (c) hot only:
+  the (b) database searched with phase2="never" and phase3="never" (a phase-3 warm search would reach the
+  archive), what deleting instead of archiving would lose; with --phase3, (d)
   phase 3 auto and (e) phase 3 always: the (b) database consolidated by the product
   (`consolidate_month` with ExtractiveDigestBuilder + RuleFactExtractor + the run's embedder for every
   month, then yearly digests by `build_level(..., 3, ...)`), searched the same way with phase3 "auto" or
@@ -33,20 +45,27 @@ nothing of it is stored in this project). Each conversation gets its own databas
 * baselines over every turn's text, no library code in the ranking: BM25 (k1 1.2, b 0.75, Lucene idf) over
   the turns' Postgres English lexemes, exact dense cosine, and their reciprocal rank fusion (k 60); their
   recall@k is the top-k prefix of one ranking;
-* --cv: per embedder, leave one conversation out: every question of every conversation is searched once
+* --cv: per dataset and embedder, leave one conversation out: every question of every conversation is searched once
   per (vector_weight, context_weight) in CV_GRID (`Settings(retrieval=RetrievalConfig(vector_weight=v,
   context_weight=c))`, limit 10) on the (b) database; each fold picks the pair with the best recall@10
   over the other conversations' questions and reports its recall@10 on the held-out one, beside the
   default's;
-* tables: recall@5/10/20, zero-hit share, ratios to all hot (recall@5, recall@10) and to BM25
-  (recall@10), latency, and a row (b') / (b) at recall@10; recall@10 by category; loading (turns, memories,
-  turns merged/duplicate on write, refused) and archival per summarizer; with --cv the folds;
+* folds, always: leave one conversation out, per dataset and embedder: each conversation's tiered (b) and
+  BM25 recall@10 and their ratio, overall and for category 1, then pooled over all questions and the
+  weakest fold's ratio. The defaults fit nothing, so each fold's figure is its held-out figure;
+* tables: first "Generalization" (per dataset and embedder: tiered and BM25 recall@10, pooled and minimum
+  fold ratio, category-1 ratio, all hot and tiered / all hot at @5 and @10, latency); then per dataset:
+  recall@5/10/20, zero-hit share, ratios to all hot (recall@5, recall@10) and to BM25 (recall@10), latency,
+  and a row (b') / (b) at recall@10; loading (turns, memories, turns merged/duplicate on write, refused)
+  and archival per summarizer; per embedder recall@10 by category (the dataset's names), the folds, with
+  --phase3 phase 3, with --cv the cross-validated weights;
 * --quick (development): the first 2 conversations, their first 60 questions, the hashing embedder unless
   --embedder is given, no phase 3. --smoke: the first conversation, 25 questions, hashing.
 
 The JSON carries `default.{all_hot,tiered,tiered_first_sentence,hot_only}.{recall@5,recall@10,recall@20,
-zero_hit_share}` and `baselines.{bm25,dense,rrf}.recall@k` for the first embedder at the top level, every
-embedder under `by_embedder`.
+zero_hit_share}` and `baselines.{bm25,dense,rrf}.recall@k` for the first dataset's first embedder at the top
+level; `figures[key]` per dataset x embedder (key: the embedder in a one-dataset run, "<dataset>/<embedder>"
+with several), each also under `by_embedder`; `figures.generalization` the first table's lines.
 """
 
 from __future__ import annotations
@@ -76,7 +95,6 @@ from memory_lib.write.write_path import normalize_text
 from . import adapters
 from .baselines import bm25_rank, dense_rank, lexemes, rrf_rank
 from .common import (
-    LOCOMO_DEFAULT,
     BenchServer,
     Options,
     Report,
@@ -93,13 +111,14 @@ from .locomo_data import (
     BASELINES,
     CUTOFF_DAYS,
     CV_GRID,
+    DATASETS,
     DB,
     KS,
     SETTINGS,
     TOP,
     Conversation,
+    Dataset,
     Question,
-    load_conversations,
 )
 from .locomo_load import (
     DIGEST_BUILDER,
@@ -112,7 +131,16 @@ from .locomo_load import (
     hot_rows,
     settle,
 )
-from .locomo_tables import LocomoReport, cv_table, phase3_rows_of, phase3_table, recall_tables
+from .locomo_tables import (
+    LocomoReport,
+    cv_table,
+    fold_table,
+    generalization,
+    generalization_table,
+    phase3_rows_of,
+    phase3_table,
+    recall_tables,
+)
 
 NAME = "locomo"
 DEFAULT = RetrievalConfig()  # the library's defaults (footprint's LoCoMo check asks them for TOP hits)
@@ -256,6 +284,7 @@ def evaluate(
     root: Path,
     max_questions: int | None,
     *,
+    cutoff_days: int = CUTOFF_DAYS,
     phase3: bool = False,
     cv: bool = False,
 ) -> dict[str, Any]:
@@ -273,6 +302,7 @@ def evaluate(
         with _client(server, db, cached) as (conn, client):
             loaded = add_turns(client, conn, conv)
             settle(conn)
+            stamps = _created_at(conn, conv, loaded)
             for q in questions:
                 ask.ask(client, "all_hot", loaded, q)
             _baselines(conn, conv, questions, cached, ask.scores)
@@ -283,7 +313,7 @@ def evaluate(
             with _client(server, name, cached) as (conn, client):
                 store = LocalObjectStore(root / f"{conv.sample_id}-{setting}", "bench")
                 with stopwatch() as t:
-                    archived = archive_old(conn, conv, cached, store, SUMMARIZERS[setting])
+                    archived = archive_old(conn, conv, cached, store, SUMMARIZERS[setting], cutoff_days)
                 hot_left = hot_rows(conn)
                 if hot_left + archived != loaded.rows:
                     raise AssertionError(
@@ -319,11 +349,25 @@ def evaluate(
         "phase3_runs": ask.phase3_runs,
         "decisions": ask.decisions,
         "loaded": loaded,
+        "created_at": stamps,
         "archive": archive,
         "consolidation": built,
         "consolidate_s": tc[0],
         "sweep": sweep,
         "embedded_on_the_fly": cached.misses,
+    }
+
+
+def _created_at(conn: DB, conv: Conversation, loaded: Loaded) -> dict[str, int]:
+    """How the loaded memories are dated: how many carry the time of a turn they hold (each turn was
+    added at its own time), and on how many distinct days."""
+    times = {t.dia_id: t.created_at for t in conv.turns}
+    rows = conn.execute("SELECT id, created_at FROM memories").fetchall()
+    at_turn = sum(r["created_at"] in {times[d] for d in loaded.holds.get(r["id"], ())} for r in rows)
+    return {
+        "memories": len(rows),
+        "at_a_turn_time": at_turn,
+        "days": len({r["created_at"].date() for r in rows}),
     }
 
 
@@ -380,188 +424,204 @@ def _sweep(
 # --------------------------------------------------------------------------- the run
 
 
-def run(opts: Options) -> Report:
-    path = opts.data or LOCOMO_DEFAULT
-    if not path.exists():
-        raise FileNotFoundError(
-            f"LoCoMo data not found at {path}: download data/locomo10.json from snap-research/LoCoMo "
-            "(CC BY-NC 4.0) and pass --data PATH"
+def selected(opts: Options) -> list[tuple[Dataset, Path]]:
+    """The datasets a run reads and where: --dataset (default both; LoCoMo only with --smoke or --quick),
+    --data overriding the path of the only one."""
+    names = opts.datasets or (("locomo",) if opts.smoke or opts.quick else tuple(DATASETS))
+    unknown = [n for n in names if n not in DATASETS]
+    if unknown:
+        raise ValueError(f"--dataset {','.join(unknown)}: expected {', '.join(DATASETS)}")
+    if opts.data is not None and len(names) > 1:
+        raise ValueError(
+            f"--data {opts.data} gives one dataset's path but the run reads {', '.join(names)}: "
+            "choose one with --dataset (e.g. --dataset realtalk --data DIR)"
         )
-    convs = load_conversations(path)
-    quick = opts.quick and not opts.smoke
-    max_questions: int | None
-    if opts.smoke:
-        convs, max_questions = convs[:1], opts.queries or SMOKE_QUESTIONS
-    elif quick:
-        convs, max_questions = convs[:QUICK_CONVERSATIONS], opts.queries or QUICK_QUESTIONS
-    else:
-        max_questions = opts.queries
-    embedders = opts.embedders or (("hashing",) if opts.smoke or quick else ("local", "hashing"))
-    phase3 = opts.phase3 and not quick
-    settings = tuple(s for s in SETTINGS if phase3 or not s.startswith("phase3"))
-    report = LocomoReport(
-        NAME,
-        {
-            "data": path.name,
-            "conversations": len(convs),
-            "questions_per_conversation": max_questions or "all",
-            "cutoff_days": CUTOFF_DAYS,
-            "embedders": list(embedders),
-            "search": adapters.search_engine(),
-            "load": "MemoryClient.add, Settings() defaults",
-            "config": "MemoryClient.search defaults (no retrieval override); limit 5, 10, 20: one search each",
-            "summarizers": {s: f"{v.kind}:{v.model}" for s, v in SUMMARIZERS.items()},
-            "phase2": "auto",
-            "phase3": phase3,
-            "quick": quick,
-            "cv": opts.cv,
-        },
-    )
-    summary_rows: list[list[Any]] = []
-    load_rows: list[list[Any]] = []
-    with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-locomo-") as root:
-        report.machine = server.machine_info()
-        for emb_name in embedders:
-            embedder = _embedder(emb_name)
-            per_cat: dict[str, dict[int, list[dict[str, float]]]] = {
-                s: defaultdict(list) for s in (*SETTINGS, *BASELINES)
-            }
-            latency: dict[str, list[float]] = defaultdict(list)
-            phase2_runs: Counter[str] = Counter()
-            phase3_runs: Counter[str] = Counter()
-            outcomes: Counter[str] = Counter()
-            built: Counter[str] = Counter()
-            archived: Counter[str] = Counter()
-            copies: Counter[str] = Counter()
-            archive_s: Counter[str] = Counter()
-            phase3_rows: list[dict[str, Any]] = []  # per question: category, decisions, recall@10
-            folds: list[dict[str, Any]] = []  # per conversation: the sweep and the default's recall@10
-            consolidate_s = load_s = 0.0
-            turns = memories = on_the_fly = 0
-            for i, conv in enumerate(convs):
-                res = evaluate(
-                    server,
-                    f"locomo_{emb_name}_{i}",
-                    conv,
-                    embedder,
-                    root / emb_name,
-                    max_questions,
-                    phase3=phase3,
-                    cv=opts.cv,
-                )
-                loaded: Loaded = res["loaded"]
-                turns += len(conv.turns)
-                memories += loaded.rows
-                outcomes.update(loaded.outcomes)
-                load_s += loaded.seconds
-                on_the_fly += res["embedded_on_the_fly"]
-                for s, a in res["archive"].items():
-                    archived[s] += a["archived"]
-                    copies[s] += a["summary_copies"]
-                    archive_s[s] += a["seconds"]
-                built.update(res["consolidation"])
-                consolidate_s += res["consolidate_s"]
-                phase3_rows += phase3_rows_of(res) if phase3 else []
-                for s in SETTINGS:
-                    latency[s] += res["latency"][s]
-                    phase2_runs[s] += res["phase2_runs"][s]
-                    phase3_runs[s] += res["phase3_runs"][s]
-                for key, recs in res["scores"].items():
-                    for q, rec in zip(res["questions"], recs, strict=True):
-                        per_cat[key][q.category].append(rec)
-                if opts.cv:
-                    folds.append(
-                        {
-                            "conversation": conv.sample_id,
-                            "sweep": res["sweep"],
-                            "default": [r["recall@10"] for r in res["scores"]["tiered"]],
-                        }
-                    )
-            recall_tables(
-                report,
-                emb_name,
-                embedder,
-                per_cat,
-                latency,
-                phase2_runs,
-                memories,
-                archived["tiered"],
-                convs,
-                summary_rows,
-                phase3_runs,
-                settings,
+    out = []
+    for n in names:
+        ds = DATASETS[n]
+        path = opts.data or ds.default_path
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{ds.title} data not found at {path}: download {ds.source}; then pass "
+                f"--dataset {n} --data PATH"
             )
-            merged = outcomes["merged"] + outcomes["duplicate"]
-            fig = report.figures[emb_name]
-            fig["load"] = {
-                "turns": turns,
-                "memories": memories,
-                "outcomes": dict(outcomes),
-                "turns_merged_or_duplicate_on_write": merged,
-                "seconds": round(load_s, 1),
-                "texts_embedded_on_the_fly": on_the_fly,
-            }
-            fig["archived"] = archived["tiered"]
-            fig["archived_first_sentence"] = archived["tiered_first_sentence"]
-            fig["summaries_equal_to_original"] = copies["tiered"] / max(archived["tiered"], 1)
-            fig["summaries_equal_to_original_first_sentence"] = copies["tiered_first_sentence"] / max(
-                archived["tiered_first_sentence"], 1
-            )
-            load_rows.append(
-                [
-                    emb_name,
-                    turns,
-                    memories,
-                    merged,
-                    outcomes["refused"],
-                    load_s,
-                    turns / load_s if load_s else None,
-                    f"{archived['tiered']:,} ({100 * archived['tiered'] / max(memories, 1):.0f}%)",
-                    archive_s["tiered"],
-                    archive_s["tiered_first_sentence"],
-                    fig["summaries_equal_to_original"],
-                    fig["summaries_equal_to_original_first_sentence"],
-                ]
-            )
-            if phase3:
-                fig["consolidation"] = dict(built) | {
-                    "builder": f"{DIGEST_BUILDER.kind}:{DIGEST_BUILDER.model}",
-                    "extractor": FACT_EXTRACTOR.name,
-                    "seconds": round(consolidate_s, 1),
-                }
-                phase3_table(report, emb_name, phase3_rows)
-            if opts.cv:
-                cv_table(report, emb_name, embedder, folds)
+        out.append((ds, path))
+    return out
 
-    report.tables.insert(
-        0,
-        Table(
-            "LoCoMo loading through MemoryClient.add (default write path) and archival",
-            [
-                "embedder",
-                "turns",
-                "memories",
-                "turns merged/duplicate on write",
-                "turns refused",
-                "load s",
-                "turns/s",
-                "archived",
-                "archive s (extractive)",
-                "archive s (first sentence)",
-                "summaries = original (extractive)",
-                "summaries = original (first sentence)",
-            ],
-            load_rows,
-            "Every turn written by MemoryClient.add(user, text, metadata={dia_id}, now=turn time) with "
-            "Settings() defaults; a merged or duplicate turn adds no memory and is found through the memory "
-            f"that holds it. Archived: every memory older than {CUTOFF_DAYS} days, by run_batch, once per "
-            "summarizer (each on its own copy of the loaded database).",
-        ),
+
+@dataclass
+class _Run:
+    """What every dataset x embedder of one run shares."""
+
+    report: LocomoReport
+    server: BenchServer
+    root: Path
+    max_questions: int | None
+    phase3: bool
+    cv: bool
+    settings: tuple[str, ...]
+    keyed: bool  # several datasets: figures under "<dataset>/<embedder>"
+    embedders: dict[str, Any] = field(default_factory=dict)
+
+    def embedder(self, name: str) -> Any:
+        if name not in self.embedders:
+            self.embedders[name] = _embedder(name)
+        return self.embedders[name]
+
+    def key(self, ds: Dataset, name: str) -> str:
+        return f"{ds.name}/{name}" if self.keyed else name
+
+
+def _one(
+    ctx: _Run,
+    ds: Dataset,
+    convs: list[Conversation],
+    emb_name: str,
+    summary_rows: list[list[Any]],
+    load_rows: list[list[Any]],
+) -> dict[str, Any]:
+    """Every conversation of one dataset with one embedder: its tables and figures; returns its
+    generalization line."""
+    report, key, embedder = ctx.report, ctx.key(ds, emb_name), ctx.embedder(emb_name)
+    per_cat: dict[str, dict[int, list[dict[str, float]]]] = {
+        s: defaultdict(list) for s in (*SETTINGS, *BASELINES)
+    }
+    latency: dict[str, list[float]] = defaultdict(list)
+    phase2_runs: Counter[str] = Counter()
+    phase3_runs: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    built: Counter[str] = Counter()
+    archived: Counter[str] = Counter()
+    copies: Counter[str] = Counter()
+    archive_s: Counter[str] = Counter()
+    stamps: Counter[str] = Counter()
+    days: list[int] = []
+    phase3_rows: list[dict[str, Any]] = []  # per question: category, decisions, recall@10
+    sweeps: list[dict[str, Any]] = []  # --cv, per conversation: the sweep and the default's recall@10
+    folds: list[dict[str, Any]] = []  # per conversation: each question's category, tiered and BM25 recall@10
+    consolidate_s = load_s = 0.0
+    turns = memories = on_the_fly = 0
+    for i, conv in enumerate(convs):
+        res = evaluate(
+            ctx.server,
+            f"{ds.name}_{emb_name}_{i}",
+            conv,
+            embedder,
+            ctx.root / ds.name / emb_name,
+            ctx.max_questions,
+            cutoff_days=ds.cutoff_days,
+            phase3=ctx.phase3,
+            cv=ctx.cv,
+        )
+        loaded: Loaded = res["loaded"]
+        turns += len(conv.turns)
+        memories += loaded.rows
+        outcomes.update(loaded.outcomes)
+        load_s += loaded.seconds
+        on_the_fly += res["embedded_on_the_fly"]
+        stamps.update({k: v for k, v in res["created_at"].items() if k != "days"})
+        days.append(res["created_at"]["days"])
+        for s, a in res["archive"].items():
+            archived[s] += a["archived"]
+            copies[s] += a["summary_copies"]
+            archive_s[s] += a["seconds"]
+        built.update(res["consolidation"])
+        consolidate_s += res["consolidate_s"]
+        phase3_rows += phase3_rows_of(res, ds.categories) if ctx.phase3 else []
+        for s in SETTINGS:
+            latency[s] += res["latency"][s]
+            phase2_runs[s] += res["phase2_runs"][s]
+            phase3_runs[s] += res["phase3_runs"][s]
+        for name, recs in res["scores"].items():
+            for q, rec in zip(res["questions"], recs, strict=True):
+                per_cat[name][q.category].append(rec)
+        folds.append(
+            {
+                "conversation": conv.sample_id,
+                "questions": [
+                    {"category": q.category, "tiered": t["recall@10"], "bm25": b["recall@10"]}
+                    for q, t, b in zip(
+                        res["questions"], res["scores"]["tiered"], res["scores"]["bm25"], strict=True
+                    )
+                ],
+            }
+        )
+        if ctx.cv:
+            sweeps.append(
+                {
+                    "conversation": conv.sample_id,
+                    "sweep": res["sweep"],
+                    "default": [r["recall@10"] for r in res["scores"]["tiered"]],
+                }
+            )
+    recall_tables(
+        report,
+        ds,
+        key,
+        emb_name,
+        embedder,
+        per_cat,
+        latency,
+        phase2_runs,
+        memories,
+        archived["tiered"],
+        convs,
+        summary_rows,
+        phase3_runs,
+        ctx.settings,
     )
-    report.tables.insert(
-        0,
+    merged = outcomes["merged"] + outcomes["duplicate"]
+    fig = report.figures[key]
+    fig["load"] = {
+        "turns": turns,
+        "memories": memories,
+        "outcomes": dict(outcomes),
+        "turns_merged_or_duplicate_on_write": merged,
+        "seconds": round(load_s, 1),
+        "texts_embedded_on_the_fly": on_the_fly,
+        "memories_created_at_a_turn_time": stamps["at_a_turn_time"],
+        "days_with_memories_per_conversation": days,
+    }
+    fig["archived"] = archived["tiered"]
+    fig["archived_first_sentence"] = archived["tiered_first_sentence"]
+    fig["summaries_equal_to_original"] = copies["tiered"] / max(archived["tiered"], 1)
+    fig["summaries_equal_to_original_first_sentence"] = copies["tiered_first_sentence"] / max(
+        archived["tiered_first_sentence"], 1
+    )
+    load_rows.append(
+        [
+            emb_name,
+            turns,
+            memories,
+            merged,
+            outcomes["refused"],
+            load_s,
+            turns / load_s if load_s else None,
+            f"{archived['tiered']:,} ({100 * archived['tiered'] / max(memories, 1):.0f}%)",
+            archive_s["tiered"],
+            archive_s["tiered_first_sentence"],
+            fig["summaries_equal_to_original"],
+            fig["summaries_equal_to_original_first_sentence"],
+        ]
+    )
+    fold_figures = fold_table(report, ds, key, emb_name, folds)
+    if ctx.phase3:
+        fig["consolidation"] = dict(built) | {
+            "builder": f"{DIGEST_BUILDER.kind}:{DIGEST_BUILDER.model}",
+            "extractor": FACT_EXTRACTOR.name,
+            "seconds": round(consolidate_s, 1),
+        }
+        phase3_table(report, ds, key, emb_name, phase3_rows)
+    if ctx.cv:
+        cv_table(report, ds, key, emb_name, embedder, sweeps)
+    return generalization(ds, emb_name, fig, fold_figures)
+
+
+def _dataset_tables(ds: Dataset, summary_rows: list[list[Any]], load_rows: list[list[Any]]) -> list[Table]:
+    """A dataset's overall recall table and its loading table, every embedder a row (or several)."""
+    return [
         Table(
-            "LoCoMo evidence recall, overall: what a user gets with the library's defaults vs baselines over all turns",
+            f"{ds.title} evidence recall, overall: what a user gets with the library's defaults vs baselines over all turns",
             [
                 "embedder",
                 "setting",
@@ -583,21 +643,108 @@ def run(opts: Options) -> Report:
             "MemoryClient.search with defaults (no retrieval override, phase 2 and 3 auto); a separate search "
             "per k (limit 5, 10, 20), not prefixes of one ranking. Zero hits, latency (question vector "
             "precomputed) and phase 2 / 3 shares: the limit-10 searches. (a) all hot = right after loading; "
-            f"(b) tiered = after archiving every memory older than {CUTOFF_DAYS} days with the default "
-            "ExtractiveSummarizer; (b') = the same with FirstSentenceSummarizer (bench only, imitates a terse "
-            "LLM: the first sentence, names, numbers, months and weekdays dropped); (c) hot only = (b) with "
-            "phase2 and phase3 'never'; with --phase3, (d)/(e) = (b) consolidated by the product "
-            "(consolidate_month + build_level 3), phase3 auto or always, ranking RRF(hits, the memories "
-            "behind fact hits) cut at k. Baselines: BM25, exact dense cosine and their RRF over every turn's "
-            "text, top-k prefixes of one ranking. A hit counts for every turn its memory holds. Ratios: "
-            "recall@k / all-hot recall@k and recall@10 / BM25 recall@10; the ratio row is (b') / (b) at "
-            "recall@10.",
+            f"(b) tiered = after archiving every memory older than {ds.cutoff_days} days ({ds.title}'s "
+            "cut-off) with the default ExtractiveSummarizer; (b') = the same with FirstSentenceSummarizer "
+            "(bench only, imitates a terse LLM: the first sentence, names, numbers, months and weekdays "
+            "dropped); (c) hot only = (b) with phase2 and phase3 'never'; with --phase3, (d)/(e) = (b) "
+            "consolidated by the product (consolidate_month + build_level 3), phase3 auto or always, ranking "
+            "RRF(hits, the memories behind fact hits) cut at k. Baselines: BM25, exact dense cosine and their "
+            "RRF over every turn's text, top-k prefixes of one ranking. A hit counts for every turn its memory "
+            "holds. Ratios: recall@k / all-hot recall@k and recall@10 / BM25 recall@10; the ratio row is "
+            "(b') / (b) at recall@10.",
         ),
-    )
-    skipped = sum(c.skipped_questions for c in convs)
-    unknown = sum(c.unknown_evidence_ids for c in convs)
-    report.figures["data_quirks"] = {
-        "questions_without_usable_evidence": skipped,
-        "unknown_evidence_ids": unknown,
+        Table(
+            f"{ds.title} loading through MemoryClient.add (default write path) and archival",
+            [
+                "embedder",
+                "turns",
+                "memories",
+                "turns merged/duplicate on write",
+                "turns refused",
+                "load s",
+                "turns/s",
+                "archived",
+                "archive s (extractive)",
+                "archive s (first sentence)",
+                "summaries = original (extractive)",
+                "summaries = original (first sentence)",
+            ],
+            load_rows,
+            "Every turn written by MemoryClient.add(user, text, metadata={dia_id}, now=turn time) with "
+            "Settings() defaults; a merged or duplicate turn adds no memory and is found through the memory "
+            f"that holds it. Archived: every memory older than {ds.cutoff_days} days ({ds.title}'s cut-off), "
+            "by run_batch, once per summarizer (each on its own copy of the loaded database).",
+        ),
+    ]
+
+
+def run(opts: Options) -> Report:
+    chosen = selected(opts)
+    quick = opts.quick and not opts.smoke
+    max_questions: int | None
+    if opts.smoke:
+        n_convs, max_questions = 1, opts.queries or SMOKE_QUESTIONS
+    elif quick:
+        n_convs, max_questions = QUICK_CONVERSATIONS, opts.queries or QUICK_QUESTIONS
+    else:
+        n_convs, max_questions = None, opts.queries
+    data = [(ds, path, ds.load(path)[:n_convs]) for ds, path in chosen]
+    embedders = opts.embedders or (("hashing",) if opts.smoke or quick else ("local", "hashing"))
+    phase3 = opts.phase3 and not quick
+    params: dict[str, Any] = {
+        "datasets": {
+            ds.name: {
+                "data": path.name,
+                "conversations": len(convs),
+                "cutoff_days": ds.cutoff_days,
+                "categories": ds.categories,
+            }
+            for ds, path, convs in data
+        }
     }
+    if len(data) == 1:  # a one-dataset run keeps the keys it always had
+        ds, path, convs = data[0]
+        params |= {"data": path.name, "conversations": len(convs), "cutoff_days": ds.cutoff_days}
+    report = LocomoReport(
+        NAME,
+        params
+        | {
+            "questions_per_conversation": max_questions or "all",
+            "embedders": list(embedders),
+            "search": adapters.search_engine(),
+            "load": "MemoryClient.add, Settings() defaults",
+            "config": "MemoryClient.search defaults (no retrieval override); limit 5, 10, 20: one search each",
+            "summarizers": {s: f"{v.kind}:{v.model}" for s, v in SUMMARIZERS.items()},
+            "phase2": "auto",
+            "phase3": phase3,
+            "quick": quick,
+            "cv": opts.cv,
+        },
+    )
+    lines: list[dict[str, Any]] = []
+    with bench_server(opts.workdir) as server, scratch_dir(opts.workdir, "ma-bench-locomo-") as root:
+        report.machine = server.machine_info()
+        ctx = _Run(
+            report,
+            server,
+            root,
+            max_questions,
+            phase3,
+            opts.cv,
+            tuple(s for s in SETTINGS if phase3 or not s.startswith("phase3")),
+            keyed=len(data) > 1,
+        )
+        for ds, _, convs in data:
+            start = len(report.tables)
+            summary_rows: list[list[Any]] = []
+            load_rows: list[list[Any]] = []
+            for emb_name in embedders:
+                lines.append(_one(ctx, ds, convs, emb_name, summary_rows, load_rows))
+            report.tables[start:start] = _dataset_tables(ds, summary_rows, load_rows)
+            report.figures[ctx.key(ds, "data_quirks")] = {
+                "questions_without_usable_evidence": sum(c.skipped_questions for c in convs),
+                "unknown_evidence_ids": sum(c.unknown_evidence_ids for c in convs),
+            }
+    report.tables.insert(0, generalization_table(lines))
+    report.figures["generalization"] = lines
     return report

@@ -147,12 +147,13 @@ def archive_old(
     embedder: Any,
     store: LocalObjectStore,
     summarizer: Summarizer | None = None,
+    cutoff_days: int = CUTOFF_DAYS,
 ) -> int:
-    """Archive every memory older than CUTOFF_DAYS before `now`, whatever its importance, by run_batch
-    (default summarizer: ExtractiveSummarizer)."""
+    """Archive every memory older than `cutoff_days` (the dataset's cut-off; LoCoMo's by default) before
+    `now`, whatever its importance, by run_batch (default summarizer: ExtractiveSummarizer)."""
     criteria = ArchivalCriteria(
-        min_age_days=CUTOFF_DAYS,
-        force_archive_age_days=CUTOFF_DAYS,
+        min_age_days=cutoff_days,
+        force_archive_age_days=cutoff_days,
         max_importance_score=1.0,
         exempt_categories=(),
     )

@@ -1,4 +1,6 @@
-"""The locomo bench's report: its JSON shape and its tables (settings, categories, folds, phase 3)."""
+"""The locomo bench's report: its JSON shape and its tables (settings, categories, folds, phase 3,
+generalization across datasets). `key` is where a dataset x embedder's figures live: the embedder's name
+in a one-dataset run, "<dataset>/<embedder>" otherwise."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ from .common import (
     percentiles_ms,
     ratio,
 )
-from .locomo_data import BASELINES, CATEGORY_NAMES, CV_GRID, KS, SETTINGS, Conversation
+from .locomo_data import BASELINES, CV_GRID, KS, SETTINGS, Conversation, Dataset
 
 
 class LocomoReport(Report):
-    """The JSON also carries the summary keys at the top level (first embedder) and per embedder."""
+    """The JSON also carries the summary keys at the top level (first dataset's first embedder) and per
+    figures key."""
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -48,13 +51,15 @@ LABELS = {
 RATIO_LABEL = "ratio: tiered first-sentence / tiered extractive (recall@10)"
 
 
-def cv_table(report: Report, emb_name: str, embedder: Any, folds: list[dict[str, Any]]) -> None:
+def cv_table(
+    report: Report, ds: Dataset, key: str, emb_name: str, embedder: Any, folds: list[dict[str, Any]]
+) -> None:
     """Leave one conversation out: the vector_weight with the best recall@10 over the other conversations'
     questions (ties: the smaller weight), and its recall@10 on the held-out conversation."""
     rows: list[list[Any]] = []
     figures: list[dict[str, Any]] = []
     if len(folds) < 2:
-        report.figures[emb_name]["cv"] = {"skipped": "cross-validation needs at least 2 conversations"}
+        report.figures[key]["cv"] = {"skipped": "cross-validation needs at least 2 conversations"}
         return
     for i, held in enumerate(folds):
         train = [f for j, f in enumerate(folds) if j != i]
@@ -108,7 +113,7 @@ def cv_table(report: Report, emb_name: str, embedder: Any, folds: list[dict[str,
     )
     report.tables.append(
         Table(
-            f"LoCoMo cross-validated vector_weight and context_weight, {emb_name} embedder ({embedder.model}): leave one conversation out",
+            f"{ds.title} cross-validated vector_weight and context_weight, {emb_name} embedder ({embedder.model}): leave one conversation out",
             [
                 "held-out conversation",
                 "questions",
@@ -125,15 +130,15 @@ def cv_table(report: Report, emb_name: str, embedder: Any, folds: list[dict[str,
             "RetrievalConfig(), the (b) searches.",
         )
     )
-    report.figures[emb_name]["cv"] = {"folds": figures, "mean_of_folds": means, "all_questions": pooled}
+    report.figures[key]["cv"] = {"folds": figures, "mean_of_folds": means, "all_questions": pooled}
 
 
-def phase3_rows_of(res: dict[str, Any]) -> list[dict[str, Any]]:
+def phase3_rows_of(res: dict[str, Any], categories: dict[int, str]) -> list[dict[str, Any]]:
     """Per question of one conversation: its category, each phase-3 setting's decision, and recall@10 of
     tiered and the phase-3 settings (to compare them on the questions that escalated)."""
     out = []
     for i, q in enumerate(res["questions"]):
-        row: dict[str, Any] = {"category": CATEGORY_NAMES.get(q.category, str(q.category))}
+        row: dict[str, Any] = {"category": categories.get(q.category, str(q.category))}
         for s in ("tiered", "phase3_auto", "phase3_always"):
             row[s] = res["scores"][s][i]["recall@10"]
         for s, decisions in res["decisions"].items():
@@ -142,7 +147,7 @@ def phase3_rows_of(res: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def phase3_table(report: Report, emb_name: str, rows: list[dict[str, Any]]) -> None:
+def phase3_table(report: Report, ds: Dataset, key: str, emb_name: str, rows: list[dict[str, Any]]) -> None:
     """Why phase 3 helps or hurts: what the heuristic escalated on, and recall@10 on escalated questions."""
     table, figures = [], {}
     for s in ("phase3_auto", "phase3_always"):
@@ -187,7 +192,7 @@ def phase3_table(report: Report, emb_name: str, rows: list[dict[str, Any]]) -> N
         )
     report.tables.append(
         Table(
-            f"LoCoMo phase 3, {emb_name} embedder: what escalated, and recall@10 on those questions",
+            f"{ds.title} phase 3, {emb_name} embedder: what escalated, and recall@10 on those questions",
             [
                 "setting",
                 "escalated",
@@ -207,7 +212,7 @@ def phase3_table(report: Report, emb_name: str, rows: list[dict[str, Any]]) -> N
             "into the limit-10 hits by RRF; digests add no turns.",
         )
     )
-    report.figures[emb_name]["phase3"] = figures
+    report.figures[key]["phase3"] = figures
 
 
 def _mean(values: list[dict[str, float]], key: str) -> float:
@@ -216,6 +221,8 @@ def _mean(values: list[dict[str, float]], key: str) -> float:
 
 def recall_tables(
     report: Report,
+    ds: Dataset,
+    key: str,
     emb_name: str,
     embedder: Any,
     per_cat: dict[str, dict[int, list[dict[str, float]]]],
@@ -239,7 +246,7 @@ def recall_tables(
         out: dict[str, Any] = {k: _mean(vals, k) for k in keys} | {"zero_hit_share": _mean(vals, "zero_hit")}
         out["questions"] = len(vals)
         out["by_category"] = {
-            CATEGORY_NAMES.get(c, str(c)): {k: _mean(per_cat[s][c], k) for k in keys}
+            ds.categories.get(c, str(c)): {k: _mean(per_cat[s][c], k) for k in keys}
             | {"questions": len(per_cat[s][c])}
             for c in cats
         }
@@ -275,22 +282,27 @@ def recall_tables(
     summary_rows.append([emb_name, RATIO_LABEL, hot["questions"], None, first_vs_extractive, *([None] * 9)])
     rows = []
     for c in [*cats, None]:
-        label = "overall" if c is None else f"{c} ({CATEGORY_NAMES.get(c, '?')})"
+        label = "overall" if c is None else f"{c} ({ds.categories.get(c, '?')})"
         vals = {s: overall(s) if c is None else per_cat[s][c] for s in (*settings, *BASELINES)}
         rows.append(
             [label, len(vals["all_hot"])] + [_mean(vals[s], "recall@10") for s in (*settings, *BASELINES)]
         )
     report.tables.append(
         Table(
-            f"LoCoMo evidence recall@10 by category, {emb_name} embedder {embedder.model} ({embedder.dim}-d): "
+            f"{ds.title} evidence recall@10 by category, {emb_name} embedder {embedder.model} ({embedder.dim}-d): "
             f"{archived:,} of {memories:,} memories archived ({100 * archived / max(memories, 1):.0f}%)",
             ["category", "questions", *[LABELS[s] for s in (*settings, *BASELINES)]],
             rows,
-            f"Conversations: {', '.join(c.sample_id for c in convs)}. Category names follow the common reading "
-            "of LoCoMo's labels (used inconsistently in the literature).",
+            f"Conversations: {', '.join(c.sample_id for c in convs)}. "
+            + (
+                "Category names follow the common reading of LoCoMo's labels (used inconsistently in the "
+                "literature)."
+                if ds.name == "locomo"
+                else f"Category names: {ds.title}'s own."
+            ),
         )
     )
-    report.figures[emb_name] = {
+    report.figures[key] = {
         "model": embedder.model,
         "dim": embedder.dim,
         "memories": memories,
@@ -299,3 +311,161 @@ def recall_tables(
         "baselines": baselines,
         "first_sentence_vs_extractive_recall@10": first_vs_extractive,
     }
+
+
+def _fold_figures(name: str, tiered: list[float], bm25: list[float]) -> dict[str, Any]:
+    """Questions, mean tiered and BM25 recall@10 and their ratio over one set of questions."""
+    t = float(np.mean(tiered)) if tiered else float("nan")
+    b = float(np.mean(bm25)) if bm25 else float("nan")
+    return {
+        "conversation": name,
+        "questions": len(tiered),
+        "tiered_recall@10": t,
+        "bm25_recall@10": b,
+        "ratio": ratio(t, b) if tiered else float("nan"),
+    }
+
+
+def fold_table(
+    report: Report, ds: Dataset, key: str, emb_name: str, folds: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Leave one conversation out, the library's defaults against BM25: per conversation (the held-out
+    fold), pooled over every question of every fold, and the weakest fold. `folds`: per conversation, its
+    id and per question its category, tiered (b) recall@10 and BM25 recall@10. Returns the figures."""
+    cat1 = ds.categories.get(1, "1")
+    figures, rows = [], []
+
+    def of(name: str, qs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = _fold_figures(name, [q["tiered"] for q in qs], [q["bm25"] for q in qs])
+        one = [q for q in qs if q["category"] == 1]
+        out["category_1"] = _fold_figures(name, [q["tiered"] for q in one], [q["bm25"] for q in one])
+        return out
+
+    def row(f: dict[str, Any]) -> list[Any]:
+        c = f["category_1"]
+        return [
+            f["conversation"],
+            f["questions"],
+            f["tiered_recall@10"],
+            f["bm25_recall@10"],
+            f["ratio"],
+            c["questions"],
+            c["tiered_recall@10"],
+            c["bm25_recall@10"],
+            c["ratio"],
+        ]
+
+    for fold in folds:
+        figures.append(of(fold["conversation"], fold["questions"]))
+        rows.append(row(figures[-1]))
+    pooled = of("pooled (all questions)", [q for f in folds for q in f["questions"]])
+    rows.append(row(pooled))
+
+    def least(values: list[float]) -> float:
+        finite = [v for v in values if not np.isnan(v)]
+        return min(finite) if finite else float("nan")
+
+    min_ratio = least([f["ratio"] for f in figures])
+    min_cat1 = least([f["category_1"]["ratio"] for f in figures])
+    rows.append(["minimum fold ratio", None, None, None, min_ratio, None, None, None, min_cat1])
+    report.tables.append(
+        Table(
+            f"{ds.title} leave-one-conversation-out folds, {emb_name}: tiered (b) vs BM25 recall@10, "
+            f"category 1 = {cat1}",
+            [
+                "held-out conversation",
+                "questions",
+                "tiered recall@10",
+                "BM25 recall@10",
+                "ratio",
+                "category 1 questions",
+                "category 1 tiered recall@10",
+                "category 1 BM25 recall@10",
+                "category 1 ratio",
+            ],
+            rows,
+            "One row per conversation, the fold it is held out of. With the defaults nothing is fitted on the "
+            "other conversations, so each row's figure is its held-out figure (with --cv, the cross-validated "
+            "weights have their own table). Tiered = (b), the library's defaults after archiving every memory "
+            f"older than {ds.cutoff_days} days; BM25 over every turn, same run. Ratio = tiered / BM25 recall@10; "
+            "pooled = mean recall over all questions of all folds, its ratio the ratio of those means; "
+            "minimum fold ratio = the weakest conversation's.",
+        )
+    )
+    out = {
+        "folds": figures,
+        "pooled": pooled,
+        "min_fold_ratio": min_ratio,
+        "min_fold_ratio_category_1": min_cat1,
+    }
+    report.figures[key]["folds"] = out
+    return out
+
+
+def generalization(ds: Dataset, emb_name: str, fig: dict[str, Any], folds: dict[str, Any]) -> dict[str, Any]:
+    """One dataset x embedder's line of the generalization table, from its figures and its folds."""
+    hot, tiered = fig["default"]["all_hot"], fig["default"]["tiered"]
+    pooled = folds["pooled"]
+    return {
+        "dataset": ds.name,
+        "embedder": emb_name,
+        "questions": pooled["questions"],
+        "tiered_recall@10": pooled["tiered_recall@10"],
+        "bm25_recall@10": pooled["bm25_recall@10"],
+        "pooled_ratio": pooled["ratio"],
+        "min_fold_ratio": folds["min_fold_ratio"],
+        "category_1": ds.categories.get(1, "1"),
+        "category_1_questions": pooled["category_1"]["questions"],
+        "category_1_tiered_recall@10": pooled["category_1"]["tiered_recall@10"],
+        "category_1_bm25_recall@10": pooled["category_1"]["bm25_recall@10"],
+        "category_1_ratio": pooled["category_1"]["ratio"],
+        "all_hot_recall@10": hot["recall@10"],
+        "tiered_vs_all_hot@5": ratio(tiered["recall@5"], hot["recall@5"]),
+        "tiered_vs_all_hot@10": ratio(tiered["recall@10"], hot["recall@10"]),
+        "search_p50_ms": tiered["latency_ms"]["p50"],
+        "search_p95_ms": tiered["latency_ms"]["p95"],
+    }
+
+
+def generalization_table(lines: list[dict[str, Any]]) -> Table:
+    return Table(
+        "Generalization: recall@10 vs BM25 per dataset and embedder",
+        [
+            "dataset",
+            "embedder",
+            "questions",
+            "tiered recall@10",
+            "BM25 recall@10",
+            "pooled ratio",
+            "min fold ratio",
+            "category 1 ratio",
+            "all-hot recall@10",
+            "tiered / all hot @5",
+            "tiered / all hot @10",
+            "search p50 ms",
+            "search p95 ms",
+        ],
+        [
+            [
+                g["dataset"],
+                g["embedder"],
+                g["questions"],
+                g["tiered_recall@10"],
+                g["bm25_recall@10"],
+                g["pooled_ratio"],
+                g["min_fold_ratio"],
+                g["category_1_ratio"],
+                g["all_hot_recall@10"],
+                g["tiered_vs_all_hot@5"],
+                g["tiered_vs_all_hot@10"],
+                g["search_p50_ms"],
+                g["search_p95_ms"],
+            ]
+            for g in lines
+        ],
+        "The library's defaults (MemoryClient.search, no override, the same settings for every dataset) on "
+        "the tiered (b) database against BM25 over every turn in the same run. Pooled ratio = mean recall@10 "
+        "over all questions / BM25's; min fold ratio = the weakest held-out conversation's (nothing is fitted, "
+        "so every fold is held out); category 1 = multi-hop (LoCoMo), multi-answer (REALTALK); tiered / all "
+        "hot = what archival costs; latency = the tiered limit-10 searches, question vector precomputed.",
+    )

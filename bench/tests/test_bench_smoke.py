@@ -1,7 +1,8 @@
 """Every benchmark at --smoke size, through the CLI, so the benches never rot.
 
 Each asserts the shape and sanity of what the benchmark reports (rows, counts, ranges), never a time.
-The SeaweedFS server is the test session's; the LoCoMo run needs ../shared/data (skipped without it).
+The SeaweedFS server is the test session's; the LoCoMo and REALTALK runs need ../shared/data (skipped
+without it).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 
 from bench.__main__ import main
-from bench.common import LOCOMO_DEFAULT, REPO_ROOT
-from bench.locomo_data import parse_dia_ids
+from bench.common import LOCOMO_DEFAULT, REALTALK_DEFAULT, REPO_ROOT, Options
+from bench.locomo import selected
+from bench.locomo_data import REALTALK_CATEGORY_NAMES, parse_dia_ids
 from bench.search import _recall
 
 
@@ -223,6 +225,14 @@ def test_locomo_smoke_without_phase3(tmp_path: Path) -> None:
     tiered = {r["setting"][:2]: r["recall@10"] for r in summary}
     if tiered["b)"]:  # the last row: first-sentence summaries vs extractive ones at recall@10
         assert summary[-1]["recall@10"] == pytest.approx(tiered["b'"] / tiered["b)"])
+    # --smoke reads LoCoMo only; its fold table and its line of the generalization table
+    assert list(data["params"]["datasets"]) == ["locomo"]
+    folds = rows(data, "LoCoMo leave-one-conversation-out folds, hashing")
+    assert [r["held-out conversation"] for r in folds[1:]] == ["pooled (all questions)", "minimum fold ratio"]
+    assert folds[1]["tiered recall@10"] == pytest.approx(tiered["b)"])
+    (line,) = data["figures"]["generalization"]
+    assert (line["dataset"], line["embedder"], line["category_1"]) == ("locomo", "hashing", "multi-hop")
+    assert line["pooled_ratio"] == pytest.approx(tiered["b)"] / tiered["BM"])
 
 
 @pytest.mark.skipif(not LOCOMO_DEFAULT.exists(), reason="LoCoMo dev split not present in ../shared/data")
@@ -271,6 +281,64 @@ def test_locomo_smoke(tmp_path: Path) -> None:
     by_cat = rows(data, "LoCoMo evidence recall@10 by category")
     assert by_cat[-1]["category"] == "overall"
     assert by_cat[-1]["questions"] == sum(r["questions"] for r in by_cat[:-1])
+
+
+@pytest.mark.skipif(not REALTALK_DEFAULT.exists(), reason="REALTALK's chats not present in ../shared/data")
+def test_locomo_realtalk_smoke(tmp_path: Path) -> None:
+    """REALTALK through the same bench: every message added at its own time, its own categories and
+    archival cut-off, one fold row per conversation plus the pooled one."""
+    data = run_bench(tmp_path, "locomo", "--dataset", "realtalk")
+    params = data["params"]
+    assert list(params["datasets"]) == ["realtalk"] and params["cutoff_days"] == 7
+    assert all(t["title"].startswith(("REALTALK ", "Generalization")) for t in data["tables"])
+    fig = data["figures"]["hashing"]  # one dataset: figures keyed by the embedder alone
+    load = fig["load"]
+    # Each memory carries the time of a message it holds, and the chat spans many days.
+    assert load["memories_created_at_a_turn_time"] == load["memories"] > 0
+    assert all(days >= 3 for days in load["days_with_memories_per_conversation"])
+    assert 0 < fig["archived"] < fig["memories"]
+    # Categories by REALTALK's names, in the table and the JSON.
+    names = set(REALTALK_CATEGORY_NAMES.values())
+    assert set(fig["default"]["tiered"]["by_category"]) <= names
+    by_cat = rows(data, "REALTALK evidence recall@10 by category")
+    assert {r["category"].split(" (")[1].rstrip(")") for r in by_cat[:-1]} <= names
+    # The fold table: one row per conversation run, the pooled row, the weakest fold.
+    folds = rows(data, "REALTALK leave-one-conversation-out folds, hashing")
+    assert len(folds) == params["conversations"] + 2
+    *per_conv, pooled, least = folds
+    assert pooled["held-out conversation"] == "pooled (all questions)"
+    assert (
+        pooled["questions"] == sum(r["questions"] for r in per_conv) == params["questions_per_conversation"]
+    )
+    for r in (*per_conv, pooled):
+        assert 0.0 <= r["tiered recall@10"] <= 1.0 and 0.0 < r["BM25 recall@10"] <= 1.0
+        assert r["ratio"] == pytest.approx(r["tiered recall@10"] / r["BM25 recall@10"])
+        if r["category 1 BM25 recall@10"]:
+            assert r["category 1 ratio"] == pytest.approx(
+                r["category 1 tiered recall@10"] / r["category 1 BM25 recall@10"]
+            )
+    assert least["ratio"] == pytest.approx(min(r["ratio"] for r in per_conv))
+    assert pooled["tiered recall@10"] == pytest.approx(fig["default"]["tiered"]["recall@10"])
+    assert pooled["BM25 recall@10"] == pytest.approx(fig["baselines"]["bm25"]["recall@10"])
+    (line,) = data["figures"]["generalization"]
+    assert (line["dataset"], line["embedder"], line["category_1"]) == ("realtalk", "hashing", "multi-answer")
+    assert line["pooled_ratio"] == pytest.approx(pooled["ratio"])
+    assert line["min_fold_ratio"] == pytest.approx(least["ratio"])
+    assert rows(data, "Generalization")[0]["pooled ratio"] == pytest.approx(line["pooled_ratio"])
+
+
+def test_locomo_dataset_choice_and_data_path_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--data"):  # one path, two datasets
+        selected(Options(datasets=("locomo", "realtalk"), data=tmp_path))
+    with pytest.raises(FileNotFoundError, match="danny911kr/REALTALK"):  # where to get it
+        selected(Options(datasets=("realtalk",), data=tmp_path / "absent"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "locomo", "--dataset", "locomo,nope"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "--dataset 'locomo,nope'" in proc.stderr
 
 
 def test_evidence_ids_are_parsed_tolerantly() -> None:
