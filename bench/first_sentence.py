@@ -11,7 +11,6 @@ from memory_lib.llm.summarize import (
     check_summary_text,
     split_sentences,
 )
-from memory_lib.llm.summary import _REFUSAL  # what the archive refuses as a refusal
 
 _SPEAKER = re.compile(r"^[^\s:][^:\n]{0,40}:\s+")
 
@@ -94,12 +93,7 @@ class FirstSentenceSummarizer:
                 continue
             if reduced:
                 return reduced
-        # Nothing survives the drop: the sentence as written, less leading words while it reads as a
-        # refusal ("I'm sorry you ...": chat says it, the archive refuses it), as a terse LLM would drop them.
-        words = text[spans[0][0] : spans[0][1]].split()
-        while len(words) > 1 and _REFUSAL.match(" ".join(words)):
-            words = words[1:]
-        return " ".join(words)
+        return text[spans[0][0] : spans[0][1]]  # nothing survives the drop: the sentence as written
 
     @staticmethod
     def _reduce(sentence: str, names: set[str]) -> str:

@@ -232,7 +232,9 @@ def check_summary_text(text: str, original: str, *, source: str) -> None:
     """Refuse a summary that would corrupt or mislead the archive, naming the summarizer.
 
     Invariants of an accepted summary: valid Unicode without NUL or control characters, not a
-    refusal, and sharing at least one word stem or number with the memory it replaces.
+    refusal (opening words like "I'm sorry" or "I can't" that the memory itself does not say: people
+    write "I'm sorry you had a bad birthday", and its summary may keep them), and sharing at least one
+    word stem or number with the memory it replaces.
     """
     if "\x00" in text or _CONTROL.search(text):
         raise SummarizationError(f"{source} returned a summary with a NUL or control character")
@@ -242,7 +244,8 @@ def check_summary_text(text: str, original: str, *, source: str) -> None:
         raise SummarizationError(
             f"{source} returned a summary that is not valid Unicode (lone surrogate)"
         ) from None
-    if _REFUSAL.match(text):
+    refusal = _REFUSAL.match(text)
+    if refusal and " ".join(refusal.group(1).lower().split()) not in " ".join(original.lower().split()):
         raise SummarizationError(f"{source} declined to summarize: {text[:80]!r}")
     original_stems = _stems(original)
     if len(original_stems) >= 3 and not (_stems(text) & original_stems):

@@ -418,6 +418,25 @@ def test_a_poisoned_summary_fails_that_memory_only(conn, local_store, fake_llm, 
     assert again.ok and again.status.archived == 40
 
 
+def test_memories_that_open_like_a_refusal_are_archived_by_the_default_summarizer(conn, local_store):
+    """People write "I'm sorry you had a bad birthday" and "I can't make it on Friday": their extractive
+    summaries keep those words, which the memory itself says, so they are not a model declining."""
+    texts = [
+        "I'm sorry you had a bad birthday, let's celebrate again at the lake house.",
+        "I can't make it to the dentist on Friday, so I moved it to 14 June.",
+        "Unfortunately, I lost the receipt for the blue kayak paddle.",
+    ]
+    memories = make_memories(len(texts), dim=TEST_DIM, age_days=400)
+    for m, text in zip(memories, texts, strict=True):
+        m["content"] = text
+    insert_memories(conn, memories, actor="test")
+    report = run_batch(
+        conn, archival_services(local_store), ArchivalCriteria(), batch_key="sorry", as_of=NOW, actor="test"
+    )
+    assert report.ok and report.status.archived == len(texts) and report.status.failed == 0
+    assert _counts(conn)["hot"] == 0
+
+
 # --------------------------------------------------------------------------- vocabularies
 
 
