@@ -25,12 +25,20 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Generator, Mapping
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    AsyncExitStack,
+    ExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
+from psycopg import IsolationLevel
 from psycopg import errors as psycopg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
@@ -49,7 +57,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Sql:
-    """One statement. fetch: 'all' rows, 'one' row (or None), or 'rowcount'."""
+    """One statement. fetch: 'all' rows, 'one' row (or None), or 'rowcount'. Statements separated by
+    `;` (no parameters: simple protocol) are one round trip; rows are those of the first that returns rows."""
 
     query: str
     params: Mapping[str, Any]
@@ -68,8 +77,9 @@ class GetVerified:
 class Snapshot:
     """First op of a read-only plan: one snapshot for all its statements (REPEATABLE READ).
 
-    Applied only when run_plan opens the transaction; inside a caller's transaction the caller's
-    isolation level stands (SET TRANSACTION must come before any query). Returns None."""
+    Applied only when run_plan opens the transaction, sent with its BEGIN (one round trip); inside a
+    caller's transaction the caller's isolation level stands (SET TRANSACTION must come before any
+    query). Returns None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +131,41 @@ def _stale_prepared(exc: BaseException) -> bool:
     ) and "cached plan must not change result type" in str(exc)
 
 
+@contextmanager
+def _snapshot_begin(conn: Conn) -> Iterator[None]:
+    """The transaction opened inside this block begins REPEATABLE READ, READ ONLY: the Snapshot goes with
+    BEGIN, one round trip instead of two. The connection's own settings are restored after it (unless
+    the transaction could not end: a broken connection)."""
+    before = conn.isolation_level, conn.read_only
+    conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status == _IDLE:
+            conn.isolation_level, conn.read_only = before
+
+
+@asynccontextmanager
+async def _snapshot_begin_async(conn: AsyncConn) -> AsyncIterator[None]:
+    """_snapshot_begin on an async connection."""
+    before = conn.isolation_level, conn.read_only
+    await conn.set_isolation_level(IsolationLevel.REPEATABLE_READ)
+    await conn.set_read_only(True)
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status == _IDLE:
+            await conn.set_isolation_level(before[0])
+            await conn.set_read_only(before[1])
+
+
+def _rows_result(cur: Any) -> None:
+    """Move to the first result that returns rows: a multi-statement Sql (simple protocol, no
+    parameters) may set and lock before the SELECT whose row it returns."""
+    while cur.description is None and cur.nextset():
+        pass
+
+
 _DEALLOCATE = "DEALLOCATE ALL"  # psycopg forgets its prepared statements too when it sees this succeed
 
 
@@ -144,23 +189,26 @@ def run_plan(
 def _run_plan(conn: Conn, plan: Plan[T], *, object_store: ObjectStore | None, embedder: Embedder | None) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        with ExitStack() as stack:
             try:  # StopIteration must not reach the transaction block: it would roll back
                 op = next(plan)
+                if outermost and isinstance(op, Snapshot):
+                    stack.enter_context(_snapshot_begin(conn))
+                    op = plan.send(None)
+                stack.enter_context(conn.transaction())
+                cur = stack.enter_context(conn.cursor(row_factory=dict_row))
                 while True:
-                    if isinstance(op, Snapshot):
+                    if isinstance(op, Snapshot):  # not first: fails as SET TRANSACTION after a query does
                         if outermost:
                             cur.execute(_SNAPSHOT_SQL)
                         result: Any = None
                     elif isinstance(op, Sql):
                         cur.execute(op.query, op.params)
-                        result = (
-                            cur.fetchall()
-                            if op.fetch == "all"
-                            else cur.fetchone()
-                            if op.fetch == "one"
-                            else cur.rowcount
-                        )
+                        if op.fetch == "rowcount":
+                            result = cur.rowcount
+                        else:
+                            _rows_result(cur)
+                            result = cur.fetchall() if op.fetch == "all" else cur.fetchone()
                     elif isinstance(op, EmbedText):
                         result = _embed(embedder, op)
                     else:
@@ -199,23 +247,27 @@ async def _run_plan_async(
 ) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        async with AsyncExitStack() as stack:
             try:
                 op = next(plan)
+                if outermost and isinstance(op, Snapshot):
+                    await stack.enter_async_context(_snapshot_begin_async(conn))
+                    op = plan.send(None)
+                await stack.enter_async_context(conn.transaction())
+                cur = await stack.enter_async_context(conn.cursor(row_factory=dict_row))
                 while True:
                     result: Any
-                    if isinstance(op, Snapshot):
+                    if isinstance(op, Snapshot):  # not first: fails as SET TRANSACTION after a query does
                         if outermost:
                             await cur.execute(_SNAPSHOT_SQL)
                         result = None
                     elif isinstance(op, Sql):
                         await cur.execute(op.query, op.params)
-                        if op.fetch == "all":
-                            result = await cur.fetchall()
-                        elif op.fetch == "one":
-                            result = await cur.fetchone()
-                        else:
+                        if op.fetch == "rowcount":
                             result = cur.rowcount
+                        else:
+                            _rows_result(cur)
+                            result = await cur.fetchall() if op.fetch == "all" else await cur.fetchone()
                     elif isinstance(op, EmbedText):
                         result = await asyncio.to_thread(_embed, embedder, op)
                     else:
