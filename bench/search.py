@@ -32,7 +32,7 @@ from memory_lib import MemoryClient, Settings
 from memory_lib.core.config import RetrievalConfig
 from memory_lib.retrieval.types import SearchResult
 
-from . import adapters
+from . import adapters, search_speed
 from .common import (
     Options,
     Report,
@@ -99,6 +99,9 @@ def run(opts: Options) -> Report:
                 report.machine = report.machine or machine_info(conn)
                 _hot(conn, url, report, n, corpus, sweep)
                 _two_phase(conn, url, report, n, corpus)
+                search_speed.concurrent(url, report, n, corpus)
+                search_speed.conversation_user(conn, url, report, n, corpus)
+                search_speed.speed_table(report, n)
             under_load(url, report, n, corpus, opts.workdir)
             server.drop(f"real_{n}")
     return report
