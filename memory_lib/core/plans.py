@@ -33,6 +33,7 @@ from contextlib import (
     ExitStack,
     asynccontextmanager,
     contextmanager,
+    suppress,
 )
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -77,8 +78,9 @@ class GetVerified:
 class Snapshot:
     """First op of a read-only plan: one snapshot for all its statements (REPEATABLE READ).
 
-    Applied only when run_plan opens the transaction, sent with its BEGIN (one round trip); inside a
-    caller's transaction the caller's isolation level stands (SET TRANSACTION must come before any
+    Applied only when run_plan opens the transaction, sent with its BEGIN, and on an autocommit
+    connection with the plan's next statement when that one has no parameters (one round trip); inside
+    a caller's transaction the caller's isolation level stands (SET TRANSACTION must come before any
     query). Returns None."""
 
 
@@ -129,6 +131,47 @@ def _stale_prepared(exc: BaseException) -> bool:
     return isinstance(
         exc, psycopg_errors.FeatureNotSupported
     ) and "cached plan must not change result type" in str(exc)
+
+
+_BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+def _can_begin(op: Op) -> bool:
+    """Whether a read-only plan's BEGIN can travel with its first statement `op`: one without parameters
+    (simple protocol: several statements in one round trip) whose rows are what the plan reads."""
+    return isinstance(op, Sql) and not op.params and op.fetch != "rowcount"
+
+
+def _with_begin(op: Op) -> Sql:
+    assert isinstance(op, Sql)
+    return Sql(f"{_BEGIN_SNAPSHOT};\n{op.query}", op.params, op.fetch)
+
+
+@contextmanager
+def _begun(conn: Conn) -> Iterator[None]:
+    """The transaction a plan's first statement begins (an autocommit connection, so psycopg sends no
+    BEGIN of its own): committed when the plan ends, rolled back when it fails."""
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status != _IDLE and not conn.closed:
+            with suppress(psycopg_errors.Error):  # the plan's error is the one to raise
+                conn.rollback()
+        raise
+    conn.commit()
+
+
+@asynccontextmanager
+async def _begun_async(conn: AsyncConn) -> AsyncIterator[None]:
+    """_begun on an async connection."""
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status != _IDLE and not conn.closed:
+            with suppress(psycopg_errors.Error):
+                await conn.rollback()
+        raise
+    await conn.commit()
 
 
 @contextmanager
@@ -193,9 +236,15 @@ def _run_plan(conn: Conn, plan: Plan[T], *, object_store: ObjectStore | None, em
             try:  # StopIteration must not reach the transaction block: it would roll back
                 op = next(plan)
                 if outermost and isinstance(op, Snapshot):
-                    stack.enter_context(_snapshot_begin(conn))
                     op = plan.send(None)
-                stack.enter_context(conn.transaction())
+                    if conn.autocommit and _can_begin(op):
+                        stack.enter_context(_begun(conn))
+                        op = _with_begin(op)
+                    else:
+                        stack.enter_context(_snapshot_begin(conn))
+                        stack.enter_context(conn.transaction())
+                else:
+                    stack.enter_context(conn.transaction())
                 cur = stack.enter_context(conn.cursor(row_factory=dict_row))
                 while True:
                     if isinstance(op, Snapshot):  # not first: fails as SET TRANSACTION after a query does
@@ -251,9 +300,15 @@ async def _run_plan_async(
             try:
                 op = next(plan)
                 if outermost and isinstance(op, Snapshot):
-                    await stack.enter_async_context(_snapshot_begin_async(conn))
                     op = plan.send(None)
-                await stack.enter_async_context(conn.transaction())
+                    if conn.autocommit and _can_begin(op):
+                        await stack.enter_async_context(_begun_async(conn))
+                        op = _with_begin(op)
+                    else:
+                        await stack.enter_async_context(_snapshot_begin_async(conn))
+                        await stack.enter_async_context(conn.transaction())
+                else:
+                    await stack.enter_async_context(conn.transaction())
                 cur = await stack.enter_async_context(conn.cursor(row_factory=dict_row))
                 while True:
                     result: Any
