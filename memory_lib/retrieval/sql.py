@@ -75,9 +75,7 @@ SEARCH_SETTINGS_SQL = """
 # distributed database (Citus) a setting must be a SET LOCAL, after citus.propagate_set_commands =
 # 'local', to reach the workers that run the search; on one node that first one is an unused placeholder
 # setting. The partitions holding the user's rows are read by SEARCH_SETTINGS_SQL only when the tiers
-# are partitioned. The search statements are planned once per connection (generic plans of psycopg's
-# prepared statements): left to choose, Postgres planned the archived tier's statement afresh on every
-# run (1.2 ms of ~12, bench search), with the same plan.
+# are partitioned.
 @functools.lru_cache(maxsize=8)
 def search_session_sql(ef_search: int) -> str:
     return f"""SELECT c.relkind = 'p' AS partitioned, s.dim, s.model
@@ -85,8 +83,7 @@ def search_session_sql(ef_search: int) -> str:
     SET LOCAL citus.propagate_set_commands = 'local';
     SET LOCAL hnsw.ef_search = {int(ef_search)};
     SET LOCAL hnsw.iterative_scan = relaxed_order;
-    SET LOCAL enable_seqscan = off;
-    SET LOCAL plan_cache_mode = force_generic_plan"""
+    SET LOCAL enable_seqscan = off"""
 
 
 # The full-text query. A natural question becomes an OR of its English lexemes (stemmed, stop words
