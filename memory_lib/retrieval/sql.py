@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..storage.packs import ref_sql
-from ..storage.space import SHAPE_SQL
 from . import warm
 
 if TYPE_CHECKING:
@@ -70,16 +69,13 @@ SEARCH_SETTINGS_SQL = """
 
 
 # What a search runs with, as one round trip (simple protocol: no parameters, so ef_search is written
-# in): whether the tiers are partitioned by user and the active embedding space (storage.space.SHAPE_SQL;
-# the row: the first statement's), then the settings of SEARCH_SETTINGS_SQL as SET LOCAL. On a
-# distributed database (Citus) a setting must be a SET LOCAL, after citus.propagate_set_commands =
-# 'local', to reach the workers that run the search; on one node that first one is an unused placeholder
-# setting. The partitions holding the user's rows are read by SEARCH_SETTINGS_SQL only when the tiers
-# are partitioned.
-@functools.lru_cache(maxsize=8)
+# in): whether the tiers are partitioned by user (the row: the first statement's), then the settings of
+# SEARCH_SETTINGS_SQL as SET LOCAL. On a distributed database (Citus) a setting must be a SET LOCAL, after
+# citus.propagate_set_commands = 'local', to reach the workers that run the search; on one node that
+# first one is an unused placeholder setting. The partitions holding the user's rows are read by
+# SEARCH_SETTINGS_SQL only when the tiers are partitioned.
 def search_session_sql(ef_search: int) -> str:
-    return f"""SELECT c.relkind = 'p' AS partitioned, s.dim, s.model
-    FROM pg_class c, ({SHAPE_SQL}) AS s WHERE c.oid = 'memories'::regclass;
+    return f"""SELECT c.relkind = 'p' AS partitioned FROM pg_class c WHERE c.oid = 'memories'::regclass;
     SET LOCAL citus.propagate_set_commands = 'local';
     SET LOCAL hnsw.ef_search = {int(ef_search)};
     SET LOCAL hnsw.iterative_scan = relaxed_order;
