@@ -21,9 +21,7 @@ and hits are de-duplicated by original id, so a concurrent archival cannot show 
   is found by full text only), unless
   phase 1 is strong: `limit` hot hits that nearly restate the query (cosine >= strong_hot_similarity).
   It also runs when the caller asks for the past (`include_past`, a time window or a named time before
-  the hot horizon). Mode auto/always/never. In auto mode phase 1's statement searches the archive too
-  unless phase 1's candidates hold `limit` strong ones (which skipping it needs), so phase 2 seldom
-  costs a round trip of its own. A question naming a time reads only the archive rows of
+  the hot horizon). Mode auto/always/never. A question naming a time reads only the archive rows of
   the months it names (memory_lib.retrieval.warm). When phase 2 is needed whatever phase 1 finds (always, the
   past asked for), one statement searches both tiers: BM25 statistics read once, one round trip.
 * Hot and archived candidates are ranked together, as if they were one table: reciprocal rank fusion
@@ -68,7 +66,6 @@ from .sql import (
     BOTH_TIERS_SCOPED_SQL,
     BOTH_TIERS_SQL,
     EXACT_MAX,
-    GATED_SQL,
     HOT_SCOPED_SQL,
     HOT_SEARCH_SQL,
     MATCH_CAP,
@@ -189,30 +186,9 @@ def search_plan(
                 }
             )
         return _result(tiers["hot"], tiers["archived"], request, window, upfront, scope)
-    # Auto mode: phase 2 goes with phase 1 whenever phase 1 cannot make it unnecessary (GATED_SQL).
-    gated = (
-        one_statement
-        and request.phase2 == "auto"
-        and upfront is None
-        and hot_cap > 0
-        and archived_cap > 0
-        and scope is None
-        and archived_vectors is ARCHIVED_VECTORS
-    )
     hot_rows: list[dict[str, Any]] = []
-    fetched: list[dict[str, Any]] | None = None  # phase 2's rows, when the gated statement brought them
     with span("retrieve", {"memory_archive.phase": "1", "memory_archive.tiers": ["hot"]}) as s:
-        if gated:
-            gate = {"strong": cfg.strong_hot_similarity, "hot_limit": hot_cap}
-            pools = {"pool": candidate_pool(hot_cap, cfg), "archived_pool": candidate_pool(archived_cap, cfg)}
-            rows = yield Sql(statement_for(GATED_SQL, request, homes=homes), params | pools | gate)
-            fetched, searched = [], True
-            for row in rows:
-                searched = row.pop("archived_searched")
-                (hot_rows if row.pop("tier") == "hot" else fetched).append(row)
-            if hot_rows and not searched:
-                fetched = None
-        elif hot_cap > 0:
+        if hot_cap > 0:
             hot_sql = statement_for(HOT_SEARCH_SQL if scope is None else HOT_SCOPED_SQL, request, homes=homes)
             hot_rows = yield Sql(hot_sql, params | {"pool": candidate_pool(hot_cap, cfg)})
         hot_only = rank_candidates(
@@ -242,20 +218,17 @@ def search_plan(
             },
         ) as s:
             pool = candidate_pool(archived_cap, cfg)
-            if fetched is not None:
-                archived_rows = fetched
+            if archived_vectors is ARCHIVED_VECTORS:
+                sql = statement_for(
+                    ARCHIVED_SEARCH_SQL if scope is None else ARCHIVED_SCOPED_SQL,
+                    request,
+                    homes=homes,
+                )
             else:
-                if archived_vectors is ARCHIVED_VECTORS:
-                    sql = statement_for(
-                        ARCHIVED_SEARCH_SQL if scope is None else ARCHIVED_SCOPED_SQL,
-                        request,
-                        homes=homes,
-                    )
-                else:
-                    sql = archived_search_sql(archived_vectors, include_superseded=request.include_superseded)
-                    sql = sql if scope is None else warm.scope_sql(sql)
-                    sql = pruned(sql, homes) if homes else sql
-                archived_rows = yield Sql(sql, params | {"pool": pool})
+                sql = archived_search_sql(archived_vectors, include_superseded=request.include_superseded)
+                sql = sql if scope is None else warm.scope_sql(sql)
+                sql = pruned(sql, homes) if homes else sql
+            archived_rows = yield Sql(sql, params | {"pool": pool})
             archived_rows = rerank_rows(archived_rows, archived_vectors, request.embedding, pool)
             s.set(
                 {

@@ -286,22 +286,6 @@ def _both_tiers_sql(hot: _Tier, archived: _Tier, include_superseded: bool = Fals
     SELECT 'archived' AS tier, x.* FROM ({_tier_select(archived)}) x"""
 
 
-def _gated_sql(hot: _Tier, archived: _Tier, include_superseded: bool = False) -> str:
-    """Phase 1 and, unless its candidates could make phase 2 unnecessary, phase 2: one round trip for the
-    usual auto search. Phase 2 is skipped only when `hot_limit` hot hits nearly restate the query
-    (cosine >= `strong`), which needs at least that many such candidates: with fewer, the archived
-    tier's rows come in the same statement (those of ARCHIVED_SEARCH_SQL). Hot rows carry
-    `archived_searched`, whether they did."""
-    return f"""WITH {_bm25_prelude(include_superseded)}, {_tier_ctes(hot)},
-    hot_rows AS MATERIALIZED ({_tier_select(hot)}),
-    gate AS MATERIALIZED (
-        SELECT count(*) FILTER (WHERE similarity >= %(strong)s) < %(hot_limit)s AS searched FROM hot_rows
-    ), {_tier_ctes(archived)}
-    SELECT 'hot' AS tier, h.*, g.searched AS archived_searched FROM hot_rows h, gate g
-    UNION ALL
-    SELECT 'archived' AS tier, x.*, true FROM ({_tier_select(archived)}) x WHERE (SELECT searched FROM gate)"""
-
-
 # At most MATCH_CAP full-text matches are scored per tier; candidates come from the rarest query terms
 # whose document frequencies add up to at most MATCH_CAP (search bench: 10k hot + 40k archived).
 MATCH_CAP = 500
@@ -366,8 +350,6 @@ ARCHIVED_SEARCH_SQL = archived_search_sql(ARCHIVED_VECTORS)
 # When phase 2 is known to be needed before phase 1 runs (phase2="always", the past asked for), both
 # tiers go in one statement: same candidates and ranking, BM25 statistics read once.
 BOTH_TIERS_SQL = _both_tiers_sql(_HOT_TIER, _archived_tier(ARCHIVED_VECTORS, "archived_pool"))
-# Auto mode (phase 2 decided after phase 1): phase 2 in the same statement when phase 1 cannot skip it.
-GATED_SQL = _gated_sql(_HOT_TIER, _archived_tier(ARCHIVED_VECTORS, "archived_pool"))
 # Month-scoped phase 2 (memory_lib.retrieval.warm): the same statements reading only the months asked for. Both
 # tiers keep the user's whole BM25 statistics, so their scores compare (phase 1 reads no archive row).
 HOT_SCOPED_SQL = warm.scope_sql(HOT_SEARCH_SQL)
@@ -382,7 +364,6 @@ WITH_SUPERSEDED_SQL = {
     HOT_SEARCH_SQL: _tier_sql(_HOT_TIER_ALL, True),
     ARCHIVED_SEARCH_SQL: _ARCHIVED_ALL_SQL,
     BOTH_TIERS_SQL: _BOTH_ALL_SQL,
-    GATED_SQL: _gated_sql(_HOT_TIER_ALL, _archived_tier(ARCHIVED_VECTORS, "archived_pool", True), True),
     HOT_SCOPED_SQL: warm.scope_sql(_tier_sql(_HOT_TIER_ALL, True)),
     ARCHIVED_SCOPED_SQL: warm.scope_sql(_ARCHIVED_ALL_SQL),
     BOTH_TIERS_SCOPED_SQL: warm.scope_sql(_BOTH_ALL_SQL),

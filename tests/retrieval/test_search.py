@@ -379,7 +379,6 @@ def test_each_search_statement_has_an_include_superseded_twin_without_the_live_p
         search.HOT_SCOPED_SQL,
         search.ARCHIVED_SCOPED_SQL,
         search.BOTH_TIERS_SCOPED_SQL,
-        search.GATED_SQL,
     )
     assert set(search.WITH_SUPERSEDED_SQL) == set(defaults)
     for sql in defaults:

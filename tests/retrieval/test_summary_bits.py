@@ -208,37 +208,3 @@ def test_one_statement_for_both_tiers_returns_the_same_hits(conn, local_store, q
         two.archived_candidates,
     )
     assert any(h.source == "archived" for h in one.hits)
-
-
-@pytest.mark.parametrize(
-    "query", [OLD_FACTS[0], "electricity bill", "who borrowed my bike?", "Mondays standup"]
-)
-def test_auto_mode_searches_the_archive_in_phase_1s_statement_with_the_same_hits(conn, local_store, query):
-    """Auto mode: the archive is searched by phase 1's statement unless phase 1 could be strong; the
-    hits, scores and reason are those of phase 1 and phase 2 run one after the other."""
-    from memory_lib.retrieval.search import search_plan
-    from memory_lib.retrieval.types import SearchRequest
-
-    _fill_and_archive(conn, local_store)
-    vec = HashingEmbedder(TEST_DIM).embed([query])[0]
-    request = SearchRequest(
-        user_id="u1",
-        query=query,
-        embedding=vec,
-        config=Settings().retrieval,
-        now=NOW,
-        phase2="auto",
-        embedder_kind="lexical",
-    )
-    one, sent_one = _plan_statements(conn, search_plan(request, one_statement=True))
-    two, sent_two = _plan_statements(conn, search_plan(request, one_statement=False))
-    assert two.phase2_reason is not None and sent_two == ["hot", "archived"]
-    assert sent_one == ["both"]
-    assert [(h.source, h.provenance.memory_id, h.scores) for h in one.hits] == [
-        (h.source, h.provenance.memory_id, h.scores) for h in two.hits
-    ]
-    assert (one.phase2_reason, one.hot_candidates, one.archived_candidates) == (
-        two.phase2_reason,
-        two.hot_candidates,
-        two.archived_candidates,
-    )
