@@ -15,6 +15,10 @@ scan), and two-phase search over 4x as many archived rows vs hot-only, at 1536-d
   phase 2 forced on every query (its worst case) vs the same queries hot-only, and against the
   baseline a user would write, the bare pgvector top-10 ("vector leg alone"), the library's default
   search as users call it (MemoryClient.search, phase 2 auto), all four interleaved.
+* Speed goals (bench.search_speed), each a ratio to the bare vector query of the same run: the default
+  search at n hot + 4n archived vs the HNSW-forced vector leg; a conversation-size user (500 hot + 2,000
+  archived, loaded after those rows) vs its own bare query; 16 concurrent AsyncMemoryClient searches/s
+  next to 16 concurrent bare HNSW queries/s.
 * Under load: the default search from one thread alone, from 8 threads at once, and from 8 threads
   while an archival run (run_batch, in a process of its own) moves ~2,000 hot memories to the archive.
 """
@@ -32,7 +36,7 @@ from memory_lib import MemoryClient, Settings
 from memory_lib.core.config import RetrievalConfig
 from memory_lib.retrieval.types import SearchResult
 
-from . import adapters
+from . import adapters, search_speed
 from .common import (
     Options,
     Report,
@@ -99,6 +103,9 @@ def run(opts: Options) -> Report:
                 report.machine = report.machine or machine_info(conn)
                 _hot(conn, url, report, n, corpus, sweep)
                 _two_phase(conn, url, report, n, corpus)
+                search_speed.concurrent(url, report, n, corpus)
+                search_speed.conversation_user(conn, url, report, n, corpus)
+                search_speed.speed_table(report, n)
             under_load(url, report, n, corpus, opts.workdir)
             server.drop(f"real_{n}")
     return report

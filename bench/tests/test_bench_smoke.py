@@ -80,6 +80,14 @@ def test_search_smoke(tmp_path: Path) -> None:
         two[1]["ratio p95 vs hot-only"]
     )
     assert data["figures"]["two_phase"][str(n)]["archived"] == 4 * n
+    speed = rows(data, "Search speed vs the bare vector query")
+    assert [r["search"].split(",")[0].split(" (")[0] for r in speed] == [
+        "default search",
+        "default search",
+        "16 concurrent AsyncMemoryClient.search",
+    ]
+    assert all(finite_positive(r["p50"]) and finite_positive(r["ratio p50"]) for r in speed)
+    assert data["figures"]["conversation"][str(n)]["hot"] > 0
     engine = data["figures"]["two_phase"][str(n)]
     assert engine["term_stats"]["docs"] == 5 * n and engine["term_stats"]["terms"] > 0
     assert finite_positive(engine["vector_leg"]["p95"]) and finite_positive(engine["default"]["p95"])

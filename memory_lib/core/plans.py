@@ -25,12 +25,21 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Generator, Mapping
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    AsyncExitStack,
+    ExitStack,
+    asynccontextmanager,
+    contextmanager,
+    suppress,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
+from psycopg import IsolationLevel
 from psycopg import errors as psycopg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
@@ -49,7 +58,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Sql:
-    """One statement. fetch: 'all' rows, 'one' row (or None), or 'rowcount'."""
+    """One statement. fetch: 'all' rows, 'one' row (or None), or 'rowcount'. Statements separated by
+    `;` (no parameters: simple protocol) are one round trip; rows are those of the first that returns rows."""
 
     query: str
     params: Mapping[str, Any]
@@ -68,8 +78,10 @@ class GetVerified:
 class Snapshot:
     """First op of a read-only plan: one snapshot for all its statements (REPEATABLE READ).
 
-    Applied only when run_plan opens the transaction; inside a caller's transaction the caller's
-    isolation level stands (SET TRANSACTION must come before any query). Returns None."""
+    Applied only when run_plan opens the transaction, sent with its BEGIN, and on an autocommit
+    connection with the plan's next statement when that one has no parameters (one round trip); inside
+    a caller's transaction the caller's isolation level stands (SET TRANSACTION must come before any
+    query). Returns None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,82 @@ def _stale_prepared(exc: BaseException) -> bool:
     ) and "cached plan must not change result type" in str(exc)
 
 
+_BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+def _can_begin(op: Op) -> bool:
+    """Whether a read-only plan's BEGIN can travel with its first statement `op`: one without parameters
+    (simple protocol: several statements in one round trip) whose rows are what the plan reads."""
+    return isinstance(op, Sql) and not op.params and op.fetch != "rowcount"
+
+
+def _with_begin(op: Op) -> Sql:
+    assert isinstance(op, Sql)
+    return Sql(f"{_BEGIN_SNAPSHOT};\n{op.query}", op.params, op.fetch)
+
+
+@contextmanager
+def _begun(conn: Conn) -> Iterator[None]:
+    """The transaction a plan's first statement begins (an autocommit connection, so psycopg sends no
+    BEGIN of its own): committed when the plan ends, rolled back when it fails."""
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status != _IDLE and not conn.closed:
+            with suppress(psycopg_errors.Error):  # the plan's error is the one to raise
+                conn.rollback()
+        raise
+    conn.commit()
+
+
+@asynccontextmanager
+async def _begun_async(conn: AsyncConn) -> AsyncIterator[None]:
+    """_begun on an async connection."""
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status != _IDLE and not conn.closed:
+            with suppress(psycopg_errors.Error):
+                await conn.rollback()
+        raise
+    await conn.commit()
+
+
+@contextmanager
+def _snapshot_begin(conn: Conn) -> Iterator[None]:
+    """The transaction opened inside this block begins REPEATABLE READ, READ ONLY: the Snapshot goes with
+    BEGIN, one round trip instead of two. The connection's own settings are restored after it (unless
+    the transaction could not end: a broken connection)."""
+    before = conn.isolation_level, conn.read_only
+    conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status == _IDLE:
+            conn.isolation_level, conn.read_only = before
+
+
+@asynccontextmanager
+async def _snapshot_begin_async(conn: AsyncConn) -> AsyncIterator[None]:
+    """_snapshot_begin on an async connection."""
+    before = conn.isolation_level, conn.read_only
+    await conn.set_isolation_level(IsolationLevel.REPEATABLE_READ)
+    await conn.set_read_only(True)
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status == _IDLE:
+            await conn.set_isolation_level(before[0])
+            await conn.set_read_only(before[1])
+
+
+def _rows_result(cur: Any) -> None:
+    """Move to the first result that returns rows: a multi-statement Sql (simple protocol, no
+    parameters) may set and lock before the SELECT whose row it returns."""
+    while cur.description is None and cur.nextset():
+        pass
+
+
 _DEALLOCATE = "DEALLOCATE ALL"  # psycopg forgets its prepared statements too when it sees this succeed
 
 
@@ -144,23 +232,32 @@ def run_plan(
 def _run_plan(conn: Conn, plan: Plan[T], *, object_store: ObjectStore | None, embedder: Embedder | None) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        with ExitStack() as stack:
             try:  # StopIteration must not reach the transaction block: it would roll back
                 op = next(plan)
+                if outermost and isinstance(op, Snapshot):
+                    op = plan.send(None)
+                    if conn.autocommit and _can_begin(op):
+                        stack.enter_context(_begun(conn))
+                        op = _with_begin(op)
+                    else:
+                        stack.enter_context(_snapshot_begin(conn))
+                        stack.enter_context(conn.transaction())
+                else:
+                    stack.enter_context(conn.transaction())
+                cur = stack.enter_context(conn.cursor(row_factory=dict_row))
                 while True:
-                    if isinstance(op, Snapshot):
+                    if isinstance(op, Snapshot):  # not first: fails as SET TRANSACTION after a query does
                         if outermost:
                             cur.execute(_SNAPSHOT_SQL)
                         result: Any = None
                     elif isinstance(op, Sql):
                         cur.execute(op.query, op.params)
-                        result = (
-                            cur.fetchall()
-                            if op.fetch == "all"
-                            else cur.fetchone()
-                            if op.fetch == "one"
-                            else cur.rowcount
-                        )
+                        if op.fetch == "rowcount":
+                            result = cur.rowcount
+                        else:
+                            _rows_result(cur)
+                            result = cur.fetchall() if op.fetch == "all" else cur.fetchone()
                     elif isinstance(op, EmbedText):
                         result = _embed(embedder, op)
                     else:
@@ -199,23 +296,33 @@ async def _run_plan_async(
 ) -> T:
     outermost = conn.info.transaction_status == _IDLE
     try:
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        async with AsyncExitStack() as stack:
             try:
                 op = next(plan)
+                if outermost and isinstance(op, Snapshot):
+                    op = plan.send(None)
+                    if conn.autocommit and _can_begin(op):
+                        await stack.enter_async_context(_begun_async(conn))
+                        op = _with_begin(op)
+                    else:
+                        await stack.enter_async_context(_snapshot_begin_async(conn))
+                        await stack.enter_async_context(conn.transaction())
+                else:
+                    await stack.enter_async_context(conn.transaction())
+                cur = await stack.enter_async_context(conn.cursor(row_factory=dict_row))
                 while True:
                     result: Any
-                    if isinstance(op, Snapshot):
+                    if isinstance(op, Snapshot):  # not first: fails as SET TRANSACTION after a query does
                         if outermost:
                             await cur.execute(_SNAPSHOT_SQL)
                         result = None
                     elif isinstance(op, Sql):
                         await cur.execute(op.query, op.params)
-                        if op.fetch == "all":
-                            result = await cur.fetchall()
-                        elif op.fetch == "one":
-                            result = await cur.fetchone()
-                        else:
+                        if op.fetch == "rowcount":
                             result = cur.rowcount
+                        else:
+                            _rows_result(cur)
+                            result = await cur.fetchall() if op.fetch == "all" else await cur.fetchone()
                     elif isinstance(op, EmbedText):
                         result = await asyncio.to_thread(_embed, embedder, op)
                     else:

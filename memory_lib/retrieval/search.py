@@ -56,7 +56,7 @@ from typing import Any
 from ..core.plans import Plan, Snapshot, Sql
 from ..core.timescope import TimeWindow, parse_time_window
 from ..observability.trace import span
-from ..storage.space import LOCK_VECTOR_TABLES, checked_shape_plan
+from ..storage.space import SHAPE_SQL, check_shape, locked
 from . import warm
 from .ranking import candidate_pool, cut, rank_candidates, rerank_rows
 from .sql import (
@@ -150,11 +150,12 @@ def search_plan(
     if scope is not None:
         params |= {"scope_since": scope[0], "scope_until": scope[1]}
     yield Snapshot()
+    # The lock and the settings in one round trip; the space after the lock (checked_shape_plan's order),
+    # in a statement of its own: on Citus a statement that reads a distributed table (the settings) beside
+    # SET LOCALs it propagates makes the next shard query fail.
+    session = yield Sql(locked(search_session_sql(cfg.hnsw_ef_search)), {}, "one")
     if request.embedding_model is not None:  # a query vector from another model would rank noise
-        yield from checked_shape_plan(int(request.embedding.size), request.embedding_model)
-    else:
-        yield LOCK_VECTOR_TABLES
-    session = yield Sql(search_session_sql(cfg.hnsw_ef_search), {}, "one")
+        check_shape((yield Sql(SHAPE_SQL, {}, "one")), int(request.embedding.size), request.embedding_model)
     if session["partitioned"]:  # the tiers hash-partitioned by user: each walk reads the user's partition
         session = yield Sql(
             SEARCH_SETTINGS_SQL, {"ef_search": str(cfg.hnsw_ef_search), "user_id": request.user_id}, "one"

@@ -39,6 +39,17 @@ def checked_shape_plan(dim: int, model: str) -> Plan[dict[str, Any]]:
     (LOCK_VECTOR_TABLES): the rest of the plan's statements see the space that was checked."""
     yield LOCK_VECTOR_TABLES
     row = yield Sql(SHAPE_SQL, {}, "one")
+    check_shape(row, dim, model)
+    return row
+
+
+def locked(sql: str) -> str:
+    """`sql` (no parameters) after LOCK_VECTOR_TABLES, as one round trip: its row read under the lock."""
+    return f"{LOCK_VECTOR_TABLES.query};\n{sql}"
+
+
+def check_shape(row: dict[str, Any], dim: int, model: str) -> None:
+    """checked_shape_plan's check of a row with SHAPE_SQL's columns (dim, model), read under the lock."""
     if row["dim"] is None:
         raise EmbeddingMismatchError("embedding_dim", None, "the schema is not initialized: run migrations")
     if int(row["dim"]) != dim or (row["model"] is not None and row["model"] != model):
@@ -46,4 +57,3 @@ def checked_shape_plan(dim: int, model: str) -> Plan[dict[str, Any]]:
         raise EmbeddingMismatchError(
             field, value, embedding_mismatch_reason(row["model"], int(row["dim"]), model, dim)
         )
-    return row

@@ -55,12 +55,13 @@ def _explaining(plan, plans: list[tuple[str, dict[str, Any]]]):
     op = next(plan)
     try:
         while True:
-            # (storage.space.LOCK_VECTOR_TABLES names the table but reads nothing: no plan to explain;
-            # the session settings read one row of the user's, only to find its partition when partitioned)
+            # (storage.space.LOCK_VECTOR_TABLES names the table but reads nothing: no plan to explain, nor
+            # in the statement that locks and sets the search's session; the session settings read one row
+            # of the user's, only to find its partition when partitioned)
             if (
                 isinstance(op, Sql)
                 and ("archived_memories" in op.query)
-                and op.query != LOCK_VECTOR_TABLES.query
+                and not op.query.startswith(LOCK_VECTOR_TABLES.query)
                 and op.query != SEARCH_SETTINGS_SQL
             ):
                 row = yield Sql("EXPLAIN (ANALYZE, FORMAT JSON) " + op.query, op.params, "one")
