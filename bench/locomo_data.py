@@ -88,9 +88,7 @@ class Conversation:
     unknown_evidence_ids: int
 
 
-def _questions(
-    conv_id: str, qas: Sequence[dict[str, Any]], turns: list[Turn]
-) -> tuple[list[Question], int, int]:
+def _questions(qas: Sequence[dict[str, Any]], turns: list[Turn]) -> tuple[list[Question], int, int]:
     """The questions with at least one evidence turn in the conversation (unknown ids dropped), how many
     were skipped, how many evidence ids were unknown."""
     order = [t.dia_id for t in turns]
@@ -105,6 +103,18 @@ def _questions(
             continue
         questions.append(Question(qa["question"], int(qa.get("category", 0)), frozenset(evidence)))
     return questions, skipped, unknown
+
+
+def _turn(t: dict[str, Any], text_key: str, created_at: datetime) -> Turn | None:
+    """A dialogue turn as the bench writes it, "<speaker>: <text>" plus its image's caption; None when it
+    has no dia_id or no text."""
+    ids = parse_dia_ids(t.get("dia_id"))
+    text = str(t.get(text_key) or "").strip()
+    if t.get("blip_caption"):
+        text = f"{text} [shares {t['blip_caption']}]".strip()
+    if not ids or not text:
+        return None
+    return Turn(uuid.uuid4(), ids[0], f"{t.get('speaker', '?')}: {text}", created_at)
 
 
 def _session_date(text: str) -> datetime:
@@ -123,15 +133,9 @@ def load_conversations(path: Path) -> list[Conversation]:
             date = _session_date(conv[f"session_{n}_date_time"])
             last = date if last is None or date > last else last
             for i, t in enumerate(conv[f"session_{n}"]):
-                ids = parse_dia_ids(t.get("dia_id"))
-                text = str(t.get("text") or "").strip()
-                if t.get("blip_caption"):
-                    text = f"{text} [shares {t['blip_caption']}]".strip()
-                if not ids or not text:
-                    continue
-                content = f"{t.get('speaker', '?')}: {text}"
-                turns.append(Turn(uuid.uuid4(), ids[0], content, date + timedelta(seconds=i)))
-        questions, skipped, unknown = _questions(s["sample_id"], s.get("qa", ()), turns)
+                if (turn := _turn(t, "text", date + timedelta(seconds=i))) is not None:
+                    turns.append(turn)
+        questions, skipped, unknown = _questions(s.get("qa", ()), turns)
         assert last is not None
         out.append(Conversation(s["sample_id"], turns, questions, last + timedelta(days=1), skipped, unknown))
     return out
@@ -152,16 +156,10 @@ def load_realtalk(directory: Path) -> list[Conversation]:
         turns: list[Turn] = []
         for n in sessions:
             for t in chat[f"session_{n}"]:
-                ids = parse_dia_ids(t.get("dia_id"))
-                text = str(t.get("clean_text") or "").strip()
-                if t.get("blip_caption"):
-                    text = f"{text} [shares {t['blip_caption']}]".strip()
-                if not ids or not text:
-                    continue
-                content = f"{t.get('speaker', '?')}: {text}"
-                turns.append(Turn(uuid.uuid4(), ids[0], content, _message_time(t["date_time"])))
+                if (turn := _turn(t, "clean_text", _message_time(t["date_time"]))) is not None:
+                    turns.append(turn)
         conv_id = "_".join(path.stem.split("_")[:2]).lower()
-        questions, skipped, unknown = _questions(conv_id, chat.get("qa", ()), turns)
+        questions, skipped, unknown = _questions(chat.get("qa", ()), turns)
         now = max(t.created_at for t in turns) + timedelta(days=1)
         out.append(Conversation(conv_id, turns, questions, now, skipped, unknown))
     return out

@@ -42,6 +42,13 @@ def rows(data: dict[str, Any], title_start: str) -> list[dict[str, Any]]:
     return found[0]["rows"]
 
 
+def bench_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m bench ARGS` in a child process, as a user runs it (argparse exits there)."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+
+
 def finite_positive(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
@@ -340,12 +347,7 @@ def test_locomo_dataset_choice_and_data_path_errors(tmp_path: Path) -> None:
         selected(Options(datasets=("locomo", "realtalk"), data=tmp_path))
     with pytest.raises(FileNotFoundError, match="danny911kr/REALTALK"):  # where to get it
         selected(Options(datasets=("realtalk",), data=tmp_path / "absent"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "locomo", "--dataset", "locomo,nope"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
+    proc = bench_cli("locomo", "--dataset", "locomo,nope")
     assert proc.returncode == 2 and "--dataset 'locomo,nope'" in proc.stderr
 
 
@@ -365,18 +367,11 @@ def test_recall_counts_ties_at_the_kth_distance() -> None:
 
 
 def test_cli_rejects_bad_sizes_and_lists_benchmarks() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--help"], cwd=REPO_ROOT, capture_output=True, text=True
-    )
+    proc = bench_cli("--help")
     assert proc.returncode == 0
     for name in ("search", "archival", "footprint", "memory", "locomo", "all"):
         assert name in proc.stdout
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "search", "--size", "ten"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
+    proc = bench_cli("search", "--size", "ten")
     assert proc.returncode == 2 and "--size 'ten'" in proc.stderr
 
 
