@@ -287,14 +287,14 @@ def search_both(clients: dict[str, MemoryClient], corpus: Corpus, warmup: int = 
 def exact_vector_scans() -> Iterator[None]:
     """Every user's vector arm exact (every row compared) instead of the HNSW walk above EXACT_MAX rows:
     the ground truth that approximate top-10s are compared with."""
-    from memory_lib.retrieval import search as search_module
+    from memory_lib.retrieval import sql as sql_module  # statement_params reads it per search
 
-    saved = search_module.EXACT_MAX
-    search_module.EXACT_MAX = 10**9
+    saved = sql_module.EXACT_MAX
+    sql_module.EXACT_MAX = 10**9
     try:
         yield
     finally:
-        search_module.EXACT_MAX = saved
+        sql_module.EXACT_MAX = saved
 
 
 def exact_tops(clients: dict[str, MemoryClient], corpus: Corpus) -> dict[str, list[list[uuid.UUID]]]:

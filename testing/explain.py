@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from typing import Any
 
+from memory_lib.core.config import RetrievalConfig
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.retrieval.sql import EXACT_MAX, MATCH_CAP, SEARCH_SETTINGS_SQL, search_session_sql
+from memory_lib.retrieval.sql import SEARCH_SETTINGS_SQL, search_session_sql, statement_params
 from memory_lib.retrieval.types import SearchFilters
 from testing.constants import TEST_DIM
 
@@ -29,6 +29,10 @@ def base_name(name: str | None) -> str | None:
     return None if name is None else re.sub(r"_p\d{3}$", "", re.sub(r"_\d{6,}$", "", name))
 
 
+# The settings the plan readers search with: the defaults, with context at half a match's score.
+PLAN_CONFIG = RetrievalConfig(context_weight=0.5)
+
+
 def search_statement_tier(sql: str) -> str | None:
     """Which tiers a statement of retrieval.sql searches ("hot", "archived", "both"), None for any other
     statement. Read from its vector arms' CTEs, so it holds on partitioned tiers too, where each graph
@@ -40,21 +44,10 @@ def search_statement_tier(sql: str) -> str | None:
 def hot_search_plan(conn: Any, sql: str, user: str, *, analyze: bool = False) -> list[dict[str, Any]]:
     """The nodes of the plan of a hot search statement (retrieval.sql's, "parcel delivered" asked by
     `user`), under the search's own session settings in their transaction, as search_plan runs it."""
-    params = {
-        "user_id": user,
-        "embedding": HashingEmbedder(TEST_DIM).embed(["parcel delivered"])[0],
-        "text_query": "parcel delivered",
-        "websearch": False,
-        "bm25": True,
-        "match_cap": MATCH_CAP,
-        "exact_max": EXACT_MAX,
-        "context_weight": 0.5,
-        "context_window": timedelta(minutes=60),
-        "context_neighbours": 5,
-        "context_decay": 0.85,
-        "pool": 40,
-        **SearchFilters().params(),
-    }
+    query = "parcel delivered"
+    params = statement_params(
+        user, HashingEmbedder(TEST_DIM).embed([query])[0], query, PLAN_CONFIG, SearchFilters()
+    ) | {"pool": 40}
     explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
     with conn.transaction():  # the search's settings are local to its transaction, as in search_plan
         conn.execute(search_session_sql(100))  # SET LOCALs that reach a Citus worker too

@@ -65,10 +65,8 @@ from .sql import (
     ARCHIVED_VECTORS,
     BOTH_TIERS_SCOPED_SQL,
     BOTH_TIERS_SQL,
-    EXACT_MAX,
     HOT_SCOPED_SQL,
     HOT_SEARCH_SQL,
-    MATCH_CAP,
     SEARCH_SETTINGS_SQL,
     VectorArm,
     archived_search_sql,
@@ -76,6 +74,7 @@ from .sql import (
     pruned,
     search_session_sql,
     statement_for,
+    statement_params,
 )
 from .types import SearchHit, SearchRequest, SearchResult, Source, debug_record
 
@@ -129,21 +128,14 @@ def search_plan(
     cfg = request.config
     total, hot_cap, archived_cap = request.limits
     window = parse_time_window(request.query, request.now)
-    explicit = request.text_query is not None and request.text_query.strip() != ""
-    params = {
-        "user_id": request.user_id,
-        "embedding": request.embedding,
-        "text_query": request.text_query if explicit else request.query,
-        "websearch": explicit,
-        "bm25": cfg.text_ranking == "bm25",
-        "match_cap": MATCH_CAP,
-        "exact_max": EXACT_MAX,
-        "context_weight": cfg.context_weight,
-        "context_window": timedelta(minutes=cfg.context_window_minutes),
-        "context_neighbours": cfg.context_neighbours,
-        "context_decay": cfg.context_decay,
-        **request.filters.params(),
-    }
+    params = statement_params(
+        request.user_id,
+        request.embedding,
+        request.query,
+        cfg,
+        request.filters,
+        text_query=request.text_query,
+    )
     scope = None  # the months a question names: the only archive rows read (memory_lib.retrieval.warm)
     if cfg.archive_time_scope == "months":
         scope = warm.month_scope(window, request.filters.since, request.filters.until)

@@ -11,6 +11,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +20,8 @@ from ..storage.packs import ref_sql
 from . import warm
 
 if TYPE_CHECKING:
-    from .types import SearchRequest
+    from ..core.config import RetrievalConfig
+    from .types import SearchFilters, SearchRequest
 
 
 # --------------------------------------------------------------------------- SQL
@@ -371,6 +373,35 @@ WITH_SUPERSEDED_SQL = {
     ARCHIVED_SCOPED_SQL: warm.scope_sql(_ARCHIVED_ALL_SQL),
     BOTH_TIERS_SCOPED_SQL: warm.scope_sql(_BOTH_ALL_SQL),
 }
+
+
+def statement_params(
+    user_id: str,
+    embedding: np.ndarray,
+    query: str,
+    config: RetrievalConfig,
+    filters: SearchFilters,
+    *,
+    text_query: str | None = None,
+) -> dict[str, Any]:
+    """The parameters every search statement above takes, but the candidate pools (`pool`,
+    `archived_pool`) and a month scope: `query` goes to full text as an OR of its lexemes, unless an
+    explicit `text_query` (websearch syntax) is given."""
+    explicit = text_query is not None and text_query.strip() != ""
+    return {
+        "user_id": user_id,
+        "embedding": embedding,
+        "text_query": text_query if explicit else query,
+        "websearch": explicit,
+        "bm25": config.text_ranking == "bm25",
+        "match_cap": MATCH_CAP,
+        "exact_max": EXACT_MAX,
+        "context_weight": config.context_weight,
+        "context_window": timedelta(minutes=config.context_window_minutes),
+        "context_neighbours": config.context_neighbours,
+        "context_decay": config.context_decay,
+        **filters.params(),
+    }
 
 
 # A tier's partition holding the user's rows, per tier table, on tiers partitioned by user

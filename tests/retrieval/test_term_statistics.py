@@ -17,11 +17,12 @@ from memory_lib.core.config import ArchivalCriteria, RetentionConfig
 from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.llm.summarize import Summary, SummaryInput
-from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP, search_session_sql
+from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP, search_session_sql, statement_params
+from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from testing.citus import citus_urls
 from testing.constants import TEST_DIM
-from testing.explain import base_name, plan_nodes
+from testing.explain import PLAN_CONFIG, base_name, plan_nodes
 from testing.factories import archival_services, make_client
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
@@ -185,27 +186,10 @@ def test_the_lexical_leg_reads_the_query_terms_postings_of_one_user(conn, local_
     _archive_all(conn, local_store)
     conn.execute("VACUUM (ANALYZE) memories, archived_memories, user_term_stats, user_corpus_stats")
     query = "cargo of wool"
-    params = {
-        "user_id": "u2",
-        "embedding": HashingEmbedder(TEST_DIM).embed([query])[0],
-        "text_query": query,
-        "websearch": False,
-        "bm25": True,
-        "match_cap": MATCH_CAP,
-        "exact_max": 1000,
-        "context_weight": 0.5,
-        "context_window": timedelta(minutes=60),
-        "context_neighbours": 5,
-        "context_decay": 0.85,
+    embedding = HashingEmbedder(TEST_DIM).embed([query])[0]
+    params = statement_params("u2", embedding, query, PLAN_CONFIG, SearchFilters()) | {
         "pool": 40,
         "archived_pool": 40,
-        "categories": None,
-        "domains": None,
-        "required_tags": None,
-        "since": None,
-        "until": None,
-        "seen_since": None,
-        "seen_until": None,
     }
     with conn.transaction():  # under the search's own settings, which reach a Citus worker too
         conn.execute(search_session_sql(100))

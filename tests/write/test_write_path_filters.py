@@ -13,11 +13,11 @@ from memory_lib.client import MemoryClient
 from memory_lib.core.config import Settings
 from memory_lib.core.errors import InvalidInputError
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.retrieval.sql import HOT_SEARCH_SQL
-from memory_lib.retrieval.sql import MATCH_CAP as _MATCH_CAP
+from memory_lib.retrieval.sql import HOT_SEARCH_SQL, statement_params
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
+from testing.explain import PLAN_CONFIG
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 CATEGORIES = ("episodic", "semantic", "procedural", "core")
@@ -50,21 +50,7 @@ def _seed(conn, n: int = 4000) -> None:
 
 def _plan(conn, filters: SearchFilters) -> str:
     q = HashingEmbedder(TEST_DIM).embed(["cargo tides harbour"])[0]
-    params = {
-        "user_id": "u1",
-        "embedding": q,
-        "text_query": "cargo tides harbour",
-        "websearch": False,
-        "bm25": True,
-        "match_cap": _MATCH_CAP,
-        "exact_max": 1000,
-        "context_weight": 0.5,
-        "context_window": timedelta(minutes=60),
-        "context_neighbours": 5,
-        "context_decay": 0.85,
-        "pool": 40,
-        **filters.params(),
-    }
+    params = statement_params("u1", q, "cargo tides harbour", PLAN_CONFIG, filters) | {"pool": 40}
     rows = conn.execute("EXPLAIN (FORMAT JSON) " + HOT_SEARCH_SQL, params, prepare=False).fetchall()
     return json.dumps(rows[0]["QUERY PLAN"])
 
