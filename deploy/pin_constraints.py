@@ -28,8 +28,10 @@ def pinned() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     (own,) = [Requirement(r) for r in extras["all"]]  # memory-archive[dagster,embedded,...]
-    # `docs` too: `make` installs it with the dev tools (mkdocs), and the same pins keep its build repeatable.
-    deps = [*project["dependencies"], *(r for e in sorted(own.extras | {"docs"}) for r in extras[e])]
+    # `docs` and the integrations too: `make` installs them with the dev tools, and the same pins keep their
+    # builds and tests repeatable.
+    pinned_extras = own.extras | {"docs", "mcp", "langgraph", "cli"}
+    deps = [*project["dependencies"], *(r for e in sorted(pinned_extras) for r in extras[e])]
     found: dict[str, str] = {}
     todo = [Requirement(r) for r in deps]
     done: set[tuple[str, frozenset[str]]] = set()

