@@ -23,15 +23,21 @@ Errors are one line on stderr and name this command's flags (`--user-id`, not th
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import getpass
+import hashlib
 import json
 import logging
 import sys
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NoReturn, cast
+from pathlib import Path
+from typing import Any, BinaryIO, NoReturn, cast
 
 import click
 import psycopg
@@ -40,6 +46,7 @@ from .archival.archive import ArchivalServices
 from .archival.claims import Holder, attempt_counts, released_memories
 from .archival.integrity import sweep_orphans
 from .archival.pipeline import run_batch
+from .client import MemoryClient
 from .core import validation
 from .core.config import Settings
 from .core.errors import (
@@ -56,12 +63,18 @@ from .core.errors import (
     SchemaError,
     SummarizationError,
 )
+from .core.models import BackupObject
+from .core.plans import run_plan
 from .core.rows import Conn
 from .core.shards import Shard
 from .lifecycle.eligibility import eligible_counts
+from .lifecycle.forget import ForgetPreview, forget_memory, forget_user, remaining
+from .lifecycle.forget import preview as forget_preview
 from .lifecycle.pause import clear_pause, pause_history, pause_status, set_pause
+from .lifecycle.promotion import JOINED_FROM, JOINED_ROW, verified_backup
 from .lifecycle.restore import RestoreReport, originals_of_archives, restore_archives
 from .llm.batches import submission_stats
+from .llm.embedding import embedder_from_settings
 from .preflight import preflight
 from .storage.db import (
     DATABASE_REFUSED,
@@ -71,7 +84,10 @@ from .storage.db import (
     open_database,
     open_ready_database,
 )
+from .storage.objectstore import ObjectStore, object_store_from_settings
+from .storage.packs import read_members
 from .storage.store import tier_stats
+from .write.memory_api import MemoryRecord, get_plan, list_plan, list_query
 from .write.unsupersede import unsupersede as unsupersede_memories
 
 EXIT_FAILED, EXIT_INPUT, EXIT_PAUSED, EXIT_UNAVAILABLE = 1, 2, 3, 4
@@ -91,6 +107,8 @@ _FLAGS = {
     "limit": "--limit",
     "reason": "--reason",
     "actor": "--operator",
+    "memory_id": "--memory-id",
+    "query": "QUERY",
 }
 
 
@@ -131,13 +149,251 @@ def _flag_message(exc: InvalidInputError) -> str:
     return str(exc).replace(f"invalid {exc.field}=", f"invalid {flag} ", 1)
 
 
-def _emit(payload: dict[str, Any]) -> None:
-    click.echo(json.dumps(payload, default=str))
-
-
 def _fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
     click.echo(f"memory-archive: {message}", err=True)
     sys.exit(code)
+
+
+# --------------------------------------------------------------------------- output
+# A table on a terminal, JSON lines when piped (or with --json): scripts read stdout as before. The
+# tables use rich when it is installed (the `cli` extra), else plain aligned text; rich is optional.
+
+_MODE = "memory_archive.output"
+_PROGRESS = "memory_archive.progress"
+
+
+def _choose_output(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value:
+        return
+    mode = "json" if param.name == "as_json" else "table"
+    other = ctx.meta.get(_MODE)
+    if other is not None and other != mode:
+        raise click.UsageError("--json and --table: choose one", ctx)
+    ctx.meta[_MODE] = mode
+
+
+def _output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--json and --table, on the group and on every command (`memory-archive --json stats` and
+    `memory-archive stats --json` are the same)."""
+    fn = click.option(
+        "--table",
+        "as_table",
+        is_flag=True,
+        expose_value=False,
+        callback=_choose_output,
+        help="Print tables, even when stdout is not a terminal.",
+    )(fn)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=False,
+        callback=_choose_output,
+        help="Print JSON lines (the default when stdout is not a terminal).",
+    )(fn)
+
+
+def _choose_progress(ctx: click.Context, param: click.Parameter, value: bool | None) -> None:
+    if value is not None:
+        ctx.meta[_PROGRESS] = value
+
+
+_PROGRESS_OPTION = click.option(
+    "--progress/--no-progress",
+    default=None,
+    expose_value=False,
+    callback=_choose_progress,
+    help="Progress bar on stderr (default: when stderr is a terminal; never with JSON output).",
+)
+
+
+def _json_mode() -> bool:
+    ctx = click.get_current_context(silent=True)
+    chosen = ctx.meta.get(_MODE) if ctx is not None else None
+    if chosen is not None:
+        return bool(chosen == "json")
+    return not sys.stdout.isatty()
+
+
+def _emit(payload: dict[str, Any], render: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """One JSON line (JSON mode), else `render`'s tables (default: the payload as field | value)."""
+    if _json_mode():
+        click.echo(json.dumps(payload, default=str))
+    elif render is not None:
+        render(payload)
+    else:
+        _show(_fields_table("", payload))
+
+
+@dataclass
+class _Table:
+    title: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]] = field(default_factory=list)
+    right: frozenset[int] = frozenset()  # right-aligned (numeric) columns
+    note: str | None = None  # a line printed under the table
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _short(text: str | None, limit: int = 100) -> str | None:
+    """One line of at most `limit` characters (JSON output keeps the whole text)."""
+    if text is None:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _flatten(f"{prefix}.{k}" if prefix else str(k), v)
+    elif isinstance(value, list) and value and all(not isinstance(v, dict | list) for v in value):
+        yield prefix, ", ".join(_cell(v) for v in value)
+    else:
+        yield prefix, value
+
+
+def _fields_table(title: str, payload: dict[str, Any]) -> _Table:
+    return _Table(title, ("field", "value"), [[k, v] for k, v in _flatten("", payload)])
+
+
+def _show(*tables: _Table) -> None:
+    """Print the tables on stdout: rich when installed, else plain aligned columns."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        for t in tables:
+            click.echo(_plain(t))
+        return
+    console = Console(highlight=False)
+    for t in tables:
+        table = Table(title=Text(t.title) if t.title else None, title_justify="left")
+        for i, column in enumerate(t.columns):
+            table.add_column(Text(column), justify="right" if i in t.right else "left", overflow="fold")
+        for row in t.rows:
+            table.add_row(*(Text(_cell(v)) for v in row))
+        console.print(table)
+        if t.note:
+            console.print(Text(t.note))
+
+
+def _plain(t: _Table) -> str:
+    """The table as aligned text, one line a row (cells on one line: newlines become spaces)."""
+    cells = [[" ".join(_cell(v).split()) for v in row] for row in t.rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(t.columns)]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (
+            v.rjust(w) if i in t.right else v.ljust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        )
+        return "  ".join(padded).rstrip()
+
+    out = [t.title] if t.title else []
+    out += [line(t.columns), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells] or ["(none)"]
+    if t.note:
+        out.append(t.note)
+    return "\n".join(out) + "\n"
+
+
+class _Progress:
+    """A progress bar with rate and ETA on stderr while long work runs: rich's when installed, else one
+    plain status line. Shown with table output when stderr is a terminal (or --progress), never with
+    JSON output."""
+
+    def __init__(self, label: str, total: int | None, unit: str = "memories"):
+        ctx = click.get_current_context(silent=True)
+        forced = ctx.meta.get(_PROGRESS) if ctx is not None else None
+        self.enabled = not _json_mode() and (sys.stderr.isatty() if forced is None else bool(forced))
+        self.label, self.total, self.unit = label, total, unit
+        self.started = time.monotonic()
+        self._rich: Any = None
+        self._task: Any = None
+        self._last = ""
+
+    def __enter__(self) -> _Progress:
+        if not self.enabled:
+            return self
+        try:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                ProgressColumn,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.text import Text
+        except ImportError:
+            return self
+        unit = self.unit
+
+        class Rate(ProgressColumn):  # items per second (rich's own speed column counts bytes)
+            def render(self, task: Any) -> Text:
+                return Text("-" if task.speed is None else f"{task.speed:.1f} {unit}/s")
+
+        self._rich = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            Rate(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
+        self._rich.start()
+        self._task = self._rich.add_task(self.label, total=self.total)
+        return self
+
+    def update(self, completed: int, total: int | None = None) -> None:
+        if not self.enabled:
+            return
+        if total is not None:
+            self.total = total
+        if self.total is not None and completed > self.total:
+            self.total = completed  # more work appeared meanwhile (new eligible memories)
+        if self._rich is not None:
+            self._rich.update(self._task, completed=completed, total=self.total)
+            return
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = completed / elapsed
+        parts = [f"{self.label}: {completed}" + (f"/{self.total}" if self.total is not None else "")]
+        if self.total:
+            parts.append(f"{100 * completed // self.total}%")
+        parts.append(f"{rate:.1f} {self.unit}/s")
+        if self.total is not None and rate > 0:
+            parts.append(f"ETA {int((self.total - completed) / rate)}s")
+        self._last = " ".join(parts)
+        ending = "\r" if sys.stderr.isatty() else "\n"
+        click.echo(self._last, err=True, nl=False)
+        click.echo(ending, err=True, nl=False)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+        elif self.enabled and self._last and sys.stderr.isatty():
+            click.echo("", err=True)
 
 
 @contextmanager
@@ -205,6 +461,7 @@ def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
     ),
 )
 @click.option("-v", "--verbose", count=True, help="-v: progress logs, -vv: debug logs (stderr).")
+@_output_options
 @click.pass_context
 def cli(ctx: click.Context, verbose: int) -> None:
     """memory-archive: lifecycle of an agent memory table (configuration from MEMORY_ARCHIVE_* variables)."""
@@ -241,19 +498,25 @@ def _preflight(settings: Settings, *, llm: bool = False) -> None:
         "DATABASE_URL=postgresql://me@db/memories MEMORY_ARCHIVE_USER_PARTITIONS=16 memory-archive migrate",
     ),
 )
+@_PROGRESS_OPTION
+@_output_options
 @click.pass_context
 @_guarded
 def migrate_cmd(ctx: click.Context) -> None:
     """Create or upgrade the schema (the only command that changes it; a database keeps its dim)."""
     settings = _settings(ctx)
-    with open_database(settings, create=True) as db, naming_the_database(settings):
-        _emit(
-            {
-                "applied": migrate_database(
-                    db.url, settings.embedding.dim, user_partitions=settings.user_partitions
-                )
-            }
+    with (
+        open_database(settings, create=True) as db,
+        naming_the_database(settings),
+        _Progress("migrate", None, "migrations") as bar,
+    ):
+        applied = migrate_database(
+            db.url, settings.embedding.dim, user_partitions=settings.user_partitions, progress=bar.update
         )
+    _emit(
+        {"applied": applied},
+        lambda p: _show(_Table("Migrations applied", ("migration",), [[m] for m in p["applied"]])),
+    )
 
 
 @cli.command(
@@ -262,6 +525,7 @@ def migrate_cmd(ctx: click.Context) -> None:
         "memory-archive stats | jq .eligible   # the backlog by reason",
     )
 )
+@_output_options
 @click.pass_context
 @_guarded
 def stats(ctx: click.Context) -> None:
@@ -280,8 +544,77 @@ def stats(ctx: click.Context) -> None:
                 "released": [dict(r) for r in released_memories(conn, limit=10)],
                 "llm_batches": submission_stats(conn),
                 "paused": pause_status(conn).paused,
-            }
+            },
+            _show_stats,
         )
+
+
+def _size(n: int) -> str:
+    """Bytes for people: 1.2 MB (the JSON keeps the exact count)."""
+    size, unit = float(n), "B"
+    for bigger in ("kB", "MB", "GB", "TB"):
+        if size < 1000:
+            break
+        size, unit = size / 1000, bigger
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+def _show_stats(p: dict[str, Any]) -> None:
+    batches = p["llm_batches"]
+    _show(
+        _Table(
+            "Memories by tier",
+            ("tier", "memories", "bytes"),
+            [
+                ["hot", p["hot"], _size(p["hot_bytes"])],
+                ["archived", p["archived"], _size(p["archived_bytes"])],
+            ],
+            right=frozenset({1, 2}),
+        ),
+        _Table(
+            "Eligible for archival now",
+            ("reason", "memories"),
+            sorted(p["eligible"].items()),
+            right=frozenset({1}),
+        ),
+        _Table(
+            "Archival claims",
+            ("open", "failed", "awaiting takeover", "released, still hot"),
+            [[p["attempts"][k] for k in ("open", "failed", "awaiting_takeover", "released")]],
+            right=frozenset({0, 1, 2, 3}),
+        ),
+        *(
+            [
+                _Table(
+                    "Released memories (given up after max attempts)",
+                    ("memory", "user", "failed step", "attempts", "error"),
+                    [
+                        [
+                            r["memory_id"],
+                            r["user_id"],
+                            r["failed_step"],
+                            r["attempts"],
+                            _short(r["error"], 80),
+                        ]
+                        for r in p["released"]
+                    ],
+                )
+            ]
+            if p["released"]
+            else []
+        ),
+        _Table(
+            "LLM batch submissions",
+            ("status", "submissions", "oldest age (s)", "memories held"),
+            [
+                [status, b["submissions"], b["oldest_age_seconds"], b["memories_held"]]
+                for status, b in sorted(batches["by_status"].items())
+            ],
+            right=frozenset({1, 2, 3}),
+            note="\n".join(f"stalled: {s}" for s in batches["stalled"]) or None,
+        ),
+    )
+    click.echo(f"Archival paused: {_cell(p['paused'])}")
 
 
 def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -292,6 +625,19 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
         return validation.batch_key("batch_key", value)
     except InvalidInputError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+# archive's table on a terminal: one row a batch.
+_ARCHIVE_COLUMNS = (
+    "batch_key",
+    "claimed",
+    "taken_over",
+    "archived",
+    "failed",
+    "gate_passed",
+    "ok",
+    "problem",
+)
 
 
 @cli.command(
@@ -322,6 +668,8 @@ def _batch_key_option(ctx: click.Context, param: click.Parameter, value: str | N
     "a backlog drained by one process per shard.",
 )
 @_OPERATOR
+@_PROGRESS_OPTION
+@_output_options
 @click.pass_context
 @_guarded
 def archive(
@@ -341,9 +689,15 @@ def archive(
         # (its open attempts are taken over at once: the holder's pid is dead).
         _fail(f"--batch-key {batch_key!r}: not with --until-drained, whose batches each get their own key")
     _preflight(_settings(ctx), llm=True)
-    with _connection(ctx) as (settings, conn):
+    rows: list[list[Any]] = []
+    with _connection(ctx) as (settings, conn), contextlib.ExitStack() as stack:
         services = ArchivalServices.from_settings(settings)
         full = limit if limit is not None else settings.archival.batch_size
+        bar = None
+        if until_drained:
+            backlog = eligible_counts(conn, settings.archival, datetime.now(UTC), part)
+            bar = stack.enter_context(_Progress("archive", sum(backlog.values())))
+        done = 0
         while True:
             now = datetime.now(UTC)
             key = batch_key or f"adhoc-{now:%Y%m%dT%H%M%S.%f}{part.batch_suffix()}"
@@ -362,24 +716,37 @@ def archive(
             )
             claim = report.claim
             claimed = claim.claimed if claim else 0
-            _emit(
-                {
-                    "batch_key": key,
-                    "shard": str(part),
-                    "claimed": claimed,
-                    "taken_over": claim.taken_over if claim else 0,
-                    "archived": report.status.archived,
-                    "failed": report.status.failed,
-                    "failed_by_step": report.status.failed_by_step,
-                    "gate_passed": report.gate_passed,
-                    "ok": report.ok,
-                    "problem": report.problem,
-                    "stalled": report.stalled,
-                    "why": report.why,
-                }
-            )
+            done += report.status.archived + report.status.failed
+            if bar is not None:
+                bar.update(done)
+            line = {
+                "batch_key": key,
+                "shard": str(part),
+                "claimed": claimed,
+                "taken_over": claim.taken_over if claim else 0,
+                "archived": report.status.archived,
+                "failed": report.status.failed,
+                "failed_by_step": report.status.failed_by_step,
+                "gate_passed": report.gate_passed,
+                "ok": report.ok,
+                "problem": report.problem,
+                "stalled": report.stalled,
+                "why": report.why,
+            }
+            if _json_mode():
+                _emit(line)
+            rows.append([line[k] for k in _ARCHIVE_COLUMNS])
             if not (until_drained and report.ok and claimed >= max(full, 1)):
                 break
+    if not _json_mode():
+        _show(
+            _Table(
+                "Archival batches",
+                [c.replace("_", " ") for c in _ARCHIVE_COLUMNS],
+                rows,
+                right=frozenset({1, 2, 3, 4}),
+            )
+        )
     if report.paused is not None and report.paused.paused and claim is None:
         _fail(report.paused.describe(), EXIT_PAUSED)
     if not report.ok:
@@ -415,6 +782,8 @@ def archive(
     help="Every archive (of --user-id when given); pauses archival first.",
 )
 @_OPERATOR
+@_PROGRESS_OPTION
+@_output_options
 @click.pass_context
 @_guarded
 def restore(
@@ -449,15 +818,19 @@ def restore(
         if archive_id and not wanted:  # none of the archive ids names an archive: nothing to restore
             report = RestoreReport()
         else:
-            report = restore_archives(
-                conn,
-                services.object_store,
-                actor=actor,
-                all_archives=all_archives and user_id is None,
-                user_id=user_id,
-                original_ids=wanted or None,
-                pause_archival=all_archives,
-            )
+            total = len(wanted) if wanted else _archived_count(conn, user_id)
+            with _Progress("restore", total) as bar:
+                report = restore_archives(
+                    conn,
+                    services.object_store,
+                    actor=actor,
+                    all_archives=all_archives and user_id is None,
+                    user_id=user_id,
+                    original_ids=wanted or None,
+                    pause_archival=all_archives,
+                    progress=lambda r: bar.update(r.requested),
+                )
+                bar.update(report.requested)
         report.requested += len(unknown)
         report.not_found += len(unknown)
         report.errors[:0] = unknown
@@ -470,10 +843,33 @@ def restore(
                 "failed": report.failed,
                 "errors": report.errors[:5],
                 "archival_paused": report.paused_archival,
-            }
+            },
+            _show_restore,
         )
     if report.failed or report.not_found:
         sys.exit(EXIT_FAILED)
+
+
+def _archived_count(conn: Conn, user_id: str | None) -> int:
+    """How many archives a restore of everything (of `user_id`) has to go through: its progress total."""
+    row = conn.execute(
+        "SELECT count(*) AS n FROM archived_memories WHERE (%(u)s::text IS NULL OR user_id = %(u)s)",
+        {"u": None if user_id is None else validation.user(user_id)},
+    ).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def _show_restore(p: dict[str, Any]) -> None:
+    counts = ("requested", "restored", "already_hot", "not_found", "failed")
+    _show(
+        _Table(
+            "Restore",
+            [c.replace("_", " ") for c in (*counts, "archival_paused")],
+            [[*(p[c] for c in counts), p["archival_paused"]]],
+            right=frozenset(range(len(counts))),
+            note="\n".join(f"error: {e}" for e in p["errors"]) or None,
+        )
+    )
 
 
 @cli.command(
@@ -483,6 +879,7 @@ def restore(
     )
 )
 @click.option("--remove", is_flag=True, help="Delete orphans whose memory is hot and unclaimed, or gone.")
+@_output_options
 @click.pass_context
 @_guarded
 def sweep(ctx: click.Context, remove: bool) -> None:
@@ -512,6 +909,8 @@ def sweep(ctx: click.Context, remove: bool) -> None:
 @click.option("--user-id", help="Only this user's memories.")
 @click.option("--apply", is_flag=True, help="Make them live again (default: a dry run that writes nothing).")
 @_OPERATOR
+@_PROGRESS_OPTION
+@_output_options
 @click.pass_context
 @_guarded
 def unsupersede(ctx: click.Context, user_id: str | None, apply: bool, operator: str) -> None:
@@ -519,8 +918,405 @@ def unsupersede(ctx: click.Context, user_id: str | None, apply: bool, operator: 
     them live again, one 'updated' event each, except those whose text a live memory already holds."""
     actor = _actor(operator)
     with _connection(ctx) as (_, conn):
-        report = unsupersede_memories(conn, user_id=user_id, apply=apply, actor=actor)
+        with _Progress("unsupersede", None, "users") as bar:
+            report = unsupersede_memories(
+                conn, user_id=user_id, apply=apply, actor=actor, progress=bar.update
+            )
         _emit(report.to_json())
+
+
+# --------------------------------------------------------------------------- a user's memories: search, get,
+# forget, export (the right of access and portability, the right to erasure)
+
+
+def _id_kind(record: MemoryRecord, given: uuid.UUID) -> str:
+    return "archive_id" if record.archive_id == given and record.id != given else "memory_id"
+
+
+@cli.command(
+    epilog=_examples(
+        'memory-archive search --user-id alice "what coffee does she like?"',
+        'memory-archive search --user-id alice "trip to Lisbon" --limit 5 --json',
+        'memory-archive search --user-id alice "old address" --phase2 always   # archived summaries too',
+    )
+)
+@click.option("--user-id", required=True, help="Whose memories (a search never reads another user's).")
+@click.argument("query")
+@click.option(
+    "--limit", type=click.IntRange(min=1, max=1000), help="Hits per tier (default: retrieval settings)."
+)
+@click.option(
+    "--phase2",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Search archived summaries: when the hot hits are weak (auto), always, or never.",
+)
+@_output_options
+@click.pass_context
+@_guarded
+def search(ctx: click.Context, user_id: str, query: str, limit: int | None, phase2: str) -> None:
+    """Search a user's memories as an agent does: hot memories first, archived summaries when needed
+    (labelled archived, with their archive id). Read-only: a search here counts as no use."""
+    with _connection(ctx) as (settings, conn):
+        client = MemoryClient(
+            conn,
+            embedder=embedder_from_settings(settings.embedding),
+            object_store=object_store_from_settings(settings),
+            settings=settings,
+        )
+        result = client.search(user_id, query, limit=limit, phase2=cast(Any, phase2))
+    hits = [
+        {
+            "rank": i,
+            "tier": h.source,
+            "id": str(h.id),
+            "id_kind": "archive_id" if h.provenance.archive_id is not None else "memory_id",
+            "memory_id": str(h.provenance.memory_id),
+            "archive_id": None if h.provenance.archive_id is None else str(h.provenance.archive_id),
+            "score": round(h.scores.final, 6),
+            "category": h.provenance.category,
+            "created_at": h.provenance.created_at,
+            "text": h.text,
+            "label": h.label or None,
+        }
+        for i, h in enumerate(result.hits, 1)
+    ]
+    payload = {
+        "user_id": user_id,
+        "query": query,
+        "hits": hits,
+        "archived_searched": result.phase2_reason is not None,
+        "phase2_reason": result.phase2_reason,
+    }
+    _emit(payload, _show_search)
+
+
+def _show_search(p: dict[str, Any]) -> None:
+    archived = any(h["tier"] == "archived" for h in p["hits"])
+    note = (
+        "An archived hit shows its summary and archive id: `memory-archive get --user-id USER ID --original` "
+        "reads its original from the backup, `memory-archive restore --archive-id ID` brings it back."
+        if archived
+        else None
+    )
+    _show(
+        _Table(
+            f"{len(p['hits'])} hits for {p['query']!r} (user {p['user_id']})",
+            ("#", "tier", "id", "score", "category", "created", "text"),
+            [
+                [
+                    h["rank"],
+                    "[archived]" if h["tier"] == "archived" else "hot",
+                    f"{h['id']} ({h['id_kind'].replace('_', ' ')})",
+                    h["score"],
+                    h["category"],
+                    h["created_at"],
+                    _short(h["text"]),
+                ]
+                for h in p["hits"]
+            ],
+            right=frozenset({0, 3}),
+            note=note,
+        )
+    )
+
+
+@cli.command(
+    epilog=_examples(
+        "memory-archive get --user-id alice 0b7e6a52-3c1d-4f0e-9a51-6f1d2e8c4b90",
+        "memory-archive get --user-id alice 5d0c2f4e-8a1b-4c3d-9e7f-1a2b3c4d5e6f --original   # an archive id",
+    )
+)
+@click.option("--user-id", required=True, help="Whose memory (another user's id is not found).")
+@click.argument("memory_id", metavar="ID", type=click.UUID)
+@click.option(
+    "--original",
+    is_flag=True,
+    help="For an archived memory: its original text, read from its backup and verified (counts as no use).",
+)
+@_output_options
+@click.pass_context
+@_guarded
+def get(ctx: click.Context, user_id: str, memory_id: uuid.UUID, original: bool) -> None:
+    """One memory of a user by its memory id or by its archive id (what search and expand return): its
+    fields, tier and which kind of id was given."""
+    with _connection(ctx) as (settings, conn):
+        record = run_plan(conn, get_plan(user_id, memory_id))
+        if record is None:
+            _fail(
+                f"--user-id {user_id!r} has no memory with memory id or archive id {memory_id}",
+                EXIT_FAILED,
+            )
+        payload = _record_json(record)
+        kind = _id_kind(record, memory_id)
+        payload["id_kind"] = kind
+        if kind == "archive_id":
+            payload["note"] = f"that is an archive id; its original (memory id) is {record.id}"
+        if original and record.tier == "archived":
+            store = object_store_from_settings(settings)
+            doc = _originals(conn, store, record.user_id, [record.id])[record.id]
+            payload["content"] = doc.content
+            payload["content_source"] = "backup"
+    _emit(payload, _show_record)
+
+
+def _record_json(record: MemoryRecord) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(record).items()}
+
+
+def _show_record(p: dict[str, Any]) -> None:
+    fields = {k: v for k, v in p.items() if k not in ("note",)}
+    _show(
+        _Table(
+            f"Memory {p['id']} ({p['tier']})",
+            ("field", "value"),
+            list(_flatten_rows(fields)),
+            note=p.get("note"),
+        )
+    )
+
+
+def _flatten_rows(payload: dict[str, Any]) -> Iterator[list[Any]]:
+    for k, v in _flatten("", payload):
+        yield [k, v]
+
+
+def _originals(
+    conn: Conn, store: ObjectStore, user_id: str, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, BackupObject]:
+    """The backup documents of these archived memories of `user_id`, each read, checked against its
+    row's sha256 and its ids (promotion.verified_backup); nothing is written. A failed read raises."""
+    rows = conn.execute(
+        f"SELECT {JOINED_ROW} FROM {JOINED_FROM} WHERE a.user_id = %(u)s AND a.original_id = ANY(%(ids)s)",
+        {"u": user_id, "ids": list(ids)},
+    ).fetchall()
+    read = read_members(store, [(r["storage_ref"], r["backup_sha256"]) for r in rows])
+    docs = {}
+    for row, data in zip(rows, read, strict=True):
+        if isinstance(data, BaseException):
+            raise data
+        docs[row["original_id"]] = verified_backup(row, data, {"dim": None, "model": None})
+    return docs
+
+
+@cli.command(
+    epilog=_examples(
+        "memory-archive forget --user-id alice                  # dry run: what would be erased",
+        "memory-archive forget --user-id alice --apply          # erase everything of alice, then check",
+        "memory-archive forget --user-id alice --memory-id 0b7e6a52-3c1d-4f0e-9a51-6f1d2e8c4b90 --apply",
+    )
+)
+@click.option("--user-id", required=True, help="Whose memories.")
+@click.option(
+    "--memory-id",
+    type=click.UUID,
+    help="Only this memory (its memory id or archive id) and the earlier versions it superseded.",
+)
+@click.option("--apply", is_flag=True, help="Erase (default: a dry run that lists what would be erased).")
+@_OPERATOR
+@_output_options
+@click.pass_context
+@_guarded
+def forget(ctx: click.Context, user_id: str, memory_id: uuid.UUID | None, apply: bool, operator: str) -> None:
+    """Erase a user, or one memory, from every tier, table and backup version (the right to erasure;
+    the audit log keeps content-free tombstones). A dry run by default; --apply erases, then checks what
+    is left: for a user, memory_lib.lifecycle.forget.remaining (exit 1 unless nothing is)."""
+    actor = _actor(operator)
+    if not apply:
+        with _connection(ctx) as (_, conn):
+            seen = forget_preview(conn, user_id, memory_id)
+        _emit(_preview_json(seen, memory_id), _show_preview)
+        return
+    _preflight(_settings(ctx))
+    with _connection(ctx) as (settings, conn):
+        store = object_store_from_settings(settings)
+        if memory_id is None:
+            result = forget_user(conn, store, user_id, actor=actor)
+            left = remaining(conn, store, user_id)
+            check: dict[str, Any] = {
+                "clean": left.clean,
+                "rows": {t: n for t, n in left.rows.items() if n},
+                "unredacted_events": left.unredacted_events,
+                "objects": list(left.objects),
+                "uncovered_tables": list(left.uncovered_tables),
+            }
+        else:
+            result = forget_memory(conn, store, user_id, memory_id, actor=actor)
+            still = [i for i in result.memory_ids if run_plan(conn, get_plan(user_id, i)) is not None]
+            check = {"clean": not still, "memories": [str(i) for i in still]}
+    payload = {
+        "applied": True,
+        "user_id": result.user_id,
+        "memory_id": result.memory_id,
+        "request_id": result.request_id,
+        "forgotten": len(result.memory_ids),
+        "memory_ids": [str(i) for i in result.memory_ids],
+        "object_versions_deleted": result.object_versions_deleted,
+        "rows_deleted": result.rows_deleted,
+        "resumed": result.resumed,
+        "already_forgotten": result.already_forgotten,
+        "remaining": check,
+    }
+    _emit(payload, _show_forgotten)
+    if not check["clean"]:
+        _fail(
+            f"forget of --user-id {user_id!r} left data behind: {json.dumps(check, default=str)}", EXIT_FAILED
+        )
+
+
+def _preview_json(seen: ForgetPreview, given: uuid.UUID | None) -> dict[str, Any]:
+    tiers: dict[str, int] = {}
+    for item in seen.items:
+        tiers[item.tier] = tiers.get(item.tier, 0) + 1
+    payload: dict[str, Any] = {
+        "applied": False,
+        "user_id": seen.user_id,
+        "memory_id": seen.memory_id,
+        "would_forget": len(seen.items),
+        "by_tier": tiers,
+        "backup_refs": len(seen.backup_refs),
+        "already_forgotten": seen.already_forgotten,
+        "memories": [
+            {
+                "memory_id": str(i.memory_id),
+                "tier": i.tier,
+                "archive_id": None if i.archive_id is None else str(i.archive_id),
+                "created_at": i.created_at,
+                "text": _short(i.text, 200),
+            }
+            for i in seen.items
+        ],
+    }
+    if given is not None and seen.memory_id is not None and seen.memory_id != given:
+        payload["note"] = f"that is an archive id; its original (memory id) is {seen.memory_id}"
+    return payload
+
+
+_PREVIEW_ROWS = 50  # a terminal shows this many; --json lists them all
+
+
+def _show_preview(p: dict[str, Any]) -> None:
+    items = p["memories"]
+    if p["already_forgotten"]:
+        note = "Already forgotten: nothing is left to erase."
+    else:
+        more = (
+            f" (and {len(items) - _PREVIEW_ROWS} more: --json lists them all)"
+            if len(items) > _PREVIEW_ROWS
+            else ""
+        )
+        note = (
+            f"Dry run{more}: {p['would_forget']} memories and the backups that hold them "
+            "(with every version) would be erased. Nothing was written: add --apply to erase."
+        )
+    if p.get("note"):
+        note = f"{p['note']}\n{note}"
+    _show(
+        _Table(
+            f"Forget {'memory ' + str(p['memory_id']) if p['memory_id'] else 'every memory'} of {p['user_id']}",
+            ("memory id", "tier", "archive id", "created", "text"),
+            [
+                [i["memory_id"], i["tier"], i["archive_id"], i["created_at"], _short(i["text"], 80)]
+                for i in items[:_PREVIEW_ROWS]
+            ],
+            note=note,
+        )
+    )
+
+
+def _show_forgotten(p: dict[str, Any]) -> None:
+    check = p["remaining"]
+    _show(
+        _Table(
+            f"Forgotten: {p['user_id']}" + (f", memory {p['memory_id']}" if p["memory_id"] else ""),
+            ("memories", "object versions deleted", "rows deleted", "already forgotten", "nothing remains"),
+            [
+                [
+                    p["forgotten"],
+                    p["object_versions_deleted"],
+                    sum(p["rows_deleted"].values()),
+                    p["already_forgotten"],
+                    check["clean"],
+                ]
+            ],
+            right=frozenset({0, 1, 2}),
+            note=None if check["clean"] else f"left behind: {json.dumps(check, default=str)}",
+        )
+    )
+
+
+@cli.command(
+    epilog=_examples(
+        "memory-archive export --user-id alice > alice.jsonl",
+        "memory-archive export --user-id alice --output alice.jsonl",
+    )
+)
+@click.option("--user-id", required=True, help="Whose memories (never another user's).")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    default="-",
+    help="Write the JSONL here (default: stdout); a summary is printed after.",
+)
+@_PROGRESS_OPTION
+@_output_options
+@click.pass_context
+@_guarded
+def export(ctx: click.Context, user_id: str, output: str) -> None:
+    """Every memory of a user as JSON lines, one memory a line: hot ones as stored, archived ones with
+    their original text read back from their backups (each verified against its sha256), superseded
+    versions included. The right of access and portability; nothing is written to the store."""
+    user = validation.user(user_id)
+    counts = {"hot": 0, "archived": 0}
+    with contextlib.ExitStack() as stack:
+        sys.stdout.flush()  # bytes go to its buffer below
+        sink: BinaryIO = sys.stdout.buffer if output == "-" else stack.enter_context(Path(output).open("wb"))
+        settings, conn = stack.enter_context(_connection(ctx))
+        store = object_store_from_settings(settings)
+        total = _memory_count(conn, user)
+        bar = stack.enter_context(_Progress("export", total))
+        cursor: str | None = None
+        while True:
+            page = run_plan(
+                conn, list_plan(list_query(user, include_superseded=True, limit=500, cursor=cursor))
+            )
+            archived = [r.id for r in page.items if r.tier == "archived"]
+            docs = _originals(conn, store, user, archived) if archived else {}
+            for record in page.items:
+                line = _record_json(record)
+                if record.tier == "archived":
+                    doc = docs[record.id]
+                    meta = dict(doc.metadata)
+                    tags = meta.pop("tags", [])
+                    line |= {"content": doc.content, "metadata": meta, "tags": tags}
+                line["content_sha256"] = hashlib.sha256(line["content"].encode()).hexdigest()
+                line["content_source"] = "backup" if record.tier == "archived" else "hot"
+                sink.write(json.dumps(line, ensure_ascii=False, default=str).encode() + b"\n")
+                counts[record.tier] += 1
+            bar.update(sum(counts.values()))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        sink.flush()
+    summary = {"user_id": user, "exported": sum(counts.values()), **counts, "output": output}
+    if output == "-":
+        click.echo(
+            f"memory-archive: exported {summary['exported']} memories of {user!r} "
+            f"({counts['hot']} hot, {counts['archived']} archived originals from their backups)",
+            err=True,
+        )
+    else:
+        _emit(summary)
+
+
+def _memory_count(conn: Conn, user: str) -> int:
+    row = conn.execute(
+        """SELECT (SELECT count(*) FROM memories WHERE user_id = %(u)s)
+                + (SELECT count(*) FROM archived_memories WHERE user_id = %(u)s) AS n""",
+        {"u": user},
+    ).fetchone()
+    return int(row["n"]) if row else 0
 
 
 _PAUSE_EXAMPLES = (
@@ -538,6 +1334,7 @@ def pause() -> None:
 @pause.command(
     "show", epilog=_examples("memory-archive pause show", "memory-archive pause status   # the same")
 )
+@_output_options
 @click.pass_context
 @_guarded
 def pause_show(ctx: click.Context) -> None:
@@ -550,6 +1347,7 @@ def pause_show(ctx: click.Context) -> None:
 @pause.command("set", epilog=_examples(_PAUSE_EXAMPLES[1]))
 @click.option("--reason", required=True, help="Why (kept in the pause history).")
 @_OPERATOR
+@_output_options
 @click.pass_context
 @_guarded
 def pause_set(ctx: click.Context, reason: str, operator: str) -> None:
@@ -563,6 +1361,7 @@ def pause_set(ctx: click.Context, reason: str, operator: str) -> None:
 @pause.command("clear", epilog=_examples(_PAUSE_EXAMPLES[2]))
 @click.option("--reason", required=True, help="Why it is safe to resume (kept in the pause history).")
 @_OPERATOR
+@_output_options
 @click.pass_context
 @_guarded
 def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:

@@ -45,7 +45,7 @@ from ..consolidation.monthly import drop_from_consolidation_plan
 from ..core import validation
 from ..core.errors import InvalidInputError, NotFoundError
 from ..core.locks import USER_LOCK_SQL, WAIT_FOR_BACKUPS_SQL
-from ..core.plans import Call, Flow, Plan, RunPlan, Sql, drive, drive_async, run_plan
+from ..core.plans import Call, Flow, Plan, RunPlan, Snapshot, Sql, drive, drive_async, run_plan
 from ..core.rows import AsyncConn, Conn, Row
 from ..storage import packs
 from ..storage.events import EventType, events
@@ -338,6 +338,77 @@ def forget_user(
 ) -> ForgetResult:
     """Forget every memory of `user_id` in every tier, table and object version. Idempotent."""
     return run_forget(conn, forget_steps(store, user_id, None, actor=actor, now=now))
+
+
+@dataclass(frozen=True)
+class ForgetItem:
+    """One memory a forget would erase: `tier` is hot, archived, or other (only its attempts, retention
+    or audit events are left); `text` its content (hot) or summary (archived)."""
+
+    memory_id: uuid.UUID
+    tier: str
+    archive_id: uuid.UUID | None
+    text: str | None
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ForgetPreview:
+    """What forget of `memory_id` (None: the whole user) would erase now, read without writing: the
+    memories in its scope and the backup refs their rows name (forget also lists the user's packs)."""
+
+    user_id: str
+    memory_id: uuid.UUID | None  # the memory the given id names (an archive id resolves to its memory)
+    items: tuple[ForgetItem, ...]
+    backup_refs: tuple[str, ...]
+    already_forgotten: bool = False
+
+
+def preview_plan(user_id: object, memory_id: object = None) -> Plan[ForgetPreview]:
+    """forget's scope (`_RESOLVE_SQL`, then the chain or the user's ids), read in one snapshot: the dry run
+    of a forget. NotFoundError for a memory id the user never had."""
+    user = validation.user(user_id)
+    target = validation.optional_uuid("memory_id", memory_id)
+    yield Snapshot()
+    if target is not None:
+        found = yield Sql(_RESOLVE_SQL, {"user_id": user, "id": target}, "one")
+        if found is None:
+            done = yield Sql(_DONE_FOR_MEMORY_SQL, {"user_id": user, "id": target}, "one")
+            if done is None:
+                raise NotFoundError(f"no memory {target} for user_id={user!r}")
+            return ForgetPreview(user, target, (), (), already_forgotten=True)
+        target = found["memory_id"]
+    ids = yield from _scope_ids(user, target)
+    if not ids:
+        done = yield Sql(_DONE_FOR_USER_SQL, {"user_id": user}, "one")
+        return ForgetPreview(user, target, (), (), already_forgotten=done is not None)
+    params = {"user_id": user, "ids": ids}
+    hot = yield Sql(
+        "SELECT id, content, created_at FROM memories WHERE user_id = %(user_id)s AND id = ANY(%(ids)s)",
+        params,
+        "all",
+    )
+    archived = yield Sql(
+        """SELECT original_id, id, summary, original_created_at FROM archived_memories
+           WHERE user_id = %(user_id)s AND original_id = ANY(%(ids)s)""",
+        params,
+        "all",
+    )
+    refs = yield Sql(_REFS_SQL, params, "all")
+    items = {i: ForgetItem(i, "other", None, None, None) for i in ids}
+    items |= {r["id"]: ForgetItem(r["id"], "hot", None, r["content"], r["created_at"]) for r in hot}
+    for r in archived:
+        items[r["original_id"]] = ForgetItem(
+            r["original_id"], "archived", r["id"], r["summary"], r["original_created_at"]
+        )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    ordered = sorted(items.values(), key=lambda i: (i.created_at or oldest, i.memory_id))
+    return ForgetPreview(user, target, tuple(ordered), tuple(sorted({r["ref"] for r in refs if r["ref"]})))
+
+
+def preview(conn: Conn, user_id: str, memory_id: uuid.UUID | None = None) -> ForgetPreview:
+    """What forget_memory (memory_id given) or forget_user would erase now; writes nothing."""
+    return run_plan(conn, preview_plan(user_id, memory_id))
 
 
 # --------------------------------------------------------------------------- plans

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -196,11 +196,17 @@ def connect(url: str | SecretStr, *, autocommit: bool = True, register: bool = T
 ONE_CONNECTION_PER_WORKER = "SET LOCAL citus.multi_shard_modify_mode = 'sequential'"
 
 
-def migrate_database(url: str, default_dim: int, *, user_partitions: int | None = None) -> list[str]:
+def migrate_database(
+    url: str,
+    default_dim: int,
+    *,
+    user_partitions: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
     """Apply pending migrations; an initialized database keeps the embedding dim it was created with
     (`default_dim` only sizes a new database's vectors). Then, when `user_partitions` is set, bring
     memories and archived_memories to that many hash partitions by user_id (storage.partitioning).
-    Returns the migrations applied and the tables converted."""
+    Returns the migrations applied and the tables converted. `progress`: migrations.migrate's."""
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
@@ -211,7 +217,7 @@ def migrate_database(url: str, default_dim: int, *, user_partitions: int | None 
     dim = int(row[0]) if row else default_dim
     if dim != default_dim:
         log.info("database keeps embedding_dim=%s it was created with (settings say %s)", dim, default_dim)
-    applied = migrate(url, embedding_dim=dim)
+    applied = migrate(url, embedding_dim=dim, progress=progress)
     if user_partitions is not None:
         dict_conn = connect(url)
         try:

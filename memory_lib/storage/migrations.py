@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -101,8 +102,15 @@ def load_migrations(directory: Traversable | Path | None = None, *, embedding_di
     return found
 
 
-def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | None = None) -> list[str]:
-    """Apply pending migrations, each in its own transaction; returns the names applied.
+def migrate(
+    url: str,
+    *,
+    embedding_dim: int,
+    directory: Traversable | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """Apply pending migrations, each in its own transaction; returns the names applied. `progress`
+    is called with (migrations checked, total) after each one (a progress bar's hook).
 
     Re-running is a no-op. A migration that fails rolls back whole, leaving no half-applied schema.
     """
@@ -124,7 +132,9 @@ def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | Non
                     )
                 except psycopg.errors.InsufficientPrivilege as exc:
                     raise _privilege_error(conn, "creating table schema_migrations", exc) from exc
-        for mig in migrations:
+        for done, mig in enumerate(migrations, 1):
+            if progress is not None and done > 1:
+                progress(done - 1, len(migrations))
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_ID,))
                 row = conn.execute(
@@ -161,6 +171,8 @@ def migrate(url: str, *, embedding_dim: int, directory: Traversable | Path | Non
                         (str(embedding_dim),),
                     )
                 applied_now.append(mig.name)
+    if progress is not None:
+        progress(len(migrations), len(migrations))
     return applied_now
 
 

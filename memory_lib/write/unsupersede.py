@@ -22,6 +22,7 @@ Every statement filters by user_id, except the one listing which users have supe
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -226,9 +227,11 @@ def unsupersede(
     apply: bool = False,
     actor: str = "memory-archive",
     now: datetime | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> UnsupersedeReport:
     """List (apply=False, the default: nothing written) or make live again (apply=True) the memories of
-    `user_id` (or of every user) that add's former near-duplicate rule superseded; see the module."""
+    `user_id` (or of every user) that add's former near-duplicate rule superseded; see the module.
+    `progress` is called with (users done, users) after each user."""
     users = [validation.user(user_id)] if user_id is not None else None
     apply = validation.boolean("apply", apply)
     actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
@@ -245,4 +248,6 @@ def unsupersede(
             if apply and live:
                 live, kept = _apply(conn, user, live, kept, actor=actor, now=when)
         results.append(UserUnsupersede(user, tuple(live), tuple(kept)))
+        if progress is not None:
+            progress(len(results), len(users))
     return UnsupersedeReport(apply, tuple(results))
