@@ -58,6 +58,7 @@ from .core.errors import (
     IntegrityError,
     InvalidInputError,
     MemoryArchiveError,
+    NotFoundError,
     ObjectNotFoundError,
     ObjectStoreError,
     SchemaError,
@@ -232,6 +233,7 @@ class _Table:
     rows: Sequence[Sequence[Any]] = field(default_factory=list)
     right: frozenset[int] = frozenset()  # right-aligned (numeric) columns
     note: str | None = None  # a line printed under the table
+    wrap: int | None = None  # the one column that wraps (a text); None: any may
 
 
 def _cell(value: Any) -> str:
@@ -282,9 +284,17 @@ def _show(*tables: _Table) -> None:
         return
     console = Console(highlight=False)
     for t in tables:
+        if not t.rows and t.title:
+            console.print(Text(f"{t.title}: none"))
+            continue
         table = Table(title=Text(t.title) if t.title else None, title_justify="left")
         for i, column in enumerate(t.columns):
-            table.add_column(Text(column), justify="right" if i in t.right else "left", overflow="fold")
+            table.add_column(
+                Text(column),
+                justify="right" if i in t.right else "left",
+                overflow="fold",
+                no_wrap=t.wrap is not None and i != t.wrap,
+            )
         for row in t.rows:
             table.add_row(*(Text(_cell(v)) for v in row))
         console.print(table)
@@ -304,9 +314,11 @@ def _plain(t: _Table) -> str:
         )
         return "  ".join(padded).rstrip()
 
+    if not t.rows and t.title:
+        return f"{t.title}: none\n"
     out = [t.title] if t.title else []
     out += [line(t.columns), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells] or ["(none)"]
+    out += [line(r) for r in cells]
     if t.note:
         out.append(t.note)
     return "\n".join(out) + "\n"
@@ -929,6 +941,9 @@ def unsupersede(ctx: click.Context, user_id: str | None, apply: bool, operator: 
 # forget, export (the right of access and portability, the right to erasure)
 
 
+_NOT_FOUND = "--user-id {user!r} has no memory with memory id or archive id {id}"
+
+
 def _id_kind(record: MemoryRecord, given: uuid.UUID) -> str:
     return "archive_id" if record.archive_id == given and record.id != given else "memory_id"
 
@@ -1018,6 +1033,7 @@ def _show_search(p: dict[str, Any]) -> None:
             ],
             right=frozenset({0, 3}),
             note=note,
+            wrap=6,
         )
     )
 
@@ -1044,10 +1060,7 @@ def get(ctx: click.Context, user_id: str, memory_id: uuid.UUID, original: bool) 
     with _connection(ctx) as (settings, conn):
         record = run_plan(conn, get_plan(user_id, memory_id))
         if record is None:
-            _fail(
-                f"--user-id {user_id!r} has no memory with memory id or archive id {memory_id}",
-                EXIT_FAILED,
-            )
+            _fail(_NOT_FOUND.format(user=user_id, id=memory_id), EXIT_FAILED)
         payload = _record_json(record)
         kind = _id_kind(record, memory_id)
         payload["id_kind"] = kind
@@ -1124,12 +1137,12 @@ def forget(ctx: click.Context, user_id: str, memory_id: uuid.UUID | None, apply:
     is left: for a user, memory_lib.lifecycle.forget.remaining (exit 1 unless nothing is)."""
     actor = _actor(operator)
     if not apply:
-        with _connection(ctx) as (_, conn):
+        with _connection(ctx) as (_, conn), _no_such_memory(user_id, memory_id):
             seen = forget_preview(conn, user_id, memory_id)
         _emit(_preview_json(seen, memory_id), _show_preview)
         return
     _preflight(_settings(ctx))
-    with _connection(ctx) as (settings, conn):
+    with _connection(ctx) as (settings, conn), _no_such_memory(user_id, memory_id):
         store = object_store_from_settings(settings)
         if memory_id is None:
             result = forget_user(conn, store, user_id, actor=actor)
@@ -1163,6 +1176,17 @@ def forget(ctx: click.Context, user_id: str, memory_id: uuid.UUID | None, apply:
         _fail(
             f"forget of --user-id {user_id!r} left data behind: {json.dumps(check, default=str)}", EXIT_FAILED
         )
+
+
+@contextmanager
+def _no_such_memory(user_id: str, memory_id: uuid.UUID | None) -> Iterator[None]:
+    """A memory id the user never had: exit 1 in the words of get (the library's NotFoundError)."""
+    try:
+        yield
+    except NotFoundError:
+        if memory_id is None:
+            raise
+        _fail(_NOT_FOUND.format(user=user_id, id=memory_id), EXIT_FAILED)
 
 
 def _preview_json(seen: ForgetPreview, given: uuid.UUID | None) -> dict[str, Any]:
@@ -1221,6 +1245,7 @@ def _show_preview(p: dict[str, Any]) -> None:
                 for i in items[:_PREVIEW_ROWS]
             ],
             note=note,
+            wrap=4,
         )
     )
 
