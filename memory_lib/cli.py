@@ -1,7 +1,10 @@
-"""`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede and pause from a shell.
+"""`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede and pause from a shell; search,
+get, forget and export a user's memories.
 
 Every subcommand runs the same memory_lib code as the Dagster Slow Path (pipeline.run_batch for
-`archive`) and prints one JSON line on stdout. `archive`, `restore` and `sweep` first run
+`archive`) and prints tables on a terminal, one JSON line on stdout when piped or with --json (`export`:
+JSON lines, one a memory); long work shows a progress bar on stderr, on a terminal only (`_Progress`).
+`archive`, `restore`, `sweep` and `forget --apply` first run
 memory_lib.preflight, as the Dagster resources do: a missing bucket, refused credentials or a malformed
 API key is refused before anything is claimed or written. Exit status, one meaning each:
 
@@ -469,6 +472,9 @@ def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
         "memory-archive -v archive --limit 100   # one batch, progress on stderr",
         "memory-archive restore --user-id alice",
         "memory-archive pause show",
+        'memory-archive search --user-id alice "coffee order"   # archived hits labelled',
+        "memory-archive forget --user-id alice   # dry run; --apply erases",
+        "memory-archive stats --json             # JSON on a terminal too (the default when piped)",
         "DATABASE_URL=postgresql://me@db/memories memory-archive stats",
     ),
 )

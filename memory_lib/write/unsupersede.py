@@ -239,6 +239,8 @@ def unsupersede(
     if users is None:
         users = [r["user_id"] for r in conn.execute(_USERS_SQL).fetchall()]
     results = []
+    if progress is not None:
+        progress(0, len(users))
     for user in users:
         with conn.transaction():
             if apply:

@@ -12,6 +12,7 @@ import pytest
 
 from memory_lib.cli import main
 from memory_lib.storage.db import connect
+from memory_lib.storage.migrations import load_migrations
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
 from testing.factories import make_memories
@@ -124,6 +125,13 @@ def test_progress_only_on_a_terminal_never_with_json(conn, capsys, monkeypatch):
     out, err = _run(capsys, "restore", "--all", "--table", "--progress")
     assert "restore" in err and "15/15" in err, err
     assert "Restore" in out and "requested" in out
+    shipped = len(load_migrations(embedding_dim=TEST_DIM))
+    out, err = _run(capsys, "migrate", "--table", "--progress")
+    assert "migrate" in err and f"{shipped}/{shipped}" in err and "Migrations applied: none" in out, err
+    out, err = _run(capsys, "unsupersede", "--table", "--progress")
+    assert "unsupersede" in err and "0/0" in err, err  # no user has memories the former rule hid
+    for args in (["migrate"], ["unsupersede"], ["restore", "--all", "--no-progress", "--table"]):
+        assert _run(capsys, *args)[1] == ""
 
 
 def test_search_labels_archived_hits_and_get_names_the_kind_of_id(conn, capsys, monkeypatch):
@@ -136,7 +144,10 @@ def test_search_labels_archived_hits_and_get_names_the_kind_of_id(conn, capsys, 
     hit = next(h for h in archived if h["memory_id"] == str(cafe))
     assert (hit["id"], hit["id_kind"], hit["archive_id"]) == (str(archives[cafe]), "archive_id", hit["id"])
     assert hit["label"] == "[archived]"
-    bob = _json(capsys, "search", "--user-id", "bob", "cortado oat milk", "--phase2", "always")
+    bob = _json(
+        capsys, "search", "--user-id", "bob", "cortado oat milk", "--phase2", "always", "--limit", "1"
+    )
+    assert len([h for h in bob["hits"] if h["tier"] == "hot"]) == 1
     assert all(h["memory_id"] not in {str(i) for i in archives} for h in bob["hits"])
     monkeypatch.setenv("COLUMNS", "250")
     out, _ = _run(capsys, "--table", "search", "--user-id", "alice", "cortado oat milk", "--phase2", "always")
