@@ -399,10 +399,12 @@ class _Progress:
         parts.append(f"{rate:.1f} {self.unit}/s")
         if self.total is not None and rate > 0:
             parts.append(f"ETA {int((self.total - completed) / rate)}s")
-        self._last = " ".join(parts)
-        ending = "\r" if sys.stderr.isatty() else "\n"
-        click.echo(self._last, err=True, nl=False)
-        click.echo(ending, err=True, nl=False)
+        line = " ".join(parts)
+        if sys.stderr.isatty():  # one line, rewritten in place (padded over a longer previous one)
+            click.echo("\r" + line.ljust(len(self._last)), err=True, nl=False)
+        else:
+            click.echo(line, err=True)
+        self._last = line
 
     def __exit__(self, *exc: object) -> None:
         if self._rich is not None:
