@@ -178,8 +178,8 @@ def test_search_labels_archived_hits_and_get_names_the_kind_of_id(conn, capsys, 
     _, err = _run(capsys, "get", "--user-id", "bob", str(archives[cafe]), code=1)
     assert str(archives[cafe]) in err
     # The id search returned restores it; given as --original-id it is named for what it is.
-    out = _json(capsys, "restore", "--original-id", hit["id"], code=1)
-    assert out["errors"][0].startswith(f"original_id={hit['id']}: that is an archive id")
+    named = _json(capsys, "restore", "--original-id", hit["id"], code=1)
+    assert named["errors"][0].startswith(f"original_id={hit['id']}: that is an archive id")
     assert _json(capsys, "restore", "--archive-id", hit["id"])["restored"] == 1
     got = _json(capsys, "get", "--user-id", "alice", str(cafe))
     assert (got["tier"], got["content"]) == ("hot", memories[cafe]["content"])
