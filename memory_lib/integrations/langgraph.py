@@ -292,7 +292,8 @@ class MemoryArchiveStore(BaseStore):
 
     def _plan(self, ops: Iterable[Op]) -> list[Steps]:
         """InMemoryStore's batch order: reads see the store as it was before the batch's puts, which run
-        last, one per (namespace, key) (the last wins). Every op is checked before anything runs."""
+        last, one per (namespace, key) (the last wins). Every put is checked before anything runs; a
+        read is checked when it runs, before any put."""
         ops = list(ops)
         reads: list[Steps] = []
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
@@ -306,7 +307,7 @@ class MemoryArchiveStore(BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 reads.append(self._list_namespaces(op))
             elif isinstance(op, PutOp):
-                self._user(op.namespace)  # refused before anything runs
+                self._check_put(op)
                 puts[(tuple(op.namespace), op.key)] = op
                 slots.append(None)
                 continue
@@ -314,6 +315,18 @@ class MemoryArchiveStore(BaseStore):
                 raise InvalidInputError("op", op, "is not a GetOp, PutOp, SearchOp or ListNamespacesOp")
             slots.append(len(reads) - 1)
         return self._ordered(slots, reads, list(puts.values()))
+
+    def _check_put(self, op: PutOp) -> None:
+        """What a put would be refused for, before any op of the batch runs."""
+        self._user(tuple(op.namespace))
+        if "*" in op.namespace:
+            raise InvalidNamespaceError(
+                f"namespace {tuple(op.namespace)!r}: '*' matches labels, it is not one"
+            )
+        self._label_tags(op.namespace)
+        self._ttl_days(op.ttl)
+        if op.value is not None and not isinstance(op.value, Mapping):
+            raise InvalidInputError("value", op.value, "must be a mapping (a dict) or None to delete")
 
     def _ordered(self, slots: list[int | None], reads: list[Steps], puts: list[PutOp]) -> list[Steps]:
         """One step list per op, in the ops' order (a put's result is None), then the puts' writes."""

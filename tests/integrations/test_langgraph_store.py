@@ -307,6 +307,12 @@ def test_store_arguments_are_checked(conn, local_store):
         store.put(("x" * 57,), "k", {"text": "long label"})
     with pytest.raises(InvalidNamespaceError):
         store.put(("a.b",), "k", {"text": "dotted label"})
+    with pytest.raises(InvalidNamespaceError, match="matches labels"):
+        store.put(("a", "*"), "k", {"text": "a wildcard is not a label"})
+    # A batch whose last put is refused writes nothing.
+    with pytest.raises(InvalidInputError, match="ttl"):
+        store.batch([PutOp(NOTES, "ok", {"text": "fine"}), PutOp(NOTES, "bad", {"text": "x"}, ttl=0)])
+    assert store.get(NOTES, "ok") is None
 
 
 def test_list_by_tags_finds_hot_and_archived_memories_of_the_user(conn, local_store):
@@ -322,3 +328,36 @@ def test_list_by_tags_finds_hot_and_archived_memories_of_the_user(conn, local_st
     assert [r.id for r in client.list("u1", tags=["trip", "x"]).items] == [a]
     with pytest.raises(InvalidInputError, match="tags"):
         client.list("u1", tags="trip")
+
+
+def test_an_overwrite_keeps_history_and_its_first_time_and_delete_forgets_every_version(conn, local_store):
+    client = make_client(conn, local_store, retrieval=RETRIEVAL)
+    store = MemoryArchiveStore(client, user_id="u1")
+    store.put(PREFS, "drink", {"text": "Prefers a cortado"})
+    first = _got(store, PREFS, "drink")
+    store.put(PREFS, "drink", {"text": "Prefers a flat white"})
+    second = _got(store, PREFS, "drink")
+    assert second.memory_id != first.memory_id and second.created_at == first.created_at
+    assert second.updated_at >= first.updated_at
+    events = [e.event_type for e in client.history("u1", first.memory_id)]
+    assert "superseded" in events
+    versions = client.list("u1", include_superseded=True).items
+    assert {r.id for r in versions} == {first.memory_id, second.memory_id}
+    store.delete(PREFS, "drink")
+    assert client.list("u1", include_superseded=True).items == []
+
+
+def test_abatch_without_an_async_client_runs_the_sync_one(conn, local_store):
+    store = _sync_store(conn, local_store)
+
+    async def scenario() -> Any:
+        await store.aput(NOTES, "k", {"text": "from a coroutine"})
+        return await store.aget(NOTES, "k")
+
+    got = asyncio.run(scenario())
+    assert got is not None and got.value == {"text": "from a coroutine"} and got.tier == "hot"
+    only_async = MemoryArchiveStore(
+        aclient=AsyncMemoryClient(conn, embedder=HashingEmbedder(TEST_DIM)), user_id="u1"
+    )
+    with pytest.raises(InvalidInputError, match="async methods"):
+        only_async.get(NOTES, "k")
