@@ -200,6 +200,9 @@ def test_an_archived_item_is_still_got_and_found(conn, local_store):
     now = datetime.now(UTC)
     report = archive_batch(conn, local_store, as_of=now + timedelta(days=120))
     assert report.archived >= 2
+    # The search options reach the client's search: without phase 2, archived items are not searched.
+    hot_only = _sync_store(conn, local_store, search_options={"phase2": "never"})
+    assert hot_only.search(("notes",), query="library card blue folder") == []
     got = _got(store, NOTES, "card")
     assert got.tier == "archived" and got.archive_id is not None
     assert (got.namespace, got.key, got.value) == (NOTES, "card", value)
@@ -210,15 +213,20 @@ def test_an_archived_item_is_still_got_and_found(conn, local_store):
         ("kayak", "archived"),
     }
     assert store.list_namespaces() == [NOTES]
-    # A put over an archived item restores it, then writes the new value.
+    # Each read of an archived value was an expansion: the third (expansions_to_promote) brought the card
+    # back to the hot tier; the kayak, expanded once, stays archived.
+    assert _got(store, NOTES, "card").tier == "hot"
+    assert _got(store, NOTES, "kayak").tier == "archived"
+    # A put over an archived item restores it, then writes the new value (new text: a new version).
+    store.put(NOTES, "kayak", {"text": "Kayak trip on the Douro, twice"}, index=["text"])
+    again = _got(store, NOTES, "kayak")
+    assert again.tier == "hot" and again.value == {"text": "Kayak trip on the Douro, twice"}
     store.put(NOTES, "card", value | {"n": 8})
-    again = _got(store, NOTES, "card")
-    assert again.tier == "hot" and again.value == value | {"n": 8}
+    assert _got(store, NOTES, "card").value == value | {"n": 8}
     store.delete(NOTES, "kayak")
     assert store.get(NOTES, "kayak") is None
-    assert (
-        conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u1'").fetchone()["n"] == 0
-    )
+    left = conn.execute("SELECT count(*) AS n FROM archived_memories WHERE user_id = 'u1'").fetchone()
+    assert left["n"] == 0
 
 
 def test_archived_item_through_the_async_store(db_url, conn, local_store):
@@ -302,6 +310,8 @@ def test_store_arguments_are_checked(conn, local_store):
         MemoryArchiveStore(client)
     with pytest.raises(InvalidInputError, match="client"):
         MemoryArchiveStore(user_id="u1")
+    with pytest.raises(InvalidInputError, match="search_options.limit"):
+        MemoryArchiveStore(client, user_id="u1", search_options={"limit": 3})
     store = MemoryArchiveStore(client, user_id="u1")
     with pytest.raises(InvalidInputError, match="at most 56 bytes"):
         store.put(("x" * 57,), "k", {"text": "long label"})
