@@ -56,6 +56,11 @@ SEQUENCE: list[Op] = [
     SearchOp(("prefs",), filter={"meta": {"src": "chat"}}),
     SearchOp(("notes",), filter={"text": "Same words twice"}),
     SearchOp(("prefs",), filter={"rating": {"$ne": 5}}),
+    SearchOp(("prefs",), filter={"rating": {"$gt": 3, "$lte": 4}}),
+    SearchOp(("prefs",), filter={"rating": {"$lt": 4}}),
+    SearchOp(("prefs", "food"), filter={"text": {"$eq": "Vegetarian since 2019"}, "rating": 3}),
+    SearchOp(("prefs",), filter={"tags": ["coffee"]}),
+    SearchOp(("prefs",), filter={"missing": 1}),
     SearchOp(("nowhere",)),
     ListNamespacesOp(),
     ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("prefs",)),)),
@@ -137,6 +142,13 @@ def test_the_same_operations_give_inmemorystores_results(conn, local_store):
     memory.batch(SEQUENCE)
     assert store.list_namespaces() == [NOTES, DEEP, PREFS]
     assert memory.list_namespaces() == [NOTES, DEEP, PREFS, MUSIC]
+    # Without a query: newest first here, insertion order (namespace by namespace) there.
+    assert [i.key for i in store.search(("notes",))] == ["twin-a", "lisbon", "kayak"]
+    assert [i.key for i in memory.search(("notes",))] == ["kayak", "twin-a", "lisbon"]
+    # A comparison on an item without the field: no match here, a TypeError there.
+    assert {i.key for i in store.search((), filter={"rating": {"$lt": 3}})} == {"drink", "kayak"}
+    with pytest.raises(TypeError):
+        memory.search((), filter={"rating": {"$lt": 3}})
 
 
 def test_async_store_gives_the_same_results(db_url, local_store):
