@@ -23,7 +23,7 @@ The mapping (docs/how-to/langgraph.md has the table of differences from LangGrap
   the backup (an expansion, which counts as a use). Without a query, the prefix's items newest first.
 * **TTL** (minutes) becomes the memory's `ttl_days` (rounded up to whole days): when it expires the
   nightly run archives the item, it is not deleted, and get and search still return it. Reads do not
-  refresh it (`refresh_ttl` is ignored); a put renews it.
+  refresh it (`refresh_ttl` is ignored); a put with a TTL renews it.
 """
 
 from __future__ import annotations

@@ -314,6 +314,20 @@ def test_ttl_becomes_days_until_archival(conn, local_store):
     assert ttl == {"short": 1, "long": 4, "none": None}
     with pytest.raises(InvalidInputError, match="ttl"):
         store.put(NOTES, "bad", {"text": "x"}, ttl=-5)
+    # A put with a TTL renews the expiry, of the same text (the value updated in place) or a new one.
+    before = _got(store, NOTES, "short")
+    store.put(NOTES, "short", {"text": "Parking spot B4 today"}, ttl=2 * 24 * 60)
+    store.put(NOTES, "long", {"text": "Hotel booking reference 7Q2"}, ttl=24 * 60)
+    expiry = {
+        k: conn.execute(
+            "SELECT expires_at, ttl_days FROM memories WHERE id = %s", (_got(store, NOTES, k).memory_id,)
+        ).fetchone()
+        for k in ("short", "long")
+    }
+    assert _got(store, NOTES, "short").memory_id == before.memory_id
+    assert expiry["short"]["expires_at"] > datetime.now(UTC) + timedelta(days=1, hours=23)
+    assert expiry["long"]["ttl_days"] == 1
+    assert expiry["long"]["expires_at"] < datetime.now(UTC) + timedelta(days=1, minutes=1)
 
 
 def test_store_arguments_are_checked(conn, local_store):
