@@ -397,3 +397,10 @@ def test_abatch_without_an_async_client_runs_the_sync_one(conn, local_store):
     )
     with pytest.raises(InvalidInputError, match="async methods"):
         only_async.get(NOTES, "k")
+
+
+def test_the_ttl_config_default_applies_to_puts_without_a_ttl(conn, local_store):
+    store = _sync_store(conn, local_store, ttl={"default_ttl": 60.0})
+    store.put(NOTES, "k", {"text": "Gate code changes weekly"})
+    row = conn.execute("SELECT ttl_days FROM memories WHERE id = %s", (_got(store, NOTES, "k").memory_id,))
+    assert row.fetchone()["ttl_days"] == 1
