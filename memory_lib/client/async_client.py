@@ -339,8 +339,10 @@ class AsyncMemoryClient(Flows):
         include_superseded: bool = False,
         limit: int = api.DEFAULT_PAGE,
         cursor: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> MemoryPage:
-        """The user's memories, newest first, one page (keyset `cursor` from the previous page)."""
+        """The user's memories, newest first, one page (keyset `cursor` from the previous page); with
+        `tags`, only the memories (hot or archived) carrying every one of them."""
         return await self._drive(
             self._list(
                 user_id,
@@ -351,6 +353,7 @@ class AsyncMemoryClient(Flows):
                 include_superseded=include_superseded,
                 limit=limit,
                 cursor=cursor,
+                tags=tags,
             )
         )
 

@@ -393,6 +393,7 @@ class Flows:
         include_superseded: bool,
         limit: int,
         cursor: str | None,
+        tags: Sequence[str] | None,
     ) -> Flow[MemoryPage]:
         query = api.list_query(
             user_id,
@@ -403,6 +404,7 @@ class Flows:
             include_superseded=include_superseded,
             limit=limit,
             cursor=cursor,
+            tags=tags,
         )
         page: MemoryPage = yield RunPlan(api.list_plan(query))
         return page

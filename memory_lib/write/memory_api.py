@@ -27,6 +27,7 @@ from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
 from ..core.locks import USER_LOCK_SQL
 from ..core.models import sha256_hex, validate_memory
 from ..core.plans import Plan, Snapshot, Sql
+from ..core.validation import normalize_tags
 from ..storage.events import EventType, event
 from ..storage.space import checked_shape_plan
 from .write_path import (
@@ -211,6 +212,7 @@ class ListQuery:
     include_superseded: bool
     limit: int
     after: tuple[datetime, uuid.UUID] | None
+    tags: tuple[str, ...] = ()  # every one required (normalized as the write path stores them)
 
 
 def list_query(
@@ -223,6 +225,7 @@ def list_query(
     include_superseded: object = False,
     limit: object = DEFAULT_PAGE,
     cursor: object = None,
+    tags: object = None,
 ) -> ListQuery:
     """Every argument checked (InvalidInputError names it) before anything is read."""
     user = validation.user(user_id)
@@ -249,6 +252,7 @@ def list_query(
         validation.boolean("include_superseded", include_superseded),
         n,
         decode_cursor(cursor),
+        normalize_tags(validation.tag_list("tags", tags)),
     )
 
 
@@ -281,6 +285,10 @@ def _branch(
         where.append(f"{alias}.{superseded} IS NULL")
     if q.categories is not None:
         where.append(f"{alias}.{cat} = ANY(%(categories)s)")
+    if (
+        q.tags
+    ):  # an archive row keeps its memory's tags (trigger archived_memories_keep_tags): both GIN-indexed
+        where.append(f"{alias}.metadata -> 'tags' @> %(tags)s")
     if q.created_after is not None:
         where.append(f"{alias}.{created} >= %(created_after)s")
     if q.created_before is not None:
@@ -318,6 +326,7 @@ def list_plan(q: ListQuery) -> Plan[MemoryPage]:
     params = {
         "user_id": q.user_id,
         "categories": list(q.categories or ()),
+        "tags": Jsonb(list(q.tags)),
         "created_after": q.created_after,
         "created_before": q.created_before,
         "n": q.limit + 1,
