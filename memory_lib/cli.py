@@ -577,6 +577,50 @@ def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:
 pause.add_command(pause_show, "status")
 
 
+@cli.command(
+    "mcp",
+    epilog=_examples(
+        "memory-archive mcp --user-id alice                      # stdio, for an MCP client to launch",
+        "MEMORY_MCP_USER_ID=alice memory-archive mcp             # the same",
+        "memory-archive mcp --user-id alice --transport http --port 8765",
+    ),
+)
+@click.option(
+    "--user-id",
+    envvar="MEMORY_MCP_USER_ID",
+    required=True,
+    help="The one user whose memories the tools read and write (env MEMORY_MCP_USER_ID); no tool takes a user.",
+)
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio (the client launches this command) or streamable HTTP at http://HOST:PORT/mcp.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP only: the address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP only.")
+@click.pass_context
+@_guarded
+def mcp_cmd(ctx: click.Context, user_id: str, transport: str, host: str, port: int) -> None:
+    """Serve the memory tools (add, search, expand, build_context, get, update, delete, forget) to an
+    MCP client, for one user. Needs the mcp extra."""
+    user = validation.user(user_id)  # exit 2 naming --user-id, before anything is opened
+    try:
+        from .integrations import mcp as mcp_server
+    except ImportError as exc:
+        if not (exc.name or "").startswith("mcp"):
+            raise
+        _fail("the MCP server needs the mcp extra: pip install 'memory-archive[mcp]'")
+    if transport == "http" and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"memory-archive: warning: --host {host}: every client that reaches this port acts as user "
+            f"{user!r} (no authentication on the command line's HTTP server)",
+            err=True,
+        )
+    mcp_server.run(_settings(ctx), user, transport=transport, host=host, port=port)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script: run the command, return its exit code (0 on success)."""
     try:

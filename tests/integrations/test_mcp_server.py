@@ -1,0 +1,253 @@
+"""`memory-archive mcp` end to end: the real command spawned over stdio, driven by the MCP SDK's own
+client, on the test's database with the offline embedder and summarizer and a local object store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memory_lib.integrations
+from memory_lib import MemoryClient, Settings
+from memory_lib.cli import main
+from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.rows import Conn
+from memory_lib.lifecycle.forget import remaining, user_id_tables
+from memory_lib.storage.db import connect
+from memory_lib.storage.objectstore import object_store_from_settings
+from testing.factories import archive_cleanly
+
+mcp_client = pytest.importorskip("mcp.client")
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+# Byte-exact round trip through add, archive and expand (text add stores as given: NFKC-stable, single spaces).
+ORIGINAL = "Kenji Sato booked a flight to Kyoto on 14 March 2026, seat 12A ☕ — café «Ōsaka», code QX-4417."
+
+Call = Callable[..., Awaitable[dict[str, Any]]]
+
+
+def _server(user: str) -> StdioServerParameters:
+    """`memory-archive mcp --user-id USER` running this worktree's code with the test's settings."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("MEMORY_ARCHIVE_") or k == "DATABASE_URL"}
+    env["PYTHONPATH"] = str(ROOT)
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memory_lib.cli", "mcp", "--user-id", user],
+        env=env,
+        cwd=str(ROOT),
+    )
+
+
+@asynccontextmanager
+async def _session(user: str) -> AsyncIterator[tuple[Call, Call]]:
+    """(call, fail): call a tool and return its structured result, or expect a tool error and return
+    its text."""
+    async with mcp_client.Client(_server(user), read_timeout_seconds=120) as client:
+
+        async def call(name: str, **arguments: Any) -> dict[str, Any]:
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, (name, arguments, result.content)
+            assert isinstance(result.structured_content, dict)
+            return result.structured_content
+
+        async def fail(name: str, **arguments: Any) -> dict[str, Any]:
+            result = await client.call_tool(name, arguments)
+            assert result.is_error, (name, arguments, result.structured_content)
+            return {"text": " ".join(c.text for c in result.content if c.type == "text")}
+
+        yield call, fail
+
+
+def _files(objects: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(objects)), p.stat().st_size) for p in objects.rglob("*") if p.is_file())
+
+
+def _state(conn: Conn, user: str, objects: Path) -> dict[str, Any]:
+    """What is stored of `user`: rows per table (audit tables included), the memories, and the backup
+    files named by the user's memory ids."""
+    rows = {
+        t: conn.execute(f"SELECT count(*) AS n FROM {t} WHERE user_id = %s", (user,)).fetchone()
+        for t in user_id_tables(conn)
+    }
+    contents = conn.execute(
+        "SELECT id, content, importance_score, metadata, updated_at FROM memories WHERE user_id = %s ORDER BY id",
+        (user,),
+    ).fetchall()
+    ids = {str(r["id"]) for r in conn.execute("SELECT id FROM memories WHERE user_id = %s", (user,))}
+    ids |= {
+        str(r["original_id"])
+        for r in conn.execute("SELECT original_id FROM archived_memories WHERE user_id = %s", (user,))
+    }
+    files = [f for f in _files(objects) if any(i in f[0] for i in ids)]
+    return {"rows": {t: r["n"] for t, r in rows.items() if r}, "memories": contents, "files": files}
+
+
+@pytest.fixture
+def settings(cli_env: str) -> Settings:
+    return Settings.from_env()
+
+
+def test_add_then_find_it_archived_and_expand_it_byte_exact_and_nothing_of_another_user(settings, tmp_path):
+    conn = connect(settings.database_url.get_secret_value())
+    store = object_store_from_settings(settings)
+    with MemoryClient.from_settings(settings) as library:
+        bob_hot = library.add("bob", "Bob's locker code is 2291, gym on Elm Street", importance=0.9).memory_id
+        bob_old = library.add("bob", "Bob's flight to Kyoto is on 2 May, seat 3C", importance=0.1).memory_id
+
+    async def scenario() -> tuple[uuid.UUID, uuid.UUID]:
+        async with _session("alice") as (call, fail):
+            added = await call("add", content=ORIGINAL, importance=0.1, tags=["travel"])
+            assert added["outcome"] == "created"
+            memory_id = uuid.UUID(added["memory_id"])
+            found = await call("search", query="flight to Kyoto seat", archived="never")
+            assert [h["memory_id"] for h in found["hits"]] == [str(memory_id)]
+            assert (
+                found["hits"][0] | {"archived": False, "id_kind": "memory_id", "text": ORIGINAL}
+                == found["hits"][0]
+            )
+
+            # The archival pipeline moves both users' old memories to the archive.
+            report = archive_cleanly(
+                conn, store, as_of=datetime.now(UTC), criteria=ArchivalCriteria(min_age_days=0)
+            )
+            assert report.status.archived == 2
+
+            found = await call("search", query="flight to Kyoto seat", archived="always")
+            hit = next(h for h in found["hits"] if h["memory_id"] == str(memory_id))
+            archive_id = uuid.UUID(hit["id"])
+            assert (hit["archived"], hit["tier"], hit["id_kind"], hit["label"]) == (
+                True,
+                "archived",
+                "archive_id",
+                "[archived]",
+            )
+            assert hit["archive_id"] == str(archive_id) and "expand" in hit["note"]
+            assert {h["memory_id"] for h in found["hits"]} == {str(memory_id)}  # never bob's Kyoto flight
+            expanded = await call("expand", archive_id=str(archive_id))
+            assert expanded["content"] == ORIGINAL
+            assert (expanded["memory_id"], expanded["given_id_kind"]) == (str(memory_id), "archive_id")
+            record = await call("get", memory_id=str(archive_id))
+            assert (record["memory_id"], record["given_id_kind"]) == (str(memory_id), "archive_id")
+
+            # Bob's ids, hot and archived, are not found for alice, by any tool.
+            bob_archive = conn.execute(
+                "SELECT id FROM archived_memories WHERE user_id = 'bob' AND original_id = %s", (bob_old,)
+            ).fetchone()
+            assert bob_archive is not None
+            before = _state(conn, "bob", tmp_path / "objects")
+            for other in (bob_hot, bob_old, bob_archive["id"]):
+                for name, extra in (
+                    ("get", {}),
+                    ("expand", {}),
+                    ("update", {"importance": 1.0}),
+                    ("delete", {}),
+                    ("forget", {"confirm": True}),
+                ):
+                    key = "archive_id" if name == "expand" else "memory_id"
+                    refused = await fail(name, **{key: str(other)}, **extra)
+                    assert str(other) in refused["text"] and "no memory" in refused["text"], refused
+            seen = await call("search", query="Bob locker code gym Elm Street", archived="always")
+            assert all(h["memory_id"] == str(memory_id) for h in seen["hits"])
+            context = await call("build_context", query="Bob locker code Kyoto flight")
+            assert "2291" not in context["context"] and "3C" not in context["context"]
+            assert _state(conn, "bob", tmp_path / "objects") == before
+            return memory_id, archive_id
+
+    memory_id, archive_id = asyncio.run(scenario())
+    row = conn.execute("SELECT user_id FROM archived_memories WHERE id = %s", (archive_id,)).fetchone()
+    assert row is not None and row["user_id"] == "alice"
+
+
+def test_forget_is_a_dry_run_until_confirmed_and_bad_arguments_are_tool_errors(settings, tmp_path):
+    conn = connect(settings.database_url.get_secret_value())
+    store = object_store_from_settings(settings)
+    objects = tmp_path / "objects"
+    with MemoryClient.from_settings(settings) as library:
+        library.add("bob", "Bob prefers window seats", importance=0.1)
+
+    async def scenario() -> None:
+        async with _session("alice") as (call, fail):
+            keep = uuid.UUID(
+                (await call("add", content="Alice's dentist is Dr. Okafor, Tuesdays", importance=0.1))[
+                    "memory_id"
+                ]
+            )
+            first = uuid.UUID(
+                (await call("add", content="Alice runs 5 km on Sundays", importance=0.9))["memory_id"]
+            )
+            second = await call("update", memory_id=str(first), content="Alice runs 10 km on Sundays")
+            assert (second["outcome"], second["previous_id"]) == ("superseded", str(first))
+            newest = uuid.UUID(second["memory_id"])
+            # Archived: the unimportant memory and the superseded version.
+            archive_cleanly(conn, store, as_of=datetime.now(UTC), criteria=ArchivalCriteria(min_age_days=0))
+            archived = conn.execute(
+                "SELECT original_id FROM archived_memories WHERE user_id = 'alice'"
+            ).fetchall()
+            assert {r["original_id"] for r in archived} == {keep, first}
+
+            # Arguments the model got wrong: tool errors naming the field and the value.
+            for name, arguments, words in (
+                ("search", {"query": "runs", "limit": 500}, ("limit", "500")),
+                ("get", {"memory_id": "not-a-uuid"}, ("memory_id", "not-a-uuid")),
+                ("add", {"content": "x", "importance": 2}, ("importance", "2")),
+                ("add", {"content": "x", "category": "gossip"}, ("category", "gossip")),
+                ("expand", {"archive_id": str(newest)}, (str(newest), "hot")),
+            ):
+                text = (await fail(name, **arguments))["text"]
+                assert all(w in text for w in words), (name, text)
+
+            before = _state(conn, "alice", objects)
+            every_file = _files(objects)
+            bob_before = _state(conn, "bob", objects)
+            one = await call("forget", memory_id=str(newest))
+            assert one["dry_run"] is True
+            assert one["would_erase"]["memory_id"] == str(newest)
+            assert one["would_erase"]["earlier_versions"] == [str(first)]
+            everything = await call("forget")
+            assert everything["dry_run"] is True
+            assert everything["would_erase"]["rows"]["memories"] == 1
+            assert everything["would_erase"]["rows"]["archived_memories"] == 2
+            assert everything["would_erase"]["backup_object_versions"] >= 1
+            assert _state(conn, "alice", objects) == before  # a dry run writes nothing
+            assert _files(objects) == every_file
+
+            erased = await call("forget", memory_id=str(newest), confirm=True)
+            assert set(erased["memory_ids"]) == {str(newest), str(first)}
+            assert erased["still_found"] is False
+            assert "no memory" in (await fail("get", memory_id=str(first)))["text"]
+            assert (await call("get", memory_id=str(keep)))["archived"] is True
+
+            erased = await call("forget", confirm=True)
+            assert erased["erased"] is True and str(keep) in erased["memory_ids"]
+            assert erased["remaining"] == {
+                "rows": {},
+                "unredacted_audit_events": 0,
+                "backup_object_versions": 0,
+                "clean": True,
+            }
+            assert (await call("search", query="dentist runs Sundays", archived="always"))["hits"] == []
+            assert _state(conn, "bob", objects) == bob_before
+
+    asyncio.run(scenario())
+    assert remaining(conn, store, "alice").clean
+    assert not remaining(conn, store, "bob").clean
+
+
+def test_without_the_mcp_extra_the_command_says_how_to_install_it(cli_env, monkeypatch, capsys):
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")] + ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import mcp...` fails as if not installed
+    monkeypatch.delitem(sys.modules, "memory_lib.integrations.mcp", raising=False)
+    monkeypatch.delattr(memory_lib.integrations, "mcp", raising=False)
+    assert main(["mcp", "--user-id", "alice"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "memory-archive: the MCP server needs the mcp extra: pip install 'memory-archive[mcp]'"
+    )
