@@ -580,9 +580,8 @@ pause.add_command(pause_show, "status")
 @cli.command(
     "mcp",
     epilog=_examples(
-        "memory-archive mcp --user-id alice                      # stdio, for an MCP client to launch",
-        "MEMORY_MCP_USER_ID=alice memory-archive mcp             # the same",
-        "memory-archive mcp --user-id alice --transport http --port 8765",
+        "memory-archive mcp --user-id alice   # stdio: an MCP client launches this command",
+        "memory-archive mcp --user-id alice --transport http --port 8765   # http://127.0.0.1:8765/mcp",
     ),
 )
 @click.option(

@@ -4,11 +4,15 @@ client, on the test's database with the offline embedder and summarizer and a lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
+import subprocess
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -240,6 +244,59 @@ def test_forget_is_a_dry_run_until_confirmed_and_bad_arguments_are_tool_errors(s
     asyncio.run(scenario())
     assert remaining(conn, store, "alice").clean
     assert not remaining(conn, store, "bob").clean
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _http_server(user: str, log: Path) -> Iterator[str]:
+    """`memory-archive mcp --transport http` as a process of its own; yields its URL once it accepts
+    connections, stops it (SIGTERM, then SIGKILL) at the end."""
+    port = _free_port()
+    params = _server(user)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [params.command, *params.args, "--transport", "http", "--port", str(port)],
+            env=os.environ | (params.env or {}),
+            cwd=params.cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for _ in range(600):  # until it listens (or exits): at most about a minute
+            assert proc.poll() is None, log.read_text()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_over_streamable_http_the_configured_user_adds_and_finds(settings, tmp_path):
+    with MemoryClient.from_settings(settings) as library:
+        library.add("bob", "Bob keeps bees on the roof", importance=0.9)
+
+    async def scenario(url: str) -> None:
+        async with mcp_client.Client(url, read_timeout_seconds=120) as client:
+            added = await client.call_tool("add", {"content": "Alice keeps chickens in the garden"})
+            assert not added.is_error, added.content
+            found = await client.call_tool("search", {"query": "who keeps animals", "archived": "never"})
+            assert found.structured_content is not None
+            texts = [h["text"] for h in found.structured_content["hits"]]
+            assert texts == ["Alice keeps chickens in the garden"]
+
+    with _http_server("alice", tmp_path / "server.log") as url:
+        asyncio.run(scenario(url))
 
 
 def test_without_the_mcp_extra_the_command_says_how_to_install_it(cli_env, monkeypatch, capsys):
