@@ -582,13 +582,15 @@ pause.add_command(pause_show, "status")
     epilog=_examples(
         "memory-archive mcp --user-id alice   # stdio: an MCP client launches this command",
         "memory-archive mcp --user-id alice --transport http --port 8765   # http://127.0.0.1:8765/mcp",
+        "memory-archive mcp --transport http --auth-issuer https://auth.example.com "
+        "--auth-introspection-url https://auth.example.com/oauth/introspect   # user = token's sub",
     ),
 )
 @click.option(
     "--user-id",
     envvar="MEMORY_MCP_USER_ID",
-    required=True,
-    help="The one user whose memories the tools read and write (env MEMORY_MCP_USER_ID); no tool takes a user.",
+    help="The one user whose memories the tools read and write (env MEMORY_MCP_USER_ID); no tool takes a "
+    "user. Required unless HTTP requests are authenticated (--auth-introspection-url).",
 )
 @click.option(
     "--transport",
@@ -599,25 +601,74 @@ pause.add_command(pause_show, "status")
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP only: the address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP only.")
+@click.option(
+    "--auth-introspection-url",
+    help="HTTP only: require a bearer token, checked at this RFC 7662 introspection endpoint; each "
+    "request acts for its token's subject (sub). Client credentials for it: env MEMORY_MCP_AUTH_CLIENT_ID "
+    "and MEMORY_MCP_AUTH_CLIENT_SECRET.",
+)
+@click.option(
+    "--auth-issuer", help="With --auth-introspection-url: the authorization server clients get tokens from."
+)
+@click.option(
+    "--auth-scope", multiple=True, help="With --auth-introspection-url: a scope every token must have."
+)
+@click.option(
+    "--public-url", help="With auth: this server's URL as clients reach it (default http://HOST:PORT/mcp)."
+)
 @click.pass_context
 @_guarded
-def mcp_cmd(ctx: click.Context, user_id: str, transport: str, host: str, port: int) -> None:
+def mcp_cmd(
+    ctx: click.Context,
+    user_id: str | None,
+    transport: str,
+    host: str,
+    port: int,
+    auth_introspection_url: str | None,
+    auth_issuer: str | None,
+    auth_scope: tuple[str, ...],
+    public_url: str | None,
+) -> None:
     """Serve the memory tools (add, search, expand, build_context, get, update, delete, forget) to an
-    MCP client, for one user. Needs the mcp extra."""
-    user = validation.user(user_id)  # exit 2 naming --user-id, before anything is opened
+    MCP client, for one user (or, over authenticated HTTP, each request's user). Needs the mcp extra."""
+    authenticated = auth_introspection_url is not None
+    if authenticated and (transport != "http" or auth_issuer is None or user_id is not None):
+        _fail(
+            "--auth-introspection-url needs --transport http and --auth-issuer, and no --user-id (the token names the user)"
+        )
+    if not authenticated and (auth_issuer or auth_scope or public_url):
+        _fail("--auth-issuer, --auth-scope and --public-url go with --auth-introspection-url")
+    if not authenticated and user_id is None:
+        _fail(
+            "--user-id is required: the one user whose memories the tools act on (or env MEMORY_MCP_USER_ID)"
+        )
+    user = validation.user(user_id) if user_id is not None else None  # exit 2 naming --user-id
     try:
         from .integrations import mcp as mcp_server
     except ImportError as exc:
         if not (exc.name or "").startswith("mcp"):
             raise
         _fail("the MCP server needs the mcp extra: pip install 'memory-archive[mcp]'")
-    if transport == "http" and host not in ("127.0.0.1", "localhost", "::1"):
+    introspection = None
+    if auth_introspection_url is not None and auth_issuer is not None:
+        introspection = mcp_server.TokenIntrospection.with_client_from_env(
+            auth_issuer, auth_introspection_url, required_scopes=auth_scope
+        )
+    elif transport == "http" and host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(
             f"memory-archive: warning: --host {host}: every client that reaches this port acts as user "
-            f"{user!r} (no authentication on the command line's HTTP server)",
+            f"{user!r} (add --auth-introspection-url to authenticate requests)",
             err=True,
         )
-    mcp_server.run(_settings(ctx), user, transport=transport, host=host, port=port)
+    mcp_server.run(
+        _settings(ctx),
+        user,
+        transport=transport,
+        host=host,
+        port=port,
+        introspection=introspection,
+        public_url=public_url,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar, get_args
 
+import httpx2  # the mcp SDK's HTTP client
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -558,17 +560,102 @@ def create_server(
 Transport = Literal["stdio", "http"]
 
 
+@dataclass(frozen=True)
+class TokenIntrospection:
+    """Bearer-token auth for streamable HTTP through the authorization server's RFC 7662 introspection
+    endpoint: an active token's `sub` is the user of that request. `issuer` is advertised to clients
+    (OAuth protected-resource metadata); a token whose `aud` is given must name this server's URL."""
+
+    issuer: str
+    introspection_url: str
+    client_id: str | None = None  # credentials for the introspection endpoint, when it wants them
+    client_secret: str | None = None
+    required_scopes: tuple[str, ...] = ()
+
+    @classmethod
+    def with_client_from_env(
+        cls, issuer: str, introspection_url: str, *, required_scopes: Sequence[str] = ()
+    ) -> TokenIntrospection:
+        """The introspection client's credentials from MEMORY_MCP_AUTH_CLIENT_ID and
+        MEMORY_MCP_AUTH_CLIENT_SECRET (never a flag: a command line is visible to every local user)."""
+        return cls(
+            issuer,
+            introspection_url,
+            os.environ.get("MEMORY_MCP_AUTH_CLIENT_ID") or None,
+            os.environ.get("MEMORY_MCP_AUTH_CLIENT_SECRET") or None,
+            tuple(required_scopes),
+        )
+
+
+class IntrospectionVerifier:
+    """The SDK's TokenVerifier over RFC 7662 introspection."""
+
+    def __init__(self, config: TokenIntrospection, resource_url: str):
+        self.config = config
+        self.resource_url = resource_url.rstrip("/")
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        c = self.config
+        try:
+            async with httpx2.AsyncClient(timeout=10.0) as http:
+                if c.client_id:
+                    response = await http.post(
+                        c.introspection_url, data={"token": token}, auth=(c.client_id, c.client_secret or "")
+                    )
+                else:
+                    response = await http.post(c.introspection_url, data={"token": token})
+        except httpx2.HTTPError as exc:
+            log.warning("token introspection at %s failed: %s", c.introspection_url, exc)
+            return None
+        if response.status_code != 200:
+            log.warning("token introspection at %s answered %s", c.introspection_url, response.status_code)
+            return None
+        doc = response.json()
+        if not isinstance(doc, dict) or doc.get("active") is not True or not doc.get("sub"):
+            return None
+        audience = doc.get("aud")
+        audiences = (
+            [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
+        )
+        if audiences and self.resource_url not in [str(a).rstrip("/") for a in audiences]:
+            return None
+        return AccessToken(
+            token=token,
+            client_id=str(doc.get("client_id") or "unknown"),
+            scopes=str(doc.get("scope") or "").split(),
+            expires_at=doc.get("exp") if isinstance(doc.get("exp"), int) else None,
+            subject=str(doc["sub"]),
+            claims={"iss": doc.get("iss") or c.issuer},
+        )
+
+
 async def serve(
     settings: Settings,
-    user_id: str,
+    user_id: str | None,
     *,
     transport: Transport = "stdio",
     host: str = "127.0.0.1",
     port: int = 8000,
+    introspection: TokenIntrospection | None = None,
+    public_url: str | None = None,
 ) -> None:
     """Open the configured database, embedder and object store and serve until the client goes away
-    (stdio) or the process is stopped (http)."""
-    user = validation.user(user_id)  # before anything is opened
+    (stdio) or the process is stopped (http). With `introspection` (http only) each request's user is
+    its bearer token's subject and `user_id` must be None."""
+    if introspection is not None and (transport != "http" or user_id is not None):
+        raise ValueError("token introspection is for the http transport, without a fixed user_id")
+    user = validation.user(user_id) if introspection is None else None  # before anything is opened
+    auth: AuthSettings | None = None
+    verifier: IntrospectionVerifier | None = None
+    if introspection is not None:
+        resource = public_url or f"http://{host}:{port}/mcp"
+        auth = AuthSettings(
+            issuer_url=introspection.issuer,  # pydantic parses the URL
+            resource_server_url=resource,
+            required_scopes=list(introspection.required_scopes) or None,
+            validate_token_resource=False,  # the verifier checks `aud` itself
+        )
+        verifier = IntrospectionVerifier(introspection, resource)
     db = open_ready_database(settings)
     try:
         store = object_store_from_settings(settings)
@@ -577,7 +664,9 @@ async def serve(
             db.url, embedder=embedder, object_store=store, settings=settings, actor=ACTOR
         )
         async with client:
-            server = create_server(client, user_id=user, stored=StoredOfUser(db.url, store))
+            server = create_server(
+                client, user_id=user, stored=StoredOfUser(db.url, store), auth=auth, token_verifier=verifier
+            )
             if transport == "stdio":
                 await server.run_stdio_async()
             else:
@@ -586,8 +675,17 @@ async def serve(
         db.close()
 
 
-def run(settings: Settings, user_id: str, **options: Any) -> None:
+def run(settings: Settings, user_id: str | None, **options: Any) -> None:
     asyncio.run(serve(settings, user_id, **options))
 
 
-__all__: Sequence[str] = ("create_server", "serve", "run", "MemoryTools", "Identity", "INSTRUCTIONS")
+__all__: Sequence[str] = (
+    "create_server",
+    "serve",
+    "run",
+    "MemoryTools",
+    "Identity",
+    "TokenIntrospection",
+    "IntrospectionVerifier",
+    "INSTRUCTIONS",
+)

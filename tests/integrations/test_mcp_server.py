@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -30,7 +34,9 @@ from memory_lib.storage.objectstore import object_store_from_settings
 from testing.factories import archive_cleanly
 
 mcp_client = pytest.importorskip("mcp.client")
+import httpx2  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 # Byte-exact round trip through add, archive and expand (text add stores as given: NFKC-stable, single spaces).
@@ -253,14 +259,24 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _http_server(user: str, log: Path) -> Iterator[str]:
+def _http_server(log: Path, *options: str) -> Iterator[str]:
     """`memory-archive mcp --transport http` as a process of its own; yields its URL once it accepts
     connections, stops it (SIGTERM, then SIGKILL) at the end."""
     port = _free_port()
-    params = _server(user)
+    params = _server("-")
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [params.command, *params.args, "--transport", "http", "--port", str(port)],
+            [
+                params.command,
+                "-m",
+                "memory_lib.cli",
+                "mcp",
+                *options,
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+            ],
             env=os.environ | (params.env or {}),
             cwd=params.cwd,
             stdout=out,
@@ -295,7 +311,7 @@ def test_over_streamable_http_the_configured_user_adds_and_finds(settings, tmp_p
             texts = [h["text"] for h in found.structured_content["hits"]]
             assert texts == ["Alice keeps chickens in the garden"]
 
-    with _http_server("alice", tmp_path / "server.log") as url:
+    with _http_server(tmp_path / "server.log", "--user-id", "alice") as url:
         asyncio.run(scenario(url))
 
 
@@ -308,3 +324,81 @@ def test_without_the_mcp_extra_the_command_says_how_to_install_it(cli_env, monke
     assert capsys.readouterr().err.strip() == (
         "memory-archive: the MCP server needs the mcp extra: pip install 'memory-archive[mcp]'"
     )
+
+
+class _Introspection(BaseHTTPRequestHandler):
+    """An authorization server's RFC 7662 introspection endpoint: tok-USER is active for USER."""
+
+    def do_POST(self) -> None:
+        form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+        token = form.get("token", [""])[0]
+        doc: dict[str, Any] = {"active": False}
+        if token in ("tok-alice", "tok-bob"):
+            doc = {"active": True, "sub": token.removeprefix("tok-"), "client_id": "agent", "scope": "memory"}
+        elif token == "tok-elsewhere":  # issued for another server
+            doc = {
+                "active": True,
+                "sub": "alice",
+                "client_id": "agent",
+                "scope": "memory",
+                "aud": "https://other/mcp",
+            }
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_over_authenticated_http_each_request_acts_for_its_tokens_user_only(settings, tmp_path):
+    auth = ThreadingHTTPServer(("127.0.0.1", 0), _Introspection)
+    threading.Thread(target=auth.serve_forever, daemon=True).start()
+    issuer = f"http://127.0.0.1:{auth.server_address[1]}"
+    conn = connect(settings.database_url.get_secret_value())
+
+    def as_user(url: str, token: str) -> Any:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+        return mcp_client.Client(streamable_http_client(url, http_client=http), read_timeout_seconds=120)
+
+    async def scenario(url: str) -> None:
+        async with as_user(url, "tok-alice") as alice:
+            added = await alice.call_tool("add", {"content": "Alice's bike lock code is 7731"})
+            assert not added.is_error, added.content
+            alice_id = added.structured_content["memory_id"]
+        async with as_user(url, "tok-bob") as bob:
+            found = await bob.call_tool("search", {"query": "bike lock code", "archived": "always"})
+            assert found.structured_content == {"hits": [], "archive_searched": True}
+            refused = await bob.call_tool("get", {"memory_id": alice_id})
+            assert refused.is_error and "no memory" in refused.content[0].text
+            assert not (await bob.call_tool("add", {"content": "Bob's bike is blue"})).is_error
+        async with httpx2.AsyncClient(timeout=60) as http:
+            for headers in (
+                {},
+                {"Authorization": "Bearer tok-nobody"},
+                {"Authorization": "Bearer tok-elsewhere"},
+            ):
+                answer = await http.post(
+                    url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers
+                )
+                assert answer.status_code == 401, (headers, answer.text)
+
+    try:
+        with _http_server(
+            tmp_path / "server.log",
+            "--auth-issuer",
+            issuer,
+            "--auth-introspection-url",
+            f"{issuer}/introspect",
+        ) as url:
+            asyncio.run(scenario(url))
+    finally:
+        auth.shutdown()
+    rows = conn.execute("SELECT user_id, content FROM memories ORDER BY user_id").fetchall()
+    assert [(r["user_id"], r["content"]) for r in rows] == [
+        ("alice", "Alice's bike lock code is 7731"),
+        ("bob", "Bob's bike is blue"),
+    ]
