@@ -582,7 +582,7 @@ pause.add_command(pause_show, "status")
     epilog=_examples(
         "memory-archive mcp --user-id alice   # stdio: an MCP client launches this command",
         "memory-archive mcp --user-id alice --transport http --port 8765   # http://127.0.0.1:8765/mcp",
-        "memory-archive mcp --transport http --auth-issuer https://auth.example.com "
+        "memory-archive mcp --transport http --auth-server https://auth.example.com "
         "--auth-introspection-url https://auth.example.com/oauth/introspect   # user = token's sub",
     ),
 )
@@ -608,7 +608,7 @@ pause.add_command(pause_show, "status")
     "and MEMORY_MCP_AUTH_CLIENT_SECRET.",
 )
 @click.option(
-    "--auth-issuer", help="With --auth-introspection-url: the authorization server clients get tokens from."
+    "--auth-server", help="With --auth-introspection-url: the authorization server clients get tokens from."
 )
 @click.option(
     "--auth-scope", multiple=True, help="With --auth-introspection-url: a scope every token must have."
@@ -625,19 +625,19 @@ def mcp_cmd(
     host: str,
     port: int,
     auth_introspection_url: str | None,
-    auth_issuer: str | None,
+    auth_server: str | None,
     auth_scope: tuple[str, ...],
     public_url: str | None,
 ) -> None:
     """Serve the memory tools (add, search, expand, build_context, get, update, delete, forget) to an
     MCP client, for one user (or, over authenticated HTTP, each request's user). Needs the mcp extra."""
     authenticated = auth_introspection_url is not None
-    if authenticated and (transport != "http" or auth_issuer is None or user_id is not None):
+    if authenticated and (transport != "http" or auth_server is None or user_id is not None):
         _fail(
-            "--auth-introspection-url needs --transport http and --auth-issuer, and no --user-id (the token names the user)"
+            "--auth-introspection-url needs --transport http and --auth-server, and no --user-id (the token names the user)"
         )
-    if not authenticated and (auth_issuer or auth_scope or public_url):
-        _fail("--auth-issuer, --auth-scope and --public-url go with --auth-introspection-url")
+    if not authenticated and (auth_server or auth_scope or public_url):
+        _fail("--auth-server, --auth-scope and --public-url go with --auth-introspection-url")
     if not authenticated and user_id is None:
         _fail(
             "--user-id is required: the one user whose memories the tools act on (or env MEMORY_MCP_USER_ID)"
@@ -650,9 +650,9 @@ def mcp_cmd(
             raise
         _fail("the MCP server needs the mcp extra: pip install 'memory-archive[mcp]'")
     introspection = None
-    if auth_introspection_url is not None and auth_issuer is not None:
+    if auth_introspection_url is not None and auth_server is not None:
         introspection = mcp_server.TokenIntrospection.with_client_from_env(
-            auth_issuer, auth_introspection_url, required_scopes=auth_scope
+            auth_server, auth_introspection_url, required_scopes=auth_scope
         )
     elif transport == "http" and host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(

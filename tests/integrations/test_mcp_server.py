@@ -389,7 +389,7 @@ def test_over_authenticated_http_each_request_acts_for_its_tokens_user_only(sett
     try:
         with _http_server(
             tmp_path / "server.log",
-            "--auth-issuer",
+            "--auth-server",
             issuer,
             "--auth-introspection-url",
             f"{issuer}/introspect",
