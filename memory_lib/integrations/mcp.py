@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Annotated, Any, Literal, ParamSpec, TypeVar, get_args
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 import httpx2  # the mcp SDK's HTTP client
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -37,7 +37,6 @@ from ..client import AsyncMemoryClient
 from ..core import validation
 from ..core.config import Settings
 from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
-from ..core.models import CATEGORIES
 from ..lifecycle.forget import ForgetResult, Leftovers, remaining, retained_tables
 from ..llm.embedding import embedder_from_settings
 from ..retrieval.types import SearchHit
@@ -70,6 +69,7 @@ R = TypeVar("R")
 # what the model reads in the tool's input schema.
 Id = Annotated[str, Field(description="A memory id or an archive id, as search, add or get returned it.")]
 Tags = Annotated[list[str] | None, Field(description="Labels, e.g. ['work', 'project-atlas'].")]
+# The library's categories (memory_lib.core.models.CATEGORIES; a test keeps them equal).
 Category = Annotated[
     Literal["core", "episodic", "semantic", "procedural"],
     Field(
@@ -78,7 +78,6 @@ Category = Annotated[
     ),
 ]
 Importance = Annotated[float, Field(ge=0.0, le=1.0, description="0 (trivia) to 1 (essential).")]
-assert set(get_args(get_args(Category)[0])) == set(CATEGORIES)
 
 
 @dataclass(frozen=True)

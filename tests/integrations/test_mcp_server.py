@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import parse_qs
 
 import pytest
@@ -27,6 +27,7 @@ import memory_lib.integrations
 from memory_lib import MemoryClient, Settings
 from memory_lib.cli import main
 from memory_lib.core.config import ArchivalCriteria
+from memory_lib.core.models import CATEGORIES
 from memory_lib.core.rows import Conn
 from memory_lib.lifecycle.forget import remaining, user_id_tables
 from memory_lib.storage.db import connect
@@ -313,6 +314,12 @@ def test_over_streamable_http_the_configured_user_adds_and_finds(settings, tmp_p
 
     with _http_server(tmp_path / "server.log", "--user-id", "alice") as url:
         asyncio.run(scenario(url))
+
+
+def test_the_category_choices_are_the_librarys():
+    from memory_lib.integrations.mcp import Category
+
+    assert set(get_args(get_args(Category)[0])) == set(CATEGORIES)
 
 
 def test_without_the_mcp_extra_the_command_says_how_to_install_it(cli_env, monkeypatch, capsys):
