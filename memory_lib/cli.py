@@ -616,6 +616,7 @@ pause.add_command(pause_show, "status")
 @click.option(
     "--public-url", help="With auth: this server's URL as clients reach it (default http://HOST:PORT/mcp)."
 )
+@_OPERATOR
 @click.pass_context
 @_guarded
 def mcp_cmd(
@@ -628,6 +629,7 @@ def mcp_cmd(
     auth_server: str | None,
     auth_scope: tuple[str, ...],
     public_url: str | None,
+    operator: str,
 ) -> None:
     """Serve the memory tools (add, search, expand, build_context, get, update, delete, forget) to an
     MCP client, for one user (or, over authenticated HTTP, each request's user). Needs the mcp extra."""
@@ -643,6 +645,7 @@ def mcp_cmd(
             "--user-id is required: the one user whose memories the tools act on (or env MEMORY_MCP_USER_ID)"
         )
     user = validation.user(user_id) if user_id is not None else None  # exit 2 naming --user-id
+    actor = _actor(operator)
     try:
         from .integrations import mcp as mcp_server
     except ImportError as exc:
@@ -668,6 +671,7 @@ def mcp_cmd(
         port=port,
         introspection=introspection,
         public_url=public_url,
+        actor=actor,
     )
 
 

@@ -50,7 +50,7 @@ from ..write.memory_api import MemoryRecord
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "memory-archive"
-ACTOR = "mcp"  # the actor the audit events of this server's writes name
+ACTOR = "mcp"  # the actor the audit events of this server's writes name (the CLI passes cli:<operator>)
 MAX_LIMIT = 50
 MAX_CHAIN = 1000  # versions walked back through `supersedes` in a forget dry run
 
@@ -637,6 +637,7 @@ async def serve(
     port: int = 8000,
     introspection: TokenIntrospection | None = None,
     public_url: str | None = None,
+    actor: str = ACTOR,
 ) -> None:
     """Open the configured database, embedder and object store and serve until the client goes away
     (stdio) or the process is stopped (http). With `introspection` (http only) each request's user is
@@ -660,7 +661,7 @@ async def serve(
         store = object_store_from_settings(settings)
         embedder = embedder_from_settings(settings.embedding)
         client = await AsyncMemoryClient.connect(
-            db.url, embedder=embedder, object_store=store, settings=settings, actor=ACTOR
+            db.url, embedder=embedder, object_store=store, settings=settings, actor=actor
         )
         async with client:
             server = create_server(

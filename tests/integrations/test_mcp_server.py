@@ -52,7 +52,7 @@ def _server(user: str) -> StdioServerParameters:
     env["PYTHONPATH"] = str(ROOT)
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memory_lib.cli", "mcp", "--user-id", user],
+        args=["-m", "memory_lib.cli", "mcp", "--user-id", user, "--operator", "mcp-test"],
         env=env,
         cwd=str(ROOT),
     )
@@ -119,6 +119,10 @@ def test_add_then_find_it_archived_and_expand_it_byte_exact_and_nothing_of_anoth
             added = await call("add", content=ORIGINAL, importance=0.1, tags=["travel"])
             assert added["outcome"] == "created"
             memory_id = uuid.UUID(added["memory_id"])
+            events = conn.execute(
+                "SELECT actor FROM memory_events WHERE user_id = 'alice' AND memory_id = %s", (memory_id,)
+            ).fetchall()
+            assert [e["actor"] for e in events] == ["cli:mcp-test"]  # the CLI's one actor rule
             found = await call("search", query="flight to Kyoto seat", archived="never")
             assert [h["memory_id"] for h in found["hits"]] == [str(memory_id)]
             assert (
