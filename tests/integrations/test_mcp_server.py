@@ -216,6 +216,12 @@ def test_forget_is_a_dry_run_until_confirmed_and_bad_arguments_are_tool_errors(s
                 ("add", {"content": "x", "importance": 2}, ("importance", "2")),
                 ("add", {"content": "x", "category": "gossip"}, ("category", "gossip")),
                 ("expand", {"archive_id": str(newest)}, (str(newest), "hot")),
+                ("add", {"content": "   "}, ("content", "empty")),  # the library's own check
+                (
+                    "build_context",
+                    {"query": "runs", "recent_turns": [{"speaker": "x"}]},
+                    ("recent_turns[0]",),
+                ),
             ):
                 text = (await fail(name, **arguments))["text"]
                 assert all(w in text for w in words), (name, text)
@@ -318,6 +324,31 @@ def test_over_streamable_http_the_configured_user_adds_and_finds(settings, tmp_p
 
     with _http_server(tmp_path / "server.log", "--user-id", "alice") as url:
         asyncio.run(scenario(url))
+
+
+def test_the_command_refuses_a_missing_user_and_auth_flags_that_do_not_fit(cli_env, monkeypatch, capsys):
+    cases = [
+        (["mcp"], "--user-id is required"),
+        (["mcp", "--user-id", " "], "invalid --user-id ' '"),
+        (
+            ["mcp", "--user-id", "alice", "--auth-server", "https://auth.example.com"],
+            "go with --auth-introspection-url",
+        ),
+        (
+            ["mcp", "--auth-introspection-url", "https://a/introspect", "--auth-server", "https://a"],
+            "--transport http",
+        ),
+        (
+            ["mcp", "--transport", "http", "--user-id", "alice", "--auth-introspection-url", "https://a/i"],
+            "no --user-id",
+        ),
+    ]
+    for args, message in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("memory-archive: ") and message in err, (args, err)
+    monkeypatch.setenv("MEMORY_MCP_USER_ID", "  ")  # the variable is the flag's
+    assert main(["mcp"]) == 2 and "invalid --user-id '  '" in capsys.readouterr().err
 
 
 def test_the_category_choices_are_the_librarys():
