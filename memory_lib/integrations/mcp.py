@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 import httpx2  # the mcp SDK's HTTP client
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -30,6 +31,7 @@ from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
@@ -628,6 +630,27 @@ class IntrospectionVerifier:
         )
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _host_checks(host: str, public_url: str | None) -> TransportSecuritySettings | None:
+    """On loopback the SDK accepts loopback Host and Origin headers only (DNS rebinding protection); a
+    reverse proxy in front forwards the public name, which `public_url` adds. None: the SDK's default."""
+    if public_url is None or host not in _LOOPBACK:
+        return None
+    public = urlsplit(public_url)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", public.netloc],
+        allowed_origins=[
+            "http://127.0.0.1:*",
+            "http://localhost:*",
+            "http://[::1]:*",
+            f"{public.scheme}://{public.netloc}",
+        ],
+    )
+
+
 async def serve(
     settings: Settings,
     user_id: str | None,
@@ -670,7 +693,9 @@ async def serve(
             if transport == "stdio":
                 await server.run_stdio_async()
             else:
-                await server.run_streamable_http_async(host=host, port=port)
+                await server.run_streamable_http_async(
+                    host=host, port=port, transport_security=_host_checks(host, public_url)
+                )
     finally:
         db.close()
 

@@ -418,6 +418,12 @@ def test_over_authenticated_http_each_request_acts_for_its_tokens_user_only(sett
             assert refused.is_error and "no memory" in refused.content[0].text
             assert not (await bob.call_tool("add", {"content": "Bob's bike is blue"})).is_error
         async with httpx2.AsyncClient(timeout=60) as http:
+            # Behind a reverse proxy: the public name is accepted as Host, any other name refused.
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            for name, refused in (("memory.test", False), ("rebound.test", True)):
+                headers = {"Host": name, "Authorization": "Bearer tok-alice"}
+                answer = await http.post(url, json=ping, headers=headers)
+                assert (answer.status_code == 421) == refused, (name, answer.status_code, answer.text)
             for headers in (
                 {},
                 {"Authorization": "Bearer tok-nobody"},
@@ -435,6 +441,8 @@ def test_over_authenticated_http_each_request_acts_for_its_tokens_user_only(sett
             issuer,
             "--auth-introspection-url",
             f"{issuer}/introspect",
+            "--public-url",
+            "http://memory.test/mcp",
         ) as url:
             asyncio.run(scenario(url))
     finally:
