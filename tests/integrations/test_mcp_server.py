@@ -351,6 +351,13 @@ def test_the_command_refuses_a_missing_user_and_auth_flags_that_do_not_fit(cli_e
     assert main(["mcp"]) == 2 and "invalid --user-id '  '" in capsys.readouterr().err
 
 
+def test_an_unmigrated_database_is_refused_before_serving(cli_env, empty_database, monkeypatch, capsys):
+    monkeypatch.setenv("DATABASE_URL", empty_database)
+    assert main(["mcp", "--user-id", "alice"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memory-archive: ") and "memory-archive migrate" in err, err
+
+
 def test_the_category_choices_are_the_librarys():
     from memory_lib.integrations.mcp import Category
 
