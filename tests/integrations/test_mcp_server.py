@@ -1,5 +1,6 @@
-"""`memory-archive mcp` end to end: the real command spawned over stdio, driven by the MCP SDK's own
-client, on the test's database with the offline embedder and summarizer and a local object store."""
+"""`memory-archive mcp` end to end: the real command spawned over stdio (and streamable HTTP, with and
+without token auth), driven by the MCP SDK's own client, on the test's database with the offline
+embedder and summarizer and a local object store."""
 
 from __future__ import annotations
 
@@ -46,14 +47,18 @@ ORIGINAL = "Kenji Sato booked a flight to Kyoto on 14 March 2026, seat 12A â˜• â
 Call = Callable[..., Awaitable[dict[str, Any]]]
 
 
-def _server(user: str) -> StdioServerParameters:
-    """`memory-archive mcp --user-id USER` running this worktree's code with the test's settings."""
+def _env() -> dict[str, str]:
+    """The test's settings (cli_env), and this worktree's code."""
     env = {k: v for k, v in os.environ.items() if k.startswith("MEMORY_ARCHIVE_") or k == "DATABASE_URL"}
-    env["PYTHONPATH"] = str(ROOT)
+    return env | {"PYTHONPATH": str(ROOT)}
+
+
+def _server(user: str) -> StdioServerParameters:
+    """`memory-archive mcp --user-id USER` over stdio."""
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "memory_lib.cli", "mcp", "--user-id", user, "--operator", "mcp-test"],
-        env=env,
+        env=_env(),
         cwd=str(ROOT),
     )
 
@@ -274,22 +279,22 @@ def _http_server(log: Path, *options: str) -> Iterator[str]:
     """`memory-archive mcp --transport http` as a process of its own; yields its URL once it accepts
     connections, stops it (SIGTERM, then SIGKILL) at the end."""
     port = _free_port()
-    params = _server("-")
+    command = [
+        sys.executable,
+        "-m",
+        "memory_lib.cli",
+        "mcp",
+        *options,
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [
-                params.command,
-                "-m",
-                "memory_lib.cli",
-                "mcp",
-                *options,
-                "--transport",
-                "http",
-                "--port",
-                str(port),
-            ],
-            env=os.environ | (params.env or {}),
-            cwd=params.cwd,
+            command,
+            env=os.environ | _env(),
+            cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
