@@ -389,6 +389,8 @@ class _Introspection(BaseHTTPRequestHandler):
         doc: dict[str, Any] = {"active": False}
         if token in ("tok-alice", "tok-bob"):
             doc = {"active": True, "sub": token.removeprefix("tok-"), "client_id": "agent", "scope": "memory"}
+        elif token == "tok-unscoped":  # without the scope the server requires
+            doc = {"active": True, "sub": "alice", "client_id": "agent", "scope": "profile"}
         elif token == "tok-elsewhere":  # issued for another server
             doc = {
                 "active": True,
@@ -445,6 +447,8 @@ def test_over_authenticated_http_each_request_acts_for_its_tokens_user_only(sett
                     url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers
                 )
                 assert answer.status_code == 401, (headers, answer.text)
+            answer = await http.post(url, json=ping, headers={"Authorization": "Bearer tok-unscoped"})
+            assert answer.status_code == 403, answer.text
 
     try:
         with _http_server(
@@ -455,6 +459,8 @@ def test_over_authenticated_http_each_request_acts_for_its_tokens_user_only(sett
             f"{issuer}/introspect",
             "--public-url",
             "http://memory.test/mcp",
+            "--auth-scope",
+            "memory",
         ) as url:
             asyncio.run(scenario(url))
     finally:
