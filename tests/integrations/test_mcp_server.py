@@ -449,6 +449,11 @@ def test_over_authenticated_http_each_request_acts_for_its_tokens_user_only(sett
                 assert answer.status_code == 401, (headers, answer.text)
             answer = await http.post(url, json=ping, headers={"Authorization": "Bearer tok-unscoped"})
             assert answer.status_code == 403, answer.text
+            # A client that supports MCP authorization finds the authorization server from the 401.
+            assert "resource_metadata=" in answer.headers["www-authenticate"]
+            metadata = await http.get(url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"))
+            assert metadata.json()["authorization_servers"] == [issuer]
+            assert metadata.json()["resource"] == "http://memory.test/mcp"
 
     try:
         with _http_server(
