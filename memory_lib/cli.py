@@ -1409,6 +1409,104 @@ def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:
 pause.add_command(pause_show, "status")
 
 
+@cli.command(
+    "mcp",
+    epilog=_examples(
+        "memory-archive mcp --user-id alice   # stdio: an MCP client launches this command",
+        "memory-archive mcp --user-id alice --transport http --port 8765   # http://127.0.0.1:8765/mcp",
+        "memory-archive mcp --transport http --auth-server https://auth.example.com "
+        "--auth-introspection-url https://auth.example.com/oauth/introspect   # user = token's sub",
+    ),
+)
+@click.option(
+    "--user-id",
+    envvar="MEMORY_MCP_USER_ID",
+    help="The one user whose memories the tools read and write (env MEMORY_MCP_USER_ID); no tool takes a "
+    "user. Required unless HTTP requests are authenticated (--auth-introspection-url).",
+)
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio (the client launches this command) or streamable HTTP at http://HOST:PORT/mcp.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP only: the address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP only.")
+@click.option(
+    "--auth-introspection-url",
+    help="HTTP only: require a bearer token, checked at this RFC 7662 introspection endpoint; each "
+    "request acts for its token's subject (sub). Client credentials for it: env MEMORY_MCP_AUTH_CLIENT_ID "
+    "and MEMORY_MCP_AUTH_CLIENT_SECRET.",
+)
+@click.option(
+    "--auth-server", help="With --auth-introspection-url: the authorization server clients get tokens from."
+)
+@click.option(
+    "--auth-scope", multiple=True, help="With --auth-introspection-url: a scope every token must have."
+)
+@click.option(
+    "--public-url", help="With auth: this server's URL as clients reach it (default http://HOST:PORT/mcp)."
+)
+@_OPERATOR
+@click.pass_context
+@_guarded
+def mcp_cmd(
+    ctx: click.Context,
+    user_id: str | None,
+    transport: str,
+    host: str,
+    port: int,
+    auth_introspection_url: str | None,
+    auth_server: str | None,
+    auth_scope: tuple[str, ...],
+    public_url: str | None,
+    operator: str,
+) -> None:
+    """Serve the memory tools (add, search, expand, build_context, get, update, delete, forget) to an
+    MCP client, for one user (or, over authenticated HTTP, each request's user). Needs the mcp extra."""
+    authenticated = auth_introspection_url is not None
+    if authenticated and (transport != "http" or auth_server is None or user_id is not None):
+        _fail(
+            "--auth-introspection-url needs --transport http and --auth-server, and no --user-id (the token names the user)"
+        )
+    if not authenticated and (auth_server or auth_scope or public_url):
+        _fail("--auth-server, --auth-scope and --public-url go with --auth-introspection-url")
+    if not authenticated and user_id is None:
+        _fail(
+            "--user-id is required: the one user whose memories the tools act on (or env MEMORY_MCP_USER_ID)"
+        )
+    user = validation.user(user_id) if user_id is not None else None  # exit 2 naming --user-id
+    actor = _actor(operator)
+    try:
+        from .integrations import mcp as mcp_server
+    except ImportError as exc:
+        if not (exc.name or "").startswith("mcp"):
+            raise
+        _fail("the MCP server needs the mcp extra: pip install 'memory-archive[mcp]'")
+    introspection = None
+    if auth_introspection_url is not None and auth_server is not None:
+        introspection = mcp_server.TokenIntrospection.with_client_from_env(
+            auth_server, auth_introspection_url, required_scopes=auth_scope
+        )
+    elif transport == "http" and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"memory-archive: warning: --host {host}: every client that reaches this port acts as user "
+            f"{user!r} (add --auth-introspection-url to authenticate requests)",
+            err=True,
+        )
+    mcp_server.run(
+        _settings(ctx),
+        user,
+        transport=transport,
+        host=host,
+        port=port,
+        introspection=introspection,
+        public_url=public_url,
+        actor=actor,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script: run the command, return its exit code (0 on success)."""
     try:
