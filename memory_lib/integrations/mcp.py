@@ -39,12 +39,10 @@ from ..client import AsyncMemoryClient
 from ..core import validation
 from ..core.config import Settings
 from ..core.errors import InvalidInputError, MemoryArchiveError, NotFoundError
-from ..lifecycle.forget import ForgetResult, Leftovers, remaining, retained_tables
+from ..lifecycle.forget import ForgetPreview, ForgetResult, Leftovers, preview, remaining, retained_tables
 from ..llm.embedding import embedder_from_settings
 from ..retrieval.types import SearchHit
-from ..storage import packs
 from ..storage.db import connect, open_ready_database
-from ..storage.object_versions import list_versions
 from ..storage.objectstore import ObjectStore, object_store_from_settings
 from ..write import memory_api as api
 from ..write.memory_api import MemoryRecord
@@ -54,7 +52,7 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "memory-archive"
 ACTOR = "mcp"  # the actor the audit events of this server's writes name (the CLI passes cli:<operator>)
 MAX_LIMIT = 50
-MAX_CHAIN = 1000  # versions walked back through `supersedes` in a forget dry run
+MAX_LISTED = 50  # memories a forget dry run lists by name (it counts them all)
 
 INSTRUCTIONS = """Long-term memory of one user, kept in Postgres. Memories are never silently lost:
 old, unimportant ones are archived (a summary stays searchable, the exact original is kept in object
@@ -232,25 +230,33 @@ class StoredOfUser:
         with connect(self.url) as conn:
             return remaining(conn, self.store, user_id)
 
-    def backup_versions(self, user_id: str) -> int:
-        """The stored versions of the user's backups: lone backups of its archived memories and every
-        pack in its pack folder (what a forget of everything would delete from object storage)."""
+    def preview(self, user_id: str, memory_id: uuid.UUID | None) -> ForgetPreview:
+        """forget's own dry run (memory_lib.lifecycle.forget.preview): what it would erase now."""
         with connect(self.url) as conn:
-            ids = [
-                r["original_id"]
-                for r in conn.execute(
-                    "SELECT original_id FROM archived_memories WHERE user_id = %s", (user_id,)
-                )
-            ]
-        keys = {self.store.key_for(i) for i in ids}
-        versions = [
-            v
-            for v in list_versions(self.store, packs.owner_prefix(self.store, user_id))
-            if packs.is_pack_key(v.key)
-        ]
-        for key in sorted(keys):
-            versions += [v for v in list_versions(self.store, key) if v.key == key]
-        return len(versions)
+            return preview(conn, user_id, memory_id)
+
+
+def preview_json(seen: ForgetPreview) -> dict[str, Any]:
+    by_tier: dict[str, int] = {}
+    for item in seen.items:
+        by_tier[item.tier] = by_tier.get(item.tier, 0) + 1
+    return plain(
+        {
+            "memories": len(seen.items),
+            "by_tier": by_tier,
+            "backup_objects": len(seen.backup_refs),
+            "already_forgotten": seen.already_forgotten,
+            "listed": [
+                {
+                    "memory_id": i.memory_id,
+                    "tier": i.tier,
+                    "archive_id": i.archive_id,
+                    "text": (i.text or "")[:200],
+                }
+                for i in seen.items[:MAX_LISTED]
+            ],
+        }
+    )
 
 
 class MemoryTools:
@@ -461,15 +467,12 @@ class MemoryTools:
         if memory_id is not None:
             return await self._forget_one(user, _uuid("memory_id", memory_id), confirm)
         if not confirm:
+            seen = await asyncio.to_thread(self.stored.preview, user, None)
             left = await asyncio.to_thread(self.stored.remaining, user)
-            backups = await asyncio.to_thread(self.stored.backup_versions, user)
             return {
                 "dry_run": True,
-                "would_erase": {
-                    "scope": "every memory of this user",
-                    "rows": leftovers_json(left)["rows"],
-                    "backup_object_versions": backups,
-                },
+                "would_erase": {"scope": "every memory of this user", "rows": leftovers_json(left)["rows"]}
+                | preview_json(seen),
                 "kept_without_content": sorted(retained_tables()),
                 "to_erase": "call forget again with confirm=true",
             }
@@ -482,36 +485,18 @@ class MemoryTools:
         if record is None:
             raise ToolError(f"no memory {given} of this user")
         if not confirm:
-            versions = await self._earlier_versions(user, record)
-            text = record.content if record.content is not None else record.summary or ""
+            seen = await asyncio.to_thread(self.stored.preview, user, given)
+            earlier = [i.memory_id for i in seen.items if i.memory_id != seen.memory_id]
             return plain(
                 {
                     "dry_run": True,
-                    "would_erase": {
-                        "memory_id": record.id,
-                        "tier": record.tier,
-                        "archive_id": record.archive_id,
-                        "text": text[:200],
-                        "earlier_versions": versions,
-                        "backups": "every stored version of its backup"
-                        if record.tier == "archived"
-                        else None,
-                    },
+                    "would_erase": {"memory_id": seen.memory_id, "earlier_versions": earlier}
+                    | preview_json(seen),
                     "to_erase": "call forget again with this memory_id and confirm=true",
                 }
             )
         result = await self.client.forget(user, given)
         return forget_json(result) | {"still_found": await self.client.get(user, given) is not None}
-
-    async def _earlier_versions(self, user: str, record: MemoryRecord) -> list[uuid.UUID]:
-        out: list[uuid.UUID] = []
-        current: MemoryRecord | None = record
-        while current is not None and current.supersedes is not None and len(out) < MAX_CHAIN:
-            if current.supersedes in out:
-                break
-            out.append(current.supersedes)
-            current = await self.client.get(user, current.supersedes)
-        return out
 
 
 # name -> (title, annotations)

@@ -238,16 +238,18 @@ def test_forget_is_a_dry_run_until_confirmed_and_bad_arguments_are_tool_errors(s
             assert one["dry_run"] is True
             assert one["would_erase"]["memory_id"] == str(newest)
             assert one["would_erase"]["earlier_versions"] == [str(first)]
+            listed = {m["memory_id"] for m in one["would_erase"]["listed"]}
             everything = await call("forget")
             assert everything["dry_run"] is True
             assert everything["would_erase"]["rows"]["memories"] == 1
             assert everything["would_erase"]["rows"]["archived_memories"] == 2
-            assert everything["would_erase"]["backup_object_versions"] >= 1
+            assert everything["would_erase"]["by_tier"] == {"hot": 1, "archived": 2}
+            assert everything["would_erase"]["backup_objects"] >= 1
             assert _state(conn, "alice", objects) == before  # a dry run writes nothing
             assert _files(objects) == every_file
 
             erased = await call("forget", memory_id=str(newest), confirm=True)
-            assert set(erased["memory_ids"]) == {str(newest), str(first)}
+            assert set(erased["memory_ids"]) == {str(newest), str(first)} == listed  # what the dry run said
             assert erased["still_found"] is False
             assert "no memory" in (await fail("get", memory_id=str(first)))["text"]
             assert (await call("get", memory_id=str(keep)))["archived"] is True
