@@ -32,6 +32,7 @@ import getpass
 import hashlib
 import json
 import logging
+import shutil
 import sys
 import time
 import uuid
@@ -275,20 +276,57 @@ def _fields_table(title: str, payload: dict[str, Any]) -> _Table:
     return _Table(title, ("field", "value"), [[k, v] for k, v in _flatten("", payload)])
 
 
+_MIN_TEXT_WIDTH = 24  # a wrapping text column narrower than this is unreadable: show records instead
+
+
+def _fits(t: _Table, width: int) -> bool:
+    """Whether the table fits `width` columns with its text column at least _MIN_TEXT_WIDTH wide (the
+    other columns never wrap: an id folded over two lines cannot be copied)."""
+    cells = [[" ".join(_cell(v).split()) for v in row] for row in t.rows]
+    need = 3 * len(t.columns) + 1  # borders and padding
+    for i, column in enumerate(t.columns):
+        longest = max([len(column), *(len(r[i]) for r in cells)])
+        need += min(longest, _MIN_TEXT_WIDTH) if i == t.wrap else longest
+    return need <= width
+
+
+def _records(t: _Table, width: int) -> str:
+    """The table as one block per row, a `column  value` line each (psql's expanded display): for a
+    terminal too narrow for its columns."""
+    label = max(len(c) for c in t.columns)
+    out = [t.title] if t.title else []
+    for n, row in enumerate(t.rows, 1):
+        out.append(f"-[ {n} ]" + "-" * max(0, min(width, 60) - 8 - len(str(n))))
+        for column, value in zip(t.columns, row, strict=True):
+            text = " ".join(_cell(value).split())
+            room = max(width - label - 2, 20)
+            chunks = [text[i : i + room] for i in range(0, len(text), room)] or [""]
+            out.append(f"{column.ljust(label)}  {chunks[0]}")
+            out += [f"{' ' * label}  {c}" for c in chunks[1:]]
+    if t.note:
+        out.append(t.note)
+    return "\n".join(out) + "\n"
+
+
 def _show(*tables: _Table) -> None:
-    """Print the tables on stdout: rich when installed, else plain aligned columns."""
+    """Print the tables on stdout: rich when installed, else plain aligned columns; as records, one
+    block per row, when the terminal is too narrow for a table's columns."""
     try:
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
     except ImportError:
+        width = shutil.get_terminal_size().columns
         for t in tables:
-            click.echo(_plain(t))
+            click.echo(_plain(t) if not t.rows or _fits(t, width) else _records(t, width))
         return
     console = Console(highlight=False)
     for t in tables:
         if not t.rows and t.title:
             console.print(Text(f"{t.title}: none"))
+            continue
+        if not _fits(t, console.width):
+            console.print(Text(_records(t, console.width).rstrip("\n")))
             continue
         table = Table(title=Text(t.title) if t.title else None, title_justify="left")
         for i, column in enumerate(t.columns):

@@ -153,6 +153,11 @@ def test_search_labels_archived_hits_and_get_names_the_kind_of_id(conn, capsys, 
     out, _ = _run(capsys, "--table", "search", "--user-id", "alice", "cortado oat milk", "--phase2", "always")
     assert f"{archives[cafe]} (archive id)" in out and "[archived]" in out
     assert "restore --archive-id" in out
+    # Too narrow a terminal for the columns: a block per hit, every id whole on its line.
+    monkeypatch.setenv("COLUMNS", "70")
+    out, _ = _run(capsys, "--table", "search", "--user-id", "alice", "cortado oat milk", "--phase2", "always")
+    assert "-[ 1 ]" in out and f"{archives[cafe]} (archive id)" in out
+    assert all(len(line) <= 70 for line in out.splitlines()), out
 
     # get: by archive id (named as such, with its original), --original from the backup, by memory id.
     got = _json(capsys, "get", "--user-id", "alice", str(archives[cafe]))
