@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, cast
 
@@ -220,10 +220,17 @@ def _json_mode() -> bool:
     return not sys.stdout.isatty()
 
 
+def _json_default(value: Any) -> str:
+    """JSON of what json cannot write itself: times in ISO 8601 (with the T), the rest as text."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
 def _emit(payload: dict[str, Any], render: Callable[[dict[str, Any]], None] | None = None) -> None:
     """One JSON line (JSON mode), else `render`'s tables (default: the payload as field | value)."""
     if _json_mode():
-        click.echo(json.dumps(payload, default=str))
+        click.echo(json.dumps(payload, default=_json_default))
     elif render is not None:
         render(payload)
     else:
@@ -250,7 +257,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
     if isinstance(value, dict | list | tuple):
-        return json.dumps(value, default=str)
+        return json.dumps(value, default=_json_default)
     return str(value)
 
 
@@ -1220,7 +1227,8 @@ def forget(ctx: click.Context, user_id: str, memory_id: uuid.UUID | None, apply:
     _emit(payload, _show_forgotten)
     if not check["clean"]:
         _fail(
-            f"forget of --user-id {user_id!r} left data behind: {json.dumps(check, default=str)}", EXIT_FAILED
+            f"forget of --user-id {user_id!r} left data behind: {json.dumps(check, default=_json_default)}",
+            EXIT_FAILED,
         )
 
 
@@ -1277,7 +1285,7 @@ def _show_preview(p: dict[str, Any]) -> None:
             else ""
         )
         note = (
-            f"Dry run{more}: {p['would_forget']} memories and the backups that hold them "
+            f"Dry run{more}: {p['would_forget']} {'memory' if p['would_forget'] == 1 else 'memories'} and the backups that hold them "
             "(with every version) would be erased. Nothing was written: add --apply to erase."
         )
     if p.get("note"):
@@ -1312,7 +1320,7 @@ def _show_forgotten(p: dict[str, Any]) -> None:
                 ]
             ],
             right=frozenset({0, 1, 2}),
-            note=None if check["clean"] else f"left behind: {json.dumps(check, default=str)}",
+            note=None if check["clean"] else f"left behind: {json.dumps(check, default=_json_default)}",
         )
     )
 
@@ -1363,7 +1371,7 @@ def export(ctx: click.Context, user_id: str, output: str) -> None:
                     line |= {"content": doc.content, "metadata": meta, "tags": tags}
                 line["content_sha256"] = hashlib.sha256(line["content"].encode()).hexdigest()
                 line["content_source"] = "backup" if record.tier == "archived" else "hot"
-                sink.write(json.dumps(line, ensure_ascii=False, default=str).encode() + b"\n")
+                sink.write(json.dumps(line, ensure_ascii=False, default=_json_default).encode() + b"\n")
                 counts[record.tier] += 1
             bar.update(sum(counts.values()))
             cursor = page.next_cursor

@@ -252,6 +252,8 @@ def test_export_gives_hot_and_archived_originals_byte_exact_and_only_the_users(c
     lines = [json.loads(x) for x in out.splitlines()]
     assert {uuid.UUID(x["id"]) for x in lines} == set(alice) and len(lines) == len(alice)
     assert {x["user_id"] for x in lines} == {"alice"}
+    # Times in ISO 8601, as other tools read them.
+    assert all(datetime.fromisoformat(x["created_at"]).isoformat() == x["created_at"] for x in lines)
     for x in lines:
         original = alice[uuid.UUID(x["id"])]
         assert x["content"] == original["content"]  # byte-exact, edge spaces, \r\n and all
