@@ -1509,7 +1509,7 @@ def _show_reembed(p: dict[str, Any]) -> None:
             _Table(
                 f"Rows without a {m['secondary_columns']} vector",
                 ("table", "pending"),
-                sorted(p["pending"].items()),
+                list(p["pending"].items()),
                 right=frozenset({1}),
             )
         )
@@ -1589,7 +1589,7 @@ def reembed_start(ctx: click.Context, model: str, dim: int, operator: str) -> No
     epilog=_examples(
         "memory-archive reembed backfill",
         "memory-archive reembed backfill --limit 10000   # at most this many rows now; run again to go on",
-        "memory-archive reembed backfill --batch-size 64",
+        "memory-archive reembed backfill --shard 0/2 & memory-archive reembed backfill --shard 1/2",
     ),
 )
 @click.option(
@@ -1602,14 +1602,22 @@ def reembed_start(ctx: click.Context, model: str, dim: int, operator: str) -> No
 @click.option(
     "--limit", type=click.IntRange(min=1), help="At most this many rows in this run (default: all pending)."
 )
+@click.option(
+    "--shard",
+    default="0/1",
+    show_default=True,
+    help="i/n: only the rows in hash bucket i of n of their id; run n of them at once to scale out.",
+)
 @_PROGRESS_OPTION
 @_output_options
 @click.pass_context
 @_guarded
-def reembed_backfill(ctx: click.Context, batch_size: int, limit: int | None) -> None:
+def reembed_backfill(ctx: click.Context, batch_size: int, limit: int | None, shard: str) -> None:
     """Fill the second vectors of every pending row, a batch per transaction, until none is left (the
     target space while running, the old one once flipped, which keeps a flip back lossless). Safe to
-    kill and rerun, and to run several at once: a row stays pending until its batch commits."""
+    kill and rerun: a row stays pending until its batch commits."""
+    part = Shard.parse(shard)  # before connecting: bad input writes nothing
+    bucket = None if part.is_all else {"bucket": part.index, "buckets": part.count}
     with _connection(ctx, any_dim=True) as (settings, conn):
         m = reembedding.active_migration(conn)
         if m is None:
@@ -1618,24 +1626,29 @@ def reembed_backfill(ctx: click.Context, batch_size: int, limit: int | None) -> 
             )
         model, dim = m.secondary
         embedder = reembedding.embedder_for(model, dim, settings.embedding)
-        left = reembedding.coverage(conn)
-        total = sum(left.values()) if limit is None else min(limit, sum(left.values()))
-        filled = dict.fromkeys(left, 0)
+
+        def left() -> dict[str, int]:
+            return {
+                BY_KIND[k].table: reembedding.pending(conn, k, **(bucket or {})) for k in reembedding.KINDS
+            }
+
+        pending = sum(left().values())
+        filled = dict.fromkeys(left(), 0)
         started = time.monotonic()
         done = 0
-        with _Progress("re-embed", total, "rows") as bar:
+        with _Progress("re-embed", pending if limit is None else min(limit, pending), "rows") as bar:
             for kind in reembedding.KINDS:
-                table = BY_KIND[kind].table
                 while limit is None or done < limit:
                     size = batch_size if limit is None else min(batch_size, limit - done)
-                    n = reembedding.backfill_batch(conn, embedder, kind, size)
+                    n = reembedding.backfill_batch(conn, embedder, kind, size, **(bucket or {}))
                     if not n:
                         break
-                    filled[table] += n
+                    filled[BY_KIND[kind].table] += n
                     done += n
                     bar.update(done)
         seconds = time.monotonic() - started
-        remaining = reembedding.coverage(conn)
+        remaining = left()
+        everywhere = sum(reembedding.coverage(conn).values())  # other shards' rows too: the next step
     _emit(
         {
             "migration": m.id,
@@ -1643,22 +1656,24 @@ def reembed_backfill(ctx: click.Context, batch_size: int, limit: int | None) -> 
             "secondary_columns": m.suffix,
             "model": model,
             "dim": dim,
+            "shard": str(part),
             "filled": done,
             "filled_by_table": filled,
             "pending": remaining,
             "pending_total": sum(remaining.values()),
             "seconds": round(seconds, 2),
             "rows_per_s": round(done / seconds, 1) if seconds > 0 else 0.0,
-            "next": _next_step(m, sum(remaining.values())),
+            "next": _next_step(m, everywhere),
         },
         _show_backfill,
     )
 
 
 def _show_backfill(p: dict[str, Any]) -> None:
+    shard = "" if p["shard"] == "0/1" else f", shard {p['shard']}"
     _show(
         _Table(
-            f"Re-embedded into {p['secondary_columns']}: {p['model']} ({p['dim']}-d)",
+            f"Re-embedded into {p['secondary_columns']}: {p['model']} ({p['dim']}-d){shard}",
             ("table", "filled", "pending"),
             [[t, n, p["pending"][t]] for t, n in p["filled_by_table"].items()],
             right=frozenset({1, 2}),

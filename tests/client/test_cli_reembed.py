@@ -132,12 +132,20 @@ def test_start_backfill_resumed_flip_search_flip_back_abort(conn, memories, loca
     done = one(conn.execute("SELECT count(*) AS n FROM memories WHERE embedding_model_next IS NOT NULL"))["n"]
     assert done == 3
     # ... and the next run goes on with the rows still pending: no progress with JSON output.
-    out, err = _run(capsys, "reembed", "backfill", "--batch-size", "2", "--json", "--progress")
+    # Two workers, each on its hash bucket of the row ids (--shard i/n); no progress with JSON output.
+    out, err = _run(
+        capsys, "reembed", "backfill", "--shard", "0/2", "--batch-size", "2", "--json", "--progress"
+    )
     assert err == ""
-    resumed = json.loads(out)
-    assert (resumed["filled"], resumed["filled_by_table"]["memories"]) == (memories - 3, memories - 3)
-    assert resumed["pending_total"] == 0 and resumed["model"] == TARGET.model
-    assert resumed["next"] == "memory-archive reembed flip (or abort)"
+    first = json.loads(out)
+    assert first["shard"] == "0/2" and first["pending_total"] == 0  # its own bucket is done
+    second = _json(capsys, "reembed", "backfill", "--shard", "1/2", "--batch-size", "2")
+    assert first["filled"] + second["filled"] == memories - 3
+    assert first["filled_by_table"]["memories"] + second["filled_by_table"]["memories"] == memories - 3
+    assert second["pending_total"] == 0 and second["model"] == TARGET.model
+    assert second["next"] == "memory-archive reembed flip (or abort)"
+    _, err = _run(capsys, "reembed", "backfill", "--shard", "2/2", code=2)
+    assert "--shard '2/2'" in err, err
     assert _json(capsys, "reembed", "backfill")["filled"] == 0  # nothing left: a rerun is a no-op
 
     flipped = _json(capsys, "reembed", "flip")
