@@ -1,5 +1,5 @@
-"""`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede and pause from a shell; search,
-get, forget and export a user's memories.
+"""`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede, pause and re-embed from a shell;
+search, get, forget and export a user's memories.
 
 Every subcommand runs the same memory_lib code as the Dagster Slow Path (pipeline.run_batch for
 `archive`) and prints tables on a terminal, one JSON line on stdout when piped or with --json (`export`:
@@ -13,10 +13,11 @@ API key is refused before anything is claimed or written. Exit status, one meani
      restore, a backup failing its check
   2  bad input or configuration (InvalidInputError, ConfigError incl. PreflightError, SchemaError), fix and rerun
   3  archival is paused
-  4  a component is unavailable: database unreachable, object store or LLM outage; retry later
+  4  a component is unavailable: database unreachable, object store or LLM outage, a re-embedding flip's
+     tables kept locked past --lock-timeout; retry later
 
 Who acted, one rule for every command: each event and pause record a command writes (archive, restore,
-unsupersede, pause set, pause clear) names the actor `cli:<operator>`, the operator being `--operator`,
+unsupersede, pause set, pause clear, the reembed steps) names the actor `cli:<operator>`, the operator being `--operator`,
 by default your login name (`_actor` below; docs/reference/cli.md).
 
 Errors are one line on stderr and name this command's flags (`--user-id`, not the library's or Dagster's

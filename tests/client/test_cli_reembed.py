@@ -148,6 +148,15 @@ def test_start_backfill_resumed_flip_search_flip_back_abort(conn, memories, loca
     assert "--shard '2/2'" in err, err
     assert _json(capsys, "reembed", "backfill")["filled"] == 0  # nothing left: a rerun is a no-op
 
+    # A transaction holding a vector table: the flip gives up after --lock-timeout, nothing changed.
+    other = connect(conn.info.dsn)
+    with other.transaction():
+        other.execute("LOCK TABLE memory_facts IN ACCESS SHARE MODE")
+        _, err = _run(capsys, "reembed", "flip", "--lock-timeout", "200ms", code=4)
+    other.close()
+    assert "--lock-timeout" in err and "nothing changed" in err, err
+    assert _json(capsys, "reembed", "status")["migration"]["state"] == "running"
+
     flipped = _json(capsys, "reembed", "flip")
     assert flipped["migration"]["state"] == "flipped" and flipped["active_space"] == {
         "model": TARGET.model,
