@@ -1530,16 +1530,18 @@ def reembed_status(ctx: click.Context) -> None:
         _emit(_reembed_status(conn), _show_reembed)
 
 
-def _reembed_step(ctx: click.Context, step: Callable[[Conn, str], Migration], operator: str) -> None:
-    """A step of the library (start, flip, flip back, drop, abort) recorded as `cli:<operator>`; then the status."""
+def _reembed_step(
+    ctx: click.Context, step: Callable[[Conn, str], Migration], operator: str, *, waited: str = "30s"
+) -> None:
+    """A step of the library (start, flip, flip back, drop, abort) recorded as `cli:<operator>`; then
+    the status. `waited`: how long the step waits for the vector tables' locks, for its error."""
     actor = _actor(operator)
     with _connection(ctx, any_dim=True) as (_, conn):
         try:
             step(conn, actor)
         except psycopg.errors.LockNotAvailable:
             _fail(
-                "the vector tables stayed locked by another transaction past --lock-timeout: nothing changed, "
-                "retry later",
+                f"another transaction kept the vector tables locked past {waited}: nothing changed, retry later",
                 EXIT_UNAVAILABLE,
             )
         _emit(_reembed_status(conn), _show_reembed)
@@ -1711,7 +1713,10 @@ def reembed_flip(ctx: click.Context, lock_timeout: str, operator: str) -> None:
     """Make the new space active: builds its indexes (CONCURRENTLY), then swaps in one transaction. Refused
     unless every row has its new vector. Then switch every client's embedder to the new model and dim."""
     _reembed_step(
-        ctx, lambda conn, actor: reembedding.flip(conn, actor=actor, lock_timeout=lock_timeout), operator
+        ctx,
+        lambda conn, actor: reembedding.flip(conn, actor=actor, lock_timeout=lock_timeout),
+        operator,
+        waited=f"--lock-timeout {lock_timeout}",
     )
 
 
@@ -1724,7 +1729,10 @@ def reembed_flip(ctx: click.Context, lock_timeout: str, operator: str) -> None:
 def reembed_flip_back(ctx: click.Context, lock_timeout: str, operator: str) -> None:
     """Make the old space active again (kept up to date while flipped); the migration is running again."""
     _reembed_step(
-        ctx, lambda conn, actor: reembedding.flip_back(conn, actor=actor, lock_timeout=lock_timeout), operator
+        ctx,
+        lambda conn, actor: reembedding.flip_back(conn, actor=actor, lock_timeout=lock_timeout),
+        operator,
+        waited=f"--lock-timeout {lock_timeout}",
     )
 
 
