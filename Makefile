@@ -55,7 +55,7 @@ screenshots: $(STAMP)
 CITUS_TESTS = tests/storage/test_citus_distribution.py tests/core/test_input_validation.py \
 	tests/write/test_citus_plans.py tests/write/test_write_path.py tests/write/test_unsupersede.py \
 	tests/consolidation tests/client/test_cli.py::test_archive_until_drained_runs_batches_until_one_is_not_full \
-	tests/client/test_cli_people.py tests/integrations \
+	tests/client/test_cli_people.py tests/client/test_cli_reembed.py tests/integrations \
 	tests/archival/test_archive_selection.py tests/archival/test_archive_checkpoints.py \
 	tests/archival/test_archive_failures.py tests/archival/test_shards.py tests/dagster/test_slow_path_dagster.py \
 	tests/lifecycle/test_citus_plans.py tests/lifecycle/test_promotion.py tests/lifecycle/test_forget.py \

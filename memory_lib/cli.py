@@ -1,5 +1,5 @@
-"""`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede and pause from a shell; search,
-get, forget and export a user's memories.
+"""`memory-archive`: migrate, inspect, archive, restore, sweep, unsupersede, pause and re-embed from a shell;
+search, get, forget and export a user's memories.
 
 Every subcommand runs the same memory_lib code as the Dagster Slow Path (pipeline.run_batch for
 `archive`) and prints tables on a terminal, one JSON line on stdout when piped or with --json (`export`:
@@ -13,10 +13,11 @@ API key is refused before anything is claimed or written. Exit status, one meani
      restore, a backup failing its check
   2  bad input or configuration (InvalidInputError, ConfigError incl. PreflightError, SchemaError), fix and rerun
   3  archival is paused
-  4  a component is unavailable: database unreachable, object store or LLM outage; retry later
+  4  a component is unavailable: database unreachable, object store or LLM outage, a re-embedding flip's
+     tables kept locked past --lock-timeout; retry later
 
 Who acted, one rule for every command: each event and pause record a command writes (archive, restore,
-unsupersede, pause set, pause clear) names the actor `cli:<operator>`, the operator being `--operator`,
+unsupersede, pause set, pause clear, the reembed steps) names the actor `cli:<operator>`, the operator being `--operator`,
 by default your login name (`_actor` below; docs/reference/cli.md).
 
 Errors are one line on stderr and name this command's flags (`--user-id`, not the library's or Dagster's
@@ -32,6 +33,7 @@ import getpass
 import hashlib
 import json
 import logging
+import re
 import shutil
 import sys
 import time
@@ -72,14 +74,17 @@ from .core.models import BackupObject
 from .core.plans import run_plan
 from .core.rows import Conn
 from .core.shards import Shard
+from .lifecycle import reembedding
 from .lifecycle.eligibility import eligible_counts
 from .lifecycle.forget import ForgetPreview, forget_memory, forget_user, remaining
 from .lifecycle.forget import preview as forget_preview
 from .lifecycle.pause import clear_pause, pause_history, pause_status, set_pause
 from .lifecycle.promotion import JOINED_FROM, JOINED_ROW, verified_backup
+from .lifecycle.reembedding import BY_KIND, Migration
 from .lifecycle.restore import RestoreReport, originals_of_archives, restore_archives
+from .lifecycle.vector_groups import latest_migration
 from .llm.batches import submission_stats
-from .llm.embedding import embedder_from_settings
+from .llm.embedding import LOCAL_MODEL_NAME, embedder_from_settings
 from .preflight import preflight
 from .storage.db import (
     DATABASE_REFUSED,
@@ -89,8 +94,10 @@ from .storage.db import (
     open_database,
     open_ready_database,
 )
+from .storage.migrations import check_schema
 from .storage.objectstore import ObjectStore, object_store_from_settings
 from .storage.packs import read_members
+from .storage.space import SHAPE_SQL
 from .storage.store import tier_stats
 from .write.memory_api import MemoryRecord, get_plan, list_plan, list_query
 from .write.unsupersede import unsupersede as unsupersede_memories
@@ -114,6 +121,8 @@ _FLAGS = {
     "actor": "--operator",
     "memory_id": "--memory-id",
     "query": "QUERY",
+    "target_model": "--model",
+    "target_dim": "--dim",
 }
 
 
@@ -459,10 +468,18 @@ class _Progress:
 
 
 @contextmanager
-def _connection(ctx: click.Context) -> Iterator[tuple[Settings, Conn]]:
+def _connection(ctx: click.Context, *, any_dim: bool = False) -> Iterator[tuple[Settings, Conn]]:
     """A connection to the configured database; only `migrate` changes the schema, the other commands
-    refuse a missing or outdated one (SchemaError: run `memory-archive migrate`)."""
+    refuse a missing or outdated one (SchemaError: run `memory-archive migrate`). `any_dim`: whatever
+    embedding dim the database has now (the re-embedding commands, which change it)."""
     settings = _settings(ctx)
+    if any_dim:
+        with open_database(settings, create=False) as db:
+            with naming_the_database(settings):
+                check_schema(db.url)
+            with db.connect() as conn:
+                yield settings, conn
+        return
     with open_ready_database(settings) as db, db.connect() as conn:
         yield settings, conn
 
@@ -1453,6 +1470,336 @@ def pause_clear(ctx: click.Context, reason: str, operator: str) -> None:
 
 # `pause status`, the older name, stays: the same command under both names.
 pause.add_command(pause_show, "status")
+
+
+# --------------------------------------------------------------------------- reembed
+# A re-embedding (memory_lib.lifecycle.reembedding) without Dagster: the same library steps as the
+# reembedding jobs and asset. These commands open the database whatever embedding.dim the settings
+# say (`_connection(any_dim=True)`): a re-embedding changes the dim, and each step must run in either space.
+
+_REEMBED_EXAMPLES = (
+    "memory-archive reembed start --model all-MiniLM-L6-v2 --dim 384",
+    "memory-archive reembed status",
+    "memory-archive reembed backfill               # until nothing is pending; rerun after a kill",
+    "memory-archive reembed flip",
+    "memory-archive reembed flip-back              # the old space again, lossless",
+    "memory-archive reembed drop-old               # after a flip: finished, no flip back",
+    "memory-archive reembed abort                  # before a flip: give the migration up",
+)
+
+
+@cli.group(epilog=_examples(*_REEMBED_EXAMPLES))
+def reembed() -> None:
+    """Change the embedding model or dim without downtime: start, backfill, flip (flip back), drop."""
+
+
+def _space(conn: Conn) -> dict[str, Any]:
+    row = conn.execute(SHAPE_SQL).fetchone()
+    dim = None if row is None or row["dim"] is None else int(row["dim"])
+    return {"model": None if row is None else row["model"], "dim": dim}
+
+
+def _migration_json(m: Migration) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "state": m.state,
+        "source": {"model": m.source_model, "dim": m.source_dim},
+        "target": {"model": m.target_model, "dim": m.target_dim},
+        "secondary_columns": m.suffix if m.open else None,
+        "flips": m.flips,
+        "started_at": m.started_at,
+        "flipped_at": m.flipped_at,
+    }
+
+
+def _next_step(m: Migration | None, pending: int) -> str:
+    if m is None or not m.open:
+        return "none open: memory-archive reembed start --model M --dim D"
+    if pending:
+        return "memory-archive reembed backfill"
+    if m.state == "running":
+        return "memory-archive reembed flip (or abort)"
+    model, dim = m.active
+    return (
+        f"set MEMORY_ARCHIVE_EMBEDDING_DIM={dim} and the embedder of {model!r} everywhere; "
+        "then memory-archive reembed drop-old (or flip-back)"
+    )
+
+
+def _reembed_status(conn: Conn) -> dict[str, Any]:
+    m = reembedding.active_migration(conn)
+    left = reembedding.coverage(conn)
+    last = m or latest_migration(conn)
+    return {
+        "active_space": _space(conn),
+        "open": m is not None,
+        "migration": None if last is None else _migration_json(last),
+        "pending": left,
+        "pending_total": sum(left.values()),
+        "next": _next_step(m, sum(left.values())),
+    }
+
+
+def _show_reembed(p: dict[str, Any]) -> None:
+    m, space = p["migration"], p["active_space"]
+    rows: list[list[Any]] = [["active space", f"{space['model']} ({space['dim']}-d)"]]
+    if m is not None:
+        rows += [
+            ["migration", f"{m['id']} ({m['state']}{', open' if p['open'] else ''})"],
+            ["source", f"{m['source']['model']} ({m['source']['dim']}-d)"],
+            ["target", f"{m['target']['model']} ({m['target']['dim']}-d)"],
+            ["flips", m["flips"]],
+        ]
+    tables = [_Table("Re-embedding", ("field", "value"), rows)]
+    if p["open"]:
+        tables.append(
+            _Table(
+                f"Rows without a {m['secondary_columns']} vector",
+                ("table", "pending"),
+                list(p["pending"].items()),
+                right=frozenset({1}),
+            )
+        )
+    _show(*tables)
+    click.echo(f"Next: {p['next']}")
+
+
+@reembed.command(
+    "status", epilog=_examples("memory-archive reembed status", "memory-archive reembed status --json")
+)
+@_output_options
+@click.pass_context
+@_guarded
+def reembed_status(ctx: click.Context) -> None:
+    """The active embedding space, the open migration (else the last one) and its pending rows per table."""
+    with _connection(ctx, any_dim=True) as (_, conn):
+        _emit(_reembed_status(conn), _show_reembed)
+
+
+def _reembed_step(
+    ctx: click.Context, step: Callable[[Conn, str], Migration], operator: str, *, waited: str = "30s"
+) -> None:
+    """A step of the library (start, flip, flip back, drop, abort) recorded as `cli:<operator>`; then
+    the status. `waited`: how long the step waits for the vector tables' locks, for its error."""
+    actor = _actor(operator)
+    with _connection(ctx, any_dim=True) as (_, conn):
+        try:
+            step(conn, actor)
+        except psycopg.errors.LockNotAvailable:
+            _fail(
+                f"another transaction kept the vector tables locked past {waited}: nothing changed, retry later",
+                EXIT_UNAVAILABLE,
+            )
+        _emit(_reembed_status(conn), _show_reembed)
+
+
+@reembed.command(
+    "start",
+    epilog=_examples(
+        _REEMBED_EXAMPLES[0],
+        "memory-archive reembed start --model text-embedding-3-large --dim 1024   # OPENAI_API_KEY set",
+        "memory-archive reembed start --model hashing-lexical-v1-256 --dim 256",
+    ),
+)
+@click.option(
+    "--model",
+    required=True,
+    help="The target embedder: all-MiniLM-L6-v2 (384), hashing-lexical-v1-<dim>, else an OpenAI(-compatible) "
+    "model (OPENAI_API_KEY, MEMORY_ARCHIVE_EMBEDDING_BASE_URL).",
+)
+@click.option("--dim", type=int, required=True, help="The target's vector dimension.")
+@_OPERATOR
+@_output_options
+@click.pass_context
+@_guarded
+def reembed_start(ctx: click.Context, model: str, dim: int, operator: str) -> None:
+    """Record the migration and add the second vector columns (catalog only, instant); then backfill.
+    The target embedder is built and asked for one vector first: a model this setup cannot run, or whose
+    vectors are not --dim wide, is refused before anything is written."""
+    model = reembedding.check_target(model, dim)  # the library's own rules first: exit 2 naming the flag
+    settings = _settings(ctx)
+    try:
+        embedder = reembedding.embedder_for(model, dim, settings.embedding)
+    except InvalidInputError as exc:
+        raise InvalidInputError(
+            "target_model",
+            model,
+            f"taken for an OpenAI(-compatible) model, which cannot be used here ({exc}); the built-in ones "
+            f"are {LOCAL_MODEL_NAME} and hashing-lexical-v1-<dim>",
+        ) from None
+    shape = embedder.embed(["memory-archive re-embedding probe"]).shape
+    if shape[-1] != dim:
+        raise InvalidInputError("target_dim", dim, f"{model!r} makes {shape[-1]}-d vectors")
+    _reembed_step(ctx, lambda conn, actor: reembedding.start(conn, model, dim, actor=actor), operator)
+
+
+@reembed.command(
+    "backfill",
+    epilog=_examples(
+        "memory-archive reembed backfill",
+        "memory-archive reembed backfill --limit 10000   # at most this many rows now; run again to go on",
+        "memory-archive reembed backfill --shard 0/2 & memory-archive reembed backfill --shard 1/2",
+    ),
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Rows embedded and written per transaction: a killed run loses at most this much work.",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1), help="At most this many rows in this run (default: all pending)."
+)
+@click.option(
+    "--shard",
+    default="0/1",
+    show_default=True,
+    help="i/n: only the rows in hash bucket i of n of their id; run n of them at once to scale out.",
+)
+@_PROGRESS_OPTION
+@_output_options
+@click.pass_context
+@_guarded
+def reembed_backfill(ctx: click.Context, batch_size: int, limit: int | None, shard: str) -> None:
+    """Fill the second vectors of every pending row, a batch per transaction, until none is left (the
+    target space while running, the old one once flipped, which keeps a flip back lossless). Safe to
+    kill and rerun: a row stays pending until its batch commits."""
+    part = Shard.parse(shard)  # before connecting: bad input writes nothing
+    bucket = None if part.is_all else {"bucket": part.index, "buckets": part.count}
+    with _connection(ctx, any_dim=True) as (settings, conn):
+        m = reembedding.active_migration(conn)
+        if m is None:
+            _fail(
+                "no re-embedding is open: nothing to backfill (memory-archive reembed start --model M --dim D)"
+            )
+        model, dim = m.secondary
+        embedder = reembedding.embedder_for(model, dim, settings.embedding)
+
+        def left() -> dict[str, int]:
+            return {
+                BY_KIND[k].table: reembedding.pending(conn, k, **(bucket or {})) for k in reembedding.KINDS
+            }
+
+        pending = sum(left().values())
+        filled = dict.fromkeys(left(), 0)
+        started = time.monotonic()
+        done = 0
+        with _Progress("re-embed", pending if limit is None else min(limit, pending), "rows") as bar:
+            for kind in reembedding.KINDS:
+                while limit is None or done < limit:
+                    size = batch_size if limit is None else min(batch_size, limit - done)
+                    n = reembedding.backfill_batch(conn, embedder, kind, size, **(bucket or {}))
+                    if not n:
+                        break
+                    filled[BY_KIND[kind].table] += n
+                    done += n
+                    bar.update(done)
+        seconds = time.monotonic() - started
+        remaining = left()
+        everywhere = sum(reembedding.coverage(conn).values())  # other shards' rows too: the next step
+    _emit(
+        {
+            "migration": m.id,
+            "state": m.state,
+            "secondary_columns": m.suffix,
+            "model": model,
+            "dim": dim,
+            "shard": str(part),
+            "filled": done,
+            "filled_by_table": filled,
+            "pending": remaining,
+            "pending_total": sum(remaining.values()),
+            "seconds": round(seconds, 2),
+            "rows_per_s": round(done / seconds, 1) if seconds > 0 else 0.0,
+            "next": _next_step(m, everywhere),
+        },
+        _show_backfill,
+    )
+
+
+def _show_backfill(p: dict[str, Any]) -> None:
+    shard = "" if p["shard"] == "0/1" else f", shard {p['shard']}"
+    _show(
+        _Table(
+            f"Re-embedded into {p['secondary_columns']}: {p['model']} ({p['dim']}-d){shard}",
+            ("table", "filled", "pending"),
+            [[t, n, p["pending"][t]] for t, n in p["filled_by_table"].items()],
+            right=frozenset({1, 2}),
+            note=f"{p['filled']} rows in {p['seconds']} s ({p['rows_per_s']} rows/s)",
+        )
+    )
+    click.echo(f"Next: {p['next']}")
+
+
+def _lock_timeout(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*(ms|s|min)", value):
+        raise click.BadParameter(f"{value!r}: a duration such as 500ms, 30s or 2min", ctx, param)
+    return value
+
+
+_LOCK_TIMEOUT = click.option(
+    "--lock-timeout",
+    default="30s",
+    show_default=True,
+    callback=_lock_timeout,
+    help="Give up (nothing changed, exit 4) when another transaction keeps the vector tables locked this long.",
+)
+
+
+@reembed.command(
+    "flip", epilog=_examples("memory-archive reembed flip", "memory-archive reembed flip --lock-timeout 2min")
+)
+@_LOCK_TIMEOUT
+@_OPERATOR
+@_output_options
+@click.pass_context
+@_guarded
+def reembed_flip(ctx: click.Context, lock_timeout: str, operator: str) -> None:
+    """Make the new space active: builds its indexes (CONCURRENTLY), then swaps in one transaction. Refused
+    unless every row has its new vector. Then switch every client's embedder to the new model and dim."""
+    _reembed_step(
+        ctx,
+        lambda conn, actor: reembedding.flip(conn, actor=actor, lock_timeout=lock_timeout),
+        operator,
+        waited=f"--lock-timeout {lock_timeout}",
+    )
+
+
+@reembed.command("flip-back", epilog=_examples("memory-archive reembed flip-back"))
+@_LOCK_TIMEOUT
+@_OPERATOR
+@_output_options
+@click.pass_context
+@_guarded
+def reembed_flip_back(ctx: click.Context, lock_timeout: str, operator: str) -> None:
+    """Make the old space active again (kept up to date while flipped); the migration is running again."""
+    _reembed_step(
+        ctx,
+        lambda conn, actor: reembedding.flip_back(conn, actor=actor, lock_timeout=lock_timeout),
+        operator,
+        waited=f"--lock-timeout {lock_timeout}",
+    )
+
+
+@reembed.command("drop-old", epilog=_examples("memory-archive reembed drop-old"))
+@_OPERATOR
+@_output_options
+@click.pass_context
+@_guarded
+def reembed_drop_old(ctx: click.Context, operator: str) -> None:
+    """After a flip: drop the old space's columns. The migration is finished; no flip back from here."""
+    _reembed_step(ctx, lambda conn, actor: reembedding.drop_old(conn, actor=actor), operator)
+
+
+@reembed.command("abort", epilog=_examples("memory-archive reembed abort"))
+@_OPERATOR
+@_output_options
+@click.pass_context
+@_guarded
+def reembed_abort(ctx: click.Context, operator: str) -> None:
+    """Before a flip: give the migration up and drop its new columns; the active space is untouched."""
+    _reembed_step(ctx, lambda conn, actor: reembedding.abort(conn, actor=actor), operator)
 
 
 @cli.command(

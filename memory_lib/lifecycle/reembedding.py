@@ -83,6 +83,7 @@ __all__ = [
     "abort",
     "active_migration",
     "backfill_batch",
+    "check_target",
     "coverage",
     "drop_old",
     "embedder_for",
@@ -148,13 +149,10 @@ def _run_all(conn: Conn, statements: list[str]) -> None:
         conn.execute(statement)
 
 
-def start(conn: Conn, target_model: str, target_dim: int, *, actor: str) -> Migration:
-    """Start re-embedding into (target_model, target_dim): record it and add the `_next` columns.
-
-    Refused when a migration is open, when the target is the active space, or when no embedding model
-    is recorded yet (an empty database just changes its settings). Catalog-only DDL: instant."""
+def check_target(target_model: str, target_dim: int) -> str:
+    """The target's own rules (start checks them first; a caller may check before building its
+    embedder): a label, a dim HNSW can index, and the dim a built-in model makes. Returns the model."""
     target_model = validation.text("target_model", target_model, max_chars=validation.MAX_LABEL_CHARS)
-    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     if (
         isinstance(target_dim, bool)
         or not isinstance(target_dim, int)
@@ -173,6 +171,16 @@ def start(conn: Conn, target_model: str, target_dim: int, *, actor: str) -> Migr
             target_model,
             f"the {target_dim}-d hashing embedder is {HashingEmbedder(target_dim).model!r}",
         )
+    return target_model
+
+
+def start(conn: Conn, target_model: str, target_dim: int, *, actor: str) -> Migration:
+    """Start re-embedding into (target_model, target_dim): record it and add the `_next` columns.
+
+    Refused when a migration is open, when the target is the active space, or when no embedding model
+    is recorded yet (an empty database just changes its settings). Catalog-only DDL: instant."""
+    target_model = check_target(target_model, target_dim)
+    actor = validation.text("actor", actor, max_chars=validation.MAX_LABEL_CHARS)
     with conn.transaction():
         _lock_all(conn)
         settings = {
@@ -358,7 +366,7 @@ def _swap(conn: Conn, m: Migration, *, to_state: str, actor: str, lock_timeout: 
         detail = ", ".join(f"{t}: {n}" for t, n in uncovered.items())
         raise ReembeddingError(
             f"cannot flip to {new_model!r} ({new_dim}-d): rows without a {incoming} vector ({detail}); "
-            "run the backfill (the reembedding asset) first"
+            "run the backfill (`memory-archive reembed backfill` or the reembedding asset) first"
         )
     held = conn.execute(
         """SELECT count(*) AS n, array_agg(DISTINCT batch_key) AS batches FROM archival_attempts
