@@ -230,7 +230,11 @@ def search_plan(
                     "memory_archive.archive_scoped": scope is not None,
                 }
             )
-    return _result(hot_rows, archived_rows, request, window, reason, scope if reason is not None else None)
+    # Without phase 2 the candidates are phase 1's, already ranked: the same hits as ranking them again.
+    ranked = hot_only if reason is None else None
+    return _result(
+        hot_rows, archived_rows, request, window, reason, scope if reason is not None else None, ranked=ranked
+    )
 
 
 def _result(
@@ -240,20 +244,24 @@ def _result(
     window: TimeWindow | None,
     reason: str | None,
     scope: tuple[datetime, datetime] | None = None,
+    *,
+    ranked: list[SearchHit] | None = None,
 ) -> SearchResult:
+    """The result of ranking the rows of both tiers together (`ranked`: that ranking, when known)."""
     total, hot_cap, archived_cap = request.limits
-    rows = [*hot_rows, *archived_rows]
-    sources: list[Source] = ["hot"] * len(hot_rows)
-    sources += ["archived"] * len(archived_rows)
-    ranked = rank_candidates(
-        rows,
-        sources=sources,
-        config=request.config,
-        tags=request.tags,
-        now=request.now,
-        window=window,
-        embedder_kind=request.embedder_kind,
-    )
+    if ranked is None:
+        rows = [*hot_rows, *archived_rows]
+        sources: list[Source] = ["hot"] * len(hot_rows)
+        sources += ["archived"] * len(archived_rows)
+        ranked = rank_candidates(
+            rows,
+            sources=sources,
+            config=request.config,
+            tags=request.tags,
+            now=request.now,
+            window=window,
+            embedder_kind=request.embedder_kind,
+        )
     result = SearchResult(
         cut(ranked, total, hot_cap, archived_cap),
         reason,

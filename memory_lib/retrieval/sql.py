@@ -142,6 +142,7 @@ class _Tier:
     filters: str
     select: str
     pool: str  # the parameter holding this tier's candidate pool size
+    size: str  # at least the number of positions of a row's document (bounds its ts_rank_cd)
     created: str  # when the memory was written (context: its neighbours in time)
     key: str  # the tie-break of `created` order, as the tier's (user, created) index sorts it
 
@@ -158,7 +159,7 @@ def _bm25_prelude(include_superseded: bool = False) -> str:
         SELECT greatest(coalesce(max(us.docs), 0), 1)::float8 AS n
         FROM user_corpus_stats us WHERE us.user_id = %(user_id)s
     ), idf AS MATERIALIZED (
-        SELECT t.tq, coalesce(s.df, 0)::float8 AS df,
+        SELECT t.tq, row_number() OVER () AS n, coalesce(s.df, 0)::float8 AS df,
                ln(1 + (c.n - coalesce(s.df, 0) + 0.5) / (coalesce(s.df, 0) + 0.5)) AS w
         FROM (SELECT DISTINCT l, quote_literal(l)::tsquery AS tq
               FROM unnest(tsvector_to_array(to_tsvector('english', %(text_query)s))) AS l
@@ -219,14 +220,27 @@ def _tier_ctes(t: _Tier) -> str:
                    AND {t.created} > b.created AND {t.created} <= b.created + %(context_window)s::interval
                  ORDER BY {t.created}, {t.key} LIMIT %(context_neighbours)s)"""
     return f"""{a}_hits AS MATERIALIZED (
-        SELECT {a}.id, {t.created} AS created, {t.key} AS key, {t.tsv} AS tsv, sel.tsq
+        SELECT {a}.id, {t.created} AS created, {t.key} AS key, {t.tsv} AS tsv, sel.tsq, {t.size} AS size
         FROM {t.table} {a}, sel
         WHERE sel.tsq IS NOT NULL AND {user_live} AND {t.tsv} @@ sel.tsq {t.filters}
         LIMIT %(match_cap)s
+    ), {a}_idf AS MATERIALIZED (
+        -- Each match's idf sum from one join of the matches with the query's terms (a handful), summed in
+        -- the terms' order (the same sum for the same terms), rather than a subquery run per match.
+        SELECT h.id, coalesce(sum(i.w ORDER BY i.n), 0) AS idf_sum
+        FROM {a}_hits h LEFT JOIN idf i ON h.tsv @@ i.tq
+        GROUP BY h.id
+    ), {a}_floor AS MATERIALIZED (
+        -- The pool-th best idf sum. ts_rank_cd only breaks ties (1e-3 x cd), and on an OR of lexemes it is
+        -- at most 0.1 per position of the document (one per cover), so at most its size (characters, and
+        -- lexemes without positions): a match whose idf sum is below this floor by more than 1e-3 x size
+        -- cannot be among the pool best, and its ts_rank_cd (~10 us a match) is not computed.
+        SELECT coalesce(min(s.idf_sum), 0) AS t
+        FROM (SELECT idf_sum FROM {a}_idf ORDER BY idf_sum DESC LIMIT %({t.pool})s) AS s
     ), {a}_matched AS (
-        SELECT h.id, h.created, h.key, ts_rank_cd(h.tsv, h.tsq) AS cd,
-               (SELECT coalesce(sum(i.w), 0) FROM idf i WHERE h.tsv @@ i.tq) AS idf_sum
-        FROM {a}_hits h
+        SELECT h.id, h.created, h.key, s.idf_sum,
+               CASE WHEN s.idf_sum + 1e-3 * h.size >= f.t THEN ts_rank_cd(h.tsv, h.tsq) ELSE 0 END AS cd
+        FROM {a}_hits h JOIN {a}_idf s ON s.id = h.id CROSS JOIN {a}_floor f
     ), {a}_bm25 AS MATERIALIZED (
         SELECT id, created, key, idf_sum + 1e-3 * cd AS score
         FROM {a}_matched
@@ -308,6 +322,7 @@ _HOT_TIER = _Tier(
     filters=_HOT_FILTERS,
     created="m.created_at",
     key="m.id",
+    size="char_length(m.content)",
     select="""m.id AS memory_id, NULL::uuid AS archive_id, m.user_id, m.content AS text, m.created_at,
            m.updated_at, m.category, m.domain, m.metadata -> 'tags' AS tags, NULL::text AS storage_ref,
            NULL::timestamptz AS archived_at, m.metadata -> 'chunk' AS chunk, m.superseded_by""",
@@ -328,6 +343,7 @@ def _archived_tier(arm: VectorArm, pool: str, include_superseded: bool = False) 
         pool=pool,
         created="a.original_created_at",
         key="a.original_id",
+        size="char_length(a.summary) + coalesce(length(a.lexemes), 0)",
     )
 
 
