@@ -285,9 +285,8 @@ def _branch(
         where.append(f"{alias}.{superseded} IS NULL")
     if q.categories is not None:
         where.append(f"{alias}.{cat} = ANY(%(categories)s)")
-    if (
-        q.tags
-    ):  # an archive row keeps its memory's tags (trigger archived_memories_keep_tags): both GIN-indexed
+    # An archive row keeps its memory's tags (trigger archived_memories_keep_tags): both GIN-indexed.
+    if q.tags:
         where.append(f"{alias}.metadata -> 'tags' @> %(tags)s")
     if q.created_after is not None:
         where.append(f"{alias}.{created} >= %(created_after)s")
