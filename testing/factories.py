@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from memory_lib.client import MemoryClient
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig, Settings
 from memory_lib.core.rows import Conn
 from memory_lib.llm.embedding import Embedder, HashingEmbedder
-from memory_lib.llm.summarize import ExtractiveSummarizer, Summarizer
+from memory_lib.llm.summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryInput
 from memory_lib.storage.objectstore import ObjectStore
 from testing.constants import TEST_DIM
 
@@ -204,3 +205,16 @@ def ranked_hot_hits(texts: list[str], now: datetime) -> list[Any]:
     return list(
         rank_candidates(rows, sources=["hot"] * len(rows), config=RetrievalConfig(), tags=[], now=now)
     )
+
+
+class FirstSentenceSummarizer:
+    """A terse summary like an LLM often writes: the first sentence only, names and numbers dropped, so
+    archive rows get lexical fingerprints."""
+
+    kind = "test-first-sentence"
+    model = "first-sentence"
+
+    def summarize(self, item: SummaryInput) -> Summary:
+        first = re.split(r"(?<=[.!?])\s", item.content.strip(), maxsplit=1)[0]
+        words = [w for w in first.split() if not (w[:1].isupper() or any(c.isdigit() for c in w))]
+        return Summary(" ".join(words) or "a note", self.model, self.kind, 0, 0, 0.0)

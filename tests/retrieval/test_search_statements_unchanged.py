@@ -16,7 +16,6 @@ import pytest
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria, RetrievalConfig
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import Summary, SummaryInput
 from memory_lib.retrieval.ranking import rank_candidates
 from memory_lib.retrieval.sql import (
     ARCHIVED_SEARCH_SQL,
@@ -32,7 +31,7 @@ from memory_lib.retrieval.sql import (
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
-from testing.factories import archival_services
+from testing.factories import FirstSentenceSummarizer, archival_services
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -50,18 +49,6 @@ QUERIES = (
     "What happened at the market with Lumi and Marlow?",
     "zebra",  # no memory has it
 )
-
-
-class FirstSentenceSummarizer:
-    """A terse summary that drops names and numbers: archive rows get lexical fingerprints."""
-
-    kind = "test-first-sentence"
-    model = "first-sentence"
-
-    def summarize(self, item: SummaryInput) -> Summary:
-        first = re.split(r"(?<=[.!?])\s", item.content.strip(), maxsplit=1)[0]
-        words = [w for w in first.split() if not (w[:1].isupper() or any(c.isdigit() for c in w))]
-        return Summary(" ".join(words) or "a note", self.model, self.kind, 0, 0, 0.0)
 
 
 def _seed(conn: Any, store: Any) -> None:

@@ -16,14 +16,13 @@ from memory_lib.archival.pipeline import run_batch
 from memory_lib.core.config import ArchivalCriteria, RetentionConfig
 from memory_lib.lifecycle import stubs
 from memory_lib.llm.embedding import HashingEmbedder
-from memory_lib.llm.summarize import Summary, SummaryInput
 from memory_lib.retrieval.sql import BOTH_TIERS_SQL, MATCH_CAP, search_session_sql, statement_params
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from testing.citus import citus_urls
 from testing.constants import TEST_DIM
 from testing.explain import PLAN_CONFIG, base_name, plan_nodes
-from testing.factories import archival_services, make_client
+from testing.factories import FirstSentenceSummarizer, archival_services, make_client
 
 ADDED = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 ARCHIVED = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -36,19 +35,6 @@ TEXTS = (
     "Reminder: renew the passport before the Lisbon trip in March.",
     "Tomasz plays the cello; his teacher is Ms Okafor.",
 )
-
-
-class FirstSentenceSummarizer:
-    """A terse summary like an LLM often writes: the first sentence only, names and numbers dropped."""
-
-    kind = "test-first-sentence"
-    model = "first-sentence"
-
-    def summarize(self, item: SummaryInput) -> Summary:
-        first = re.split(r"(?<=[.!?])\s", item.content.strip(), maxsplit=1)[0]
-        words = [w for w in first.split() if not (w[:1].isupper() or any(c.isdigit() for c in w))]
-        text = " ".join(words) or "a note"
-        return Summary(text, self.model, self.kind, 0, 0, 0.0)
 
 
 def _archive_all(conn: Any, store: Any, summarizer: Any = None) -> int:
