@@ -1150,19 +1150,8 @@ def _record_json(record: MemoryRecord) -> dict[str, Any]:
 
 def _show_record(p: dict[str, Any]) -> None:
     fields = {k: v for k, v in p.items() if k not in ("note",)}
-    _show(
-        _Table(
-            f"Memory {p['id']} ({p['tier']})",
-            ("field", "value"),
-            list(_flatten_rows(fields)),
-            note=p.get("note"),
-        )
-    )
-
-
-def _flatten_rows(payload: dict[str, Any]) -> Iterator[list[Any]]:
-    for k, v in _flatten("", payload):
-        yield [k, v]
+    table = _fields_table(f"Memory {p['id']} ({p['tier']})", fields)
+    _show(dataclasses.replace(table, note=p.get("note")))
 
 
 def _originals(
