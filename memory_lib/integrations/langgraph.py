@@ -136,15 +136,18 @@ def _parse_label_tag(tag: str) -> tuple[int, str] | None:
     return int(position), base64.b32decode(raw).decode()
 
 
+def _item_digest(namespace: tuple[str, ...], key: str) -> str:
+    """The item's identity (namespace and key) as hex: its tag and its text's token are made of it."""
+    return hashlib.sha256(json.dumps([list(namespace), key], ensure_ascii=False).encode()).hexdigest()
+
+
 def _item_tag(namespace: tuple[str, ...], key: str) -> str:
-    digest = hashlib.sha256(json.dumps([list(namespace), key], ensure_ascii=False).encode()).hexdigest()
-    return f"lg:item:{digest[:40]}"
+    return f"lg:item:{_item_digest(namespace, key)[:40]}"
 
 
 def _identity_token(namespace: tuple[str, ...], key: str) -> str:
     """A word only this item's text holds, with digits: the write path never merges two items."""
-    digest = hashlib.sha256(json.dumps([list(namespace), key], ensure_ascii=False).encode()).hexdigest()
-    return f"lg{int(digest[:13], 16)}"
+    return f"lg{int(_item_digest(namespace, key)[:13], 16)}"
 
 
 def _compare(value: Any, wanted: Any) -> bool:
