@@ -37,7 +37,7 @@ def tag_match(query_tags: Sequence[str], memory_tags: Sequence[str]) -> float:
 def _id_keys(ids: Sequence[Any]) -> list[Any]:
     """Sort keys ordering ids as str(id) does: uuid.UUID's int when all are UUIDs (its lowercase hex
     is fixed-width, so the orders agree, without formatting a string per id), else str(id)."""
-    if all(type(i) is uuid.UUID for i in ids):
+    if set(map(type, ids)) <= {uuid.UUID}:
         return [i.int for i in ids]
     return [str(i) for i in ids]
 
@@ -47,7 +47,10 @@ def _positions(
 ) -> dict[int, int]:
     """1-based rank of each row index by `key` descending (ties by memory id: id_keys[i] is row i's
     _id_keys), among rows where `include`."""
-    chosen = [i for i, r in enumerate(rows) if (r[include] if include else r[key] is not None)]
+    if include:
+        chosen = [i for i, r in enumerate(rows) if r[include]]
+    else:
+        chosen = [i for i, r in enumerate(rows) if r[key] is not None]
     keys = [(-float(rows[i][key]), id_keys[i]) for i in chosen]
     order = sorted(range(len(chosen)), key=keys.__getitem__)  # stable: as sorting `chosen` by key
     return {chosen[j]: pos for pos, j in enumerate(order, start=1)}
@@ -114,18 +117,16 @@ def rank_candidates(
     # With no weight on recency (the default) a row's recency only breaks ties: computed for those and
     # for the hits returned. beta * recency is then beta itself (recency is in [0, 1]), bit for bit.
     lazy = beta == 0.0
+    recencies: list[float | None] = []
     # Plain numbers per kept row; the dataclasses are built only for the hits returned.
-    kept: list[int] = []
     numbers: list[tuple[Any, ...]] = []
     keys: list[tuple[float, bool]] = []  # sort_hits' key before recency and id: -final, not hot
-    recencies: list[float | None] = []
     for i, row in enumerate(rows):
-        source = sources[i]
-        is_hot = source == "hot"
+        is_hot = sources[i] == "hot"
         similarity = float(row["similarity"])
-        matched_text = row["text_rank"] is not None
+        text_rank = row["text_rank"]
         floor = hot_floor if is_hot else archived_floor
-        if floor is not None and similarity < floor and not matched_text:
+        if floor is not None and similarity < floor and text_rank is None:
             continue
         vp, tp = vec_pos.get(i), txt_pos.get(i)
         rrf = (wv / (k + vp) if vp else 0.0) + (wt * _share(row) / (k + tp) if tp else 0.0)
@@ -135,11 +136,9 @@ def rank_candidates(
         tags_score = tag_match(tags, _tags(row)) if tags else 0.0
         in_window = 1.0 if window is not None and window.contains(row["created_at"]) else 0.0
         boost = active_boost if is_hot else 1.0
-        base = alpha * relevance + recency_term + gamma * tags_score + delta * in_window
-        final = boost * base
-        kept.append(i)
+        final = boost * (alpha * relevance + recency_term + gamma * tags_score + delta * in_window)
         numbers.append(
-            (similarity, matched_text, vp, tp, rrf, relevance, tags_score, in_window, boost, final)
+            (i, similarity, text_rank, vp, tp, rrf, relevance, tags_score, in_window, boost, final)
         )
         keys.append((-final, not is_hot))
         recencies.append(recency)
@@ -147,23 +146,23 @@ def rank_candidates(
     def recency_of(j: int) -> float:
         r = recencies[j]
         if r is None:
-            r = recencies[j] = recency_decay(rows[kept[j]]["updated_at"], now, half_life)
+            r = recencies[j] = recency_decay(rows[numbers[j][0]]["updated_at"], now, half_life)
         return r
 
-    ids = _id_keys([(r := rows[i])["archive_id"] or r["memory_id"] for i in kept])  # SearchHit.id's
+    ids = _id_keys([(r := rows[n[0]])["archive_id"] or r["memory_id"] for n in numbers])  # SearchHit.id's
     out: list[SearchHit] = []
     seen: set[Any] = set()
     for j in _sorted(keys, lambda j: (-recency_of(j), ids[j])):
         if len(out) == limit:
             break
-        row = rows[kept[j]]
+        row = rows[numbers[j][0]]
         chunk = row.get("chunk") if isinstance(row.get("chunk"), dict) else None
         parent_id = uuid.UUID(chunk["parent_id"]) if chunk else None
         key = parent_id or row["memory_id"]
         if key in seen:  # the best hit of each memory, and of each long text's chunks
             continue
         seen.add(key)
-        out.append(_hit(row, sources[kept[j]], numbers[j], recency_of(j), chunk, parent_id))
+        out.append(_hit(row, sources[numbers[j][0]], numbers[j], recency_of(j), chunk, parent_id))
     return out
 
 
@@ -200,10 +199,10 @@ def _hit(
     chunk: dict[str, Any] | None,
     parent_id: uuid.UUID | None,
 ) -> SearchHit:
-    similarity, matched_text, vp, tp, rrf, relevance, tags_score, in_window, boost, final = numbers
+    _, similarity, text_rank, vp, tp, rrf, relevance, tags_score, in_window, boost, final = numbers
     scores = HitScores(
         similarity=similarity,
-        text_rank=float(row["text_rank"]) if matched_text else None,
+        text_rank=None if text_rank is None else float(text_rank),
         vector_position=vp,
         text_position=tp,
         rrf=rrf,
