@@ -192,17 +192,17 @@ def candidates(draw) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(call=candidates())
 def test_rank_candidates_equals_the_reference_and_limit_gives_its_prefix(call):
     expected = _exact(_ref_rank(**call))
     ranked = rank_candidates(**call)
     assert _exact(ranked) == expected
-    for k in range(len(ranked) + 2):
+    for k in sorted({0, 1, len(ranked) // 2, len(ranked) - 1, len(ranked) + 1} - {-1}):
         assert _exact(rank_candidates(**call, limit=k)) == expected[:k]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(call=candidates(), seed=st.integers(0, 2**32 - 1))
 def test_sort_hits_equals_the_reference(call, seed):
     hits = rank_candidates(**call)  # one per memory: add the duplicates back, in any order
