@@ -169,9 +169,10 @@ def rank_candidates(
 def _sorted(
     keys: Sequence[tuple[float, bool]], tiebreak: Callable[[int], tuple[float, Any]]
 ) -> Iterator[int]:
-    """Indices by keys[j] + tiebreak(j) ascending, stable, as sorted() would give them; tiebreak is only
-    called for indices whose keys tie (runs are resolved as they are reached)."""
-    if any(key[0] != key[0] for key in keys):  # a NaN score: no order to split, sort as one key
+    """Indices by (*keys[j], *tiebreak(j)) ascending, stable: what one sorted() on that key gives.
+    tiebreak is called only for indices whose keys tie, run by run as they are reached. Sorting by
+    keys, then each run of equal keys by tiebreak, is the same order when keys are totally ordered."""
+    if any(key[0] != key[0] for key in keys):  # a NaN score is not: sort by the whole key at once
         yield from sorted(range(len(keys)), key=lambda j: (*keys[j], *tiebreak(j)))
         return
     order = sorted(range(len(keys)), key=keys.__getitem__)

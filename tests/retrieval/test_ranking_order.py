@@ -211,7 +211,7 @@ def test_sort_hits_equals_the_reference(call, seed):
     assert _exact(sort_hits(hits)) == _exact(_ref_sort_hits(hits))
 
 
-def test_ties_follow_the_tier_then_recency_then_the_id():
+def test_ties_follow_the_tier_then_recency_then_the_id() -> None:
     """The cases the property draws by chance, spelled out: equal scores, equal recency, one memory seen
     hot and archived, two chunks of one parent."""
     a, b, c, parent = (uuid.UUID(int=n) for n in (1, 3, 2, 9))
@@ -221,7 +221,7 @@ def test_ties_follow_the_tier_then_recency_then_the_id():
     old_c = {"memory_id": c, "updated_at": NOW - timedelta(days=5)}
     chunk = {"parent_id": str(parent), "index": 0, "count": 2}
     chunks = [{"memory_id": uuid.UUID(int=n), "chunk": chunk | {"index": n - 7}} for n in (8, 7)]
-    base = {
+    base: dict[str, Any] = {
         "user_id": "u1",
         "archive_id": None,
         "text": "t",
@@ -239,7 +239,12 @@ def test_ties_follow_the_tier_then_recency_then_the_id():
     rows = [base | r for r in (old_c, archived_a, fresh_b, hot_a, *chunks)]
     sources = ["hot", "archived", "hot", "hot", "archived", "archived"]
     # No vector weight: every row scores 0 and only the tie-breaks order them.
-    call = {"sources": sources, "config": RetrievalConfig(vector_weight=0.0), "tags": [], "now": NOW}
+    call: dict[str, Any] = {
+        "sources": sources,
+        "config": RetrievalConfig(vector_weight=0.0),
+        "tags": [],
+        "now": NOW,
+    }
     hits = rank_candidates(rows, **call)
     assert _exact(hits) == _exact(_ref_rank(rows, **call))
     assert [(h.source, h.provenance.memory_id) for h in hits] == [
