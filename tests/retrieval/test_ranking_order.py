@@ -236,7 +236,8 @@ def test_ties_follow_the_tier_then_recency_then_the_id() -> None:
         "in_vector": True,
         "text_rank": None,
     }
-    rows = [base | r for r in (old_c, archived_a, fresh_b, hot_a, *chunks)]
+    each: list[dict[str, Any]] = [old_c, archived_a, fresh_b, hot_a, *chunks]
+    rows = [base | r for r in each]
     sources = ["hot", "archived", "hot", "hot", "archived", "archived"]
     # No vector weight: every row scores 0 and only the tie-breaks order them.
     call: dict[str, Any] = {
