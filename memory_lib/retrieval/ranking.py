@@ -7,7 +7,7 @@ the best hits within the per-tier caps. No I/O: the plan hands the rows in.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -114,13 +114,9 @@ def rank_candidates(
         config.delta_time,
     )
     half_life, active_boost = config.recency_half_life_days, config.active_boost
-    # With no weight on recency (the default) a row's recency only breaks ties: computed for those and
-    # for the hits returned. beta * recency is then beta itself (recency is in [0, 1]), bit for bit.
-    lazy = beta == 0.0
-    recencies: list[float | None] = []
     # Plain numbers per kept row; the dataclasses are built only for the hits returned.
     numbers: list[tuple[Any, ...]] = []
-    keys: list[tuple[float, bool]] = []  # sort_hits' key before recency and id: -final, not hot
+    keys: list[tuple[float, bool, float]] = []  # sort_hits' key but the id: -final, not hot, -recency
     for i, row in enumerate(rows):
         is_hot = sources[i] == "hot"
         similarity = float(row["similarity"])
@@ -131,28 +127,20 @@ def rank_candidates(
         vp, tp = vec_pos.get(i), txt_pos.get(i)
         rrf = (wv / (k + vp) if vp else 0.0) + (wt * _share(row) / (k + tp) if tp else 0.0)
         relevance = rrf / rrf_max
-        recency = None if lazy else recency_decay(row["updated_at"], now, half_life)
-        recency_term = beta if recency is None else beta * recency
+        recency = recency_decay(row["updated_at"], now, half_life)
         tags_score = tag_match(tags, _tags(row)) if tags else 0.0
         in_window = 1.0 if window is not None and window.contains(row["created_at"]) else 0.0
         boost = active_boost if is_hot else 1.0
-        final = boost * (alpha * relevance + recency_term + gamma * tags_score + delta * in_window)
+        final = boost * (alpha * relevance + beta * recency + gamma * tags_score + delta * in_window)
         numbers.append(
-            (i, similarity, text_rank, vp, tp, rrf, relevance, tags_score, in_window, boost, final)
+            (i, similarity, text_rank, vp, tp, rrf, relevance, recency, tags_score, in_window, boost, final)
         )
-        keys.append((-final, not is_hot))
-        recencies.append(recency)
-
-    def recency_of(j: int) -> float:
-        r = recencies[j]
-        if r is None:
-            r = recencies[j] = recency_decay(rows[numbers[j][0]]["updated_at"], now, half_life)
-        return r
+        keys.append((-final, not is_hot, -recency))
 
     ids = _id_keys([(r := rows[n[0]])["archive_id"] or r["memory_id"] for n in numbers])  # SearchHit.id's
     out: list[SearchHit] = []
     seen: set[Any] = set()
-    for j in _sorted(keys, lambda j: (-recency_of(j), ids[j])):
+    for j in sorted(range(len(numbers)), key=lambda j: (*keys[j], ids[j])):
         if len(out) == limit:
             break
         row = rows[numbers[j][0]]
@@ -162,30 +150,8 @@ def rank_candidates(
         if key in seen:  # the best hit of each memory, and of each long text's chunks
             continue
         seen.add(key)
-        out.append(_hit(row, sources[numbers[j][0]], numbers[j], recency_of(j), chunk, parent_id))
+        out.append(_hit(row, sources[numbers[j][0]], numbers[j], chunk, parent_id))
     return out
-
-
-def _sorted(
-    keys: Sequence[tuple[float, bool]], tiebreak: Callable[[int], tuple[float, Any]]
-) -> Iterator[int]:
-    """Indices by (*keys[j], *tiebreak(j)) ascending, stable: what one sorted() on that key gives.
-    tiebreak is called only for indices whose keys tie, run by run as they are reached. Sorting by
-    keys, then each run of equal keys by tiebreak, is the same order when keys are totally ordered."""
-    if any(key[0] != key[0] for key in keys):  # a NaN score is not: sort by the whole key at once
-        yield from sorted(range(len(keys)), key=lambda j: (*keys[j], *tiebreak(j)))
-        return
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and keys[order[end]] == keys[order[start]]:
-            end += 1
-        if end - start > 1:
-            yield from sorted(order[start:end], key=tiebreak)
-        else:
-            yield order[start]
-        start = end
 
 
 def _tags(row: Mapping[str, Any]) -> tuple[str, ...]:
@@ -196,11 +162,10 @@ def _hit(
     row: Mapping[str, Any],
     source: Source,
     numbers: tuple[Any, ...],
-    recency: float,
     chunk: dict[str, Any] | None,
     parent_id: uuid.UUID | None,
 ) -> SearchHit:
-    _, similarity, text_rank, vp, tp, rrf, relevance, tags_score, in_window, boost, final = numbers
+    _, similarity, text_rank, vp, tp, rrf, relevance, recency, tags_score, in_window, boost, final = numbers
     scores = HitScores(
         similarity=similarity,
         text_rank=None if text_rank is None else float(text_rank),
