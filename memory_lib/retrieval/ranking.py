@@ -34,11 +34,26 @@ def tag_match(query_tags: Sequence[str], memory_tags: Sequence[str]) -> float:
     return sum(1 for t in query_tags if t in have) / len(query_tags)
 
 
-def _positions(rows: Sequence[Mapping[str, Any]], key: str, include: str | None) -> dict[int, int]:
-    """1-based rank of each row index by `key` descending (ties by memory id), among rows where `include`."""
-    chosen = [i for i, r in enumerate(rows) if (r[include] if include else r[key] is not None)]
-    chosen.sort(key=lambda i: (-float(rows[i][key]), str(rows[i]["memory_id"])))
-    return {i: pos for pos, i in enumerate(chosen, start=1)}
+def _id_keys(ids: Sequence[Any]) -> list[Any]:
+    """Sort keys ordering ids as str(id) does: uuid.UUID's int when all are UUIDs (its lowercase hex
+    is fixed-width, so the orders agree, without formatting a string per id), else str(id)."""
+    if set(map(type, ids)) <= {uuid.UUID}:
+        return [i.int for i in ids]
+    return [str(i) for i in ids]
+
+
+def _positions(
+    rows: Sequence[Mapping[str, Any]], key: str, include: str | None, id_keys: Sequence[Any]
+) -> dict[int, int]:
+    """1-based rank of each row index by `key` descending (ties by memory id: id_keys[i] is row i's
+    _id_keys), among rows where `include`."""
+    if include:
+        chosen = [i for i, r in enumerate(rows) if r[include]]
+    else:
+        chosen = [i for i, r in enumerate(rows) if r[key] is not None]
+    keys = [(-float(rows[i][key]), id_keys[i]) for i in chosen]
+    order = sorted(range(len(chosen)), key=keys.__getitem__)  # stable: as sorting `chosen` by key
+    return {chosen[j]: pos for pos, j in enumerate(order, start=1)}
 
 
 # The vector list's RRF weight when the config leaves it unset, by embedder kind. Chosen by leave-one-
@@ -74,84 +89,121 @@ def rank_candidates(
     now: datetime,
     window: TimeWindow | None = None,
     embedder_kind: str | None = None,
+    limit: int | None = None,
 ) -> list[SearchHit]:
     """Fuse and score the candidates of both tiers together (formula in the module docstring), best first.
 
     rows[i] comes from tier sources[i]. A vector-only candidate below its tier's optional cosine floor
     is dropped; a full-text match is always kept. Rows with the same original id (a memory seen hot and
-    archived by a concurrent archival), and chunks of one parent, collapse to the better one.
+    archived by a concurrent archival), and chunks of one parent, collapse to the better one. The order
+    is sort_hits'. With `limit`, only the first `limit` hits of that list are built and returned.
     """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, not {limit}")
     k = config.rrf_k
     wv, wt = resolved_vector_weight(config, embedder_kind), config.text_weight
-    vec_pos = _positions(rows, "similarity", "in_vector")
-    txt_pos = _positions(rows, "text_rank", None)
+    memory_ids = _id_keys([r["memory_id"] for r in rows])
+    vec_pos = _positions(rows, "similarity", "in_vector", memory_ids)
+    txt_pos = _positions(rows, "text_rank", None, memory_ids)
     rrf_max = (wv + wt) / (k + 1)
-    hits: list[SearchHit] = []
+    hot_floor, archived_floor = config.hot_similarity_threshold, config.archived_similarity_threshold
+    alpha, beta, gamma, delta = (
+        config.alpha_similarity,
+        config.beta_recency,
+        config.gamma_tags,
+        config.delta_time,
+    )
+    half_life, active_boost = config.recency_half_life_days, config.active_boost
+    # Plain numbers per kept row; the dataclasses are built only for the hits returned.
+    numbers: list[tuple[Any, ...]] = []
+    keys: list[tuple[float, bool, float]] = []  # sort_hits' key but the id: -final, not hot, -recency
     for i, row in enumerate(rows):
-        source = sources[i]
+        is_hot = sources[i] == "hot"
         similarity = float(row["similarity"])
-        matched_text = row["text_rank"] is not None
-        floor = config.hot_similarity_threshold if source == "hot" else config.archived_similarity_threshold
-        if floor is not None and similarity < floor and not matched_text:
+        text_rank = row["text_rank"]
+        floor = hot_floor if is_hot else archived_floor
+        if floor is not None and similarity < floor and text_rank is None:
             continue
         vp, tp = vec_pos.get(i), txt_pos.get(i)
         rrf = (wv / (k + vp) if vp else 0.0) + (wt * _share(row) / (k + tp) if tp else 0.0)
         relevance = rrf / rrf_max
-        memory_tags = tuple(row["tags"]) if isinstance(row["tags"], list) else ()
-        recency = recency_decay(row["updated_at"], now, config.recency_half_life_days)
-        tags_score = tag_match(tags, memory_tags)
+        recency = recency_decay(row["updated_at"], now, half_life)
+        tags_score = tag_match(tags, _tags(row)) if tags else 0.0
         in_window = 1.0 if window is not None and window.contains(row["created_at"]) else 0.0
-        boost = config.active_boost if source == "hot" else 1.0
-        base = (
-            config.alpha_similarity * relevance
-            + config.beta_recency * recency
-            + config.gamma_tags * tags_score
-            + config.delta_time * in_window
+        boost = active_boost if is_hot else 1.0
+        final = boost * (alpha * relevance + beta * recency + gamma * tags_score + delta * in_window)
+        numbers.append(
+            (i, similarity, text_rank, vp, tp, rrf, relevance, recency, tags_score, in_window, boost, final)
         )
-        scores = HitScores(
-            similarity=similarity,
-            text_rank=float(row["text_rank"]) if matched_text else None,
-            vector_position=vp,
-            text_position=tp,
-            rrf=rrf,
-            hybrid_similarity=relevance,
-            recency=recency,
-            tag_match=tags_score,
-            boost=boost,
-            final=boost * base,
-            time_match=in_window,
-        )
+        keys.append((-final, not is_hot, -recency))
+
+    ids = _id_keys([(r := rows[n[0]])["archive_id"] or r["memory_id"] for n in numbers])  # SearchHit.id's
+    out: list[SearchHit] = []
+    seen: set[Any] = set()
+    for j in sorted(range(len(numbers)), key=lambda j: (*keys[j], ids[j])):
+        if len(out) == limit:
+            break
+        row = rows[numbers[j][0]]
         chunk = row.get("chunk") if isinstance(row.get("chunk"), dict) else None
-        provenance = Provenance(
-            user_id=row["user_id"],
-            memory_id=row["memory_id"],
-            archive_id=row["archive_id"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            category=row["category"],
-            domain=row["domain"],
-            tags=memory_tags,
-            storage_ref=row["storage_ref"],
-            archived_at=row["archived_at"],
-            parent_id=uuid.UUID(chunk["parent_id"]) if chunk else None,
-            chunk_index=chunk["index"] if chunk else None,
-            chunk_count=chunk["count"] if chunk else None,
-        )
-        superseded_by = row.get("superseded_by")
-        hits.append(SearchHit(source, row["text"], scores, provenance, superseded_by=superseded_by))
-    seen: set[uuid.UUID] = set()
-    unique = []
-    for hit in sort_hits(hits):  # the best hit of each memory, and of each long text's chunks
-        key = hit.provenance.parent_id or hit.provenance.memory_id
-        if key not in seen:
-            seen.add(key)
-            unique.append(hit)
-    return unique
+        parent_id = uuid.UUID(chunk["parent_id"]) if chunk else None
+        key = parent_id or row["memory_id"]
+        if key in seen:  # the best hit of each memory, and of each long text's chunks
+            continue
+        seen.add(key)
+        out.append(_hit(row, sources[numbers[j][0]], numbers[j], chunk, parent_id))
+    return out
+
+
+def _tags(row: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(row["tags"]) if isinstance(row["tags"], list) else ()
+
+
+def _hit(
+    row: Mapping[str, Any],
+    source: Source,
+    numbers: tuple[Any, ...],
+    chunk: dict[str, Any] | None,
+    parent_id: uuid.UUID | None,
+) -> SearchHit:
+    _, similarity, text_rank, vp, tp, rrf, relevance, recency, tags_score, in_window, boost, final = numbers
+    scores = HitScores(
+        similarity=similarity,
+        text_rank=None if text_rank is None else float(text_rank),
+        vector_position=vp,
+        text_position=tp,
+        rrf=rrf,
+        hybrid_similarity=relevance,
+        recency=recency,
+        tag_match=tags_score,
+        boost=boost,
+        final=final,
+        time_match=in_window,
+    )
+    provenance = Provenance(
+        user_id=row["user_id"],
+        memory_id=row["memory_id"],
+        archive_id=row["archive_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        category=row["category"],
+        domain=row["domain"],
+        tags=_tags(row),
+        storage_ref=row["storage_ref"],
+        archived_at=row["archived_at"],
+        parent_id=parent_id,
+        chunk_index=chunk["index"] if chunk else None,
+        chunk_count=chunk["count"] if chunk else None,
+    )
+    return SearchHit(source, row["text"], scores, provenance, superseded_by=row.get("superseded_by"))
 
 
 def sort_hits(hits: Sequence[SearchHit]) -> list[SearchHit]:
-    """Best first; ties go to hot hits, then to the more recent, then by id (deterministic)."""
-    return sorted(hits, key=lambda h: (-h.scores.final, h.source != "hot", -h.scores.recency, str(h.id)))
+    """Best first; ties go to hot hits, then to the more recent, then by id (str order, deterministic)."""
+    ids = _id_keys([h.id for h in hits])
+    keys = [
+        (-h.scores.final, h.source != "hot", -h.scores.recency, i) for h, i in zip(hits, ids, strict=True)
+    ]
+    return [hits[j] for j in sorted(range(len(hits)), key=keys.__getitem__)]
 
 
 def cut(hits: Sequence[SearchHit], total: int, hot_cap: int, archived_cap: int) -> list[SearchHit]:

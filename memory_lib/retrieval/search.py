@@ -193,6 +193,8 @@ def search_plan(
             now=request.now,
             window=window,
             embedder_kind=kind,
+            # phase2_reason reads the first hot_cap; without phase 2 the result is those (debug: all)
+            limit=None if request.debug else hot_cap,
         )
         reason = phase2_reason(request, hot_only[:hot_cap], hot_cap, window) if archived_cap > 0 else None
         s.set(
@@ -261,6 +263,8 @@ def _result(
             now=request.now,
             window=window,
             embedder_kind=request.embedder_kind,
+            # `cut` keeps the first `total` when no tier's cap is below it (debug: every candidate)
+            limit=None if request.debug or min(hot_cap, archived_cap) < total else total,
         )
     result = SearchResult(
         cut(ranked, total, hot_cap, archived_cap),

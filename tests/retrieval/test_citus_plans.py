@@ -78,7 +78,10 @@ def _explained(url: str, sent: list[tuple[Any, Any]]) -> list[tuple[str, str]]:
             text = query if isinstance(query, str) else str(query)
             if not re.match(r"\s*(WITH|SELECT|INSERT|UPDATE|DELETE)\b", text) or ";" in text:
                 continue
-            rows = c.execute("EXPLAIN (COSTS OFF) " + text, params).fetchall()
+            # the plan runtime sends a long statement in its `$n` form with a list (core/plans.py: _native)
+            native = isinstance(params, list) and "$1" in text
+            cur = psycopg.RawCursor(c) if native else c.cursor()
+            rows = cur.execute("EXPLAIN (COSTS OFF) " + text, params).fetchall()
             out.append((text, "\n".join(r["QUERY PLAN"] for r in rows)))
     return out
 
