@@ -99,13 +99,22 @@ ACTOR = "bench"
 
 
 def load_backlog(
-    conn: psycopg.Connection[Any], n: int, *, dim: int = DIM, hnsw: bool = True, seed: int = 0
+    conn: psycopg.Connection[Any],
+    n: int,
+    *,
+    dim: int = DIM,
+    hnsw: bool = True,
+    seed: int = 0,
+    index_inserts: bool = False,
 ) -> str:
     """n eligible hot memories (generated text, synthetic vectors labelled as the HashingEmbedder's model,
-    created > 1 year before AS_OF). Returns the embedding model name."""
+    created > 1 year before AS_OF). Returns the embedding model name.
+
+    The HNSW index is dropped and built after the load (fast), unless `index_inserts`: then every row goes
+    through its insert path, as `add` does, and the index is what a user's table has."""
     model = HashingEmbedder(dim).model
     set_embedding_model(conn, model)
-    hnsw_def = drop_index(conn, "memories_embedding_hnsw")
+    hnsw_def = None if index_inserts else drop_index(conn, "memories_embedding_hnsw")
     texts = demo_texts(min(n, 20_000), seed=7 + seed)
     created = old_timestamps(n, AS_OF, seed=seed)
     space = LowRankSpace(dim, seed=1)
@@ -129,7 +138,7 @@ def load_backlog(
             )
         offset += copy_hot(conn, rows, model=model)
     conn.execute("VACUUM ANALYZE memories")
-    if hnsw:
+    if hnsw and hnsw_def is not None:
         build_index(conn, hnsw_def, "memories")
     return model
 

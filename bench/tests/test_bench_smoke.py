@@ -172,7 +172,7 @@ def test_archival_smoke(tmp_path: Path, s3_args: list[str]) -> None:
 
 def test_footprint_smoke(tmp_path: Path) -> None:
     data = run_bench(tmp_path, "footprint")
-    table = rows(data, "Postgres bytes per memory")
+    table = rows(data, "Postgres bytes per memory, ")
     assert [(r["dim"], r["row"].split(" ")[0]) for r in table] == [
         (1536, "hot"),
         (1536, "archived"),
@@ -206,6 +206,15 @@ def test_footprint_smoke(tmp_path: Path) -> None:
     assert reps[-1]["bytes 1536-d"] < reps[1]["bytes 1536-d"] < reps[0]["bytes 1536-d"]
     assert set(data["figures"]["archived_vs_hot"]) == {"1536", "384"}
     assert all(0 < v < 1 for v in data["figures"]["archived_vs_hot"].values())
+    assert set(data["figures"]["archived_vs_hot_written"]) == {"1536", "384"}
+    assert all(0 < v < 1 for v in data["figures"]["archived_vs_hot_written"].values())
+    n = data["params"]["sizes"][-1]
+    written = rows(data, "Postgres bytes per memory as written and compacted")
+    assert [r["dim"] for r in written] == [1536, 384]
+    for r in written:
+        # VACUUM FULL rebuilds every index: never larger than the inserts left them
+        assert r["hot as written"] >= r["hot compacted"] > r["archived as written"] > 0
+        assert 0 < r["distinct summary vectors"] <= n
 
 
 def test_memory_smoke(tmp_path: Path, s3_args: list[str]) -> None:
