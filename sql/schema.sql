@@ -909,13 +909,13 @@ CREATE INDEX archived_memories_batch_key ON public.archived_memories USING btree
 
 CREATE INDEX archived_stubs ON public.archived_memories USING btree (user_id, stubbed_at) WHERE (stubbed_at IS NOT NULL);
 
-CREATE INDEX archived_summary_bits_hnsw ON public.archived_memories USING hnsw (summary_bits public.bit_hamming_ops) WITH (m='16', ef_construction='64');
+CREATE INDEX archived_summary_bits_hnsw ON public.archived_memories USING hnsw (summary_bits public.bit_hamming_ops) WITH (m='12', ef_construction='64');
 
 CREATE INDEX archived_tags ON public.archived_memories USING gin (((metadata -> 'tags'::text)) jsonb_path_ops);
 
 CREATE INDEX archived_user_created_id ON public.archived_memories USING btree (user_id, original_created_at DESC, original_id DESC);
 
-CREATE INDEX archived_user_lexemes ON public.archived_memories USING gin (user_id, ((to_tsvector('english'::regconfig, summary) || COALESCE(lexemes, ''::tsvector))));
+CREATE INDEX archived_user_lexemes ON public.archived_memories USING gin (user_id, ((to_tsvector('english'::regconfig, summary) || COALESCE(lexemes, ''::tsvector)))) WITH (fastupdate=off);
 
 CREATE UNIQUE INDEX embedding_migrations_one_open ON public.embedding_migrations USING btree ((true)) WHERE (state = ANY (ARRAY['running'::text, 'flipped'::text]));
 

@@ -70,7 +70,7 @@ VECTOR_GROUPS: tuple[Group, ...] = (
         ),
         text="summary",
         needs_vector="summary_bits IS NOT NULL",
-        index="hnsw ({col} bit_hamming_ops) WITH (m = 16, ef_construction = 64)",
+        index="hnsw ({col} bit_hamming_ops) WITH (m = 12, ef_construction = 64)",  # as 027 made it
     ),
     Group(
         "memory_digests",

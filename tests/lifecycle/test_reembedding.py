@@ -246,6 +246,13 @@ def test_hashing_to_local_with_searches_running_flip_and_flip_back(db_url, local
 
         flipped = reembedding.flip(conn, actor="test")
         assert flipped.state == "flipped" and flipped.flips == 1
+        # The archive's new bits index is built as migration 027 builds it.
+        options = conn.execute(
+            """SELECT c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+               WHERE i.indrelid = 'archived_memories'::regclass AND a.attname = 'summary_bits'"""
+        ).fetchall()
+        assert [r["reloptions"] for r in options] == [["m=12", "ef_construction=64"]]
         for q, expected in QUESTIONS:
             texts = [_text_of(conn, h) for h in _hits(new_client, q)]
             assert any(expected in t for t in texts[:2]), (q, texts)

@@ -26,6 +26,7 @@ from memory_lib.storage.space import LOCK_VECTOR_TABLES
 from testing.citus import CitusDatabases, citus_urls, distribution_blocks, distribution_sql, run_script
 from testing.constants import TEST_DIM
 from testing.factories import archive_cleanly, make_client
+from testing.rows import one
 
 from .test_distribution_keys import REFERENCE_TABLES
 
@@ -277,6 +278,55 @@ def test_a_migration_after_distribution_reaches_every_shard(cluster, tmp_path, c
     # Run again: nothing pending.
     assert migrate(url, embedding_dim=TEST_DIM, directory=directory) == []
     shutil.rmtree(directory)
+
+
+# The archive's two indexes as migration 026 left them, and 027 not recorded: a schema distributed before 027.
+BEFORE_027 = """
+DROP INDEX archived_user_lexemes;
+CREATE INDEX archived_user_lexemes ON archived_memories
+    USING gin (user_id, (to_tsvector('english'::regconfig, summary) || coalesce(lexemes, ''::tsvector)));
+DROP INDEX archived_summary_bits_hnsw;
+CREATE INDEX archived_summary_bits_hnsw ON archived_memories
+    USING hnsw (summary_bits bit_hamming_ops) WITH (m = 16, ef_construction = 64);
+DELETE FROM schema_migrations WHERE version = 27;
+"""
+# Each index of a table or shard that has options, without the shard number Citus appends to its name.
+INDEX_OPTIONS = """SELECT string_agg(regexp_replace(c.relname, '_[0-9]+$', '') || ' ' || array_to_string(c.reloptions, ','),
+    '; ' ORDER BY c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE i.indrelid = '%s'::regclass AND c.reloptions IS NOT NULL"""
+
+
+def test_migration_027_rebuilds_the_archive_indexes_on_every_shard(cluster, tmp_path):
+    """027 on a distributed schema holding archived memories: through the coordinator, each shard's
+    full-text index is rebuilt without its pending list and its bits HNSW graph with m = 12, under the
+    indexes' names, and each search finds what it found before."""
+    url = cluster.create(TEST_DIM)
+    store = LocalObjectStore(tmp_path / "objects", prefix="test")
+    conn = connect(url)
+    try:
+        client = make_client(conn, store)
+        for n, user in enumerate(USERS):
+            for i in range(3 + n):
+                client.add(
+                    user, f"{user} note {i}: the locker code is in drawer {i}", importance=0.1, now=OLD
+                )
+            client.add(user, f"{user} takes the train to work at {7 + n}", importance=0.1, now=OLD)
+        archive_cleanly(conn, store, as_of=NOW)
+    finally:
+        conn.close()
+    searched = _searches(url, store)
+    assert any(source == "archived" for hits in searched.values() for source, _ in hits)
+    run_script(url, BEFORE_027)
+    admin = admin_url(cluster, url)
+    old = "archived_summary_bits_hnsw m=16,ef_construction=64"
+    assert set(on_every_shard(admin, "archived_memories", INDEX_OPTIONS)) == {old}
+
+    assert migrate(url, embedding_dim=TEST_DIM) == ["027_archive_index_footprint"]
+    new = "archived_summary_bits_hnsw m=12,ef_construction=64; archived_user_lexemes fastupdate=off"
+    assert set(on_every_shard(admin, "archived_memories", INDEX_OPTIONS)) == {new}
+    with psycopg.connect(url) as c:
+        assert one(c.execute(INDEX_OPTIONS % "archived_memories"))[0] == new
+    assert _searches(url, store) == searched
 
 
 SHARD_LOCKS = """SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation

@@ -489,3 +489,49 @@ def test_sql_statements_cut_at_semicolons_outside_literals_and_comments():
         "-- c;\n/* x; /* nested; */ */ SELECT $f$;$f$;",
         "SELECT E'\\';', \"q;\";",
     ]
+
+
+ARCHIVE_INDEX_OPTIONS = """SELECT c.relname, t.relname AS tbl, c.reloptions
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
+    JOIN pg_am am ON am.oid = c.relam
+    WHERE (i.indrelid = 'archived_memories'::regclass
+           OR i.indrelid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'archived_memories'::regclass))
+      AND (am.amname = 'hnsw' OR starts_with(c.relname, 'archived_user_lexemes'))
+    ORDER BY 1"""
+OTHER_ARCHIVE_INDEXES = """SELECT c.relname, pg_get_indexdef(i.indexrelid) AS def
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE i.indrelid = 'archived_memories'::regclass AND c.relname NOT IN (%s, 'archived_user_lexemes')
+    ORDER BY 1"""
+
+
+@pytest.mark.parametrize(("partitions", "reembedded"), [(1, False), (4, True)])
+def test_027_rebuilds_the_archive_indexes_smaller_under_their_names(
+    empty_database, tmp_path, partitions, reembedded
+):
+    """027 over a database deployed before it: plain, or hash-partitioned by user with the bits index named
+    as a re-embedding names it. The full-text index loses its pending list and the bits HNSW graph is
+    m = 12, under the names they had, each partition's index named after the table's as partitioning
+    names it; the archive's other indexes are as they were."""
+    from memory_lib.storage import partitioning
+    from memory_lib.storage.db import connect
+
+    migrate_before(empty_database, "027", tmp_path)
+    bits = "archived_memories_summary_bits_m1_hnsw" if reembedded else "archived_summary_bits_hnsw"
+    with connect(empty_database) as c:
+        if reembedded:
+            c.execute(f"ALTER INDEX archived_summary_bits_hnsw RENAME TO {bits}")
+        partitioning.ensure(c, partitions)
+        others = c.execute(OTHER_ARCHIVE_INDEXES, (bits,)).fetchall()
+    assert migrate(empty_database, embedding_dim=4) == ["027_archive_index_footprint"]
+    with connect(empty_database) as c:
+        got = {r["relname"]: (r["tbl"], r["reloptions"]) for r in c.execute(ARCHIVE_INDEX_OPTIONS)}
+        assert partitioning.layout(c, "archived_memories").partitions == partitions
+        assert c.execute(OTHER_ARCHIVE_INDEXES, (bits,)).fetchall() == others
+        assert one(c.execute("SELECT count(*) AS n FROM pg_index WHERE NOT indisvalid"))["n"] == 0
+    expected = {}
+    parts = [f"archived_memories_p{i:03d}" for i in range(partitions)] if partitions > 1 else []
+    for table in ["archived_memories", *parts]:
+        suffix = table.removeprefix("archived_memories")
+        expected[f"archived_user_lexemes{suffix}"] = (table, ["fastupdate=off"])
+        expected[f"{bits}{suffix}"] = (table, ["m=12", "ef_construction=64"])
+    assert got == expected
