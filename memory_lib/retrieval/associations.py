@@ -30,10 +30,10 @@ from dataclasses import replace
 from typing import Any
 
 from ..core.plans import Plan, Sql
-from .ranking import recency_decay, tag_match
+from .ranking import provenance_of, recency_decay, tag_match
 from .search import search_plan
 from .sql import ARCHIVED_FILTERS, ARCHIVED_SELECT, ARCHIVED_VECTORS
-from .types import HitScores, Provenance, SearchHit, SearchRequest, SearchResult
+from .types import HitScores, SearchHit, SearchRequest, SearchResult
 
 __all__ = ["LINK_USES_SQL", "linked_archives_plan", "search_with_links_plan"]
 
@@ -96,20 +96,8 @@ def _hit(row: dict[str, Any], request: SearchRequest) -> SearchHit:
         boost=1.0,
         final=0.0,
     )
-    provenance = Provenance(
-        user_id=row["user_id"],
-        memory_id=row["memory_id"],
-        archive_id=row["archive_id"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        category=row["category"],
-        domain=row["domain"],
-        tags=tags,
-        storage_ref=row["storage_ref"],
-        archived_at=row["archived_at"],
-    )
     linked_from: uuid.UUID = row["linked_from"]
-    return SearchHit("archived", row["text"], scores, provenance, linked_from=linked_from)
+    return SearchHit("archived", row["text"], scores, provenance_of(row), linked_from=linked_from)
 
 
 def search_with_links_plan(request: SearchRequest, *, follow_links: bool) -> Plan[SearchResult]:

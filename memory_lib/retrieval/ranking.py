@@ -179,7 +179,21 @@ def _hit(
         final=final,
         time_match=in_window,
     )
-    provenance = Provenance(
+    return SearchHit(
+        source,
+        row["text"],
+        scores,
+        provenance_of(row, chunk, parent_id),
+        superseded_by=row.get("superseded_by"),
+    )
+
+
+def provenance_of(
+    row: Mapping[str, Any], chunk: Mapping[str, Any] | None = None, parent_id: uuid.UUID | None = None
+) -> Provenance:
+    """Where a search statement's row (ARCHIVED_SELECT's or the hot tier's columns) comes from; `chunk`
+    and `parent_id` when the row is a chunk of a long text."""
+    return Provenance(
         user_id=row["user_id"],
         memory_id=row["memory_id"],
         archive_id=row["archive_id"],
@@ -194,7 +208,6 @@ def _hit(
         chunk_index=chunk["index"] if chunk else None,
         chunk_count=chunk["count"] if chunk else None,
     )
-    return SearchHit(source, row["text"], scores, provenance, superseded_by=row.get("superseded_by"))
 
 
 def sort_hits(hits: Sequence[SearchHit]) -> list[SearchHit]:
