@@ -201,7 +201,10 @@ class RetrievalConfig(BaseModel):
         0.1, ge=0.0, description="Weight of the share of the query's tags a hit carries."
     )
     delta_time: float = Field(
-        0.1, ge=0.0, description="Bonus for a hit inside a time the query names ('last year', 'in May 2023')."
+        0.3,
+        ge=0.0,
+        description="Bonus for a hit inside a time the query names ('on 31 Dec 2023', 'last year', "
+        "'in May 2023'; a named day counts from the day before to two days after).",
     )
     vector_weight: float | None = Field(
         None,

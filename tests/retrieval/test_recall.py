@@ -222,6 +222,57 @@ def test_time_phrases_become_windows(query, since, until):
     assert (window.since, window.until) == (since.replace(tzinfo=UTC), until.replace(tzinfo=UTC))
 
 
+@pytest.mark.parametrize(
+    ("query", "day"),
+    [
+        ("Where was Elise on 31 Dec 2023?", datetime(2023, 12, 31)),
+        ("What did Paola cook on 22.01.2024?", datetime(2024, 1, 22)),
+        ("Where is Paola going on the 10th of February 2024?", datetime(2024, 2, 10)),
+        ("What movie did Akib watch on the 31 of December 2023?", datetime(2023, 12, 31)),
+        ("What did Gina find for her store on 1 February, 2023?", datetime(2023, 2, 1)),
+        ("What did Jon get accepted for on May 23, 2023?", datetime(2023, 5, 23)),
+        ("Where was the picture shared on December 1,2023 taken?", datetime(2023, 12, 1)),
+        ("the invoice of 2024-03-07", datetime(2024, 3, 7)),
+        # a named day wins over a month or a relative time elsewhere in the question
+        ("last week, or was it on 3rd Jan 2025?", datetime(2025, 1, 3)),
+    ],
+)
+def test_a_named_day_covers_the_day_before_to_two_days_after(query, day):
+    window = parse_time_window(query, NOW)
+    assert window is not None
+    day = day.replace(tzinfo=UTC)
+    assert (window.since, window.until) == (day - timedelta(days=1), day + timedelta(days=3))
+
+
 def test_no_time_phrase_no_window():
     assert parse_time_window("May I ask what Caroline researched?", NOW) is None
     assert parse_time_window("how many km did I run", NOW) is None
+    # a slashed date's order depends on the writer's country; a book title is not a date either
+    assert parse_time_window("When did Akib start to read 11/22/63?", NOW) is None
+    assert parse_time_window("what happened on 1/10/2024", NOW) is None
+    assert parse_time_window("what happened on Aug 15th", NOW) is None  # no year: not read
+    assert parse_time_window("version 31.02.2024 of the form", NOW) is None  # not a day
+
+
+def test_a_question_naming_a_day_ranks_what_was_written_around_it_first(conn):
+    """The memory written the day after the day a question names outranks one that matches the question
+    better but was written a week later; without the date, the better match ranks first."""
+    client = MemoryClient(conn, embedder=HashingEmbedder(TEST_DIM), settings=Settings(), actor="test")
+    for i, text in enumerate(RECENT):
+        client.add("u1", text, now=NOW - timedelta(days=i))
+    named = datetime(2025, 5, 10, tzinfo=UTC)
+    later = client.add(
+        "u1", "We watched the fireworks from the pier.", now=named + timedelta(days=8)
+    ).memory_id
+    after = client.add(
+        "u1", "Fireworks over the harbour, watched with Lena.", now=named + timedelta(days=1)
+    ).memory_id
+    dated = client.search(
+        "u1", "Where on the pier did we watch fireworks on 10 May 2025?", phase2="never", now=NOW
+    )
+    by_id = {h.provenance.memory_id: h for h in dated.hits}
+    assert [h.provenance.memory_id for h in dated.hits[:2]] == [after, later], [h.text for h in dated.hits]
+    assert by_id[after].scores.time_match == 1.0 and by_id[later].scores.time_match == 0.0
+    plain = client.search("u1", "Where on the pier did we watch fireworks?", phase2="never", now=NOW).hits
+    assert [h.provenance.memory_id for h in plain[:2]] == [later, after], [h.text for h in plain]
+    assert all(h.scores.time_match == 0.0 for h in plain)
