@@ -285,16 +285,16 @@ def search_both(clients: dict[str, MemoryClient], corpus: Corpus, warmup: int = 
 
 @contextmanager
 def exact_vector_scans() -> Iterator[None]:
-    """Every user's vector arm exact (every row compared) instead of the HNSW walk above EXACT_MAX rows:
+    """Every user's vector arm exact (every row compared) instead of the HNSW walk above EXACT_MAX (ARCHIVED_EXACT_MAX) rows:
     the ground truth that approximate top-10s are compared with."""
     from memory_lib.retrieval import sql as sql_module  # statement_params reads it per search
 
-    saved = sql_module.EXACT_MAX
-    sql_module.EXACT_MAX = 10**9
+    saved = sql_module.EXACT_MAX, sql_module.ARCHIVED_EXACT_MAX
+    sql_module.EXACT_MAX = sql_module.ARCHIVED_EXACT_MAX = 10**9
     try:
         yield
     finally:
-        sql_module.EXACT_MAX = saved
+        sql_module.EXACT_MAX, sql_module.ARCHIVED_EXACT_MAX = saved
 
 
 def exact_tops(clients: dict[str, MemoryClient], corpus: Corpus) -> dict[str, list[list[uuid.UUID]]]:
