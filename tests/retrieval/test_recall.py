@@ -10,6 +10,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_lib.archival.pipeline import run_batch
 from memory_lib.client import MemoryClient
@@ -242,6 +244,43 @@ def test_a_named_day_covers_the_day_before_to_two_days_after(query, day):
     assert window is not None
     day = day.replace(tzinfo=UTC)
     assert (window.since, window.until) == (day - timedelta(days=1), day + timedelta(days=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "on",
+                    "the",
+                    "of",
+                    "May",
+                    "Dec",
+                    "31st",
+                    "10.01.2024",
+                    "2024-02-30",
+                    "99.99.2024",
+                    "12",
+                    "2023",
+                    ",",
+                    "last",
+                    "week",
+                    "yesterday",
+                    "in",
+                    "January",
+                ]
+            ),
+            st.text(max_size=8),
+        ),
+        max_size=12,
+    ).map(" ".join)
+)
+def test_any_question_gives_no_window_or_a_proper_one(question):
+    """Whatever the text (impossible dates, stray numbers), parsing never raises: no window, or one whose
+    start is before its end, read from a phrase of the question."""
+    window = parse_time_window(question, NOW)
+    assert window is None or (window.since < window.until and window.phrase in question)
 
 
 def test_no_time_phrase_no_window():
