@@ -285,8 +285,8 @@ def search_both(clients: dict[str, MemoryClient], corpus: Corpus, warmup: int = 
 
 @contextmanager
 def exact_vector_scans() -> Iterator[None]:
-    """Every user's vector arm exact (every row compared) instead of the HNSW walk above EXACT_MAX (ARCHIVED_EXACT_MAX) rows:
-    the ground truth that approximate top-10s are compared with."""
+    """Every user's vector arms exact (every row compared) instead of the HNSW walk above EXACT_MAX hot
+    and ARCHIVED_EXACT_MAX archived rows: the ground truth that approximate top-10s are compared with."""
     from memory_lib.retrieval import sql as sql_module  # statement_params reads it per search
 
     saved = sql_module.EXACT_MAX, sql_module.ARCHIVED_EXACT_MAX

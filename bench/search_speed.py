@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 
 from memory_lib import AsyncMemoryClient, MemoryClient, Settings
 from memory_lib.core.config import RetrievalConfig
-from memory_lib.retrieval.sql import EXACT_MAX
+from memory_lib.retrieval.sql import ARCHIVED_EXACT_MAX, EXACT_MAX
 
 from .common import (
     HotRow,
@@ -34,7 +34,7 @@ from .common import (
 from .search_corpus import ARCHIVED_PER_HOT, DB, DIM, NOW, Corpus
 
 # A conversation's worth of memories for one user (LoCoMo's conversations hold 300-700 turns, a long
-# chat a few thousand): its hot tier within EXACT_MAX (the exact vector arm), its archive 4x that.
+# chat a few thousand): its hot tier within EXACT_MAX, its archive (4x that) within ARCHIVED_EXACT_MAX.
 CONVERSATION_USER = "conversation"
 CONVERSATION_HOT = 500
 CONCURRENCY = 16
@@ -254,8 +254,9 @@ def speed_table(report: Report, n: int) -> None:
             "on a preparing connection, interleaved with the baseline query on its own; the first row's "
             f"baseline is the previous table's reference row (`hnsw.ef_search` {RetrievalConfig().hnsw_ef_search}, "
             "iterative scan, every plan but the HNSW index scan disabled). The conversation-size user is one "
-            f"more user loaded after those rows (its hot tier within EXACT_MAX = {EXACT_MAX}: the exact vector arm; "
-            "its archive above it: the graph walk); its baseline is the bare query as the planner runs it. "
+            f"more user loaded after those rows (its hot tier within EXACT_MAX = {EXACT_MAX} and its archive within "
+            f"ARCHIVED_EXACT_MAX = {ARCHIVED_EXACT_MAX}: both vector arms exact); its baseline is the bare query as "
+            "the planner runs it. "
             f"Throughput: {CONCURRENCY} asyncio tasks in one process, each on its own connection, the held-out "
             f"queries in turn; the ratio column there is bare queries/s over searches/s. 1-minute load average "
             f"after the conversation rows {conv['load_average_1m'] if conv else float('nan'):.1f}, after the "
