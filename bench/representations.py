@@ -94,7 +94,7 @@ def variants(dim: int) -> list[Representation]:
         Representation(
             "none",
             "no summary vector (full text only)",
-            VectorArm("none", "a.id", "0::float8", oversample=0),
+            VectorArm("none", "0::float8", "0::float8", oversample=0),  # LIMIT 0: no vector candidate
             lambda d: [],
             keeps_bits=False,
         ),

@@ -97,9 +97,9 @@ _TSQUERY = """(SELECT CASE WHEN %(websearch)s THEN websearch_to_tsquery('english
 class VectorArm:
     """How a tier's vector arm finds rows and scores them, as SQL over alias a/m and %(embedding)s.
 
-    `distance` orders the candidates (ascending, served by the tier's HNSW index); `similarity` is the
-    cosine to the query, or an estimate on the same scale: hot and archived candidates share one vector
-    ranking. With `rerank`, the arm fetches `oversample` × pool candidates, `rerank(rerank_column value,
+    `distance` (a number) orders the candidates (ascending, served by the tier's HNSW index when the
+    user's rows are above the tier's exact threshold); `similarity` is the cosine to the query, or an
+    estimate on the same scale: hot and archived candidates share one vector ranking. With `rerank`, the arm fetches `oversample` × pool candidates, `rerank(rerank_column value,
     query)` gives each its similarity, and the best pool of them stay vector candidates.
     """
 
