@@ -96,7 +96,7 @@ def test_a_small_users_archive_is_searched_exactly_up_to_archived_exact_max(conn
     _archive_rows(conn, "big", 4500, seed=6)
     conn.execute("VACUUM (ANALYZE) archived_memories")
 
-    def loops(user: str) -> int:
+    def loops(user: str) -> int:  # hot_search_plan explains any search statement under the search's settings
         nodes = hot_search_plan(conn, ARCHIVED_SEARCH_SQL, user, analyze=True)
         return sum(
             n["Actual Loops"] for n in nodes if base_name(n.get("Index Name")) == "archived_summary_bits_hnsw"
