@@ -41,12 +41,12 @@ _MONTHS = {
     for name in names
 }
 _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
-_MONTH_YEAR = re.compile(rf"\b({_MONTH})\.?,?\s+(?:of\s+)?((?:19|20)\d\d)\b", re.IGNORECASE)
+_Y = r"((?:19|20)\d\d)"  # a year, captured
+_MONTH_YEAR = re.compile(rf"\b({_MONTH})\.?,?\s+(?:of\s+)?{_Y}\b", re.IGNORECASE)
 # A bare month name counts only after "in"/"during"/"since": "may" is also a verb.
 _IN_MONTH = re.compile(rf"\b(?:in|during|last|this)\s+({_MONTH})\b(?!\s*\d)", re.IGNORECASE)
-_YEAR = re.compile(r"\b(?:in|during|of|since|from)\s+((?:19|20)\d\d)\b", re.IGNORECASE)
+_YEAR = re.compile(rf"\b(?:in|during|of|since|from)\s+{_Y}\b", re.IGNORECASE)
 _ORDINAL = r"(\d{1,2})(?:st|nd|rd|th)?"
-_Y = r"((?:19|20)\d\d)"
 # Each gives (year, month, day) from its match.
 _DAYS: tuple[tuple[re.Pattern[str], tuple[int, int, int]], ...] = (
     (re.compile(rf"\b{_Y}-(\d{{1,2}})-(\d{{1,2}})\b"), (1, 2, 3)),  # 2024-01-10

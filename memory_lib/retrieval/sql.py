@@ -99,8 +99,9 @@ class VectorArm:
 
     `distance` (a number) orders the candidates (ascending, served by the tier's HNSW index when the
     user's rows are above the tier's exact threshold); `similarity` is the cosine to the query, or an
-    estimate on the same scale: hot and archived candidates share one vector ranking. With `rerank`, the arm fetches `oversample` × pool candidates, `rerank(rerank_column value,
-    query)` gives each its similarity, and the best pool of them stay vector candidates.
+    estimate on the same scale: hot and archived candidates share one vector ranking. With `rerank`, the
+    arm fetches `oversample` × pool candidates, `rerank(rerank_column value, query)` gives each its
+    similarity, and the best pool of them stay vector candidates.
     """
 
     name: str
