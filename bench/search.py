@@ -74,7 +74,6 @@ VECTOR_LEG_SQL = (
     "SELECT id FROM memories WHERE user_id = %s AND superseded_by IS NULL "
     "ORDER BY embedding <=> %s::vector LIMIT 10"
 )
-DEFAULT_GOAL_MS = {10_000: 15.0, 100_000: 30.0}  # default search p95 at n hot + 4n archived
 
 
 def run(opts: Options) -> Report:
@@ -390,12 +389,12 @@ def _two_phase(conn: DB, url: str, report: Report, n: int, corpus: Corpus) -> No
             ratio(p["p95"], leg["p95"]),
         ]
 
-    goal_ms = DEFAULT_GOAL_MS.get(n)
+    goal_ms = search_speed.GOAL_P95_MS.get(n)
     default_vs_leg = ratio(default["p95"], leg["p95"])
-    verdict = (
-        f"default p95 {default['p95']:.1f} ms"
-        + (f" ({'meets' if default['p95'] <= goal_ms else 'misses'} <= {goal_ms:.0f} ms)" if goal_ms else "")
-        + f", {default_vs_leg:.1f}x the vector leg ({'meets' if default_vs_leg <= 3 else 'misses'} <= 3x)"
+    # The ratio goal is to the HNSW reference row (bench.search_speed.speed_table): the vector leg as the
+    # planner runs it may take another plan (a bitmap scan and a sort), a slow baseline that flatters.
+    verdict = f"default p95 {default['p95']:.1f} ms" + (
+        f" ({'meets' if default['p95'] <= goal_ms else 'misses'} <= {goal_ms:.0f} ms)" if goal_ms else ""
     )
     report.tables.append(
         Table(
@@ -426,9 +425,9 @@ def _two_phase(conn: DB, url: str, report: Report, n: int, corpus: Corpus) -> No
             f"settings=Settings()).search(user_id, query, now=...), no overrides (limit {config.limit}, phase 2 and "
             f"phase 3 auto; evaluator actions {dict(actions)}). Hot only / two-phase forced: "
             f"{adapters.search_engine()} through bench.adapters. Each query once per mode, modes interleaved, every "
-            f"mode on its own preparing connection (the first table's rows never prepare: they compare plans); {len(queries)} held-out queries. Goals: default search p95 "
-            f"<= 15 ms at 10k hot + 40k archived (<= 30 ms at 100k + 400k) and <= 3x the vector leg alone in the "
-            f"same run. This run: {verdict}.",
+            f"mode on its own preparing connection (the first table's rows never prepare: they compare plans); {len(queries)} held-out queries. Goal: default search p95 "
+            f"<= 10 ms at 10k hot + 40k archived (<= 20 ms at 100k + 400k); its ratio goal, to the reference row, "
+            f"is in the speed table below. This run: {verdict}.",
         )
     )
     report.figures.setdefault("two_phase", {})[str(n)] = {
