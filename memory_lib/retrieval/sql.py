@@ -56,10 +56,15 @@ ARCHIVED_FILTERS = _FILTERS.format(
 # through an index by design; without sequential scans the planner cannot trade the HNSW walk of a
 # large user (the vector arm's second branch) for a scan and sort of the whole table, which it costs
 # lower than pgvector's graph walk at any size we measured.
+# No parallel workers: every read of a search is bounded (a graph walk, at most match_cap matches, an exact
+# scan of at most a tier's exact threshold), so workers only add their start-up. The planner gave the
+# exact branch of a large user's archive (100,000 rows among 400,000) a Gather Merge of 2 workers, which
+# started even when that branch did not run: 4-6 ms of a 3-7 ms statement (bench search at 100k).
 SEARCH_SETTINGS_SQL = """
     SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
            set_config('hnsw.iterative_scan', 'relaxed_order', true),
            set_config('enable_seqscan', 'off', true),
+           set_config('max_parallel_workers_per_gather', '0', true),
            t.partitioned,
            -- On tiers partitioned by user: the partition holding the user's rows of each tier (NULL when
            -- the user has none there, and then no graph walk runs), which the walk reads directly.
@@ -81,7 +86,8 @@ def search_session_sql(ef_search: int) -> str:
     SET LOCAL citus.propagate_set_commands = 'local';
     SET LOCAL hnsw.ef_search = {int(ef_search)};
     SET LOCAL hnsw.iterative_scan = relaxed_order;
-    SET LOCAL enable_seqscan = off"""
+    SET LOCAL enable_seqscan = off;
+    SET LOCAL max_parallel_workers_per_gather = 0"""
 
 
 # The full-text query. A natural question becomes an OR of its English lexemes (stemmed, stop words

@@ -160,14 +160,15 @@ def test_the_search_settings_reach_the_worker(conn: Conn) -> None:
         yield Sql(search_session_sql(57), {}, "one")
         row = yield Sql(
             """SELECT current_setting('hnsw.ef_search') AS ef, current_setting('hnsw.iterative_scan') AS it,
-                      current_setting('enable_seqscan') AS seq
+                      current_setting('enable_seqscan') AS seq,
+                      current_setting('max_parallel_workers_per_gather') AS workers
                FROM memories WHERE user_id = %(u)s LIMIT 1""",
             {"u": USERS[0]},
             "one",
         )
         return row
 
-    assert run_plan(conn, plan()) == {"ef": "57", "it": "relaxed_order", "seq": "off"}
+    assert run_plan(conn, plan()) == {"ef": "57", "it": "relaxed_order", "seq": "off", "workers": "0"}
 
 
 # --------------------------------------------------------------------------- same top-10 as one node

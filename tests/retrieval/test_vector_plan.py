@@ -22,7 +22,7 @@ from memory_lib.retrieval.sql import (
 from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
-from testing.explain import PLAN_CONFIG, base_name, hot_search_plan
+from testing.explain import PLAN_CONFIG, base_name, hot_search_plan, plan_nodes
 from testing.factories import parcel_rows
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -118,3 +118,35 @@ def test_a_small_users_archive_is_searched_exactly_up_to_archived_exact_max(conn
         (query,),
     ).fetchall()
     assert found == {r["id"] for r in nearest}
+
+
+def test_a_search_starts_no_parallel_workers(conn):
+    """Every read of a search is bounded, so parallel workers only add their start-up: at 100k hot +
+    400k archived the planner gave a large user's exact archive branch a Gather Merge whose 2 workers
+    started even when the branch did not run (4-6 ms a statement). The search's settings turn them off.
+    Here parallel plans are made free, as a large table makes them look, and the settings still win."""
+    _archive_rows(conn, "big", 4500, seed=6)
+    conn.execute("VACUUM (ANALYZE) archived_memories")
+    for name in ("parallel_setup_cost", "parallel_tuple_cost", "min_parallel_table_scan_size"):
+        conn.execute(f"SET {name} = 0")
+    conn.execute("SET min_parallel_index_scan_size = 0")
+    conn.execute("SET max_parallel_workers_per_gather = 2")
+    query = "parcel delivered"
+    params = statement_params(
+        "big", HashingEmbedder(TEST_DIM).embed([query])[0], query, PLAN_CONFIG, SearchFilters()
+    ) | {"pool": 40}
+
+    def gathers(statement: str, *, workers: int | None = None) -> int:
+        with conn.transaction():
+            conn.execute(search_session_sql(100))
+            conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": "big"})
+            if workers is not None:  # the control: workers allowed again after the search's settings
+                conn.execute(f"SET LOCAL max_parallel_workers_per_gather = {workers}")
+            plan = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params, prepare=False).fetchone()
+        return sum(
+            1 for n in plan_nodes(plan["QUERY PLAN"][0]["Plan"]) if n["Node Type"].startswith("Gather")
+        )
+
+    assert gathers(ARCHIVED_SEARCH_SQL, workers=2) >= 1  # the planner does choose workers here
+    assert gathers(ARCHIVED_SEARCH_SQL) == 0
+    assert gathers(HOT_SEARCH_SQL) == 0
