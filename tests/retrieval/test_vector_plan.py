@@ -120,6 +120,14 @@ def test_a_small_users_archive_is_searched_exactly_up_to_archived_exact_max(conn
     assert found == {r["id"] for r in nearest}
 
 
+_FREE_PARALLELISM = (
+    "parallel_setup_cost",
+    "parallel_tuple_cost",
+    "min_parallel_table_scan_size",
+    "min_parallel_index_scan_size",
+)
+
+
 def test_a_search_starts_no_parallel_workers(conn):
     """Every read of a search is bounded, so parallel workers only add their start-up: at 100k hot +
     400k archived the planner gave a large user's exact archive branch a Gather Merge whose 2 workers
@@ -127,10 +135,6 @@ def test_a_search_starts_no_parallel_workers(conn):
     Here parallel plans are made free, as a large table makes them look, and the settings still win."""
     _archive_rows(conn, "big", 4500, seed=6)
     conn.execute("VACUUM (ANALYZE) archived_memories")
-    for name in ("parallel_setup_cost", "parallel_tuple_cost", "min_parallel_table_scan_size"):
-        conn.execute(f"SET {name} = 0")
-    conn.execute("SET min_parallel_index_scan_size = 0")
-    conn.execute("SET max_parallel_workers_per_gather = 2")
     query = "parcel delivered"
     params = statement_params(
         "big", HashingEmbedder(TEST_DIM).embed([query])[0], query, PLAN_CONFIG, SearchFilters()
@@ -140,7 +144,10 @@ def test_a_search_starts_no_parallel_workers(conn):
         with conn.transaction():
             conn.execute(search_session_sql(100))
             conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": "big"})
-            if workers is not None:  # the control: workers allowed again after the search's settings
+            # SET LOCAL after the search's settings, as they are set: on Citus they reach the worker too.
+            for name in _FREE_PARALLELISM:
+                conn.execute(f"SET LOCAL {name} = 0")
+            if workers is not None:  # the control: workers allowed again
                 conn.execute(f"SET LOCAL max_parallel_workers_per_gather = {workers}")
             plan = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params, prepare=False).fetchone()
         return sum(
