@@ -59,7 +59,8 @@ ARCHIVED_FILTERS = _FILTERS.format(
 # No parallel workers: every read of a search is bounded (a graph walk, at most match_cap matches, an exact
 # scan of at most a tier's exact threshold), so workers only add their start-up. The planner gave the
 # exact branch of a large user's archive (100,000 rows among 400,000) a Gather Merge of 2 workers, which
-# started even when that branch did not run: 4-6 ms of a 3-7 ms statement (bench search at 100k).
+# started even when that branch did not run: 4-6 ms on a statement that takes 3-7 ms without them
+# (bench search at 100k).
 SEARCH_SETTINGS_SQL = """
     SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
            set_config('hnsw.iterative_scan', 'relaxed_order', true),
