@@ -84,7 +84,7 @@ TARGET_P95_MS = 10.0
 # The session settings the product sets per search transaction (set_config(..., true)), here for the
 # session: the bench runs in autocommit, where a transaction-local setting would end with its statement.
 SESSION_SETTINGS_SQL = SEARCH_SETTINGS_SQL.replace(", true)", ", false)")
-assert SESSION_SETTINGS_SQL.count(", false)") == 3, "retrieval.sql.SEARCH_SETTINGS_SQL changed shape"
+assert SESSION_SETTINGS_SQL.count(", false)") == 4, "retrieval.sql.SEARCH_SETTINGS_SQL changed shape"
 
 # The hot tier's vector arm of retrieval/sql.py (`_tier_ctes` with the hot tier, no filters), alone, with
 # each candidate's distance so the top-10 can be scored: exact over the user's rows when they are at most
