@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from memory_lib.core.config import RetrievalConfig
@@ -41,16 +42,26 @@ def search_statement_tier(sql: str) -> str | None:
     return "both" if hot and archived else "hot" if hot else "archived" if archived else None
 
 
-def hot_search_plan(conn: Any, sql: str, user: str, *, analyze: bool = False) -> list[dict[str, Any]]:
-    """The nodes of the plan of a hot search statement (retrieval.sql's, "parcel delivered" asked by
-    `user`), under the search's own session settings in their transaction, as search_plan runs it."""
-    query = "parcel delivered"
-    params = statement_params(
-        user, HashingEmbedder(TEST_DIM).embed([query])[0], query, PLAN_CONFIG, SearchFilters()
-    ) | {"pool": 40}
+PLAN_QUERY = "parcel delivered"  # what the plan readers ask
+
+
+def search_params(user: str) -> dict[str, Any]:
+    """The parameters of a search statement of retrieval.sql: PLAN_QUERY asked by `user`, pools of 40."""
+    embedding = HashingEmbedder(TEST_DIM).embed([PLAN_QUERY])[0]
+    return statement_params(user, embedding, PLAN_QUERY, PLAN_CONFIG, SearchFilters()) | {"pool": 40}
+
+
+def hot_search_plan(
+    conn: Any, sql: str, user: str, *, analyze: bool = False, local: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The nodes of the plan of a hot search statement (retrieval.sql's, PLAN_QUERY asked by `user`),
+    under the search's own session settings in their transaction, as search_plan runs it; `local`: more
+    SET LOCAL statements after those (on Citus they reach the worker too)."""
     explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
     with conn.transaction():  # the search's settings are local to its transaction, as in search_plan
         conn.execute(search_session_sql(100))  # SET LOCALs that reach a Citus worker too
         conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": user})
-        plan = conn.execute(explain + sql, params, prepare=False).fetchone()
+        for statement in local:
+            conn.execute(statement)
+        plan = conn.execute(explain + sql, search_params(user), prepare=False).fetchone()
     return plan_nodes(plan["QUERY PLAN"][0]["Plan"])

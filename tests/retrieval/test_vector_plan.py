@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from memory_lib.llm.embedding import HashingEmbedder
 from memory_lib.retrieval.sql import (
     ARCHIVED_EXACT_MAX,
     ARCHIVED_SEARCH_SQL,
@@ -17,12 +16,10 @@ from memory_lib.retrieval.sql import (
     HOT_SEARCH_SQL,
     SEARCH_SETTINGS_SQL,
     search_session_sql,
-    statement_params,
 )
-from memory_lib.retrieval.types import SearchFilters
 from memory_lib.storage.store import insert_memories
 from testing.constants import TEST_DIM
-from testing.explain import PLAN_CONFIG, base_name, hot_search_plan, plan_nodes
+from testing.explain import base_name, hot_search_plan, search_params
 from testing.factories import parcel_rows
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -104,8 +101,7 @@ def test_a_small_users_archive_is_searched_exactly_up_to_archived_exact_max(conn
 
     assert loops("small") == 0
     assert loops("big") >= 1
-    query = HashingEmbedder(TEST_DIM).embed(["parcel delivered"])[0]
-    params = statement_params("small", query, "parcel delivered", PLAN_CONFIG, SearchFilters()) | {"pool": 40}
+    params = search_params("small")
     with conn.transaction():
         conn.execute(search_session_sql(100))
         conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": "small"})
@@ -115,16 +111,20 @@ def test_a_small_users_archive_is_searched_exactly_up_to_archived_exact_max(conn
     nearest = conn.execute(
         "SELECT id FROM archived_memories WHERE user_id = 'small'"
         " ORDER BY (summary_bits <~> binary_quantize(%s::vector)) + 0, id LIMIT 40",  # no index: every row
-        (query,),
+        (params["embedding"],),
     ).fetchall()
     assert found == {r["id"] for r in nearest}
 
 
-_FREE_PARALLELISM = (
-    "parallel_setup_cost",
-    "parallel_tuple_cost",
-    "min_parallel_table_scan_size",
-    "min_parallel_index_scan_size",
+# Parallel plans made free, as a large table makes them look: SET LOCAL after the search's settings.
+_FREE_PARALLELISM = tuple(
+    f"SET LOCAL {name} = 0"
+    for name in (
+        "parallel_setup_cost",
+        "parallel_tuple_cost",
+        "min_parallel_table_scan_size",
+        "min_parallel_index_scan_size",
+    )
 )
 
 
@@ -135,25 +135,12 @@ def test_a_search_starts_no_parallel_workers(conn):
     Here parallel plans are made free, as a large table makes them look, and the settings still win."""
     _archive_rows(conn, "big", 4500, seed=6)
     conn.execute("VACUUM (ANALYZE) archived_memories")
-    query = "parcel delivered"
-    params = statement_params(
-        "big", HashingEmbedder(TEST_DIM).embed([query])[0], query, PLAN_CONFIG, SearchFilters()
-    ) | {"pool": 40}
 
-    def gathers(statement: str, *, workers: int | None = None) -> int:
-        with conn.transaction():
-            conn.execute(search_session_sql(100))
-            conn.execute(SEARCH_SETTINGS_SQL, {"ef_search": "100", "user_id": "big"})
-            # SET LOCAL after the search's settings, as they are set: on Citus they reach the worker too.
-            for name in _FREE_PARALLELISM:
-                conn.execute(f"SET LOCAL {name} = 0")
-            if workers is not None:  # the control: workers allowed again
-                conn.execute(f"SET LOCAL max_parallel_workers_per_gather = {workers}")
-            plan = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params, prepare=False).fetchone()
-        return sum(
-            1 for n in plan_nodes(plan["QUERY PLAN"][0]["Plan"]) if n["Node Type"].startswith("Gather")
-        )
+    def gathers(statement: str, *local: str) -> int:
+        nodes = hot_search_plan(conn, statement, "big", local=_FREE_PARALLELISM + local)
+        return sum(1 for n in nodes if n["Node Type"].startswith("Gather"))
 
-    assert gathers(ARCHIVED_SEARCH_SQL, workers=2) >= 1  # the planner does choose workers here
+    # the control: with workers allowed again, the planner does choose them here
+    assert gathers(ARCHIVED_SEARCH_SQL, "SET LOCAL max_parallel_workers_per_gather = 2") >= 1
     assert gathers(ARCHIVED_SEARCH_SQL) == 0
     assert gathers(HOT_SEARCH_SQL) == 0
